@@ -1,0 +1,40 @@
+//! Maps shared by the hooks, and the per-CPU decision counters.
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, LruHashMap, PerCpuArray},
+};
+use redirect_common::{
+    Config, ConnKey, Counter, OrigDst, Tracked, PENDING_MAX_ENTRIES, TRACKED_MAX_ENTRIES,
+};
+
+/// The capture policy (one entry), written by user space before attaching.
+#[map(name = "CONFIG")]
+pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+
+/// One u64 per [`Counter`], per CPU.
+#[map(name = "COUNTERS")]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
+
+/// Socket cookie of a connecting socket -> original destination (connect4 -> sock_ops).
+/// LRU so that a connect that fails before `tcp_connect()` cannot leak an entry for ever.
+#[map(name = "PENDING")]
+pub static PENDING: LruHashMap<u64, OrigDst> = LruHashMap::with_max_entries(PENDING_MAX_ENTRIES, 0);
+
+/// The redirected connection (netns + 4-tuple) -> original destination (sock_ops -> getsockopt).
+#[map(name = "TRACKED")]
+pub static TRACKED: HashMap<ConnKey, Tracked> = HashMap::with_max_entries(TRACKED_MAX_ENTRIES, 0);
+
+/// Reads the policy; `None` only if user space never wrote it (the loader always does).
+#[inline(always)]
+pub fn config() -> Option<&'static Config> {
+    CONFIG.get(0)
+}
+
+/// Adds one to a decision counter on this CPU.
+#[inline(always)]
+pub fn count(counter: Counter) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
+        // SAFETY: per-CPU slot, valid for the program's lifetime; no other CPU writes it.
+        unsafe { *slot += 1 };
+    }
+}

@@ -1,0 +1,151 @@
+//! `sock_ops`: turns a pending redirect into a 4-tuple entry, and removes it on close.
+//!
+//! The application's socket (active side) moves its entry from `PENDING` (by socket cookie) to
+//! `TRACKED` (by netns + 4-tuple) in `TCP_CONNECT_CB`, before the SYN leaves. The proxy's accepted
+//! socket (passive side) claims the entry when the handshake completes. The entry is removed when
+//! its owner closes: the proxy's socket once it claimed it, else the application's socket.
+use aya_ebpf::{
+    bindings::{
+        BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG,
+        BPF_SOCK_OPS_TCP_CONNECT_CB,
+    },
+    helpers::generated::{bpf_get_netns_cookie, bpf_get_socket_cookie},
+    macros::sock_ops,
+    programs::SockOpsContext,
+    EbpfContext,
+};
+use redirect_common::{ConnKey, Counter, Tracked, AF_INET};
+
+use crate::maps::{config, count, PENDING, TRACKED};
+
+const TCP_CLOSE: u32 = 7;
+
+#[sock_ops]
+pub fn redirect_sock_ops(ctx: SockOpsContext) -> u32 {
+    try_sock_ops(&ctx);
+    1
+}
+
+fn try_sock_ops(ctx: &SockOpsContext) {
+    if ctx.family() != u32::from(AF_INET) {
+        return;
+    }
+    match ctx.op() {
+        BPF_SOCK_OPS_TCP_CONNECT_CB => on_connect(ctx),
+        BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => on_passive_established(ctx),
+        BPF_SOCK_OPS_STATE_CB if ctx.arg(1) == TCP_CLOSE => on_close(ctx),
+        _ => {}
+    }
+}
+
+/// Remote port in host order. sock_ops stores it in network order, in the high half on
+/// little-endian kernels; accept either placement.
+#[inline(always)]
+fn remote_port(ctx: &SockOpsContext) -> u16 {
+    let raw = ctx.remote_port();
+    let net = if raw > 0xffff { (raw >> 16) as u16 } else { raw as u16 };
+    u16::from_be(net)
+}
+
+#[inline(always)]
+fn netns(ctx: &SockOpsContext) -> u64 {
+    // SAFETY: bpf_get_netns_cookie accepts a sock_ops context.
+    unsafe { bpf_get_netns_cookie(ctx.as_ptr()) }
+}
+
+#[inline(always)]
+fn cookie(ctx: &SockOpsContext) -> u64 {
+    // SAFETY: bpf_get_socket_cookie accepts a sock_ops context.
+    unsafe { bpf_get_socket_cookie(ctx.as_ptr()) }
+}
+
+/// Key as seen from the application's (connecting) socket.
+#[inline(always)]
+fn key_as_client(ctx: &SockOpsContext) -> ConnKey {
+    ConnKey {
+        netns: netns(ctx),
+        client_addr: [ctx.local_ip4(), 0, 0, 0],
+        server_addr: [ctx.remote_ip4(), 0, 0, 0],
+        client_port: ctx.local_port() as u16,
+        server_port: remote_port(ctx),
+        family: AF_INET,
+        _pad: 0,
+    }
+}
+
+/// Key as seen from the proxy's accepted socket.
+#[inline(always)]
+fn key_as_proxy(ctx: &SockOpsContext) -> ConnKey {
+    ConnKey {
+        netns: netns(ctx),
+        client_addr: [ctx.remote_ip4(), 0, 0, 0],
+        server_addr: [ctx.local_ip4(), 0, 0, 0],
+        client_port: remote_port(ctx),
+        server_port: ctx.local_port() as u16,
+        family: AF_INET,
+        _pad: 0,
+    }
+}
+
+#[inline(always)]
+fn watch_close(ctx: &SockOpsContext) {
+    // Failure leaves the entry to the other side's close; nothing else to do here.
+    let _ = ctx.set_cb_flags((ctx.cb_flags() | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
+}
+
+fn on_connect(ctx: &SockOpsContext) {
+    let Some(cfg) = config() else { return };
+    if remote_port(ctx) != cfg.outbound_port {
+        return;
+    }
+    let sock = cookie(ctx);
+    // SAFETY: the value is copied out at once; a concurrent delete cannot alias it because
+    // only this socket's own callbacks touch its cookie's entry.
+    let Some(orig) = (unsafe { PENDING.get(&sock) }).copied() else {
+        return;
+    };
+    let _ = PENDING.remove(&sock);
+    let entry = Tracked {
+        dst: orig,
+        client_cookie: sock,
+        proxy_cookie: 0,
+    };
+    if TRACKED.insert(&key_as_client(ctx), &entry, 0).is_err() {
+        count(Counter::TrackError);
+        return;
+    }
+    watch_close(ctx);
+}
+
+fn on_passive_established(ctx: &SockOpsContext) {
+    let Some(cfg) = config() else { return };
+    if ctx.local_port() as u16 != cfg.outbound_port {
+        return;
+    }
+    let Some(entry) = TRACKED.get_ptr_mut(&key_as_proxy(ctx)) else {
+        return;
+    };
+    // SAFETY: pointer into a map value, valid for this program run.
+    unsafe { (*entry).proxy_cookie = cookie(ctx) };
+    watch_close(ctx);
+}
+
+fn on_close(ctx: &SockOpsContext) {
+    let sock = cookie(ctx);
+    let client_key = key_as_client(ctx);
+    if let Some(entry) = TRACKED.get_ptr(&client_key) {
+        // SAFETY: pointer into a map value, valid for this program run.
+        let (client, proxy) = unsafe { ((*entry).client_cookie, (*entry).proxy_cookie) };
+        if client == sock && proxy == 0 {
+            let _ = TRACKED.remove(&client_key);
+            return;
+        }
+    }
+    let proxy_key = key_as_proxy(ctx);
+    if let Some(entry) = TRACKED.get_ptr(&proxy_key) {
+        // SAFETY: as above.
+        if unsafe { (*entry).proxy_cookie } == sock {
+            let _ = TRACKED.remove(&proxy_key);
+        }
+    }
+}

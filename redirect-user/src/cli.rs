@@ -1,0 +1,157 @@
+//! Command-line definition of `redirect` (clap), with value parsers that explain bad input.
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// eBPF traffic capture for sidecar meshes: replaces istio-init's iptables rules.
+///
+/// Outbound TCP connects from processes in a cgroup are rewritten to the sidecar proxy on
+/// 127.0.0.1:15001; the proxy's own traffic (uid/gid 1337) and loopback destinations are left
+/// alone. The proxy reads the original destination with getsockopt(SOL_IP, SO_ORIGINAL_DST),
+/// exactly as behind iptables, so Envoy and HAProxy work unchanged.
+///
+/// Typical session (as root):
+///
+///   mkdir /sys/fs/cgroup/unified/app            # a cgroup v2 directory (see /proc/self/mountinfo)
+///   redirect attach --cgroup /sys/fs/cgroup/unified/app &
+///   redirect exec --cgroup /sys/fs/cgroup/unified/app -- curl http://198.18.0.10/
+///   redirect status
+#[derive(Debug, Parser)]
+#[command(name = "redirect", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Load and attach the capture programs, stay in the foreground, detach on SIGINT/SIGTERM.
+    ///
+    /// connect4 is attached at --cgroup; the getsockopt (SO_ORIGINAL_DST) and sock_ops
+    /// programs are attached at --proxy-cgroup (default: the cgroup v2 root), because a
+    /// socket's cgroup is fixed when it is created and the proxy's accepted sockets inherit
+    /// its listener's cgroup. Nothing stays attached after this command exits, even on
+    /// SIGKILL (the kernel drops the links with the process).
+    Attach {
+        /// Cgroup v2 directory whose processes are captured.
+        #[arg(long, value_name = "PATH")]
+        cgroup: PathBuf,
+        /// Cgroup v2 directory containing the proxy's listener [default: the cgroup v2 root].
+        #[arg(long, value_name = "PATH")]
+        proxy_cgroup: Option<PathBuf>,
+        /// Connects by this uid are never captured (istio-iptables -u).
+        #[arg(long, value_name = "UID", default_value = "1337", value_parser = parse_id)]
+        proxy_uid: u32,
+        /// Connects by this gid are never captured (istio-iptables -g).
+        #[arg(long, value_name = "GID", default_value = "1337", value_parser = parse_id)]
+        proxy_gid: u32,
+        /// Captured connects go to 127.0.0.1 on this port (istio-iptables -p).
+        #[arg(long, value_name = "PORT", default_value = "15001", value_parser = parse_port)]
+        outbound_port: u16,
+    },
+    /// Run a command inside a captured cgroup (moves itself there, then execs CMD).
+    ///
+    /// Without --cgroup, uses the cgroup of the one running `redirect attach`.
+    Exec {
+        /// Cgroup v2 directory to run in [default: the running attach's cgroup].
+        #[arg(long, value_name = "PATH")]
+        cgroup: Option<PathBuf>,
+        /// The command and its arguments (after `--`).
+        #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Show what is attached where (checked against the kernel) and the decision counters.
+    Status {
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Parses a TCP port, 1..=65535.
+pub fn parse_port(s: &str) -> Result<u16, String> {
+    let n: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a port number: use a number from 1 to 65535, e.g. 15001"))?;
+    match u16::try_from(n) {
+        Ok(0) => Err("port 0 cannot be connected to: use a number from 1 to 65535, e.g. 15001".into()),
+        Ok(p) => Ok(p),
+        Err(_) => Err(format!("port {n} is above 65535: use a number from 1 to 65535, e.g. 15001")),
+    }
+}
+
+/// Parses a numeric uid or gid.
+pub fn parse_id(s: &str) -> Result<u32, String> {
+    s.trim().parse().map_err(|_| {
+        format!("'{s}' is not a numeric id: give the number (e.g. 1337); for a user name, look it up with `id -u {s}`")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn ports() {
+        assert_eq!(parse_port("15001"), Ok(15001));
+        assert_eq!(parse_port("65535"), Ok(65535));
+        assert!(parse_port("0").unwrap_err().contains("port 0"));
+        assert!(parse_port("65536").unwrap_err().contains("above 65535"));
+        assert!(parse_port("99999999999").unwrap_err().contains("above 65535"));
+        assert!(parse_port("http").unwrap_err().contains("'http' is not a port"));
+        assert!(parse_port("-1").is_err());
+    }
+
+    #[test]
+    fn ids() {
+        assert_eq!(parse_id("1337"), Ok(1337));
+        assert_eq!(parse_id("0"), Ok(0));
+        assert!(parse_id("istio-proxy").unwrap_err().contains("id -u istio-proxy"));
+        assert!(parse_id("-5").is_err());
+    }
+
+    #[test]
+    fn attach_defaults_are_istios() {
+        let cli = Cli::try_parse_from(["redirect", "attach", "--cgroup", "/x"]).expect("parse");
+        match cli.command {
+            Command::Attach { proxy_uid, proxy_gid, outbound_port, proxy_cgroup, .. } => {
+                assert_eq!((proxy_uid, proxy_gid, outbound_port), (1337, 1337, 15001));
+                assert_eq!(proxy_cgroup, None);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let err = Cli::try_parse_from(["redirect", "attach", "--cgroup", "/x", "--outbound-port", "0"])
+            .expect_err("must fail")
+            .to_string();
+        assert!(err.contains("--outbound-port"), "{err}");
+        let err = Cli::try_parse_from(["redirect", "attach", "--cgroup", "/x", "--proxy-uid", "istio"])
+            .expect_err("must fail")
+            .to_string();
+        assert!(err.contains("--proxy-uid") && err.contains("numeric"), "{err}");
+    }
+
+    #[test]
+    fn exec_takes_trailing_command() {
+        let cli = Cli::try_parse_from(["redirect", "exec", "--", "curl", "-s", "http://x/"]).expect("parse");
+        match cli.command {
+            Command::Exec { command, cgroup } => {
+                assert_eq!(command, ["curl", "-s", "http://x/"]);
+                assert!(cgroup.is_none());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

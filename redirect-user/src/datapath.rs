@@ -1,0 +1,297 @@
+//! Loads the embedded BPF object, configures it, attaches it to cgroups and detaches it on drop.
+use std::{fs::File, path::PathBuf};
+
+use aya::{
+    maps::{Array, MapData},
+    programs::{
+        cgroup_sock_addr::CgroupSockAddrLinkId, cgroup_sockopt::CgroupSockoptLinkId,
+        sock_ops::SockOpsLinkId, CgroupAttachMode, CgroupSockAddr, CgroupSockopt, SockOps,
+    },
+    Ebpf,
+};
+use redirect_common::{map_names, prog_names, Config};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    cgroup,
+    error::{Error, Result},
+    object, preflight,
+};
+
+/// What `redirect attach` was asked to do, after validation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachOptions {
+    /// Cgroup whose processes' outbound connects are captured.
+    pub cgroup: PathBuf,
+    /// Cgroup under which the proxy's listener lives; `None` means the cgroup v2 root.
+    pub proxy_cgroup: Option<PathBuf>,
+    /// Uid whose connects are never captured.
+    pub proxy_uid: u32,
+    /// Gid whose connects are never captured.
+    pub proxy_gid: u32,
+    /// Port on 127.0.0.1 that captured connects go to.
+    pub outbound_port: u16,
+}
+
+/// One program attached at one cgroup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    /// Program name in the object.
+    pub program: String,
+    /// Attach type as bpftool names it.
+    pub attach_type: String,
+    /// Canonical cgroup directory.
+    pub cgroup: PathBuf,
+    /// Kernel program id.
+    pub program_id: u32,
+}
+
+/// A loaded and attached datapath. Dropping it detaches everything (connect4 first).
+#[derive(Debug)]
+pub struct Datapath {
+    ebpf: Ebpf,
+    connect4: Vec<CgroupSockAddrLinkId>,
+    sock_ops: Vec<SockOpsLinkId>,
+    getsockopt: Vec<CgroupSockoptLinkId>,
+    attachments: Vec<Attachment>,
+    options: AttachOptions,
+}
+
+fn open_cgroup(path: &PathBuf) -> Result<File> {
+    File::open(path).map_err(|e| Error::io("opening cgroup", path, e))
+}
+
+impl Datapath {
+    /// Validates, loads and attaches. On any error nothing stays attached.
+    pub fn attach(options: &AttachOptions) -> Result<Self> {
+        preflight::require_root()?;
+        let app_cgroup = cgroup::validate(&options.cgroup)?;
+        let proxy_cgroup = match &options.proxy_cgroup {
+            Some(p) => cgroup::validate(p)?,
+            None => cgroup::validate(&cgroup::cgroup2_root()?)?,
+        };
+        preflight::require_kernel_support()?;
+        let object = object::bpf_object().ok_or(Error::NoObject)?;
+        let mut ebpf = Ebpf::load(object).map_err(Error::Load)?;
+
+        let config = Config {
+            proxy_uid: options.proxy_uid,
+            proxy_gid: options.proxy_gid,
+            outbound_port: options.outbound_port,
+            _pad: [0; 6],
+        };
+        let map = ebpf.map_mut(map_names::CONFIG).ok_or(Error::Missing {
+            kind: "map",
+            name: map_names::CONFIG,
+        })?;
+        let mut cfg: Array<&mut MapData, Config> =
+            Array::try_from(map).map_err(|source| Error::Map {
+                op: "opening",
+                name: map_names::CONFIG.into(),
+                source,
+            })?;
+        cfg.set(0, config, 0).map_err(|source| Error::Map {
+            op: "writing the policy",
+            name: map_names::CONFIG.into(),
+            source,
+        })?;
+
+        let mut dp = Self {
+            ebpf,
+            connect4: Vec::new(),
+            sock_ops: Vec::new(),
+            getsockopt: Vec::new(),
+            attachments: Vec::new(),
+            options: AttachOptions {
+                cgroup: app_cgroup.clone(),
+                proxy_cgroup: Some(proxy_cgroup.clone()),
+                ..options.clone()
+            },
+        };
+        // Tracking first, capture last: a connect is only rewritten once its answer can be found.
+        dp.attach_getsockopt(&proxy_cgroup)?;
+        dp.attach_sock_ops(&proxy_cgroup)?;
+        if !cgroup::contains(&proxy_cgroup, &app_cgroup) {
+            dp.attach_sock_ops(&app_cgroup)?;
+        }
+        dp.attach_connect4(&app_cgroup)?;
+        tracing::info!(
+            cgroup = %app_cgroup.display(),
+            proxy_cgroup = %proxy_cgroup.display(),
+            proxy_uid = options.proxy_uid,
+            proxy_gid = options.proxy_gid,
+            outbound_port = options.outbound_port,
+            "datapath attached"
+        );
+        Ok(dp)
+    }
+
+    fn record(&mut self, program: &'static str, attach_type: &str, cgroup: &PathBuf) {
+        let program_id = self
+            .ebpf
+            .program(program)
+            .and_then(|p| p.info().ok())
+            .map_or(0, |i| i.id());
+        self.attachments.push(Attachment {
+            program: program.into(),
+            attach_type: attach_type.into(),
+            cgroup: cgroup.clone(),
+            program_id,
+        });
+    }
+
+    // Mode `Single` passes no flags: on kernels >= 5.7 aya attaches through bpf_link, which
+    // the kernel always treats as multi-attach and which rejects BPF_F_ALLOW_MULTI (EINVAL).
+    fn attach_connect4(&mut self, cgroup: &PathBuf) -> Result<()> {
+        let name = prog_names::CONNECT4;
+        let prog: &mut CgroupSockAddr = program(&mut self.ebpf, name)?;
+        if prog.info().is_err() {
+            prog.load().map_err(|source| Error::Verify { name, source })?;
+        }
+        let id = prog
+            .attach(open_cgroup(cgroup)?, CgroupAttachMode::Single)
+            .map_err(|source| attach_error(name, cgroup, source))?;
+        self.connect4.push(id);
+        self.record(name, "connect4", cgroup);
+        Ok(())
+    }
+
+    fn attach_sock_ops(&mut self, cgroup: &PathBuf) -> Result<()> {
+        let name = prog_names::SOCK_OPS;
+        let prog: &mut SockOps = program(&mut self.ebpf, name)?;
+        if prog.info().is_err() {
+            prog.load().map_err(|source| Error::Verify { name, source })?;
+        }
+        let id = prog
+            .attach(open_cgroup(cgroup)?, CgroupAttachMode::Single)
+            .map_err(|source| attach_error(name, cgroup, source))?;
+        self.sock_ops.push(id);
+        self.record(name, "sock_ops", cgroup);
+        Ok(())
+    }
+
+    fn attach_getsockopt(&mut self, cgroup: &PathBuf) -> Result<()> {
+        let name = prog_names::GETSOCKOPT;
+        let prog: &mut CgroupSockopt = program(&mut self.ebpf, name)?;
+        if prog.info().is_err() {
+            prog.load().map_err(|source| Error::Verify { name, source })?;
+        }
+        let id = prog
+            .attach(open_cgroup(cgroup)?, CgroupAttachMode::Single)
+            .map_err(|source| attach_error(name, cgroup, source))?;
+        self.getsockopt.push(id);
+        self.record(name, "getsockopt", cgroup);
+        Ok(())
+    }
+
+    /// Where each program is attached.
+    pub fn attachments(&self) -> &[Attachment] {
+        &self.attachments
+    }
+
+    /// The validated options (canonical cgroup paths).
+    pub fn options(&self) -> &AttachOptions {
+        &self.options
+    }
+
+    /// Kernel ids of the maps, by name, for `redirect status`.
+    pub fn map_ids(&self) -> Vec<(String, u32)> {
+        self.ebpf
+            .maps()
+            .filter_map(|(name, map)| {
+                let data: &MapData = match map {
+                    aya::maps::Map::Array(d)
+                    | aya::maps::Map::PerCpuArray(d)
+                    | aya::maps::Map::HashMap(d)
+                    | aya::maps::Map::LruHashMap(d) => d,
+                    _ => return None,
+                };
+                data.info().ok().map(|i| (name.to_owned(), i.id()))
+            })
+            .collect()
+    }
+
+    /// Direct access to the loaded object (tests and status).
+    pub fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+
+    /// Detaches every program: capture (connect4) first, then tracking. Idempotent.
+    pub fn detach(&mut self) -> Result<()> {
+        let mut first_error = None;
+        if let Some(prog) = self
+            .ebpf
+            .program_mut(prog_names::CONNECT4)
+            .and_then(|p| <&mut CgroupSockAddr>::try_from(p).ok())
+        {
+            for id in self.connect4.drain(..) {
+                if let Err(e) = prog.detach(id) {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(prog) = self
+            .ebpf
+            .program_mut(prog_names::SOCK_OPS)
+            .and_then(|p| <&mut SockOps>::try_from(p).ok())
+        {
+            for id in self.sock_ops.drain(..) {
+                if let Err(e) = prog.detach(id) {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(prog) = self
+            .ebpf
+            .program_mut(prog_names::GETSOCKOPT)
+            .and_then(|p| <&mut CgroupSockopt>::try_from(p).ok())
+        {
+            for id in self.getsockopt.drain(..) {
+                if let Err(e) = prog.detach(id) {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        self.attachments.clear();
+        match first_error {
+            None => Ok(()),
+            Some(source) => Err(Error::Attach {
+                action: "detaching",
+                name: "program",
+                cgroup: self.options.cgroup.clone(),
+                source,
+            }),
+        }
+    }
+}
+
+impl Drop for Datapath {
+    fn drop(&mut self) {
+        if let Err(e) = self.detach() {
+            tracing::warn!(error = %e, "detach failed; dropping the object detaches the rest");
+        }
+    }
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program>,
+{
+    let prog = ebpf.program_mut(name).ok_or(Error::Missing {
+        kind: "program",
+        name,
+    })?;
+    <&mut T>::try_from(prog).map_err(|_| Error::Missing {
+        kind: "program",
+        name,
+    })
+}
+
+fn attach_error(name: &'static str, cgroup: &PathBuf, source: aya::programs::ProgramError) -> Error {
+    Error::Attach {
+        action: "attaching",
+        name,
+        cgroup: cgroup.clone(),
+        source,
+    }
+}

@@ -1,0 +1,134 @@
+//! Error type of the library: each variant names the failing call and the value involved.
+use std::{io, path::PathBuf};
+
+/// Everything that can go wrong while validating, loading, attaching or inspecting.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The cgroup directory does not exist.
+    #[error("cgroup {path} does not exist: create it (mkdir {path}) or pass an existing directory under the cgroup v2 mount {mount}")]
+    CgroupMissing {
+        /// The path given.
+        path: PathBuf,
+        /// Where cgroup v2 is mounted on this host.
+        mount: PathBuf,
+    },
+    /// The path exists but is not a cgroup v2 directory.
+    #[error("{path} is not a cgroup v2 directory (it is on a {fstype} filesystem); BPF programs attach only to cgroup v2, which is mounted at {mount} here: pass a directory under it")]
+    NotCgroup2 {
+        /// The path given.
+        path: PathBuf,
+        /// The filesystem the path is on, from /proc/self/mountinfo.
+        fstype: String,
+        /// Where cgroup v2 is mounted on this host.
+        mount: PathBuf,
+    },
+    /// No cgroup2 filesystem is mounted.
+    #[error("no cgroup v2 filesystem is mounted (none in /proc/self/mountinfo); mount one, e.g. `mkdir -p /sys/fs/cgroup/unified && mount -t cgroup2 none /sys/fs/cgroup/unified`")]
+    NoCgroup2Mount,
+    /// Not running with the privileges BPF needs.
+    #[error("redirect must run as root (effective uid is {euid}): loading and attaching BPF programs needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN; rerun it with sudo")]
+    NotRoot {
+        /// The effective uid we run as.
+        euid: u32,
+    },
+    /// The kernel lacks a program type we need.
+    #[error("this kernel cannot load {program_type} programs{detail}; redirect needs Linux 5.10 or newer built with CONFIG_CGROUP_BPF and CONFIG_BPF_SYSCALL")]
+    Unsupported {
+        /// The program type that is missing.
+        program_type: &'static str,
+        /// Extra detail from the probe, with a leading separator, or empty.
+        detail: String,
+    },
+    /// The binary was built with the empty stub object.
+    #[error("this build of redirect has no BPF object embedded: run `cargo xtask build-ebpf` and rebuild (or use `cargo xtask run`)")]
+    NoObject,
+    /// Parsing or loading the BPF object failed.
+    #[error("loading the BPF object")]
+    Load(#[source] aya::EbpfError),
+    /// The object lacks a program or map we expect.
+    #[error("the BPF object has no {kind} named {name}: rebuild with `cargo xtask build-ebpf`")]
+    Missing {
+        /// "program" or "map".
+        kind: &'static str,
+        /// Its name.
+        name: &'static str,
+    },
+    /// Loading (verifying) a program failed.
+    #[error("the kernel rejected program {name}")]
+    Verify {
+        /// Program name.
+        name: &'static str,
+        /// The loader's error, including the verifier log.
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    /// Attaching or detaching a program failed.
+    #[error("{action} {name} at cgroup {cgroup}")]
+    Attach {
+        /// "attaching" or "detaching".
+        action: &'static str,
+        /// Program name.
+        name: &'static str,
+        /// The cgroup directory.
+        cgroup: PathBuf,
+        /// The loader's error.
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    /// A map operation failed.
+    #[error("{op} on map {name}")]
+    Map {
+        /// What was being done.
+        op: &'static str,
+        /// Map name or id.
+        name: String,
+        /// The loader's error.
+        #[source]
+        source: aya::maps::MapError,
+    },
+    /// A program or link query failed.
+    #[error("{op}")]
+    Query {
+        /// What was being queried.
+        op: String,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A file operation failed.
+    #[error("{op} {path}")]
+    Io {
+        /// What was being done ("reading", "writing", ...).
+        op: &'static str,
+        /// The file involved.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A state file could not be parsed.
+    #[error("parsing state file {path}")]
+    State {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// `redirect exec` could not decide which cgroup to use.
+    #[error("{0}")]
+    Ambiguous(String),
+}
+
+/// Result alias for the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Self::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! The `redirect` binary: parses the CLI and runs attach, exec or status.
+mod cli;
+
+use std::{io::Write as _, os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
+
+use anyhow::{bail, Context as _};
+use clap::Parser as _;
+use nix::sys::signal::{SigSet, Signal};
+use redirect_user::{cgroup, state, status, AttachOptions, Datapath};
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Attach {
+            cgroup,
+            proxy_cgroup,
+            proxy_uid,
+            proxy_gid,
+            outbound_port,
+        } => attach(AttachOptions {
+            cgroup,
+            proxy_cgroup,
+            proxy_uid,
+            proxy_gid,
+            outbound_port,
+        }),
+        Command::Exec { cgroup, command } => exec(cgroup, &command),
+        Command::Status { json } => {
+            let report = status::collect()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", status::render(&report));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn attach(options: AttachOptions) -> anyhow::Result<()> {
+    // Block the stop signals before loading so one arriving mid-attach is handled by the
+    // orderly path below instead of killing us half-way (the kernel would still clean up).
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        signals.add(s);
+    }
+    signals.thread_block().context("blocking SIGINT/SIGTERM")?;
+
+    let mut datapath = Datapath::attach(&options)?;
+    let instance = state::InstanceState {
+        pid: std::process::id(),
+        options: datapath.options().clone(),
+        attachments: datapath.attachments().to_vec(),
+        maps: datapath.map_ids(),
+    };
+    let state_file = state::StateFile::create(&state::state_dir(), &instance)?;
+    for a in datapath.attachments() {
+        tracing::info!(program = %a.program, hook = %a.attach_type, cgroup = %a.cgroup.display(), id = a.program_id, "attached");
+    }
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "ready pid={} state={}", instance.pid, state_file.path().display())?;
+    stdout.flush()?;
+    drop(stdout);
+
+    let signal = signals.wait().context("waiting for a stop signal")?;
+    tracing::info!(signal = %signal, "stopping: detaching capture first, then tracking");
+    datapath.detach()?;
+    drop(datapath);
+    drop(state_file);
+    tracing::info!("detached; nothing of this instance stays attached");
+    Ok(())
+}
+
+fn exec(cgroup_arg: Option<PathBuf>, command: &[String]) -> anyhow::Result<()> {
+    let target = match cgroup_arg {
+        Some(path) => cgroup::validate(&path)?,
+        None => {
+            let (live, _) = state::read_all(&state::state_dir())?;
+            match live.as_slice() {
+                [one] => one.options.cgroup.clone(),
+                [] => bail!("no `redirect attach` is running: start one, or pass --cgroup PATH"),
+                many => bail!(
+                    "{} `redirect attach` instances are running (pids {}): pass --cgroup PATH to choose",
+                    many.len(),
+                    many.iter().map(|s| s.pid.to_string()).collect::<Vec<_>>().join(", ")
+                ),
+            }
+        }
+    };
+    cgroup::enter(&target)?;
+    let (program, args) = command.split_first().context("no command given after --")?;
+    let err = std::process::Command::new(program).args(args).exec();
+    bail!("running {program}: {err}")
+}

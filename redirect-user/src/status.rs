@@ -1,0 +1,164 @@
+//! `redirect status`: what is attached where, verified against the kernel, and the counters.
+use std::{collections::BTreeSet, fmt::Write as _};
+
+use redirect_common::map_names;
+use serde::Serialize;
+
+use crate::{
+    counters::{self, CounterValue},
+    error::{Error, Result},
+    state::{self, InstanceState},
+};
+
+/// One attachment as status reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttachmentStatus {
+    /// Program name.
+    pub program: String,
+    /// Attach type.
+    pub attach_type: String,
+    /// Cgroup directory.
+    pub cgroup: String,
+    /// Kernel program id.
+    pub program_id: u32,
+    /// True when the kernel still has a cgroup link for this program.
+    pub linked: bool,
+}
+
+/// One running `redirect attach`.
+#[derive(Debug, Clone, Serialize)]
+pub struct InstanceStatus {
+    /// Its pid.
+    pub pid: u32,
+    /// Proxy uid / gid / port in force.
+    pub proxy_uid: u32,
+    /// Proxy gid.
+    pub proxy_gid: u32,
+    /// Outbound port.
+    pub outbound_port: u16,
+    /// Attachments.
+    pub attachments: Vec<AttachmentStatus>,
+    /// Decision counters.
+    pub counters: Vec<CounterValue>,
+    /// Entries in the 4-tuple tracking map.
+    pub tracked_entries: usize,
+    /// Entries in the connect4 -> sock_ops handoff map.
+    pub pending_entries: usize,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// Running instances.
+    pub instances: Vec<InstanceStatus>,
+    /// State files whose process is gone (removed by this call).
+    pub stale_removed: Vec<String>,
+}
+
+fn linked_program_ids() -> Result<BTreeSet<u32>> {
+    let mut ids = BTreeSet::new();
+    for link in aya::programs::loaded_links() {
+        let link = link.map_err(|e| Error::Query {
+            op: "listing BPF links".into(),
+            source: Box::new(e),
+        })?;
+        ids.insert(link.program_id());
+    }
+    Ok(ids)
+}
+
+fn instance_status(state: &InstanceState, linked: &BTreeSet<u32>) -> Result<InstanceStatus> {
+    let counters = match state.map_id(map_names::COUNTERS) {
+        Some(id) => counters::read_counters_by_id(id)?,
+        None => Vec::new(),
+    };
+    let tracked_entries = match state.map_id(map_names::TRACKED) {
+        Some(id) => counters::tracked_len_by_id(id)?,
+        None => 0,
+    };
+    let pending_entries = match state.map_id(map_names::PENDING) {
+        Some(id) => counters::pending_len_by_id(id)?,
+        None => 0,
+    };
+    Ok(InstanceStatus {
+        pid: state.pid,
+        proxy_uid: state.options.proxy_uid,
+        proxy_gid: state.options.proxy_gid,
+        outbound_port: state.options.outbound_port,
+        attachments: state
+            .attachments
+            .iter()
+            .map(|a| AttachmentStatus {
+                program: a.program.clone(),
+                attach_type: a.attach_type.clone(),
+                cgroup: a.cgroup.display().to_string(),
+                program_id: a.program_id,
+                linked: linked.contains(&a.program_id),
+            })
+            .collect(),
+        counters,
+        tracked_entries,
+        pending_entries,
+    })
+}
+
+/// Collects the report from the state directory and the kernel.
+pub fn collect() -> Result<Status> {
+    let dir = state::state_dir();
+    let (live, stale) = state::read_all(&dir)?;
+    let linked = linked_program_ids()?;
+    let instances = live
+        .iter()
+        .map(|s| instance_status(s, &linked))
+        .collect::<Result<Vec<_>>>()?;
+    let mut stale_removed = Vec::new();
+    for path in stale {
+        if std::fs::remove_file(&path).is_ok() {
+            stale_removed.push(path.display().to_string());
+        }
+    }
+    Ok(Status {
+        instances,
+        stale_removed,
+    })
+}
+
+/// Human-readable rendering.
+pub fn render(status: &Status) -> String {
+    let mut out = String::new();
+    if status.instances.is_empty() {
+        out.push_str("nothing attached (no running `redirect attach`)\n");
+    }
+    for inst in &status.instances {
+        let _ = writeln!(
+            out,
+            "redirect attach pid {}: proxy uid {} gid {}, outbound -> 127.0.0.1:{}",
+            inst.pid, inst.proxy_uid, inst.proxy_gid, inst.outbound_port
+        );
+        let _ = writeln!(out, "  {:<12} {:<22} {:>6} {:<7} CGROUP", "HOOK", "PROGRAM", "ID", "LINKED");
+        for a in &inst.attachments {
+            let _ = writeln!(
+                out,
+                "  {:<12} {:<22} {:>6} {:<7} {}",
+                a.attach_type,
+                a.program,
+                a.program_id,
+                if a.linked { "yes" } else { "NO" },
+                a.cgroup
+            );
+        }
+        let _ = writeln!(out, "  counters:");
+        for c in &inst.counters {
+            let _ = writeln!(out, "    {:<16} {}", c.name, c.value);
+        }
+        let _ = writeln!(
+            out,
+            "  tracked connections: {}   pending connects: {}",
+            inst.tracked_entries, inst.pending_entries
+        );
+    }
+    for s in &status.stale_removed {
+        let _ = writeln!(out, "removed stale state file {s} (its process had exited; the kernel detached its programs)");
+    }
+    out
+}
