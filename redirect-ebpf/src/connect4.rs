@@ -51,7 +51,7 @@ fn try_connect4(ctx: &SockAddrContext) -> Counter {
         family: AF_INET,
         _pad: 0,
     };
-    let tracked = PENDING.insert(&cookie, &orig, 0).is_ok();
+    let tracked = PENDING.insert(cookie, orig, 0).is_ok();
     // SAFETY: user_ip4 and user_port are writable in connect4.
     unsafe {
         (*sa).user_ip4 = LOCALHOST_NET;

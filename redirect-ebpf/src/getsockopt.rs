@@ -70,7 +70,7 @@ fn try_getsockopt(ctx: &SockoptContext) {
         family: AF_INET,
         _pad: 0,
     };
-    let Some(entry) = TRACKED.get_ptr(&key) else {
+    let Some(entry) = TRACKED.get_ptr(key) else {
         count(Counter::OrigDstMiss);
         return;
     };

@@ -43,7 +43,11 @@ fn try_sock_ops(ctx: &SockOpsContext) {
 #[inline(always)]
 fn remote_port(ctx: &SockOpsContext) -> u16 {
     let raw = ctx.remote_port();
-    let net = if raw > 0xffff { (raw >> 16) as u16 } else { raw as u16 };
+    let net = if raw > 0xffff {
+        (raw >> 16) as u16
+    } else {
+        raw as u16
+    };
     u16::from_be(net)
 }
 
@@ -101,16 +105,16 @@ fn on_connect(ctx: &SockOpsContext) {
     let sock = cookie(ctx);
     // SAFETY: the value is copied out at once; a concurrent delete cannot alias it because
     // only this socket's own callbacks touch its cookie's entry.
-    let Some(orig) = (unsafe { PENDING.get(&sock) }).copied() else {
+    let Some(orig) = (unsafe { PENDING.get(sock) }).copied() else {
         return;
     };
-    let _ = PENDING.remove(&sock);
+    let _ = PENDING.remove(sock);
     let entry = Tracked {
         dst: orig,
         client_cookie: sock,
         proxy_cookie: 0,
     };
-    if TRACKED.insert(&key_as_client(ctx), &entry, 0).is_err() {
+    if TRACKED.insert(key_as_client(ctx), entry, 0).is_err() {
         count(Counter::TrackError);
         return;
     }
@@ -122,7 +126,7 @@ fn on_passive_established(ctx: &SockOpsContext) {
     if ctx.local_port() as u16 != cfg.outbound_port {
         return;
     }
-    let Some(entry) = TRACKED.get_ptr_mut(&key_as_proxy(ctx)) else {
+    let Some(entry) = TRACKED.get_ptr_mut(key_as_proxy(ctx)) else {
         return;
     };
     // SAFETY: pointer into a map value, valid for this program run.
@@ -133,19 +137,19 @@ fn on_passive_established(ctx: &SockOpsContext) {
 fn on_close(ctx: &SockOpsContext) {
     let sock = cookie(ctx);
     let client_key = key_as_client(ctx);
-    if let Some(entry) = TRACKED.get_ptr(&client_key) {
+    if let Some(entry) = TRACKED.get_ptr(client_key) {
         // SAFETY: pointer into a map value, valid for this program run.
         let (client, proxy) = unsafe { ((*entry).client_cookie, (*entry).proxy_cookie) };
         if client == sock && proxy == 0 {
-            let _ = TRACKED.remove(&client_key);
+            let _ = TRACKED.remove(client_key);
             return;
         }
     }
     let proxy_key = key_as_proxy(ctx);
-    if let Some(entry) = TRACKED.get_ptr(&proxy_key) {
+    if let Some(entry) = TRACKED.get_ptr(proxy_key) {
         // SAFETY: as above.
         if unsafe { (*entry).proxy_cookie } == sock {
-            let _ = TRACKED.remove(&proxy_key);
+            let _ = TRACKED.remove(proxy_key);
         }
     }
 }

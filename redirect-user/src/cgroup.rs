@@ -150,12 +150,16 @@ mod tests {
     #[test]
     fn finds_unified_mount_on_hybrid_hosts() {
         let mounts = parse_mountinfo(HYBRID);
-        assert_eq!(cgroup2_mount_in(&mounts), Some(Path::new("/sys/fs/cgroup/unified")));
+        assert_eq!(
+            cgroup2_mount_in(&mounts),
+            Some(Path::new("/sys/fs/cgroup/unified"))
+        );
     }
 
     #[test]
     fn finds_root_mount_on_pure_v2_hosts() {
-        let text = "25 1 0:22 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
+        let text =
+            "25 1 0:22 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
         let mounts = parse_mountinfo(text);
         assert_eq!(cgroup2_mount_in(&mounts), Some(Path::new("/sys/fs/cgroup")));
     }

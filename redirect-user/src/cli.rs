@@ -72,14 +72,17 @@ pub enum Command {
 
 /// Parses a TCP port, 1..=65535.
 pub fn parse_port(s: &str) -> Result<u16, String> {
-    let n: u64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a port number: use a number from 1 to 65535, e.g. 15001"))?;
+    let n: u64 = s.trim().parse().map_err(|_| {
+        format!("'{s}' is not a port number: use a number from 1 to 65535, e.g. 15001")
+    })?;
     match u16::try_from(n) {
-        Ok(0) => Err("port 0 cannot be connected to: use a number from 1 to 65535, e.g. 15001".into()),
+        Ok(0) => {
+            Err("port 0 cannot be connected to: use a number from 1 to 65535, e.g. 15001".into())
+        }
         Ok(p) => Ok(p),
-        Err(_) => Err(format!("port {n} is above 65535: use a number from 1 to 65535, e.g. 15001")),
+        Err(_) => Err(format!(
+            "port {n} is above 65535: use a number from 1 to 65535, e.g. 15001"
+        )),
     }
 }
 
@@ -106,8 +109,12 @@ mod tests {
         assert_eq!(parse_port("65535"), Ok(65535));
         assert!(parse_port("0").unwrap_err().contains("port 0"));
         assert!(parse_port("65536").unwrap_err().contains("above 65535"));
-        assert!(parse_port("99999999999").unwrap_err().contains("above 65535"));
-        assert!(parse_port("http").unwrap_err().contains("'http' is not a port"));
+        assert!(parse_port("99999999999")
+            .unwrap_err()
+            .contains("above 65535"));
+        assert!(parse_port("http")
+            .unwrap_err()
+            .contains("'http' is not a port"));
         assert!(parse_port("-1").is_err());
     }
 
@@ -115,7 +122,9 @@ mod tests {
     fn ids() {
         assert_eq!(parse_id("1337"), Ok(1337));
         assert_eq!(parse_id("0"), Ok(0));
-        assert!(parse_id("istio-proxy").unwrap_err().contains("id -u istio-proxy"));
+        assert!(parse_id("istio-proxy")
+            .unwrap_err()
+            .contains("id -u istio-proxy"));
         assert!(parse_id("-5").is_err());
     }
 
@@ -123,7 +132,13 @@ mod tests {
     fn attach_defaults_are_istios() {
         let cli = Cli::try_parse_from(["redirect", "attach", "--cgroup", "/x"]).expect("parse");
         match cli.command {
-            Command::Attach { proxy_uid, proxy_gid, outbound_port, proxy_cgroup, .. } => {
+            Command::Attach {
+                proxy_uid,
+                proxy_gid,
+                outbound_port,
+                proxy_cgroup,
+                ..
+            } => {
                 assert_eq!((proxy_uid, proxy_gid, outbound_port), (1337, 1337, 15001));
                 assert_eq!(proxy_cgroup, None);
             }
@@ -133,19 +148,37 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_flag() {
-        let err = Cli::try_parse_from(["redirect", "attach", "--cgroup", "/x", "--outbound-port", "0"])
-            .expect_err("must fail")
-            .to_string();
+        let err = Cli::try_parse_from([
+            "redirect",
+            "attach",
+            "--cgroup",
+            "/x",
+            "--outbound-port",
+            "0",
+        ])
+        .expect_err("must fail")
+        .to_string();
         assert!(err.contains("--outbound-port"), "{err}");
-        let err = Cli::try_parse_from(["redirect", "attach", "--cgroup", "/x", "--proxy-uid", "istio"])
-            .expect_err("must fail")
-            .to_string();
-        assert!(err.contains("--proxy-uid") && err.contains("numeric"), "{err}");
+        let err = Cli::try_parse_from([
+            "redirect",
+            "attach",
+            "--cgroup",
+            "/x",
+            "--proxy-uid",
+            "istio",
+        ])
+        .expect_err("must fail")
+        .to_string();
+        assert!(
+            err.contains("--proxy-uid") && err.contains("numeric"),
+            "{err}"
+        );
     }
 
     #[test]
     fn exec_takes_trailing_command() {
-        let cli = Cli::try_parse_from(["redirect", "exec", "--", "curl", "-s", "http://x/"]).expect("parse");
+        let cli = Cli::try_parse_from(["redirect", "exec", "--", "curl", "-s", "http://x/"])
+            .expect("parse");
         match cli.command {
             Command::Exec { command, cgroup } => {
                 assert_eq!(command, ["curl", "-s", "http://x/"]);

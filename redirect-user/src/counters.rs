@@ -18,7 +18,7 @@ fn map_err(op: &'static str, id: u32) -> impl FnOnce(aya::maps::MapError) -> Err
     move |source| Error::Map {
         op,
         name: format!("id {id}"),
-        source,
+        source: Box::new(source),
     }
 }
 
@@ -32,7 +32,7 @@ pub fn read_counters<T: std::borrow::Borrow<MapData>>(
             let values = map.get(&(*c as u32), 0).map_err(|source| Error::Map {
                 op: "reading counter",
                 name: c.name().into(),
-                source,
+                source: Box::new(source),
             })?;
             Ok(CounterValue {
                 name: c.name(),

@@ -1,5 +1,8 @@
 //! Loads the embedded BPF object, configures it, attaches it to cgroups and detaches it on drop.
-use std::{fs::File, path::PathBuf};
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+};
 
 use aya::{
     maps::{Array, MapData},
@@ -57,7 +60,7 @@ pub struct Datapath {
     options: AttachOptions,
 }
 
-fn open_cgroup(path: &PathBuf) -> Result<File> {
+fn open_cgroup(path: &Path) -> Result<File> {
     File::open(path).map_err(|e| Error::io("opening cgroup", path, e))
 }
 
@@ -72,7 +75,7 @@ impl Datapath {
         };
         preflight::require_kernel_support()?;
         let object = object::bpf_object().ok_or(Error::NoObject)?;
-        let mut ebpf = Ebpf::load(object).map_err(Error::Load)?;
+        let mut ebpf = Ebpf::load(object).map_err(|e| Error::Load(Box::new(e)))?;
 
         let config = Config {
             proxy_uid: options.proxy_uid,
@@ -88,12 +91,12 @@ impl Datapath {
             Array::try_from(map).map_err(|source| Error::Map {
                 op: "opening",
                 name: map_names::CONFIG.into(),
-                source,
+                source: Box::new(source),
             })?;
         cfg.set(0, config, 0).map_err(|source| Error::Map {
             op: "writing the policy",
             name: map_names::CONFIG.into(),
-            source,
+            source: Box::new(source),
         })?;
 
         let mut dp = Self {
@@ -126,7 +129,7 @@ impl Datapath {
         Ok(dp)
     }
 
-    fn record(&mut self, program: &'static str, attach_type: &str, cgroup: &PathBuf) {
+    fn record(&mut self, program: &'static str, attach_type: &str, cgroup: &Path) {
         let program_id = self
             .ebpf
             .program(program)
@@ -135,18 +138,21 @@ impl Datapath {
         self.attachments.push(Attachment {
             program: program.into(),
             attach_type: attach_type.into(),
-            cgroup: cgroup.clone(),
+            cgroup: cgroup.to_path_buf(),
             program_id,
         });
     }
 
     // Mode `Single` passes no flags: on kernels >= 5.7 aya attaches through bpf_link, which
     // the kernel always treats as multi-attach and which rejects BPF_F_ALLOW_MULTI (EINVAL).
-    fn attach_connect4(&mut self, cgroup: &PathBuf) -> Result<()> {
+    fn attach_connect4(&mut self, cgroup: &Path) -> Result<()> {
         let name = prog_names::CONNECT4;
         let prog: &mut CgroupSockAddr = program(&mut self.ebpf, name)?;
         if prog.info().is_err() {
-            prog.load().map_err(|source| Error::Verify { name, source })?;
+            prog.load().map_err(|source| Error::Verify {
+                name,
+                source: Box::new(source),
+            })?;
         }
         let id = prog
             .attach(open_cgroup(cgroup)?, CgroupAttachMode::Single)
@@ -156,11 +162,14 @@ impl Datapath {
         Ok(())
     }
 
-    fn attach_sock_ops(&mut self, cgroup: &PathBuf) -> Result<()> {
+    fn attach_sock_ops(&mut self, cgroup: &Path) -> Result<()> {
         let name = prog_names::SOCK_OPS;
         let prog: &mut SockOps = program(&mut self.ebpf, name)?;
         if prog.info().is_err() {
-            prog.load().map_err(|source| Error::Verify { name, source })?;
+            prog.load().map_err(|source| Error::Verify {
+                name,
+                source: Box::new(source),
+            })?;
         }
         let id = prog
             .attach(open_cgroup(cgroup)?, CgroupAttachMode::Single)
@@ -170,11 +179,14 @@ impl Datapath {
         Ok(())
     }
 
-    fn attach_getsockopt(&mut self, cgroup: &PathBuf) -> Result<()> {
+    fn attach_getsockopt(&mut self, cgroup: &Path) -> Result<()> {
         let name = prog_names::GETSOCKOPT;
         let prog: &mut CgroupSockopt = program(&mut self.ebpf, name)?;
         if prog.info().is_err() {
-            prog.load().map_err(|source| Error::Verify { name, source })?;
+            prog.load().map_err(|source| Error::Verify {
+                name,
+                source: Box::new(source),
+            })?;
         }
         let id = prog
             .attach(open_cgroup(cgroup)?, CgroupAttachMode::Single)
@@ -259,7 +271,7 @@ impl Datapath {
                 action: "detaching",
                 name: "program",
                 cgroup: self.options.cgroup.clone(),
-                source,
+                source: Box::new(source),
             }),
         }
     }
@@ -287,11 +299,11 @@ where
     })
 }
 
-fn attach_error(name: &'static str, cgroup: &PathBuf, source: aya::programs::ProgramError) -> Error {
+fn attach_error(name: &'static str, cgroup: &Path, source: aya::programs::ProgramError) -> Error {
     Error::Attach {
         action: "attaching",
         name,
-        cgroup: cgroup.clone(),
-        source,
+        cgroup: cgroup.to_path_buf(),
+        source: Box::new(source),
     }
 }

@@ -13,7 +13,7 @@ pub enum Error {
         mount: PathBuf,
     },
     /// The path exists but is not a cgroup v2 directory.
-    #[error("{path} is not a cgroup v2 directory (it is on a {fstype} filesystem); BPF programs attach only to cgroup v2, which is mounted at {mount} here: pass a directory under it")]
+    #[error("{path} is not a cgroup v2 directory (its filesystem is {fstype}); BPF programs attach only to cgroup v2, which is mounted at {mount} here: pass a directory under it")]
     NotCgroup2 {
         /// The path given.
         path: PathBuf,
@@ -44,7 +44,7 @@ pub enum Error {
     NoObject,
     /// Parsing or loading the BPF object failed.
     #[error("loading the BPF object")]
-    Load(#[source] aya::EbpfError),
+    Load(#[source] Box<aya::EbpfError>),
     /// The object lacks a program or map we expect.
     #[error("the BPF object has no {kind} named {name}: rebuild with `cargo xtask build-ebpf`")]
     Missing {
@@ -60,7 +60,7 @@ pub enum Error {
         name: &'static str,
         /// The loader's error, including the verifier log.
         #[source]
-        source: aya::programs::ProgramError,
+        source: Box<aya::programs::ProgramError>,
     },
     /// Attaching or detaching a program failed.
     #[error("{action} {name} at cgroup {cgroup}")]
@@ -73,7 +73,7 @@ pub enum Error {
         cgroup: PathBuf,
         /// The loader's error.
         #[source]
-        source: aya::programs::ProgramError,
+        source: Box<aya::programs::ProgramError>,
     },
     /// A map operation failed.
     #[error("{op} on map {name}")]
@@ -84,7 +84,7 @@ pub enum Error {
         name: String,
         /// The loader's error.
         #[source]
-        source: aya::maps::MapError,
+        source: Box<aya::maps::MapError>,
     },
     /// A program or link query failed.
     #[error("{op}")]

@@ -16,6 +16,7 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -77,7 +78,12 @@ fn attach(options: AttachOptions) -> anyhow::Result<()> {
         tracing::info!(program = %a.program, hook = %a.attach_type, cgroup = %a.cgroup.display(), id = a.program_id, "attached");
     }
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "ready pid={} state={}", instance.pid, state_file.path().display())?;
+    writeln!(
+        stdout,
+        "ready pid={} state={}",
+        instance.pid,
+        state_file.path().display()
+    )?;
     stdout.flush()?;
     drop(stdout);
 

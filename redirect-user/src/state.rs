@@ -13,7 +13,8 @@ pub const DEFAULT_STATE_DIR: &str = "/run/redirect/attach";
 
 /// The state directory in effect.
 pub fn state_dir() -> PathBuf {
-    std::env::var_os("REDIRECT_STATE_DIR").map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), PathBuf::from)
+    std::env::var_os("REDIRECT_STATE_DIR")
+        .map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), PathBuf::from)
 }
 
 /// What a running `redirect attach` records about itself.

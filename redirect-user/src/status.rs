@@ -135,7 +135,11 @@ pub fn render(status: &Status) -> String {
             "redirect attach pid {}: proxy uid {} gid {}, outbound -> 127.0.0.1:{}",
             inst.pid, inst.proxy_uid, inst.proxy_gid, inst.outbound_port
         );
-        let _ = writeln!(out, "  {:<12} {:<22} {:>6} {:<7} CGROUP", "HOOK", "PROGRAM", "ID", "LINKED");
+        let _ = writeln!(
+            out,
+            "  {:<12} {:<22} {:>6} {:<7} CGROUP",
+            "HOOK", "PROGRAM", "ID", "LINKED"
+        );
         for a in &inst.attachments {
             let _ = writeln!(
                 out,

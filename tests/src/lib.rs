@@ -1,1 +1,12 @@
-//! x
+//! Test harness: guards for network namespaces, cgroups and processes, plus the probe server.
+pub mod env;
+pub mod netns;
+pub mod procs;
+pub mod server;
+
+pub use env::{bin_path, privileged_or_skip, unique_name};
+pub use netns::{Cgroup, Netns, Topology};
+pub use procs::{
+    attached_program_ids, client, program_loaded, spawn_client, Attach, Child, ClientOpts, Proxy,
+};
+pub use server::{EchoServer, ServerHit};

@@ -1,1 +1,58 @@
-fn main(){}
+//! xtask: setup, build-ebpf, lint, test and run; the only place that shells out to cargo/rustup/apt.
+mod build;
+mod demo;
+mod setup;
+mod util;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Project tasks. Each installs what it needs first (see `setup`).
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Install what building and testing need: Debian packages (llvm-N-dev matching nightly's
+    /// LLVM, iproute2, bpftool, curl), rust-src for nightly and bpf-linker. Idempotent.
+    Setup,
+    /// Build the BPF object (nightly, -Z build-std=core, bpfel-unknown-none, with BTF).
+    BuildEbpf,
+    /// rustfmt check and clippy -D warnings, for the host crates and the BPF crate.
+    Lint,
+    /// Setup, lint, build, unit tests, then the root integration tests in tests/.
+    Test {
+        /// Extra arguments passed to `cargo test` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Build everything and show one real redirected request, then wait for Ctrl-C.
+    Run {
+        /// Exit after the demo request instead of waiting for Ctrl-C.
+        #[arg(long)]
+        once: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Setup => setup::setup(),
+        Task::BuildEbpf => setup::setup().and_then(|()| build::build_ebpf()),
+        Task::Lint => build::lint(),
+        Task::Test { args } => build::test(&args),
+        Task::Run { once } => demo::run(once),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

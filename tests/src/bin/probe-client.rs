@@ -1,0 +1,131 @@
+//! probe-client: connects from a chosen cgroup, netns and uid/gid, sends a line, prints JSON.
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    net::{SocketAddr, TcpStream},
+    os::fd::AsRawFd as _,
+    path::PathBuf,
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use clap::Parser;
+use nix::{
+    sched::{setns, CloneFlags},
+    sys::socket::{
+        bind, setsockopt, socket, sockopt::ReuseAddr, AddressFamily, SockFlag, SockType, SockaddrIn,
+    },
+    unistd::{setgid, setgroups, setuid, Gid, Uid},
+};
+use serde_json::json;
+
+/// Connects to ADDR the way an application in a pod would.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Destination.
+    #[arg(long)]
+    connect: SocketAddr,
+    /// Line to send.
+    #[arg(long, default_value = "ping")]
+    send: String,
+    /// Network namespace file to enter first.
+    #[arg(long)]
+    netns: Option<PathBuf>,
+    /// Cgroup v2 directory to move into first.
+    #[arg(long)]
+    cgroup: Option<PathBuf>,
+    /// Uid to switch to.
+    #[arg(long)]
+    uid: Option<u32>,
+    /// Gid to switch to.
+    #[arg(long)]
+    gid: Option<u32>,
+    /// Source port to bind (0.0.0.0:PORT, SO_REUSEADDR) before connecting.
+    #[arg(long)]
+    bind_port: Option<u16>,
+    /// Wait this long after connecting before sending.
+    #[arg(long)]
+    hold_ms: Option<u64>,
+    /// Sequential connections; above 1 only a summary line is printed.
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+}
+
+fn connect(args: &Args) -> anyhow::Result<TcpStream> {
+    let Some(port) = args.bind_port else {
+        return TcpStream::connect_timeout(&args.connect, Duration::from_secs(5))
+            .context("connect");
+    };
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::empty(),
+        None,
+    )
+    .context("socket")?;
+    setsockopt(&fd, ReuseAddr, &true).context("SO_REUSEADDR")?;
+    bind(fd.as_raw_fd(), &SockaddrIn::new(0, 0, 0, 0, port)).context("bind")?;
+    let SocketAddr::V4(v4) = args.connect else {
+        anyhow::bail!("IPv4 only")
+    };
+    nix::sys::socket::connect(fd.as_raw_fd(), &SockaddrIn::from(v4)).context("connect")?;
+    Ok(TcpStream::from(fd))
+}
+
+fn once(args: &Args) -> anyhow::Result<serde_json::Value> {
+    let mut stream = connect(args)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let local = stream.local_addr()?;
+    let peer = stream.peer_addr()?;
+    if let Some(ms) = args.hold_ms {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    stream
+        .write_all(format!("{}\n", args.send).as_bytes())
+        .context("send")?;
+    let mut reply = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut reply)
+        .context("read reply")?;
+    Ok(
+        json!({"ok": true, "reply": reply.trim_end(), "local": local.to_string(), "peer": peer.to_string()}),
+    )
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(cg) = &args.cgroup {
+        std::fs::write(cg.join("cgroup.procs"), b"0")
+            .with_context(|| format!("enter cgroup {}", cg.display()))?;
+    }
+    if let Some(ns) = &args.netns {
+        let file = std::fs::File::open(ns).with_context(|| format!("open {}", ns.display()))?;
+        setns(file, CloneFlags::CLONE_NEWNET).context("setns")?;
+    }
+    if let Some(gid) = args.gid {
+        setgroups(&[]).context("setgroups")?;
+        setgid(Gid::from_raw(gid)).context("setgid")?;
+    }
+    if let Some(uid) = args.uid {
+        setuid(Uid::from_raw(uid)).context("setuid")?;
+    }
+    if args.count <= 1 {
+        let line = once(&args).unwrap_or_else(|e| json!({"ok": false, "error": format!("{e:#}")}));
+        println!("{line}");
+        return Ok(());
+    }
+    let (mut ok, mut failed, mut first_error) = (0u32, 0u32, None);
+    for _ in 0..args.count {
+        match once(&args) {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                failed += 1;
+                first_error.get_or_insert(format!("{e:#}"));
+            }
+        }
+    }
+    println!(
+        "{}",
+        json!({"ok": failed == 0, "ok_count": ok, "failed": failed, "first_error": first_error})
+    );
+    Ok(())
+}

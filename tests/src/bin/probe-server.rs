@@ -1,0 +1,33 @@
+//! probe-server: a tiny line or HTTP server for `cargo xtask run` and manual checks.
+use std::net::{SocketAddr, TcpListener};
+
+use clap::Parser;
+
+/// Answers every connection with its tag and the peer address it saw.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long)]
+    listen: SocketAddr,
+    /// Name included in every reply.
+    #[arg(long, default_value = "server")]
+    tag: String,
+    /// Speak HTTP/1.1 (one response per connection) instead of lines.
+    #[arg(long)]
+    http: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let listener = TcpListener::bind(args.listen)?;
+    println!("listening on {}", args.listen);
+    for stream in listener.incoming().flatten() {
+        let (tag, http) = (args.tag.clone(), args.http);
+        std::thread::spawn(move || {
+            if let Ok(hit) = redirect_tests::server::serve_one(stream, &tag, http) {
+                println!("served {} ({:?})", hit.peer, hit.line);
+            }
+        });
+    }
+    Ok(())
+}

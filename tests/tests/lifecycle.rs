@@ -1,0 +1,271 @@
+//! Attach/detach lifecycle, `redirect exec`, `redirect status` and bad input leaving nothing attached.
+use std::process::Command;
+
+use nix::sys::signal::Signal;
+use redirect_tests::{
+    attached_program_ids, bin_path, client, privileged_or_skip, program_loaded, Attach, Cgroup,
+    ClientOpts, EchoServer, Proxy, Topology,
+};
+
+fn root_cgroup() -> std::path::PathBuf {
+    redirect_tests::env::cgroup2_root().expect("cgroup2")
+}
+
+#[test]
+fn after_attach_stops_nothing_is_redirected_and_nothing_stays_attached() {
+    if !privileged_or_skip("after_attach_stops_nothing_is_redirected") {
+        return;
+    }
+    let topo = Topology::new();
+    let cgroup = Cgroup::new("rtd");
+    let _server = EchoServer::start(&topo.server, "198.18.0.2:7021", "srv");
+    let proxy = Proxy::start_in(&topo.pod, Some(cgroup.path()));
+    let opts = ClientOpts {
+        netns: Some(&topo.pod),
+        cgroup: Some(cgroup.path()),
+        ..ClientOpts::default()
+    };
+
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGKILL] {
+        let mut attach = Attach::start(cgroup.path(), &[]);
+        let ids = attach.program_ids();
+        assert_eq!(ids.len(), 3, "connect4, sock_ops, getsockopt");
+        assert_eq!(
+            attached_program_ids(cgroup.path()).len(),
+            1,
+            "connect4 at the pod cgroup"
+        );
+        let at_root = attached_program_ids(&root_cgroup());
+        assert!(
+            ids.iter().filter(|id| at_root.contains(id)).count() == 2,
+            "sock_ops + getsockopt at the root"
+        );
+        let r = client("198.18.0.2:7021", "captured", &opts);
+        assert_eq!(r["peer"], "127.0.0.1:15001", "{r}");
+
+        let clean_exit = attach.child.stop(signal);
+        assert_eq!(
+            clean_exit,
+            signal != Signal::SIGKILL,
+            "{signal}: exit status"
+        );
+        assert!(
+            attached_program_ids(cgroup.path()).is_empty(),
+            "{signal}: program left on the pod cgroup"
+        );
+        let at_root = attached_program_ids(&root_cgroup());
+        for id in &ids {
+            assert!(
+                !at_root.contains(id),
+                "{signal}: program {id} left on the root cgroup"
+            );
+            assert!(!program_loaded(*id), "{signal}: program {id} still loaded");
+        }
+        let r = client("198.18.0.2:7021", "direct", &opts);
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(
+            r["peer"], "198.18.0.2:7021",
+            "{signal}: still redirected after stop: {r}"
+        );
+        // status cleans the state file a killed instance left behind and reports nothing.
+        let status = attach.status();
+        assert!(
+            status["instances"].as_array().is_some_and(Vec::is_empty),
+            "{status}"
+        );
+        if signal == Signal::SIGKILL {
+            assert_eq!(
+                status["stale_removed"].as_array().map(Vec::len),
+                Some(1),
+                "{status}"
+            );
+        }
+    }
+    assert_eq!(
+        proxy.records().len(),
+        3,
+        "only the three captured connections reached the proxy"
+    );
+}
+
+#[test]
+fn exec_runs_in_the_attached_cgroup_and_status_reports_attachments() {
+    if !privileged_or_skip("exec_runs_in_the_attached_cgroup") {
+        return;
+    }
+    let topo = Topology::new();
+    let cgroup = Cgroup::new("rte");
+    let _server = EchoServer::start(&topo.server, "198.18.0.2:7022", "srv");
+    let _proxy = Proxy::start_in(&topo.pod, Some(cgroup.path()));
+    let attach = Attach::start(cgroup.path(), &[]);
+    // No --cgroup: exec picks the one running attach (scoped by REDIRECT_STATE_DIR).
+    let pod_ns = topo.pod.path();
+    let client = bin_path("probe-client");
+    let out = attach.redirect(&[
+        "exec",
+        "--",
+        client.to_str().expect("utf8"),
+        "--netns",
+        pod_ns.to_str().expect("utf8"),
+        "--connect",
+        "198.18.0.2:7022",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(r["peer"], "127.0.0.1:15001", "{r}");
+
+    let status = attach.status();
+    let inst = &status["instances"][0];
+    let hooks: Vec<(&str, &str, bool)> = inst["attachments"]
+        .as_array()
+        .expect("attachments")
+        .iter()
+        .map(|a| {
+            (
+                a["attach_type"].as_str().unwrap_or_default(),
+                a["cgroup"].as_str().unwrap_or_default(),
+                a["linked"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect();
+    let root = root_cgroup();
+    let pod = cgroup.path().to_str().expect("utf8");
+    let root = root.to_str().expect("utf8");
+    assert_eq!(
+        hooks,
+        [
+            ("getsockopt", root, true),
+            ("sock_ops", root, true),
+            ("connect4", pod, true)
+        ]
+    );
+    let text = attach.redirect(&["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("redirected       1"), "{text}");
+}
+
+#[test]
+fn proxy_in_its_own_cgroup_still_gets_original_destination() {
+    if !privileged_or_skip("proxy_in_its_own_cgroup") {
+        return;
+    }
+    // Layouts: proxy in a sibling cgroup given as --proxy-cgroup; proxy in the captured cgroup
+    // which is also the proxy cgroup.
+    for layout in ["sibling", "same"] {
+        let topo = Topology::new();
+        let app = Cgroup::new("rtg");
+        let sibling = Cgroup::new("rtq");
+        let proxy_cg = if layout == "sibling" {
+            sibling.path()
+        } else {
+            app.path()
+        };
+        let _server = EchoServer::start(&topo.server, "198.18.0.2:7023", "srv");
+        let proxy = Proxy::start_in(&topo.pod, Some(proxy_cg));
+        let attach = Attach::start(
+            app.path(),
+            &["--proxy-cgroup", proxy_cg.to_str().expect("utf8")],
+        );
+        let opts = ClientOpts {
+            netns: Some(&topo.pod),
+            cgroup: Some(app.path()),
+            ..ClientOpts::default()
+        };
+        let r = client("198.18.0.2:7023", "layout", &opts);
+        assert!(
+            r["reply"]
+                .as_str()
+                .is_some_and(|s| s.ends_with("got=layout")),
+            "{layout}: {r}"
+        );
+        assert_eq!(
+            proxy.wait_records(1)[0]["orig_dst"],
+            "198.18.0.2:7023",
+            "{layout}"
+        );
+        assert_eq!(attach.counter("orig_dst_hit"), 1, "{layout}");
+        assert!(
+            attached_program_ids(&root_cgroup())
+                .iter()
+                .all(|id| !attach.program_ids().contains(id)),
+            "{layout}: nothing at the root"
+        );
+    }
+}
+
+fn attach_fails(args: &[&str], expect: &[&str]) {
+    let out = Command::new(bin_path("redirect"))
+        .arg("attach")
+        .args(args)
+        .output()
+        .expect("run redirect");
+    assert!(!out.status.success(), "{args:?} must fail");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for e in expect {
+        assert!(err.contains(e), "{args:?}: stderr lacks {e:?}: {err}");
+    }
+}
+
+#[test]
+fn bad_input_is_explained_and_attaches_nothing() {
+    if !privileged_or_skip("bad_input_is_explained_and_attaches_nothing") {
+        return;
+    }
+    let cgroup = Cgroup::new("rtb");
+    let cg = cgroup.path().to_str().expect("utf8").to_owned();
+    let missing = format!("{cg}/does-not-exist");
+    attach_fails(&["--cgroup", &missing], &["does not exist", "mkdir"]);
+    attach_fails(
+        &["--cgroup", "/tmp"],
+        &["not a cgroup v2 directory", "its filesystem is"],
+    );
+    attach_fails(
+        &["--cgroup", &cg, "--proxy-cgroup", "/tmp"],
+        &["/tmp", "not a cgroup v2 directory"],
+    );
+    // On hybrid hosts a v1 hierarchy sits next to the v2 mount: it must be named as such.
+    let v1 = std::path::Path::new("/sys/fs/cgroup/cpu");
+    if v1.is_dir() && !v1.starts_with(root_cgroup()) {
+        attach_fails(
+            &["--cgroup", "/sys/fs/cgroup/cpu"],
+            &["not a cgroup v2 directory", "its filesystem is cgroup)"],
+        );
+    }
+    attach_fails(
+        &["--cgroup", &cg, "--outbound-port", "0"],
+        &["--outbound-port", "port 0"],
+    );
+    attach_fails(
+        &["--cgroup", &cg, "--outbound-port", "70000"],
+        &["--outbound-port", "above 65535"],
+    );
+    attach_fails(
+        &["--cgroup", &cg, "--proxy-uid", "istio-proxy"],
+        &["--proxy-uid", "not a numeric id"],
+    );
+    attach_fails(
+        &["--cgroup", &cg, "--proxy-gid", "1.5"],
+        &["--proxy-gid", "not a numeric id"],
+    );
+    // Not root: run the same binary as nobody.
+    let out = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(bin_path("redirect"))
+        .args(["attach", "--cgroup", &cg])
+        .output()
+        .expect("setpriv");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("must run as root") && err.contains("65534"),
+        "{err}"
+    );
+    assert!(
+        attached_program_ids(cgroup.path()).is_empty(),
+        "a failed attach left programs behind"
+    );
+}

@@ -1,0 +1,268 @@
+//! Outbound capture with real traffic: redirect to the proxy, bypasses, isolation, map hygiene.
+use std::time::{Duration, Instant};
+
+use redirect_tests::{
+    client, privileged_or_skip, spawn_client, Attach, Cgroup, ClientOpts, EchoServer, Proxy,
+    Topology,
+};
+
+/// A pod (namespace + cgroup) with a server host, the proxy inside the pod, and capture attached.
+struct Pod {
+    topo: Topology,
+    cgroup: Cgroup,
+    server: EchoServer,
+    proxy: Proxy,
+    attach: Attach,
+}
+
+impl Pod {
+    fn new(port: u16, tag: &str) -> Self {
+        let topo = Topology::new();
+        let cgroup = Cgroup::new("rto");
+        let server = EchoServer::start(&topo.server, &format!("{}:{port}", topo.server_ip), tag);
+        let proxy = Proxy::start_in(&topo.pod, Some(cgroup.path()));
+        let attach = Attach::start(cgroup.path(), &[]);
+        Self {
+            topo,
+            cgroup,
+            server,
+            proxy,
+            attach,
+        }
+    }
+
+    fn dst(&self) -> String {
+        self.server.addr.to_string()
+    }
+
+    fn opts(&self) -> ClientOpts<'_> {
+        ClientOpts {
+            netns: Some(&self.topo.pod),
+            cgroup: Some(self.cgroup.path()),
+            ..ClientOpts::default()
+        }
+    }
+}
+
+#[test]
+fn captured_client_reaches_server_through_proxy_with_original_destination() {
+    if !privileged_or_skip("captured_client_reaches_server_through_proxy") {
+        return;
+    }
+    let pod = Pod::new(7001, "srv");
+    let r = client(&pod.dst(), "hello", &pod.opts());
+    assert_eq!(r["ok"], true, "{r}");
+    let reply = r["reply"].as_str().expect("reply");
+    assert!(
+        reply.starts_with("tag=srv peer=198.18.0.1:") && reply.ends_with(" got=hello"),
+        "{reply}"
+    );
+    // The application's socket was rewritten to the proxy (getpeername is not restored yet).
+    assert_eq!(r["peer"], "127.0.0.1:15001", "{r}");
+
+    let records = pod.proxy.wait_records(1);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["orig_dst"], "198.18.0.2:7001", "{records:?}");
+    assert_eq!(records[0]["result"], "ok");
+    assert_eq!(records[0]["bytes_up"], 6, "'hello\\n' went up");
+    assert_eq!(
+        records[0]["bytes_down"].as_u64(),
+        Some(reply.len() as u64 + 1)
+    );
+
+    assert_eq!(pod.server.hits().len(), 1);
+    assert_eq!(pod.attach.counter("redirected"), 1);
+    assert_eq!(pod.attach.counter("orig_dst_hit"), 1);
+    // The proxy runs in the same cgroup as uid 1337: its upstream connect was not re-captured.
+    assert_eq!(pod.attach.counter("bypass_uid"), 1);
+}
+
+#[test]
+fn proxy_uid_and_gid_bypass_capture() {
+    if !privileged_or_skip("proxy_uid_and_gid_bypass_capture") {
+        return;
+    }
+    let pod = Pod::new(7002, "srv");
+    let as_uid = ClientOpts {
+        uid: Some(1337),
+        gid: Some(4242),
+        ..pod.opts()
+    };
+    let r = client(&pod.dst(), "by-uid", &as_uid);
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(
+        r["peer"], "198.18.0.2:7002",
+        "uid 1337 must connect directly: {r}"
+    );
+
+    let as_gid = ClientOpts {
+        uid: Some(4242),
+        gid: Some(1337),
+        ..pod.opts()
+    };
+    let r = client(&pod.dst(), "by-gid", &as_gid);
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(
+        r["peer"], "198.18.0.2:7002",
+        "gid 1337 must connect directly: {r}"
+    );
+
+    // A non-proxy uid/gid in the same cgroup is still captured.
+    let other = ClientOpts {
+        uid: Some(4242),
+        gid: Some(4242),
+        ..pod.opts()
+    };
+    let r = client(&pod.dst(), "other", &other);
+    assert_eq!(r["peer"], "127.0.0.1:15001", "{r}");
+
+    let records = pod.proxy.wait_records(1);
+    assert_eq!(
+        records.len(),
+        1,
+        "only the third client went through the proxy: {records:?}"
+    );
+    let lines: Vec<String> = pod.server.hits().into_iter().map(|h| h.line).collect();
+    assert!(
+        lines.contains(&"by-uid".to_owned()) && lines.contains(&"by-gid".to_owned()),
+        "{lines:?}"
+    );
+    assert_eq!(pod.attach.counter("bypass_gid"), 1);
+    assert_eq!(
+        pod.attach.counter("bypass_uid"),
+        2,
+        "the uid-1337 client and the proxy's upstream"
+    );
+    assert_eq!(pod.attach.counter("redirected"), 1);
+}
+
+#[test]
+fn client_outside_the_cgroup_is_untouched() {
+    if !privileged_or_skip("client_outside_the_cgroup_is_untouched") {
+        return;
+    }
+    let pod = Pod::new(7003, "srv");
+    let outside = ClientOpts {
+        netns: Some(&pod.topo.pod),
+        ..ClientOpts::default()
+    };
+    let r = client(&pod.dst(), "outside", &outside);
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["peer"], "198.18.0.2:7003", "{r}");
+    assert!(pod.proxy.records().is_empty());
+    for c in [
+        "redirected",
+        "bypass_uid",
+        "bypass_gid",
+        "loopback",
+        "not_tcp",
+        "orig_dst_hit",
+    ] {
+        assert_eq!(
+            pod.attach.counter(c),
+            0,
+            "{c}: connect4 must not run outside its cgroup"
+        );
+    }
+}
+
+#[test]
+fn loopback_destinations_are_not_captured() {
+    if !privileged_or_skip("loopback_destinations_are_not_captured") {
+        return;
+    }
+    let pod = Pod::new(7004, "srv");
+    let local = EchoServer::start(&pod.topo.pod, "127.0.0.2:7100", "local");
+    let r = client(&local.addr.to_string(), "lo", &pod.opts());
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["peer"], "127.0.0.2:7100", "{r}");
+    assert_eq!(pod.attach.counter("loopback"), 1);
+    assert_eq!(pod.attach.counter("redirected"), 0);
+}
+
+#[test]
+fn same_four_tuple_in_two_namespaces_gets_its_own_original_destination() {
+    if !privileged_or_skip("same_four_tuple_in_two_namespaces") {
+        return;
+    }
+    // Two pods share one cgroup and one attached program set, as pods share a node.
+    let cgroup = Cgroup::new("rtf");
+    let (a, b) = (Topology::new(), Topology::new());
+    let _server_a = EchoServer::start(&a.server, "198.18.0.2:7011", "A");
+    let _server_b = EchoServer::start(&b.server, "198.18.0.2:7012", "B");
+    let proxy_a = Proxy::start_in(&a.pod, Some(cgroup.path()));
+    let proxy_b = Proxy::start_in(&b.pod, Some(cgroup.path()));
+    let attach = Attach::start(cgroup.path(), &[]);
+
+    // Same source port in both namespaces, held open together: both proxies accept
+    // 127.0.0.1:40123 -> 127.0.0.1:15001 at the same time.
+    let opts = |ns| ClientOpts {
+        netns: Some(ns),
+        cgroup: Some(cgroup.path()),
+        bind_port: Some(40123),
+        hold_ms: Some(400),
+        ..ClientOpts::default()
+    };
+    let ra = spawn_client("198.18.0.2:7011", "to-a", &opts(&a.pod));
+    let rb = spawn_client("198.18.0.2:7012", "to-b", &opts(&b.pod));
+    let ra = ra.recv_timeout(Duration::from_secs(30)).expect("client a")[0].clone();
+    let rb = rb.recv_timeout(Duration::from_secs(30)).expect("client b")[0].clone();
+    assert_eq!(ra["local"], "127.0.0.1:40123", "{ra}");
+    assert_eq!(rb["local"], "127.0.0.1:40123", "{rb}");
+    assert!(
+        ra["reply"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("tag=A ") && r.ends_with("got=to-a")),
+        "{ra}"
+    );
+    assert!(
+        rb["reply"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("tag=B ") && r.ends_with("got=to-b")),
+        "{rb}"
+    );
+    assert_eq!(proxy_a.wait_records(1)[0]["orig_dst"], "198.18.0.2:7011");
+    assert_eq!(proxy_b.wait_records(1)[0]["orig_dst"], "198.18.0.2:7012");
+    assert_eq!(attach.counter("orig_dst_hit"), 2);
+}
+
+fn map_fill(attach: &Attach) -> (u64, u64) {
+    let s = attach.status();
+    let i = &s["instances"][0];
+    (
+        i["tracked_entries"].as_u64().expect("tracked"),
+        i["pending_entries"].as_u64().expect("pending"),
+    )
+}
+
+#[test]
+fn ten_thousand_short_connections_leave_the_maps_empty() {
+    if !privileged_or_skip("ten_thousand_short_connections_leave_the_maps_empty") {
+        return;
+    }
+    let pod = Pod::new(7005, "srv");
+    assert_eq!(map_fill(&pod.attach), (0, 0));
+    let opts = ClientOpts {
+        count: Some(10_000),
+        ..pod.opts()
+    };
+    let r = spawn_client(&pod.dst(), "churn", &opts)
+        .recv_timeout(Duration::from_secs(600))
+        .expect("client finished")[0]
+        .clone();
+    assert_eq!(r["ok_count"], 10_000, "{r}");
+    assert_eq!(pod.attach.counter("redirected"), 10_000);
+    assert_eq!(pod.attach.counter("orig_dst_hit"), 10_000);
+    // Sockets finish closing asynchronously (FIN/ACK); the maps drain once they have.
+    let start = Instant::now();
+    let mut fill = map_fill(&pod.attach);
+    while fill != (0, 0) && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+        fill = map_fill(&pod.attach);
+    }
+    assert_eq!(
+        fill,
+        (0, 0),
+        "(tracked, pending) entries left after 10,000 connections"
+    );
+}

@@ -1,0 +1,90 @@
+//! `build-ebpf`, `lint` and `test`.
+use anyhow::Context as _;
+
+use crate::{
+    setup,
+    util::{self, run},
+};
+
+const BPF_TARGET: &str = "bpfel-unknown-none";
+
+fn ebpf_cargo(subcommand: &str) -> std::process::Command {
+    let mut cmd = util::cargo(Some("nightly"));
+    cmd.args([
+        subcommand,
+        "-Z",
+        "build-std=core",
+        "--target",
+        BPF_TARGET,
+        "--release",
+    ])
+    .args(["-p", "redirect-ebpf", "--target-dir", "target/ebpf"])
+    .env(
+        "CARGO_ENCODED_RUSTFLAGS",
+        "-Cdebuginfo=2\u{1f}-Clink-arg=--btf",
+    );
+    cmd
+}
+
+/// Builds the BPF object with BTF into target/ebpf.
+pub fn build_ebpf() -> anyhow::Result<()> {
+    run(&mut ebpf_cargo("build"))
+        .context("building the BPF programs (cargo xtask setup installs the toolchain)")?;
+    let object = util::ebpf_object();
+    anyhow::ensure!(
+        object.is_file(),
+        "the BPF build produced no {}",
+        object.display()
+    );
+    Ok(())
+}
+
+/// Builds the host binaries with the BPF object embedded.
+pub fn build_bins(release: bool) -> anyhow::Result<()> {
+    let mut cmd = util::cargo(None);
+    cmd.args([
+        "build",
+        "--workspace",
+        "--exclude",
+        "redirect-ebpf",
+        "--bins",
+    ]);
+    if release {
+        cmd.arg("--release");
+    }
+    cmd.env("REDIRECT_EBPF_OBJECT", util::ebpf_object());
+    run(&mut cmd)
+}
+
+/// rustfmt and clippy (-D warnings) on the host crates and the BPF crate.
+pub fn lint() -> anyhow::Result<()> {
+    setup::setup()?;
+    run(util::cargo(None).args(["fmt", "--all", "--", "--check"]))
+        .context("rustfmt: run `cargo fmt --all`")?;
+    run(util::cargo(None)
+        .args([
+            "clippy",
+            "--workspace",
+            "--exclude",
+            "redirect-ebpf",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .env("REDIRECT_EBPF_OBJECT", util::ebpf_object()))?;
+    run(ebpf_cargo("clippy").args(["--", "-D", "warnings"]))
+}
+
+/// Setup, lint, build, then every test (unit and root integration tests).
+pub fn test(extra: &[String]) -> anyhow::Result<()> {
+    setup::setup()?;
+    build_ebpf()?;
+    lint()?;
+    build_bins(false)?;
+    let mut cmd = util::cargo(None);
+    cmd.args(["test", "--workspace", "--exclude", "redirect-ebpf"])
+        .env("REDIRECT_EBPF_OBJECT", util::ebpf_object())
+        .args(extra);
+    run(&mut cmd)
+}

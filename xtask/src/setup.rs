@@ -1,0 +1,113 @@
+//! `cargo xtask setup`: installs the BPF toolchain and test tools when missing; fast when not.
+use std::{path::PathBuf, process::Command};
+
+use anyhow::{bail, Context as _};
+
+use crate::util::{self, output, run};
+
+/// bpf-linker version the project is pinned to (works with nightly's LLVM 22 here).
+const BPF_LINKER_VERSION: &str = "0.13.0";
+/// Tools the tests and `cargo xtask run` use, besides LLVM.
+const TOOL_PACKAGES: [&str; 4] = ["iproute2", "bpftool", "curl", "util-linux"];
+
+/// LLVM major version of the nightly toolchain (`rustc +nightly -vV`).
+pub fn nightly_llvm_major() -> anyhow::Result<u32> {
+    let text = output("rustc", &["+nightly", "-vV"]).context(
+        "the nightly toolchain is missing: install it with `rustup toolchain install nightly` \
+         (the BPF crate is built with -Z build-std)",
+    )?;
+    parse_llvm_major(&text).context("`rustc +nightly -vV` printed no `LLVM version:` line")
+}
+
+fn parse_llvm_major(text: &str) -> Option<u32> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("LLVM version:"))
+        .and_then(|v| v.trim().split('.').next())
+        .and_then(|m| m.parse().ok())
+}
+
+fn package_installed(pkg: &str) -> bool {
+    output("dpkg-query", &["-W", "-f=${Status}", pkg])
+        .is_some_and(|s| s.contains("install ok installed"))
+}
+
+fn rust_src_installed() -> bool {
+    output("rustc", &["+nightly", "--print", "sysroot"]).is_some_and(|sysroot| {
+        PathBuf::from(sysroot.trim())
+            .join("lib/rustlib/src/rust/library/core")
+            .is_dir()
+    })
+}
+
+fn bpf_linker_ok() -> bool {
+    output("bpf-linker", &["--version"]).is_some_and(|v| v.contains(BPF_LINKER_VERSION))
+}
+
+/// Installs whatever is missing. With everything present it only runs a few queries.
+pub fn setup() -> anyhow::Result<()> {
+    let llvm = nightly_llvm_major()?;
+    let mut packages: Vec<String> =
+        vec![format!("llvm-{llvm}-dev"), format!("libpolly-{llvm}-dev")];
+    packages.extend(TOOL_PACKAGES.iter().map(|p| (*p).to_owned()));
+    let missing: Vec<String> = packages
+        .into_iter()
+        .filter(|p| !package_installed(p))
+        .collect();
+    if !missing.is_empty() {
+        let line = format!("apt-get update && apt-get install -y {}", missing.join(" "));
+        if !util::is_root() {
+            bail!(
+                "missing Debian packages {}: run as root: {line}",
+                missing.join(", ")
+            );
+        }
+        if output("apt-get", &["--version"]).is_none() {
+            bail!("missing packages {} and apt-get is not available: install them with your package manager", missing.join(", "));
+        }
+        eprintln!("xtask setup: installing {}", missing.join(" "));
+        run(Command::new("apt-get").arg("update").arg("-q"))?;
+        run(Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    if !rust_src_installed() {
+        eprintln!("xtask setup: adding rust-src to the nightly toolchain");
+        run(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]))
+        .context("run by hand: rustup component add rust-src --toolchain nightly")?;
+    }
+    if !bpf_linker_ok() {
+        eprintln!("xtask setup: installing bpf-linker {BPF_LINKER_VERSION} for LLVM {llvm} (about a minute)");
+        let prefix = format!("/usr/lib/llvm-{llvm}");
+        run(util::cargo(None)
+            .args(["install", &format!("bpf-linker@{BPF_LINKER_VERSION}"), "--locked", "--force"])
+            .args(["--no-default-features", "--features", &format!("llvm-{llvm}")])
+            .env("LLVM_PREFIX", &prefix))
+        .with_context(|| {
+            format!(
+                "run by hand: LLVM_PREFIX={prefix} cargo install bpf-linker@{BPF_LINKER_VERSION} --locked \
+                 --no-default-features --features llvm-{llvm}"
+            )
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_llvm_major;
+
+    #[test]
+    fn reads_llvm_major() {
+        let text =
+            "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\nbinary: rustc\nLLVM version: 22.1.4\n";
+        assert_eq!(parse_llvm_major(text), Some(22));
+        assert_eq!(parse_llvm_major("rustc 1.0\n"), None);
+    }
+}

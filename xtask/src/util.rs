@@ -1,0 +1,68 @@
+//! Small helpers for running commands and locating the workspace.
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+};
+
+use anyhow::{bail, Context as _};
+
+/// The workspace root (parent of xtask/).
+pub fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map_or(manifest.clone(), PathBuf::from)
+}
+
+/// Where the BPF object lands.
+pub fn ebpf_object() -> PathBuf {
+    workspace_root().join("target/ebpf/bpfel-unknown-none/release/redirect-ebpf")
+}
+
+/// A cargo command with the environment that `cargo run` leaks into us removed, so the
+/// toolchain chosen with `+nightly` or by rustup is the one that runs.
+pub fn cargo(toolchain: Option<&str>) -> Command {
+    let mut cmd = Command::new("cargo");
+    if let Some(tc) = toolchain {
+        cmd.arg(format!("+{tc}"));
+    }
+    for var in [
+        "RUSTUP_TOOLCHAIN",
+        "RUSTC",
+        "RUSTC_WRAPPER",
+        "RUSTDOC",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+/// Runs a command, failing with its command line when it exits non-zero.
+pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd.status().with_context(|| format!("starting {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed with {status}");
+    }
+    Ok(())
+}
+
+/// Runs a command and returns its stdout, or `None` if it cannot start or fails.
+pub fn output(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// True when running as root.
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
