@@ -5,6 +5,7 @@ use aya_ebpf::{
     programs::SockAddrContext,
     EbpfContext,
 };
+use aya_log_ebpf::{debug, warn};
 use redirect_common::{Counter, OrigDst, AF_INET};
 
 use crate::maps::{config, count, PENDING};
@@ -59,9 +60,18 @@ fn try_connect4(ctx: &SockAddrContext) -> Counter {
     }
     // Capture even when tracking failed: the proxy then refuses the connection, which is
     // safer than letting it leave the mesh unseen.
+    let (ip, port) = (u32::from_be(dst_ip), u16::from_be(dst_port as u16));
     if tracked {
+        debug!(
+            ctx,
+            "connect4: {:i}:{} -> 127.0.0.1:{} uid={}", ip, port, cfg.outbound_port, uid_gid as u32
+        );
         Counter::Redirected
     } else {
+        warn!(
+            ctx,
+            "connect4: PENDING full, {:i}:{} redirected untracked", ip, port
+        );
         Counter::TrackError
     }
 }

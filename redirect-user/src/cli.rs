@@ -50,6 +50,10 @@ pub enum Command {
         /// Captured connects go to 127.0.0.1 on this port (istio-iptables -p).
         #[arg(long, value_name = "PORT", default_value = "15001", value_parser = parse_port)]
         outbound_port: u16,
+        /// Most verbose log level the BPF programs emit (off, error, warn, info, debug, trace).
+        /// Records appear in this process's log; also raise RUST_LOG to see debug/trace.
+        #[arg(long, value_name = "LEVEL", default_value = "warn", value_parser = parse_bpf_log)]
+        bpf_log: u8,
     },
     /// Run a command inside a captured cgroup (moves itself there, then execs CMD).
     ///
@@ -86,6 +90,21 @@ pub fn parse_port(s: &str) -> Result<u16, String> {
     }
 }
 
+/// Parses an aya-log level name into its number.
+pub fn parse_bpf_log(s: &str) -> Result<u8, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "off" => Ok(0),
+        "error" => Ok(1),
+        "warn" => Ok(2),
+        "info" => Ok(3),
+        "debug" => Ok(4),
+        "trace" => Ok(5),
+        _ => Err(format!(
+            "'{s}' is not a log level: use off, error, warn, info, debug or trace"
+        )),
+    }
+}
+
 /// Parses a numeric uid or gid.
 pub fn parse_id(s: &str) -> Result<u32, String> {
     s.trim().parse().map_err(|_| {
@@ -116,6 +135,13 @@ mod tests {
             .unwrap_err()
             .contains("'http' is not a port"));
         assert!(parse_port("-1").is_err());
+    }
+
+    #[test]
+    fn bpf_log_levels() {
+        assert_eq!(parse_bpf_log("off"), Ok(0));
+        assert_eq!(parse_bpf_log("DEBUG"), Ok(4));
+        assert!(parse_bpf_log("loud").is_err());
     }
 
     #[test]

@@ -51,20 +51,19 @@ pub fn read_counters_by_id(id: u32) -> Result<Vec<CounterValue>> {
     read_counters(&array)
 }
 
-/// Number of entries in the `TRACKED` map with this id.
-pub fn tracked_len_by_id(id: u32) -> Result<usize> {
+fn hash_len_by_id<K: aya::Pod, V: aya::Pod>(id: u32) -> Result<usize> {
     let data = MapData::from_id(id).map_err(map_err("opening", id))?;
     let map = Map::from_map_data(data).map_err(map_err("opening", id))?;
-    let hash: HashMap<MapData, ConnKey, Tracked> =
-        HashMap::try_from(map).map_err(map_err("opening", id))?;
+    let hash: HashMap<MapData, K, V> = HashMap::try_from(map).map_err(map_err("opening", id))?;
     Ok(hash.keys().filter(Result::is_ok).count())
 }
 
-/// Number of entries in the `PENDING` map with this id.
+/// Number of entries in the `TRACKED` map with this id.
+pub fn tracked_len_by_id(id: u32) -> Result<usize> {
+    hash_len_by_id::<ConnKey, Tracked>(id)
+}
+
+/// Number of entries in the `PENDING` (LRU) map with this id.
 pub fn pending_len_by_id(id: u32) -> Result<usize> {
-    let data = MapData::from_id(id).map_err(map_err("opening", id))?;
-    let map = Map::from_map_data(data).map_err(map_err("opening", id))?;
-    let hash: HashMap<MapData, u64, OrigDst> =
-        HashMap::try_from(map).map_err(map_err("opening", id))?;
-    Ok(hash.keys().filter(Result::is_ok).count())
+    hash_len_by_id::<u64, OrigDst>(id)
 }

@@ -10,8 +10,9 @@ use aya::{
         cgroup_sock_addr::CgroupSockAddrLinkId, cgroup_sockopt::CgroupSockoptLinkId,
         sock_ops::SockOpsLinkId, CgroupAttachMode, CgroupSockAddr, CgroupSockopt, SockOps,
     },
-    Ebpf,
+    Ebpf, EbpfLoader,
 };
+use aya_log::EbpfLogger;
 use redirect_common::{map_names, prog_names, Config};
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +35,9 @@ pub struct AttachOptions {
     pub proxy_gid: u32,
     /// Port on 127.0.0.1 that captured connects go to.
     pub outbound_port: u16,
+    /// Most verbose aya-log level the BPF programs emit: 0 off, 1 error, 2 warn, 3 info,
+    /// 4 debug, 5 trace. Records are forwarded to `tracing` (target `redirect_ebpf::...`).
+    pub bpf_log_level: u8,
 }
 
 /// One program attached at one cgroup.
@@ -49,15 +53,63 @@ pub struct Attachment {
     pub program_id: u32,
 }
 
+/// Loads (once) and attaches program `$name` of type `$ty` at `$cgroup`, recording the link
+/// id in `self.$ids`. The program types share no trait, hence a macro.
+macro_rules! attach_program {
+    ($self:ident, $ty:ty, $name:expr, $hook:expr, $cgroup:expr, $ids:ident) => {{
+        let name: &'static str = $name;
+        let prog: &mut $ty = program(&mut $self.ebpf, name)?;
+        if prog.info().is_err() {
+            prog.load().map_err(|source| Error::Verify {
+                name,
+                source: Box::new(source),
+            })?;
+        }
+        let id = prog
+            .attach(open_cgroup($cgroup)?, CgroupAttachMode::Single)
+            .map_err(|source| attach_error(name, $cgroup, source))?;
+        $self.$ids.push(id);
+        $self.record(name, $hook, $cgroup);
+        Ok(())
+    }};
+}
+
+/// Detaches every link in `self.$ids` of program `$name`, keeping the first error.
+macro_rules! detach_programs {
+    ($self:ident, $ty:ty, $name:expr, $ids:ident, $first_error:ident) => {
+        if let Some(prog) = $self
+            .ebpf
+            .program_mut($name)
+            .and_then(|p| <&mut $ty>::try_from(p).ok())
+        {
+            for id in $self.$ids.drain(..) {
+                if let Err(e) = prog.detach(id) {
+                    $first_error.get_or_insert(e);
+                }
+            }
+        }
+    };
+}
+
 /// A loaded and attached datapath. Dropping it detaches everything (connect4 first).
-#[derive(Debug)]
 pub struct Datapath {
     ebpf: Ebpf,
+    logger: Option<EbpfLogger<&'static dyn log::Log>>,
     connect4: Vec<CgroupSockAddrLinkId>,
     sock_ops: Vec<SockOpsLinkId>,
     getsockopt: Vec<CgroupSockoptLinkId>,
     attachments: Vec<Attachment>,
     options: AttachOptions,
+}
+
+impl std::fmt::Debug for Datapath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Datapath")
+            .field("attachments", &self.attachments)
+            .field("options", &self.options)
+            .field("logger", &self.logger.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 fn open_cgroup(path: &Path) -> Result<File> {
@@ -75,7 +127,17 @@ impl Datapath {
         };
         preflight::require_kernel_support()?;
         let object = object::bpf_object().ok_or(Error::NoObject)?;
-        let mut ebpf = Ebpf::load(object).map_err(|e| Error::Load(Box::new(e)))?;
+        let mut ebpf = EbpfLoader::new()
+            .override_global("AYA_LOG_LEVEL", &options.bpf_log_level, false)
+            .load(object)
+            .map_err(|e| Error::Load(Box::new(e)))?;
+        let logger = match EbpfLogger::init(&mut ebpf) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::warn!(error = %e, "BPF log records unavailable");
+                None
+            }
+        };
 
         let config = Config {
             proxy_uid: options.proxy_uid,
@@ -101,6 +163,7 @@ impl Datapath {
 
         let mut dp = Self {
             ebpf,
+            logger,
             connect4: Vec::new(),
             sock_ops: Vec::new(),
             getsockopt: Vec::new(),
@@ -146,54 +209,36 @@ impl Datapath {
     // Mode `Single` passes no flags: on kernels >= 5.7 aya attaches through bpf_link, which
     // the kernel always treats as multi-attach and which rejects BPF_F_ALLOW_MULTI (EINVAL).
     fn attach_connect4(&mut self, cgroup: &Path) -> Result<()> {
-        let name = prog_names::CONNECT4;
-        let prog: &mut CgroupSockAddr = program(&mut self.ebpf, name)?;
-        if prog.info().is_err() {
-            prog.load().map_err(|source| Error::Verify {
-                name,
-                source: Box::new(source),
-            })?;
-        }
-        let id = prog
-            .attach(open_cgroup(cgroup)?, CgroupAttachMode::Single)
-            .map_err(|source| attach_error(name, cgroup, source))?;
-        self.connect4.push(id);
-        self.record(name, "connect4", cgroup);
-        Ok(())
+        attach_program!(
+            self,
+            CgroupSockAddr,
+            prog_names::CONNECT4,
+            "connect4",
+            cgroup,
+            connect4
+        )
     }
 
     fn attach_sock_ops(&mut self, cgroup: &Path) -> Result<()> {
-        let name = prog_names::SOCK_OPS;
-        let prog: &mut SockOps = program(&mut self.ebpf, name)?;
-        if prog.info().is_err() {
-            prog.load().map_err(|source| Error::Verify {
-                name,
-                source: Box::new(source),
-            })?;
-        }
-        let id = prog
-            .attach(open_cgroup(cgroup)?, CgroupAttachMode::Single)
-            .map_err(|source| attach_error(name, cgroup, source))?;
-        self.sock_ops.push(id);
-        self.record(name, "sock_ops", cgroup);
-        Ok(())
+        attach_program!(
+            self,
+            SockOps,
+            prog_names::SOCK_OPS,
+            "sock_ops",
+            cgroup,
+            sock_ops
+        )
     }
 
     fn attach_getsockopt(&mut self, cgroup: &Path) -> Result<()> {
-        let name = prog_names::GETSOCKOPT;
-        let prog: &mut CgroupSockopt = program(&mut self.ebpf, name)?;
-        if prog.info().is_err() {
-            prog.load().map_err(|source| Error::Verify {
-                name,
-                source: Box::new(source),
-            })?;
-        }
-        let id = prog
-            .attach(open_cgroup(cgroup)?, CgroupAttachMode::Single)
-            .map_err(|source| attach_error(name, cgroup, source))?;
-        self.getsockopt.push(id);
-        self.record(name, "getsockopt", cgroup);
-        Ok(())
+        attach_program!(
+            self,
+            CgroupSockopt,
+            prog_names::GETSOCKOPT,
+            "getsockopt",
+            cgroup,
+            getsockopt
+        )
     }
 
     /// Where each program is attached.
@@ -223,6 +268,18 @@ impl Datapath {
             .collect()
     }
 
+    /// File descriptor that becomes readable when BPF log records are waiting.
+    pub fn log_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.logger.as_ref().map(std::os::fd::AsFd::as_fd)
+    }
+
+    /// Forwards waiting BPF log records to `tracing`.
+    pub fn flush_logs(&mut self) {
+        if let Some(logger) = &mut self.logger {
+            logger.flush();
+        }
+    }
+
     /// Direct access to the loaded object (tests and status).
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
@@ -231,39 +288,21 @@ impl Datapath {
     /// Detaches every program: capture (connect4) first, then tracking. Idempotent.
     pub fn detach(&mut self) -> Result<()> {
         let mut first_error = None;
-        if let Some(prog) = self
-            .ebpf
-            .program_mut(prog_names::CONNECT4)
-            .and_then(|p| <&mut CgroupSockAddr>::try_from(p).ok())
-        {
-            for id in self.connect4.drain(..) {
-                if let Err(e) = prog.detach(id) {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(prog) = self
-            .ebpf
-            .program_mut(prog_names::SOCK_OPS)
-            .and_then(|p| <&mut SockOps>::try_from(p).ok())
-        {
-            for id in self.sock_ops.drain(..) {
-                if let Err(e) = prog.detach(id) {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(prog) = self
-            .ebpf
-            .program_mut(prog_names::GETSOCKOPT)
-            .and_then(|p| <&mut CgroupSockopt>::try_from(p).ok())
-        {
-            for id in self.getsockopt.drain(..) {
-                if let Err(e) = prog.detach(id) {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
+        detach_programs!(
+            self,
+            CgroupSockAddr,
+            prog_names::CONNECT4,
+            connect4,
+            first_error
+        );
+        detach_programs!(self, SockOps, prog_names::SOCK_OPS, sock_ops, first_error);
+        detach_programs!(
+            self,
+            CgroupSockopt,
+            prog_names::GETSOCKOPT,
+            getsockopt,
+            first_error
+        );
         self.attachments.clear();
         match first_error {
             None => Ok(()),

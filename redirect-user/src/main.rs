@@ -37,12 +37,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             proxy_uid,
             proxy_gid,
             outbound_port,
+            bpf_log,
         } => attach(AttachOptions {
             cgroup,
             proxy_cgroup,
             proxy_uid,
             proxy_gid,
             outbound_port,
+            bpf_log_level: bpf_log,
         }),
         Command::Exec { cgroup, command } => exec(cgroup, &command),
         Command::Status { json } => {
@@ -87,13 +89,50 @@ fn attach(options: AttachOptions) -> anyhow::Result<()> {
     stdout.flush()?;
     drop(stdout);
 
-    let signal = signals.wait().context("waiting for a stop signal")?;
+    let signal = wait_for_stop(&mut datapath, signals)?;
     tracing::info!(signal = %signal, "stopping: detaching capture first, then tracking");
     datapath.detach()?;
     drop(datapath);
     drop(state_file);
     tracing::info!("detached; nothing of this instance stays attached");
     Ok(())
+}
+
+/// Forwards BPF log records until one of `signals` arrives; returns it.
+fn wait_for_stop(datapath: &mut Datapath, signals: SigSet) -> anyhow::Result<Signal> {
+    use std::os::fd::AsFd as _;
+
+    use nix::{
+        poll::{poll, PollFd, PollFlags, PollTimeout},
+        sys::signalfd::{SfdFlags, SignalFd},
+    };
+    let sfd = SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC).context("signalfd")?;
+    let readable = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
+    loop {
+        let (signal_ready, log_ready) = {
+            let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+            if let Some(fd) = datapath.log_fd() {
+                fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            }
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e).context("poll"),
+            }
+            (readable(&fds[0]), fds.get(1).is_some_and(readable))
+        };
+        if log_ready {
+            datapath.flush_logs();
+        }
+        if signal_ready {
+            if let Some(info) = sfd.read_signal().context("reading signalfd")? {
+                let signal = i32::try_from(info.ssi_signo)
+                    .ok()
+                    .and_then(|n| Signal::try_from(n).ok())
+                    .unwrap_or(Signal::SIGTERM);
+                return Ok(signal);
+            }
+        }
+    }
 }
 
 fn exec(cgroup_arg: Option<PathBuf>, command: &[String]) -> anyhow::Result<()> {
