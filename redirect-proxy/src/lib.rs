@@ -1,7 +1,17 @@
-//! redirect-proxy: a small L4 sidecar proxy that forwards each captured connection to its
-//! original destination (read with `SO_ORIGINAL_DST`, as Envoy does).
+//! redirect-proxy: a small L4 sidecar proxy with Istio's virtualOutbound (15001) and
+//! virtualInbound (15006) semantics, admin ports (15021, 15090, 15020, 15000) and an access log.
+pub mod access_log;
+pub mod admin;
+pub mod blackhole;
+pub mod forward;
+pub mod inbound;
+pub mod listener;
+pub mod metrics;
 pub mod orig_dst;
 pub mod outbound;
+pub mod registry;
+pub mod state;
 
 pub use orig_dst::OrigDstAddr;
-pub use outbound::{serve_outbound, ConnectionRecord, OutboundConfig};
+pub use registry::{Cluster, OutboundTrafficPolicy, Registry};
+pub use state::Shared;

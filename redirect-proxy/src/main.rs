@@ -1,32 +1,94 @@
-//! The `redirect-proxy` binary: outbound listener on 15001 with one log line per connection.
-use std::{net::SocketAddr, process::ExitCode};
+//! The `redirect-proxy` binary: traffic listeners 15001/15006, admin ports, access log.
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+    process::ExitCode,
+    sync::Arc,
+    time::Duration,
+};
 
 use anyhow::{bail, Context as _};
 use clap::{Parser, ValueEnum};
-use redirect_proxy::{serve_outbound, OutboundConfig};
+use redirect_proxy::{
+    access_log::Format,
+    admin::{self, Role},
+    inbound, listener,
+    metrics::Direction,
+    outbound, OutboundTrafficPolicy, Registry, Shared,
+};
+use tokio::net::TcpListener;
 
-/// Log line format.
+/// Access log format.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum LogFormat {
-    /// Human-readable lines.
+    /// Envoy-like text: `[start] direction orig_dst cluster flags up down duration peer upstream`.
     Text,
-    /// One JSON object per line.
+    /// One JSON object per line (`"kind":"access"`).
     Json,
 }
 
-/// A small sidecar proxy: forwards each connection captured by `redirect` (or by istio-iptables
-/// rules) to its original destination, read with getsockopt(SO_ORIGINAL_DST).
+/// A small sidecar proxy with Istio's virtualOutbound/virtualInbound behaviour.
 ///
-/// Run it as the proxy uid (1337 by default) so its own upstream connections are not captured:
+/// Outbound (15001): the original destination (getsockopt SO_ORIGINAL_DST, answered by
+/// `redirect` or by iptables' conntrack) picks a cluster: a registry service
+/// `outbound|<port>||<name>`, else `PassthroughCluster` (ALLOW_ANY) or `BlackHoleCluster`
+/// (REGISTRY_ONLY: HTTP/1.x gets 503 "no healthy upstream", other TCP is closed).
+/// Inbound (15006): `inbound|<port>||`, forwarded to the application at the original
+/// destination from 127.0.0.6, which capture lets through.
+/// Admin: 15021 GET /healthz/ready; 15090 GET /stats/prometheus (own metrics); 15020 GET
+/// /stats/prometheus (own + BPF counters + the app's metrics); 127.0.0.1:15000 POST
+/// /drain_listeners.
+///
+/// Run it as the proxy uid so its own connections are not captured:
 ///
 ///   setpriv --reuid 1337 --regid 1337 --clear-groups redirect-proxy
 #[derive(Debug, Parser)]
 #[command(name = "redirect-proxy", version)]
 struct Args {
-    /// Address of the outbound (virtualOutbound) listener.
-    #[arg(long, default_value = "127.0.0.1:15001", value_name = "ADDR")]
+    /// Outbound (virtualOutbound) listener.
+    #[arg(long, default_value = "0.0.0.0:15001", value_name = "ADDR")]
     outbound: SocketAddr,
-    /// Log format; each finished connection is logged once (target "access").
+    /// Inbound (virtualInbound) listener.
+    #[arg(long, default_value = "0.0.0.0:15006", value_name = "ADDR")]
+    inbound: SocketAddr,
+    /// Do not open the inbound listener.
+    #[arg(long)]
+    no_inbound: bool,
+    /// Readiness listener (GET /healthz/ready).
+    #[arg(long, default_value = "0.0.0.0:15021", value_name = "ADDR")]
+    readiness: SocketAddr,
+    /// The proxy's own Prometheus metrics (GET /stats/prometheus).
+    #[arg(long, default_value = "0.0.0.0:15090", value_name = "ADDR")]
+    stats: SocketAddr,
+    /// Merged Prometheus metrics: own, BPF and the application's (GET /stats/prometheus).
+    #[arg(long, default_value = "0.0.0.0:15020", value_name = "ADDR")]
+    merged_stats: SocketAddr,
+    /// Local admin listener (POST /drain_listeners, GET /ready, GET /stats/prometheus).
+    #[arg(long, default_value = "127.0.0.1:15000", value_name = "ADDR")]
+    admin: SocketAddr,
+    /// Service registry (JSON): {"outbound_traffic_policy": "ALLOW_ANY"|"REGISTRY_ONLY",
+    /// "services": [{"name", "addresses": [IP or CIDR], "ports": [...], "endpoints": ["ip:port"]}]}.
+    #[arg(long, value_name = "FILE")]
+    registry: Option<PathBuf>,
+    /// Overrides the registry file's policy for unknown destinations.
+    #[arg(long, value_name = "POLICY", value_parser = parse_policy)]
+    outbound_traffic_policy: Option<OutboundTrafficPolicy>,
+    /// Source address of inbound connections to the application.
+    #[arg(long, default_value = "127.0.0.6", value_name = "IP")]
+    inbound_source: IpAddr,
+    /// Application metrics merged into 15020, e.g. http://127.0.0.1:9091/metrics.
+    #[arg(long, value_name = "URL")]
+    app_metrics: Option<String>,
+    /// Prometheus text file written by `redirect attach --metrics-file`, merged into 15020.
+    #[arg(long, value_name = "FILE")]
+    bpf_metrics_file: Option<PathBuf>,
+    /// Readiness waits until a captured connection with an original destination was seen.
+    #[arg(long)]
+    validate: bool,
+    /// Upstream connect timeout in milliseconds.
+    #[arg(long, default_value_t = 10_000, value_name = "MS")]
+    connect_timeout_ms: u64,
+    /// Access log format (stdout); diagnostics go to stderr.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
     /// Allow running as root. As root, the proxy's own connections are captured again unless
@@ -35,19 +97,21 @@ struct Args {
     allow_root: bool,
 }
 
+fn parse_policy(s: &str) -> Result<OutboundTrafficPolicy, String> {
+    s.parse()
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .with_writer(std::io::stdout);
-    match args.log_format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
-    match run(&args) {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -56,23 +120,92 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &Args) -> anyhow::Result<()> {
+async fn bind(flag: &str, addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr).await.with_context(|| {
+        format!("binding {flag} on {addr}: another process may already listen there; pick another address with {flag}")
+    })
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
     if nix::unistd::geteuid().is_root() && !args.allow_root {
         bail!("refusing to run as root: run as the proxy uid (e.g. `setpriv --reuid 1337 --regid 1337 --clear-groups redirect-proxy`) or pass --allow-root");
+    }
+    let mut registry = match &args.registry {
+        Some(path) => Registry::load(path)?,
+        None => Registry::default(),
+    };
+    if let Some(policy) = args.outbound_traffic_policy {
+        registry.set_policy(policy);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.outbound)
-            .await
-            .with_context(|| format!("binding the outbound listener on {} (is another proxy running?)", args.outbound))?;
-        tracing::info!(addr = %args.outbound, uid = nix::unistd::getuid().as_raw(), "outbound listener ready");
-        tokio::select! {
-            r = serve_outbound(listener, OutboundConfig::default()) => r.context("outbound listener failed"),
-            _ = shutdown() => { tracing::info!("shutting down"); Ok(()) }
+    runtime.block_on(async move {
+        let outbound_l = bind("--outbound", args.outbound).await?;
+        let inbound_l = if args.no_inbound {
+            None
+        } else {
+            Some(bind("--inbound", args.inbound).await?)
+        };
+        let admins = [
+            (bind("--readiness", args.readiness).await?, Role::Readiness),
+            (bind("--stats", args.stats).await?, Role::Stats),
+            (
+                bind("--merged-stats", args.merged_stats).await?,
+                Role::MergedStats,
+            ),
+            (bind("--admin", args.admin).await?, Role::Admin),
+        ];
+        let shared = Arc::new(Shared::new(
+            registry,
+            match args.log_format {
+                LogFormat::Text => Format::Text,
+                LogFormat::Json => Format::Json,
+            },
+            Duration::from_millis(args.connect_timeout_ms),
+            args.inbound_source,
+            args.validate,
+            1 + usize::from(inbound_l.is_some()),
+            args.app_metrics.clone(),
+            args.bpf_metrics_file.clone(),
+        ));
+        for (l, role) in admins {
+            tokio::spawn(admin::serve(l, Arc::clone(&shared), role));
         }
+        tokio::spawn(listener::serve(
+            outbound_l,
+            Arc::clone(&shared),
+            Direction::Outbound,
+            outbound::route,
+        ));
+        if let Some(l) = inbound_l {
+            tokio::spawn(listener::serve(
+                l,
+                Arc::clone(&shared),
+                Direction::Inbound,
+                inbound::route,
+            ));
+        }
+        tracing::info!(
+            outbound = %args.outbound,
+            inbound = %if args.no_inbound { "off".to_owned() } else { args.inbound.to_string() },
+            policy = ?shared.registry.policy(),
+            uid = nix::unistd::getuid().as_raw(),
+            "listeners ready"
+        );
+        println!(
+            "{}",
+            match shared.log_format {
+                Format::Json =>
+                    serde_json::json!({"kind": "ready", "outbound": args.outbound.to_string()})
+                        .to_string(),
+                Format::Text => format!("redirect-proxy ready: outbound {}", args.outbound),
+            }
+        );
+        shutdown().await;
+        tracing::info!("shutting down");
+        Ok(())
     })
 }
 

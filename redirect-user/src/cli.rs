@@ -54,6 +54,10 @@ pub enum Command {
         /// Records appear in this process's log; also raise RUST_LOG to see debug/trace.
         #[arg(long, value_name = "LEVEL", default_value = "warn", value_parser = parse_bpf_log)]
         bpf_log: u8,
+        /// Also write the counters as Prometheus text to FILE every second (atomically, mode
+        /// 0644), for `redirect-proxy --bpf-metrics-file FILE` to merge into port 15020.
+        #[arg(long, value_name = "FILE")]
+        metrics_file: Option<PathBuf>,
     },
     /// Run a command inside a captured cgroup (moves itself there, then execs CMD).
     ///

@@ -3,6 +3,7 @@ pub mod cgroup;
 pub mod counters;
 pub mod datapath;
 pub mod error;
+pub mod metrics;
 pub mod object;
 pub mod preflight;
 pub mod state;

@@ -1,12 +1,18 @@
 //! The `redirect` binary: parses the CLI and runs attach, exec or status.
 mod cli;
 
-use std::{io::Write as _, os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
+use std::{
+    io::Write as _,
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use anyhow::{bail, Context as _};
 use clap::Parser as _;
 use nix::sys::signal::{SigSet, Signal};
-use redirect_user::{cgroup, state, status, AttachOptions, Datapath};
+use redirect_common::map_names;
+use redirect_user::{cgroup, counters, metrics, state, status, AttachOptions, Datapath};
 
 use crate::cli::{Cli, Command};
 
@@ -38,14 +44,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             proxy_gid,
             outbound_port,
             bpf_log,
-        } => attach(AttachOptions {
-            cgroup,
-            proxy_cgroup,
-            proxy_uid,
-            proxy_gid,
-            outbound_port,
-            bpf_log_level: bpf_log,
-        }),
+            metrics_file,
+        } => attach(
+            AttachOptions {
+                cgroup,
+                proxy_cgroup,
+                proxy_uid,
+                proxy_gid,
+                outbound_port,
+                bpf_log_level: bpf_log,
+            },
+            metrics_file.as_deref(),
+        ),
         Command::Exec { cgroup, command } => exec(cgroup, &command),
         Command::Status { json } => {
             let report = status::collect()?;
@@ -59,7 +69,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn attach(options: AttachOptions) -> anyhow::Result<()> {
+fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Result<()> {
     // Block the stop signals before loading so one arriving mid-attach is handled by the
     // orderly path below instead of killing us half-way (the kernel would still clean up).
     let mut signals = SigSet::empty();
@@ -89,17 +99,42 @@ fn attach(options: AttachOptions) -> anyhow::Result<()> {
     stdout.flush()?;
     drop(stdout);
 
-    let signal = wait_for_stop(&mut datapath, signals)?;
+    let publish = |ids: &state::InstanceState| -> anyhow::Result<()> {
+        let Some(path) = metrics_file else {
+            return Ok(());
+        };
+        let id = |name| ids.map_id(name).context("map id");
+        let counters = counters::read_counters_by_id(id(map_names::COUNTERS)?)?;
+        let tracked = counters::tracked_len_by_id(id(map_names::TRACKED)?)?;
+        let pending = counters::pending_len_by_id(id(map_names::PENDING)?)?;
+        metrics::write_atomically(path, &metrics::render(&counters, tracked, pending))?;
+        Ok(())
+    };
+    publish(&instance)?;
+    let signal = wait_for_stop(&mut datapath, signals, metrics_file.is_some(), || {
+        if let Err(e) = publish(&instance) {
+            tracing::warn!(error = %e, "writing the metrics file failed");
+        }
+    })?;
     tracing::info!(signal = %signal, "stopping: detaching capture first, then tracking");
     datapath.detach()?;
     drop(datapath);
     drop(state_file);
+    if let Some(path) = metrics_file {
+        let _ = std::fs::remove_file(path);
+    }
     tracing::info!("detached; nothing of this instance stays attached");
     Ok(())
 }
 
 /// Forwards BPF log records until one of `signals` arrives; returns it.
-fn wait_for_stop(datapath: &mut Datapath, signals: SigSet) -> anyhow::Result<Signal> {
+/// With `tick`, `on_tick` runs about once a second.
+fn wait_for_stop(
+    datapath: &mut Datapath,
+    signals: SigSet,
+    tick: bool,
+    mut on_tick: impl FnMut(),
+) -> anyhow::Result<Signal> {
     use std::os::fd::AsFd as _;
 
     use nix::{
@@ -114,7 +149,12 @@ fn wait_for_stop(datapath: &mut Datapath, signals: SigSet) -> anyhow::Result<Sig
             if let Some(fd) = datapath.log_fd() {
                 fds.push(PollFd::new(fd, PollFlags::POLLIN));
             }
-            match poll(&mut fds, PollTimeout::NONE) {
+            let timeout = if tick {
+                PollTimeout::from(1000u16)
+            } else {
+                PollTimeout::NONE
+            };
+            match poll(&mut fds, timeout) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => return Err(e).context("poll"),
             }
@@ -122,6 +162,9 @@ fn wait_for_stop(datapath: &mut Datapath, signals: SigSet) -> anyhow::Result<Sig
         };
         if log_ready {
             datapath.flush_logs();
+        }
+        if tick {
+            on_tick();
         }
         if signal_ready {
             if let Some(info) = sfd.read_signal().context("reading signalfd")? {

@@ -1,5 +1,7 @@
 //! Test harness: guards for network namespaces, cgroups and processes, plus the probe server.
 pub mod env;
+pub mod http;
+pub mod iptables;
 pub mod netns;
 pub mod procs;
 pub mod server;

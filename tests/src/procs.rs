@@ -202,12 +202,17 @@ pub struct Proxy {
 impl Proxy {
     /// Starts the proxy in `ns` (in the test's own cgroup) and waits until it listens.
     pub fn start(ns: &Netns) -> Self {
-        Self::start_in(ns, None)
+        Self::start_with(ns, None, &[])
     }
 
     /// Starts the proxy in `ns`, inside `cgroup` when given (through `redirect exec`, the way a
     /// pod's containers share its cgroup), and waits until it listens.
     pub fn start_in(ns: &Netns, cgroup: Option<&Path>) -> Self {
+        Self::start_with(ns, cgroup, &[])
+    }
+
+    /// Same, with extra proxy arguments.
+    pub fn start_with(ns: &Netns, cgroup: Option<&Path>, extra: &[&str]) -> Self {
         let mut cmd = match cgroup {
             Some(cg) => {
                 let mut c = Command::new(bin_path("redirect"));
@@ -228,10 +233,11 @@ impl Proxy {
             "--clear-groups",
         ])
         .arg(bin_path("redirect-proxy"))
-        .args(["--log-format", "json"]);
+        .args(["--log-format", "json"])
+        .args(extra);
         let mut child = Child::spawn(cmd);
         child.wait_line("proxy listening", Duration::from_secs(10), |l| {
-            l.contains("outbound listener ready")
+            l.contains("\"kind\":\"ready\"")
         });
         Self { child }
     }
@@ -242,7 +248,7 @@ impl Proxy {
             .lines()
             .iter()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["target"] == "access")
+            .filter(|v| v["kind"] == "access")
             .collect()
     }
 
@@ -278,6 +284,8 @@ pub struct ClientOpts<'a> {
     pub bind_port: Option<u16>,
     /// Milliseconds to wait between connect and send.
     pub hold_ms: Option<u64>,
+    /// Send an HTTP/1.1 GET and read the whole response.
+    pub http: bool,
     /// Number of sequential connections.
     pub count: Option<u32>,
 }
@@ -306,6 +314,9 @@ pub fn spawn_client(
         if let Some(v) = v {
             cmd.arg(flag).arg(v.to_string());
         }
+    }
+    if opts.http {
+        cmd.arg("--http");
     }
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {

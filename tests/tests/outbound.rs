@@ -63,7 +63,9 @@ fn captured_client_reaches_server_through_proxy_with_original_destination() {
     let records = pod.proxy.wait_records(1);
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0]["orig_dst"], "198.18.0.2:7001", "{records:?}");
-    assert_eq!(records[0]["result"], "ok");
+    assert_eq!(records[0]["flags"], "-");
+    assert_eq!(records[0]["cluster"], "PassthroughCluster");
+    assert_eq!(records[0]["direction"], "outbound");
     assert_eq!(records[0]["bytes_up"], 6, "'hello\\n' went up");
     assert_eq!(
         records[0]["bytes_down"].as_u64(),

@@ -197,9 +197,7 @@ pub fn run(once: bool) -> anyhow::Result<()> {
             ])
             .arg(bin.join("redirect-proxy")),
     )?;
-    wait_for(&proxy, "the proxy", |l| {
-        l.contains("outbound listener ready")
-    })?;
+    wait_for(&proxy, "the proxy", |l| l.contains("redirect-proxy ready"))?;
     let attach = spawn_logged(
         &mut scene,
         "redirect attach",

@@ -45,6 +45,9 @@ struct Args {
     /// Wait this long after connecting before sending.
     #[arg(long)]
     hold_ms: Option<u64>,
+    /// Send `GET / HTTP/1.1` and read the whole response instead of a line.
+    #[arg(long)]
+    http: bool,
     /// Sequential connections; above 1 only a summary line is printed.
     #[arg(long, default_value_t = 1)]
     count: u32,
@@ -78,6 +81,24 @@ fn once(args: &Args) -> anyhow::Result<serde_json::Value> {
     let peer = stream.peer_addr()?;
     if let Some(ms) = args.hold_ms {
         std::thread::sleep(Duration::from_millis(ms));
+    }
+    if args.http {
+        let req = format!(
+            "GET / HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            args.connect
+        );
+        stream.write_all(req.as_bytes()).context("send")?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut &stream, &mut text).context("read response")?;
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text.as_str(), ""));
+        let status: u16 = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        return Ok(
+            json!({"ok": true, "status": status, "body": body, "local": local.to_string(), "peer": peer.to_string()}),
+        );
     }
     stream
         .write_all(format!("{}\n", args.send).as_bytes())
