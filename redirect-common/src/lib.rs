@@ -11,6 +11,80 @@ pub mod map_names {
     pub const PENDING: &str = "PENDING";
     /// `HashMap<ConnKey, Tracked>`: the redirected connection as the proxy sees it -> original destination.
     pub const TRACKED: &str = "TRACKED";
+    /// `LruHashMap<ConnKey, Tracked>`: inbound connections steered by sk_lookup -> original destination.
+    pub const INBOUND: &str = "INBOUND";
+    /// `HashMap<u64, InboundPolicy>`: netns cookie -> inbound capture policy of an enrolled namespace.
+    pub const NETNS_INBOUND: &str = "NETNS_INBOUND";
+    /// `HashMap<PortKey, u8>`: (netns cookie, port) -> [`PORT_EXCLUDED`] or [`PORT_INCLUDED`].
+    pub const INBOUND_PORTS: &str = "INBOUND_PORTS";
+    /// `HashMap<AddrKey, u64>`: an enrolled namespace's own address -> its netns cookie.
+    pub const POD_ADDRS: &str = "POD_ADDRS";
+    /// `SockHash<ListenerKey>`: (netns cookie, family) -> the proxy's inbound listener.
+    pub const LISTENERS: &str = "LISTENERS";
+}
+
+/// [`map_names::INBOUND_PORTS`] value: the port is in the `-d` list (never captured).
+pub const PORT_EXCLUDED: u8 = 1;
+/// [`map_names::INBOUND_PORTS`] value: the port is in the `-b` list.
+pub const PORT_INCLUDED: u8 = 2;
+/// Maximum entries of [`map_names::INBOUND`].
+pub const INBOUND_MAX_ENTRIES: u32 = 65_536;
+/// Maximum enrolled namespaces (and listeners) per datapath.
+pub const MAX_NAMESPACES: u32 = 4096;
+
+/// [`InboundPolicy::flags`]: capture every port (`-b '*'`) instead of only the listed ones.
+pub const INBOUND_ALL_PORTS: u16 = 1;
+/// [`InboundPolicy::flags`]: with no listener, let connections reach the application.
+pub const INBOUND_NO_LISTENER_PASSTHROUGH: u16 = 2;
+
+/// Inbound capture policy of one enrolled network namespace.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InboundPolicy {
+    /// The proxy's inbound listener port (istio-iptables -z, 15006), host order.
+    pub inbound_port: u16,
+    /// The tunnel port never captured (istio-iptables -e, 15008), host order.
+    pub tunnel_port: u16,
+    /// `INBOUND_*` flags.
+    pub flags: u16,
+    /// Explicit padding; always zero.
+    pub _pad: u16,
+}
+
+/// Key of [`map_names::INBOUND_PORTS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PortKey {
+    /// Network namespace cookie.
+    pub netns: u64,
+    /// Destination port, host order.
+    pub port: u16,
+    /// Explicit padding; always zero.
+    pub _pad: [u8; 6],
+}
+
+/// Key of [`map_names::POD_ADDRS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AddrKey {
+    /// Address, network order (IPv4 in word 0).
+    pub addr: [u32; 4],
+    /// [`AF_INET`] or [`AF_INET6`].
+    pub family: u16,
+    /// Explicit padding; always zero.
+    pub _pad: [u8; 6],
+}
+
+/// Key of [`map_names::LISTENERS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ListenerKey {
+    /// Network namespace cookie.
+    pub netns: u64,
+    /// The listener's family ([`AF_INET6`] listeners also take IPv4 unless v6-only).
+    pub family: u32,
+    /// Explicit padding; always zero.
+    pub _pad: u32,
 }
 
 /// Names of the programs in the BPF object.
@@ -21,6 +95,8 @@ pub mod prog_names {
     pub const SOCK_OPS: &str = "redirect_sock_ops";
     /// `cgroup/getsockopt`: answers `SO_ORIGINAL_DST`.
     pub const GETSOCKOPT: &str = "redirect_getsockopt";
+    /// `sk_lookup`: steers inbound connections of an enrolled namespace to the proxy.
+    pub const SK_LOOKUP: &str = "redirect_sk_lookup";
 }
 
 /// Maximum entries of [`map_names::PENDING`].
@@ -117,11 +193,23 @@ pub enum Counter {
     OrigDstMiss = 6,
     /// A map update failed (map full); the connection went through untracked.
     TrackError = 7,
+    /// sk_lookup steered an inbound connection to the proxy's inbound listener.
+    InboundSteered = 8,
+    /// Inbound connection to an excluded port (`-d` list or the tunnel port): not captured.
+    InboundExcludedPort = 9,
+    /// Inbound connection to a port outside the `-b` list: not captured.
+    InboundNotInList = 10,
+    /// No inbound listener in the namespace: refused, or passed through when so configured.
+    InboundNoListener = 11,
+    /// Inbound connection from the proxy's passthrough source (127.0.0.6 / ::6): not captured.
+    InboundPassthroughSource = 12,
+    /// Connection from inside the pod to its own address: left to the outbound rules.
+    InboundLocal = 13,
 }
 
 impl Counter {
     /// Every counter, in slot order.
-    pub const ALL: [Counter; 8] = [
+    pub const ALL: [Counter; 14] = [
         Counter::Redirected,
         Counter::BypassUid,
         Counter::BypassGid,
@@ -130,6 +218,12 @@ impl Counter {
         Counter::OrigDstHit,
         Counter::OrigDstMiss,
         Counter::TrackError,
+        Counter::InboundSteered,
+        Counter::InboundExcludedPort,
+        Counter::InboundNotInList,
+        Counter::InboundNoListener,
+        Counter::InboundPassthroughSource,
+        Counter::InboundLocal,
     ];
     /// Number of slots.
     pub const COUNT: u32 = Self::ALL.len() as u32;
@@ -145,6 +239,12 @@ impl Counter {
             Counter::OrigDstHit => "orig_dst_hit",
             Counter::OrigDstMiss => "orig_dst_miss",
             Counter::TrackError => "track_error",
+            Counter::InboundSteered => "inbound_steered",
+            Counter::InboundExcludedPort => "inbound_excluded_port",
+            Counter::InboundNotInList => "inbound_not_in_list",
+            Counter::InboundNoListener => "inbound_no_listener",
+            Counter::InboundPassthroughSource => "inbound_passthrough_source",
+            Counter::InboundLocal => "inbound_local",
         }
     }
 }
@@ -153,6 +253,22 @@ const _: () = assert!(core::mem::size_of::<Config>() == 16);
 const _: () = assert!(core::mem::size_of::<OrigDst>() == 24);
 const _: () = assert!(core::mem::size_of::<ConnKey>() == 48);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 40);
+const _: () = assert!(core::mem::size_of::<InboundPolicy>() == 8);
+const _: () = assert!(core::mem::size_of::<PortKey>() == 16);
+const _: () = assert!(core::mem::size_of::<AddrKey>() == 24);
+const _: () = assert!(core::mem::size_of::<ListenerKey>() == 16);
+
+/// Folds an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, network-order words) to IPv4 form:
+/// returns (family, address) with IPv4 in word 0, so both ends of a connection key alike.
+#[inline(always)]
+pub fn normalise_addr(family: u16, addr: [u32; 4]) -> (u16, [u32; 4]) {
+    // Word 2 of ::ffff:0:0 is 0x0000ffff in network order, i.e. 0xffff0000 read little-endian.
+    if family == AF_INET6 && addr[0] == 0 && addr[1] == 0 && addr[2] == u32::from_be(0x0000_ffff) {
+        (AF_INET, [addr[3], 0, 0, 0])
+    } else {
+        (family, addr)
+    }
+}
 
 #[cfg(feature = "user")]
 mod pod {
@@ -165,4 +281,43 @@ mod pod {
     unsafe impl aya::Pod for super::ConnKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Tracked {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::InboundPolicy {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PortKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::AddrKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ListenerKey {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v4_mapped_addresses_fold_to_ipv4() {
+        let mapped = [
+            0,
+            0,
+            u32::from_ne_bytes([0, 0, 0xff, 0xff]),
+            u32::from_ne_bytes([198, 18, 0, 1]),
+        ];
+        assert_eq!(
+            normalise_addr(AF_INET6, mapped),
+            (AF_INET, [u32::from_ne_bytes([198, 18, 0, 1]), 0, 0, 0])
+        );
+        let v6 = [u32::from_ne_bytes([0x20, 0x01, 0x0d, 0xb8]), 0, 0, 1];
+        assert_eq!(normalise_addr(AF_INET6, v6), (AF_INET6, v6));
+        let v4 = [7, 0, 0, 0];
+        assert_eq!(normalise_addr(AF_INET, v4), (AF_INET, v4));
+    }
+
+    #[test]
+    fn counter_names_are_unique_and_slots_dense() {
+        for (i, c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+            assert!(Counter::ALL[..i].iter().all(|o| o.name() != c.name()));
+        }
+    }
 }

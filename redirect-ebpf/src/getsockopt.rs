@@ -1,19 +1,25 @@
-//! `cgroup/getsockopt`: answers `getsockopt(SOL_IP, SO_ORIGINAL_DST)` for redirected connections.
+//! `cgroup/getsockopt`: answers `SO_ORIGINAL_DST` (SOL_IP, sockaddr_in) and
+//! `IP6T_SO_ORIGINAL_DST` (SOL_IPV6, sockaddr_in6) for redirected and steered connections.
 //!
 //! Every other (level, optname) pair, and every miss, leaves the kernel's answer untouched.
 use aya_ebpf::{
-    helpers::generated::bpf_get_netns_cookie, macros::cgroup_sockopt, programs::SockoptContext,
+    bindings::{bpf_sock, bpf_sockopt},
+    helpers::generated::bpf_get_netns_cookie,
+    macros::cgroup_sockopt,
+    programs::SockoptContext,
     EbpfContext,
 };
-use redirect_common::{ConnKey, Counter, AF_INET};
+use redirect_common::{normalise_addr, ConnKey, Counter, OrigDst, AF_INET, AF_INET6};
 
-use crate::maps::{count, TRACKED};
+use crate::maps::{count, INBOUND, TRACKED};
 
 const SOL_IP: i32 = 0;
-const SO_ORIGINAL_DST: i32 = 80;
+const SOL_IPV6: i32 = 41;
+/// `SO_ORIGINAL_DST` and `IP6T_SO_ORIGINAL_DST` share the number 80.
+const ORIGINAL_DST: i32 = 80;
 const PAGE_SIZE: i32 = 4096;
 
-/// `struct sockaddr_in` as the kernel writes it.
+/// `struct sockaddr_in`.
 #[repr(C)]
 struct SockaddrIn {
     family: u16,
@@ -21,8 +27,18 @@ struct SockaddrIn {
     addr: u32,
     zero: [u8; 8],
 }
-const SOCKADDR_IN_LEN: usize = core::mem::size_of::<SockaddrIn>();
-const _: () = assert!(SOCKADDR_IN_LEN == 16);
+
+/// `struct sockaddr_in6`.
+#[repr(C)]
+struct SockaddrIn6 {
+    family: u16,
+    port: u16,
+    flowinfo: u32,
+    addr: [u32; 4],
+    scope_id: u32,
+}
+const _: () = assert!(core::mem::size_of::<SockaddrIn>() == 16);
+const _: () = assert!(core::mem::size_of::<SockaddrIn6>() == 28);
 
 #[cgroup_sockopt(getsockopt)]
 pub fn redirect_getsockopt(ctx: SockoptContext) -> i32 {
@@ -30,11 +46,40 @@ pub fn redirect_getsockopt(ctx: SockoptContext) -> i32 {
     1
 }
 
+/// The connection key of an accepted socket: client = peer, server = local address.
+#[inline(always)]
+fn key_of(ctx: &SockoptContext, sk: *mut bpf_sock) -> Option<ConnKey> {
+    // SAFETY: `sk` is a valid bpf_sock for the program run; fields are readable.
+    let (family, src_port, dst_port) = unsafe { ((*sk).family, (*sk).src_port, (*sk).dst_port) };
+    // SAFETY: as above.
+    let (family, local, peer) = unsafe {
+        if family == u32::from(AF_INET) {
+            (AF_INET, [(*sk).src_ip4, 0, 0, 0], [(*sk).dst_ip4, 0, 0, 0])
+        } else if family == u32::from(AF_INET6) {
+            let (f, local) = normalise_addr(AF_INET6, (*sk).src_ip6);
+            let (_, peer) = normalise_addr(AF_INET6, (*sk).dst_ip6);
+            (f, local, peer)
+        } else {
+            return None;
+        }
+    };
+    Some(ConnKey {
+        // SAFETY: bpf_get_netns_cookie accepts a sockopt context.
+        netns: unsafe { bpf_get_netns_cookie(ctx.as_ptr()) },
+        client_addr: peer,
+        server_addr: local,
+        client_port: u16::from_be(dst_port),
+        server_port: src_port as u16,
+        family,
+        _pad: 0,
+    })
+}
+
 fn try_getsockopt(ctx: &SockoptContext) {
     let so = ctx.sockopt;
     // SAFETY: `so` is the kernel-provided context; level/optname/optlen are readable.
     let (level, optname, optlen) = unsafe { ((*so).level, (*so).optname, (*so).optlen) };
-    if level != SOL_IP || optname != SO_ORIGINAL_DST {
+    if optname != ORIGINAL_DST || (level != SOL_IP && level != SOL_IPV6) {
         if optlen > PAGE_SIZE {
             // Tell the kernel to hand the caller its own (untruncated) buffer.
             // SAFETY: optlen is writable in getsockopt programs.
@@ -47,48 +92,58 @@ fn try_getsockopt(ctx: &SockoptContext) {
     if sk.is_null() {
         return;
     }
-    // SAFETY: `sk` is a valid bpf_sock for the duration of the program.
-    let (family, src_ip, src_port, dst_ip, dst_port) = unsafe {
-        (
-            (*sk).family,
-            (*sk).src_ip4,
-            (*sk).src_port,
-            (*sk).dst_ip4,
-            (*sk).dst_port,
-        )
-    };
-    if family != u32::from(AF_INET) {
-        return;
-    }
-    let key = ConnKey {
-        // SAFETY: bpf_get_netns_cookie accepts a sockopt context.
-        netns: unsafe { bpf_get_netns_cookie(ctx.as_ptr()) },
-        client_addr: [dst_ip, 0, 0, 0],
-        server_addr: [src_ip, 0, 0, 0],
-        client_port: u16::from_be(dst_port),
-        server_port: src_port as u16,
-        family: AF_INET,
-        _pad: 0,
-    };
-    let Some(entry) = TRACKED.get_ptr(key) else {
+    let Some(key) = key_of(ctx, sk) else { return };
+    let entry = TRACKED.get_ptr(key).or_else(|| INBOUND.get_ptr(key));
+    let Some(entry) = entry else {
         count(Counter::OrigDstMiss);
         return;
     };
     // SAFETY: map value pointer valid for this run; copied out at once.
     let dst = unsafe { (*entry).dst };
+    let answered = if level == SOL_IP {
+        answer_v4(so, &dst)
+    } else {
+        answer_v6(so, &dst)
+    };
+    count(if answered {
+        Counter::OrigDstHit
+    } else {
+        Counter::OrigDstMiss
+    });
+}
 
+/// Bounds of the caller's buffer.
+#[inline(always)]
+fn buffer(so: *mut bpf_sockopt) -> (*mut u8, *mut u8) {
     // SAFETY: optval/optval_end are the kernel's buffer bounds for this call.
-    let (optval, optval_end) = unsafe {
+    unsafe {
         (
             (*so).__bindgen_anon_2.optval as *mut u8,
             (*so).__bindgen_anon_3.optval_end as *mut u8,
         )
-    };
-    // SAFETY: pointer arithmetic only; checked against optval_end before any write.
-    if unsafe { optval.add(SOCKADDR_IN_LEN) } > optval_end {
-        // Caller's buffer is smaller than a sockaddr_in: leave the kernel's answer.
-        count(Counter::OrigDstMiss);
-        return;
+    }
+}
+
+/// Marks the call answered with `len` bytes.
+#[inline(always)]
+fn set_answer(so: *mut bpf_sockopt, len: usize) {
+    // SAFETY: optlen and retval are writable; volatile keeps LLVM from merging the two 4-byte
+    // context stores into one 8-byte store, which the verifier rejects.
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*so).optlen, len as i32);
+        core::ptr::write_volatile(&raw mut (*so).retval, 0);
+    }
+}
+
+fn answer_v4(so: *mut bpf_sockopt, dst: &OrigDst) -> bool {
+    if dst.family != AF_INET {
+        return false; // an IPv6 destination has no sockaddr_in
+    }
+    let (optval, end) = buffer(so);
+    let len = core::mem::size_of::<SockaddrIn>();
+    // SAFETY: pointer arithmetic only; checked against `end` before writing.
+    if unsafe { optval.add(len) } > end {
+        return false;
     }
     let answer = SockaddrIn {
         family: AF_INET,
@@ -96,13 +151,33 @@ fn try_getsockopt(ctx: &SockoptContext) {
         addr: dst.addr[0],
         zero: [0; 8],
     };
-    // SAFETY: bounds checked above; the buffer is at least 16 bytes and kmalloc-aligned.
-    // Volatile stores keep LLVM from merging optlen and retval into one 8-byte context
-    // store, which the verifier rejects.
-    unsafe {
-        core::ptr::write(optval as *mut SockaddrIn, answer);
-        core::ptr::write_volatile(&raw mut (*so).optlen, SOCKADDR_IN_LEN as i32);
-        core::ptr::write_volatile(&raw mut (*so).retval, 0);
+    // SAFETY: bounds checked above; the kernel's buffer is suitably aligned.
+    unsafe { core::ptr::write(optval as *mut SockaddrIn, answer) };
+    set_answer(so, len);
+    true
+}
+
+fn answer_v6(so: *mut bpf_sockopt, dst: &OrigDst) -> bool {
+    let (optval, end) = buffer(so);
+    let len = core::mem::size_of::<SockaddrIn6>();
+    // SAFETY: pointer arithmetic only; checked against `end` before writing.
+    if unsafe { optval.add(len) } > end {
+        return false;
     }
-    count(Counter::OrigDstHit);
+    let addr = if dst.family == AF_INET {
+        [0, 0, u32::from_be(0x0000_ffff), dst.addr[0]]
+    } else {
+        dst.addr
+    };
+    let answer = SockaddrIn6 {
+        family: AF_INET6,
+        port: dst.port,
+        flowinfo: 0,
+        addr,
+        scope_id: 0,
+    };
+    // SAFETY: bounds checked above; the kernel's buffer is suitably aligned.
+    unsafe { core::ptr::write(optval as *mut SockaddrIn6, answer) };
+    set_answer(so, len);
+    true
 }

@@ -5,6 +5,7 @@
 mod connect4;
 mod getsockopt;
 mod maps;
+mod sk_lookup;
 mod sock_ops;
 
 #[cfg(not(test))]

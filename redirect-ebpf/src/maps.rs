@@ -1,10 +1,11 @@
 //! Maps shared by the hooks, and the per-CPU decision counters.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, SockHash},
 };
 use redirect_common::{
-    Config, ConnKey, Counter, OrigDst, Tracked, PENDING_MAX_ENTRIES, TRACKED_MAX_ENTRIES,
+    AddrKey, Config, ConnKey, Counter, InboundPolicy, ListenerKey, OrigDst, PortKey, Tracked,
+    INBOUND_MAX_ENTRIES, MAX_NAMESPACES, PENDING_MAX_ENTRIES, TRACKED_MAX_ENTRIES,
 };
 
 /// The capture policy (one entry), written by user space before attaching.
@@ -23,6 +24,29 @@ pub static PENDING: LruHashMap<u64, OrigDst> = LruHashMap::with_max_entries(PEND
 /// The redirected connection (netns + 4-tuple) -> original destination (sock_ops -> getsockopt).
 #[map(name = "TRACKED")]
 pub static TRACKED: HashMap<ConnKey, Tracked> = HashMap::with_max_entries(TRACKED_MAX_ENTRIES, 0);
+
+/// Inbound connections steered by sk_lookup (netns + 4-tuple) -> original destination (the
+/// local address). LRU: a SYN that never completes must not leak an entry.
+#[map(name = "INBOUND")]
+pub static INBOUND: LruHashMap<ConnKey, Tracked> =
+    LruHashMap::with_max_entries(INBOUND_MAX_ENTRIES, 0);
+
+/// Netns cookie -> inbound policy of an enrolled namespace.
+#[map(name = "NETNS_INBOUND")]
+pub static NETNS_INBOUND: HashMap<u64, InboundPolicy> =
+    HashMap::with_max_entries(MAX_NAMESPACES, 0);
+
+/// (netns cookie, port) -> PORT_EXCLUDED or PORT_INCLUDED.
+#[map(name = "INBOUND_PORTS")]
+pub static INBOUND_PORTS: HashMap<PortKey, u8> = HashMap::with_max_entries(MAX_NAMESPACES * 16, 0);
+
+/// An enrolled namespace's own address -> its netns cookie (sk_lookup cannot read the cookie).
+#[map(name = "POD_ADDRS")]
+pub static POD_ADDRS: HashMap<AddrKey, u64> = HashMap::with_max_entries(MAX_NAMESPACES * 4, 0);
+
+/// (netns cookie, family) -> the proxy's inbound listener, filled by sock_ops TCP_LISTEN_CB.
+#[map(name = "LISTENERS")]
+pub static LISTENERS: SockHash<ListenerKey> = SockHash::with_max_entries(MAX_NAMESPACES * 2, 0);
 
 /// Reads the policy; `None` only if user space never wrote it (the loader always does).
 #[inline(always)]

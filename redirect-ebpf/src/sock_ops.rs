@@ -6,17 +6,17 @@
 //! its owner closes: the proxy's socket once it claimed it, else the application's socket.
 use aya_ebpf::{
     bindings::{
-        BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG,
-        BPF_SOCK_OPS_TCP_CONNECT_CB,
+        BPF_ANY, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB,
+        BPF_SOCK_OPS_STATE_CB_FLAG, BPF_SOCK_OPS_TCP_CONNECT_CB, BPF_SOCK_OPS_TCP_LISTEN_CB,
     },
     helpers::generated::{bpf_get_netns_cookie, bpf_get_socket_cookie},
     macros::sock_ops,
     programs::SockOpsContext,
     EbpfContext,
 };
-use redirect_common::{ConnKey, Counter, Tracked, AF_INET};
+use redirect_common::{normalise_addr, ConnKey, Counter, ListenerKey, Tracked, AF_INET, AF_INET6};
 
-use crate::maps::{config, count, PENDING, TRACKED};
+use crate::maps::{config, count, INBOUND, LISTENERS, NETNS_INBOUND, PENDING, TRACKED};
 
 const TCP_CLOSE: u32 = 7;
 
@@ -27,11 +27,13 @@ pub fn redirect_sock_ops(ctx: SockOpsContext) -> u32 {
 }
 
 fn try_sock_ops(ctx: &SockOpsContext) {
-    if ctx.family() != u32::from(AF_INET) {
+    let family = ctx.family();
+    if family != u32::from(AF_INET) && family != u32::from(AF_INET6) {
         return;
     }
     match ctx.op() {
-        BPF_SOCK_OPS_TCP_CONNECT_CB => on_connect(ctx),
+        BPF_SOCK_OPS_TCP_LISTEN_CB => on_listen(ctx),
+        BPF_SOCK_OPS_TCP_CONNECT_CB if family == u32::from(AF_INET) => on_connect(ctx),
         BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => on_passive_established(ctx),
         BPF_SOCK_OPS_STATE_CB if ctx.arg(1) == TCP_CLOSE => on_close(ctx),
         _ => {}
@@ -63,16 +65,33 @@ fn cookie(ctx: &SockOpsContext) -> u64 {
     unsafe { bpf_get_socket_cookie(ctx.as_ptr()) }
 }
 
+/// (family, local address, remote address) of the socket, v4-mapped folded to IPv4.
+#[inline(always)]
+fn addrs(ctx: &SockOpsContext) -> (u16, [u32; 4], [u32; 4]) {
+    if ctx.family() == u32::from(AF_INET) {
+        (
+            AF_INET,
+            [ctx.local_ip4(), 0, 0, 0],
+            [ctx.remote_ip4(), 0, 0, 0],
+        )
+    } else {
+        let (family, local) = normalise_addr(AF_INET6, ctx.local_ip6());
+        let (_, remote) = normalise_addr(AF_INET6, ctx.remote_ip6());
+        (family, local, remote)
+    }
+}
+
 /// Key as seen from the application's (connecting) socket.
 #[inline(always)]
 fn key_as_client(ctx: &SockOpsContext) -> ConnKey {
+    let (family, local, remote) = addrs(ctx);
     ConnKey {
         netns: netns(ctx),
-        client_addr: [ctx.local_ip4(), 0, 0, 0],
-        server_addr: [ctx.remote_ip4(), 0, 0, 0],
+        client_addr: local,
+        server_addr: remote,
         client_port: ctx.local_port() as u16,
         server_port: remote_port(ctx),
-        family: AF_INET,
+        family,
         _pad: 0,
     }
 }
@@ -80,13 +99,14 @@ fn key_as_client(ctx: &SockOpsContext) -> ConnKey {
 /// Key as seen from the proxy's accepted socket.
 #[inline(always)]
 fn key_as_proxy(ctx: &SockOpsContext) -> ConnKey {
+    let (family, local, remote) = addrs(ctx);
     ConnKey {
         netns: netns(ctx),
-        client_addr: [ctx.remote_ip4(), 0, 0, 0],
-        server_addr: [ctx.local_ip4(), 0, 0, 0],
+        client_addr: remote,
+        server_addr: local,
         client_port: remote_port(ctx),
         server_port: ctx.local_port() as u16,
-        family: AF_INET,
+        family,
         _pad: 0,
     }
 }
@@ -121,12 +141,39 @@ fn on_connect(ctx: &SockOpsContext) {
     watch_close(ctx);
 }
 
-fn on_passive_established(ctx: &SockOpsContext) {
-    let Some(cfg) = config() else { return };
-    if ctx.local_port() as u16 != cfg.outbound_port {
+/// Registers the proxy's inbound listener of an enrolled namespace for sk_lookup.
+fn on_listen(ctx: &SockOpsContext) {
+    let ns = netns(ctx);
+    // SAFETY: value copied out at once.
+    let Some(policy) = (unsafe { NETNS_INBOUND.get(ns) }).copied() else {
+        return;
+    };
+    if ctx.local_port() as u16 != policy.inbound_port {
         return;
     }
-    let Some(entry) = TRACKED.get_ptr_mut(key_as_proxy(ctx)) else {
+    let key = ListenerKey {
+        netns: ns,
+        family: ctx.family(),
+        _pad: 0,
+    };
+    // SAFETY: the context pointer is valid for the program run; the helper takes the socket.
+    if LISTENERS
+        .update(key, unsafe { &mut *ctx.ops }, u64::from(BPF_ANY))
+        .is_err()
+    {
+        count(Counter::TrackError);
+    }
+}
+
+fn on_passive_established(ctx: &SockOpsContext) {
+    let key = key_as_proxy(ctx);
+    let is_outbound = config().is_some_and(|cfg| key.server_port == cfg.outbound_port);
+    let entry = if is_outbound {
+        TRACKED.get_ptr_mut(key)
+    } else {
+        INBOUND.get_ptr_mut(key)
+    };
+    let Some(entry) = entry else {
         return;
     };
     // SAFETY: pointer into a map value, valid for this program run.
@@ -150,6 +197,13 @@ fn on_close(ctx: &SockOpsContext) {
         // SAFETY: as above.
         if unsafe { (*entry).proxy_cookie } == sock {
             let _ = TRACKED.remove(proxy_key);
+            return;
+        }
+    }
+    if let Some(entry) = INBOUND.get_ptr(proxy_key) {
+        // SAFETY: as above.
+        if unsafe { (*entry).proxy_cookie } == sock {
+            let _ = INBOUND.remove(proxy_key);
         }
     }
 }

@@ -58,6 +58,16 @@ pub enum Command {
         /// 0644), for `redirect-proxy --bpf-metrics-file FILE` to merge into port 15020.
         #[arg(long, value_name = "FILE")]
         metrics_file: Option<PathBuf>,
+        /// Steer inbound TCP of a network namespace (a pod) to its proxy's inbound listener
+        /// with sk_lookup (no NAT). Repeatable. Istio's flags as keys, defaults in brackets:
+        /// NETNS[:b=PORTS|*][:d=PORTS][:z=PORT][:e=PORT][:no-listener=refuse|passthrough]
+        /// b: captured ports [*], empty disables; d: never captured [15090,15021,15020];
+        /// z: inbound listener [15006]; e: tunnel port, never captured [15008];
+        /// no-listener: without a listener on z, refuse (like iptables) or let traffic reach
+        /// the app [refuse]. NETNS is a name in /run/netns or a path. The proxy must start
+        /// listening after enrollment (it is found when it calls listen()).
+        #[arg(long, value_name = "SPEC", value_parser = parse_inbound)]
+        inbound: Vec<redirect_user::inbound::InboundSpec>,
     },
     /// Run a command inside a captured cgroup (moves itself there, then execs CMD).
     ///
@@ -92,6 +102,11 @@ pub fn parse_port(s: &str) -> Result<u16, String> {
             "port {n} is above 65535: use a number from 1 to 65535, e.g. 15001"
         )),
     }
+}
+
+/// Parses an `--inbound` spec.
+pub fn parse_inbound(s: &str) -> Result<redirect_user::inbound::InboundSpec, String> {
+    s.parse()
 }
 
 /// Parses an aya-log level name into its number.

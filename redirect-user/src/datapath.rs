@@ -8,7 +8,8 @@ use aya::{
     maps::{Array, MapData},
     programs::{
         cgroup_sock_addr::CgroupSockAddrLinkId, cgroup_sockopt::CgroupSockoptLinkId,
-        sock_ops::SockOpsLinkId, CgroupAttachMode, CgroupSockAddr, CgroupSockopt, SockOps,
+        sk_lookup::SkLookupLinkId, sock_ops::SockOpsLinkId, CgroupAttachMode, CgroupSockAddr,
+        CgroupSockopt, SkLookup, SockOps,
     },
     Ebpf, EbpfLoader,
 };
@@ -18,7 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     cgroup,
+    enroll::Enrolled,
     error::{Error, Result},
+    inbound::InboundSpec,
     object, preflight,
 };
 
@@ -38,17 +41,20 @@ pub struct AttachOptions {
     /// Most verbose aya-log level the BPF programs emit: 0 off, 1 error, 2 warn, 3 info,
     /// 4 debug, 5 trace. Records are forwarded to `tracing` (target `redirect_ebpf::...`).
     pub bpf_log_level: u8,
+    /// Network namespaces whose inbound connections are steered to their proxy.
+    #[serde(default)]
+    pub inbound: Vec<InboundSpec>,
 }
 
-/// One program attached at one cgroup.
+/// One program attached at one cgroup or network namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attachment {
     /// Program name in the object.
     pub program: String,
     /// Attach type as bpftool names it.
     pub attach_type: String,
-    /// Canonical cgroup directory.
-    pub cgroup: PathBuf,
+    /// Canonical cgroup directory, or network namespace file for sk_lookup.
+    pub target: PathBuf,
     /// Kernel program id.
     pub program_id: u32,
 }
@@ -91,10 +97,13 @@ macro_rules! detach_programs {
     };
 }
 
-/// A loaded and attached datapath. Dropping it detaches everything (connect4 first).
+/// A loaded and attached datapath. Dropping it detaches everything (capture first: sk_lookup
+/// and connect4, then tracking).
 pub struct Datapath {
-    ebpf: Ebpf,
+    pub(crate) ebpf: Ebpf,
     logger: Option<EbpfLogger<&'static dyn log::Log>>,
+    pub(crate) ebpf_enrolled: Vec<Enrolled>,
+    pub(crate) sk_lookup: Vec<SkLookupLinkId>,
     connect4: Vec<CgroupSockAddrLinkId>,
     sock_ops: Vec<SockOpsLinkId>,
     getsockopt: Vec<CgroupSockoptLinkId>,
@@ -164,6 +173,8 @@ impl Datapath {
         let mut dp = Self {
             ebpf,
             logger,
+            ebpf_enrolled: Vec::new(),
+            sk_lookup: Vec::new(),
             connect4: Vec::new(),
             sock_ops: Vec::new(),
             getsockopt: Vec::new(),
@@ -181,6 +192,9 @@ impl Datapath {
             dp.attach_sock_ops(&app_cgroup)?;
         }
         dp.attach_connect4(&app_cgroup)?;
+        for spec in &options.inbound {
+            dp.enroll(spec)?;
+        }
         tracing::info!(
             cgroup = %app_cgroup.display(),
             proxy_cgroup = %proxy_cgroup.display(),
@@ -192,7 +206,7 @@ impl Datapath {
         Ok(dp)
     }
 
-    fn record(&mut self, program: &'static str, attach_type: &str, cgroup: &Path) {
+    pub(crate) fn record(&mut self, program: &'static str, attach_type: &str, cgroup: &Path) {
         let program_id = self
             .ebpf
             .program(program)
@@ -201,7 +215,7 @@ impl Datapath {
         self.attachments.push(Attachment {
             program: program.into(),
             attach_type: attach_type.into(),
-            cgroup: cgroup.to_path_buf(),
+            target: cgroup.to_path_buf(),
             program_id,
         });
     }
@@ -290,6 +304,13 @@ impl Datapath {
         let mut first_error = None;
         detach_programs!(
             self,
+            SkLookup,
+            prog_names::SK_LOOKUP,
+            sk_lookup,
+            first_error
+        );
+        detach_programs!(
+            self,
             CgroupSockAddr,
             prog_names::CONNECT4,
             connect4,
@@ -324,7 +345,7 @@ impl Drop for Datapath {
     }
 }
 
-fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T>
+pub(crate) fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T>
 where
     &'a mut T: TryFrom<&'a mut aya::programs::Program>,
 {

@@ -63,7 +63,7 @@ pub enum Error {
         source: Box<aya::programs::ProgramError>,
     },
     /// Attaching or detaching a program failed.
-    #[error("{action} {name} at cgroup {cgroup}")]
+    #[error("{action} {name} at {cgroup}")]
     Attach {
         /// "attaching" or "detaching".
         action: &'static str,
@@ -114,6 +114,14 @@ pub enum Error {
         /// The parse error.
         #[source]
         source: serde_json::Error,
+    },
+    /// Two enrolled namespaces claim the same address (sk_lookup finds a pod by address).
+    #[error("address {addr} of network namespace {netns} is already enrolled for another namespace: pod addresses must be unique within one datapath")]
+    AddressConflict {
+        /// The address.
+        addr: std::net::IpAddr,
+        /// The namespace being enrolled.
+        netns: PathBuf,
     },
     /// `redirect exec` could not decide which cgroup to use.
     #[error("{0}")]

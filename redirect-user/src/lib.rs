@@ -2,8 +2,11 @@
 pub mod cgroup;
 pub mod counters;
 pub mod datapath;
+pub mod enroll;
 pub mod error;
+pub mod inbound;
 pub mod metrics;
+pub mod netns;
 pub mod object;
 pub mod preflight;
 pub mod state;

@@ -45,6 +45,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             outbound_port,
             bpf_log,
             metrics_file,
+            inbound,
         } => attach(
             AttachOptions {
                 cgroup,
@@ -53,6 +54,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 proxy_gid,
                 outbound_port,
                 bpf_log_level: bpf_log,
+                inbound,
             },
             metrics_file.as_deref(),
         ),
@@ -87,7 +89,7 @@ fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Result
     };
     let state_file = state::StateFile::create(&state::state_dir(), &instance)?;
     for a in datapath.attachments() {
-        tracing::info!(program = %a.program, hook = %a.attach_type, cgroup = %a.cgroup.display(), id = a.program_id, "attached");
+        tracing::info!(program = %a.program, hook = %a.attach_type, target = %a.target.display(), id = a.program_id, "attached");
     }
     let mut stdout = std::io::stdout().lock();
     writeln!(
@@ -111,7 +113,11 @@ fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Result
         Ok(())
     };
     publish(&instance)?;
-    let signal = wait_for_stop(&mut datapath, signals, metrics_file.is_some(), || {
+    let tick = metrics_file.is_some() || !datapath.enrolled().is_empty();
+    let signal = wait_for_stop(&mut datapath, signals, tick, |dp| {
+        if let Err(e) = dp.refresh_addresses() {
+            tracing::warn!(error = %e, "refreshing enrolled namespaces' addresses failed");
+        }
         if let Err(e) = publish(&instance) {
             tracing::warn!(error = %e, "writing the metrics file failed");
         }
@@ -133,7 +139,7 @@ fn wait_for_stop(
     datapath: &mut Datapath,
     signals: SigSet,
     tick: bool,
-    mut on_tick: impl FnMut(),
+    mut on_tick: impl FnMut(&mut Datapath),
 ) -> anyhow::Result<Signal> {
     use std::os::fd::AsFd as _;
 
@@ -164,7 +170,7 @@ fn wait_for_stop(
             datapath.flush_logs();
         }
         if tick {
-            on_tick();
+            on_tick(datapath);
         }
         if signal_ready {
             if let Some(info) = sfd.read_signal().context("reading signalfd")? {

@@ -17,8 +17,8 @@ pub struct AttachmentStatus {
     pub program: String,
     /// Attach type.
     pub attach_type: String,
-    /// Cgroup directory.
-    pub cgroup: String,
+    /// Cgroup directory, or network namespace file for sk_lookup.
+    pub target: String,
     /// Kernel program id.
     pub program_id: u32,
     /// True when the kernel still has a cgroup link for this program.
@@ -91,7 +91,7 @@ fn instance_status(state: &InstanceState, linked: &BTreeSet<u32>) -> Result<Inst
             .map(|a| AttachmentStatus {
                 program: a.program.clone(),
                 attach_type: a.attach_type.clone(),
-                cgroup: a.cgroup.display().to_string(),
+                target: a.target.display().to_string(),
                 program_id: a.program_id,
                 linked: linked.contains(&a.program_id),
             })
@@ -137,7 +137,7 @@ pub fn render(status: &Status) -> String {
         );
         let _ = writeln!(
             out,
-            "  {:<12} {:<22} {:>6} {:<7} CGROUP",
+            "  {:<12} {:<22} {:>6} {:<7} CGROUP / NETNS",
             "HOOK", "PROGRAM", "ID", "LINKED"
         );
         for a in &inst.attachments {
@@ -148,7 +148,7 @@ pub fn render(status: &Status) -> String {
                 a.program,
                 a.program_id,
                 if a.linked { "yes" } else { "NO" },
-                a.cgroup
+                a.target
             );
         }
         let _ = writeln!(out, "  counters:");

@@ -127,7 +127,7 @@ fn exec_runs_in_the_attached_cgroup_and_status_reports_attachments() {
         .map(|a| {
             (
                 a["attach_type"].as_str().unwrap_or_default(),
-                a["cgroup"].as_str().unwrap_or_default(),
+                a["target"].as_str().unwrap_or_default(),
                 a["linked"].as_bool().unwrap_or(false),
             )
         })

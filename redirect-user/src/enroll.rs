@@ -1,0 +1,228 @@
+//! Inbound enrollment of a network namespace: policy maps, its addresses, and sk_lookup.
+use std::{fs::File, net::IpAddr, path::Path};
+
+use aya::{
+    maps::{HashMap, MapData},
+    programs::SkLookup,
+    Pod,
+};
+use redirect_common::{
+    map_names, prog_names, AddrKey, InboundPolicy, PortKey, AF_INET, AF_INET6, INBOUND_ALL_PORTS,
+    INBOUND_NO_LISTENER_PASSTHROUGH, PORT_EXCLUDED, PORT_INCLUDED,
+};
+use serde::Serialize;
+
+use crate::{
+    datapath::{program, Datapath},
+    error::{Error, Result},
+    inbound::{InboundPorts, InboundSpec, NoListener},
+    netns,
+};
+
+/// A namespace whose inbound connections are steered.
+#[derive(Debug, Clone, Serialize)]
+pub struct Enrolled {
+    /// What was asked.
+    pub spec: InboundSpec,
+    /// Its netns cookie.
+    pub cookie: u64,
+    /// Its own addresses, as last synchronised into `POD_ADDRS`.
+    pub addrs: Vec<IpAddr>,
+}
+
+fn map_error(op: &'static str, name: &'static str) -> impl FnOnce(aya::maps::MapError) -> Error {
+    move |source| Error::Map {
+        op,
+        name: name.to_owned(),
+        source: Box::new(source),
+    }
+}
+
+fn hash<'a, K: Pod, V: Pod>(
+    dp: &'a mut Datapath,
+    name: &'static str,
+) -> Result<HashMap<&'a mut MapData, K, V>> {
+    let map = dp
+        .ebpf
+        .map_mut(name)
+        .ok_or(Error::Missing { kind: "map", name })?;
+    HashMap::try_from(map).map_err(map_error("opening", name))
+}
+
+fn addr_key(ip: IpAddr) -> AddrKey {
+    let (addr, family) = match ip {
+        IpAddr::V4(v4) => ([u32::from_ne_bytes(v4.octets()), 0, 0, 0], AF_INET),
+        IpAddr::V6(v6) => {
+            let o = v6.octets();
+            let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+            ([word(0), word(4), word(8), word(12)], AF_INET6)
+        }
+    };
+    AddrKey {
+        addr,
+        family,
+        _pad: [0; 6],
+    }
+}
+
+/// The map value for a spec.
+pub fn policy_of(spec: &InboundSpec) -> InboundPolicy {
+    let mut flags = 0;
+    if spec.ports == InboundPorts::All {
+        flags |= INBOUND_ALL_PORTS;
+    }
+    if spec.no_listener == NoListener::Passthrough {
+        flags |= INBOUND_NO_LISTENER_PASSTHROUGH;
+    }
+    InboundPolicy {
+        inbound_port: spec.inbound_port,
+        tunnel_port: spec.tunnel_port,
+        flags,
+        _pad: 0,
+    }
+}
+
+impl Datapath {
+    /// Enrolls `spec`'s namespace: policy, port rules and addresses first, then sk_lookup.
+    pub(crate) fn enroll(&mut self, spec: &InboundSpec) -> Result<()> {
+        if spec.ports == InboundPorts::None {
+            tracing::info!(netns = %spec.netns.display(), "inbound capture disabled (empty -b)");
+            return Ok(());
+        }
+        let cookie = netns::cookie(&spec.netns)?;
+        let addrs = netns::addresses(&spec.netns)?;
+        hash::<u64, InboundPolicy>(self, map_names::NETNS_INBOUND)?
+            .insert(cookie, policy_of(spec), 0)
+            .map_err(map_error("writing", map_names::NETNS_INBOUND))?;
+        {
+            let mut ports = hash::<PortKey, u8>(self, map_names::INBOUND_PORTS)?;
+            let mut put = |port: u16, rule: u8| {
+                ports
+                    .insert(
+                        PortKey {
+                            netns: cookie,
+                            port,
+                            _pad: [0; 6],
+                        },
+                        rule,
+                        0,
+                    )
+                    .map_err(map_error("writing", map_names::INBOUND_PORTS))
+            };
+            if let InboundPorts::List(list) = &spec.ports {
+                for p in list {
+                    put(*p, PORT_INCLUDED)?;
+                }
+            }
+            for p in &spec.exclude {
+                put(*p, PORT_EXCLUDED)?;
+            }
+        }
+        self.sync_addresses(&spec.netns, cookie, &[], &addrs)?;
+
+        let name = prog_names::SK_LOOKUP;
+        let prog: &mut SkLookup = program(&mut self.ebpf, name)?;
+        if prog.info().is_err() {
+            prog.load().map_err(|source| Error::Verify {
+                name,
+                source: Box::new(source),
+            })?;
+        }
+        let file = File::open(&spec.netns)
+            .map_err(|e| Error::io("opening network namespace", &spec.netns, e))?;
+        let id = prog.attach(file).map_err(|source| Error::Attach {
+            action: "attaching",
+            name,
+            cgroup: spec.netns.clone(),
+            source: Box::new(source),
+        })?;
+        self.sk_lookup.push(id);
+        self.record(name, "sk_lookup", &spec.netns);
+        tracing::info!(netns = %spec.netns.display(), cookie, addrs = ?addrs, "inbound capture enrolled");
+        self.ebpf_enrolled.push(Enrolled {
+            spec: spec.clone(),
+            cookie,
+            addrs,
+        });
+        Ok(())
+    }
+
+    fn sync_addresses(
+        &mut self,
+        netns: &Path,
+        cookie: u64,
+        old: &[IpAddr],
+        new: &[IpAddr],
+    ) -> Result<()> {
+        let mut map = hash::<AddrKey, u64>(self, map_names::POD_ADDRS)?;
+        for ip in old.iter().filter(|ip| !new.contains(ip)) {
+            let key = addr_key(*ip);
+            if map.get(&key, 0).is_ok_and(|owner| owner == cookie) {
+                let _ = map.remove(&key);
+            }
+        }
+        for ip in new.iter().filter(|ip| !old.contains(ip)) {
+            let key = addr_key(*ip);
+            if map.get(&key, 0).is_ok_and(|owner| owner != cookie) {
+                return Err(Error::AddressConflict {
+                    addr: *ip,
+                    netns: netns.to_path_buf(),
+                });
+            }
+            map.insert(key, cookie, 0)
+                .map_err(map_error("writing", map_names::POD_ADDRS))?;
+        }
+        Ok(())
+    }
+
+    /// Re-reads every enrolled namespace's addresses and updates `POD_ADDRS` (addresses may
+    /// be added after enrollment, e.g. by a CNI). Returns how many namespaces changed.
+    pub fn refresh_addresses(&mut self) -> Result<usize> {
+        let mut changed = 0;
+        for i in 0..self.ebpf_enrolled.len() {
+            let (path, cookie, old) = {
+                let e = &self.ebpf_enrolled[i];
+                (e.spec.netns.clone(), e.cookie, e.addrs.clone())
+            };
+            let new = netns::addresses(&path)?;
+            if new != old {
+                self.sync_addresses(&path, cookie, &old, &new)?;
+                tracing::info!(netns = %path.display(), addrs = ?new, "pod addresses changed");
+                self.ebpf_enrolled[i].addrs = new;
+                changed += 1;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Enrolled namespaces.
+    pub fn enrolled(&self) -> &[Enrolled] {
+        &self.ebpf_enrolled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_flags() {
+        let spec: InboundSpec = "p:no-listener=passthrough".parse().expect("spec");
+        let p = policy_of(&spec);
+        assert_eq!(p.flags, INBOUND_ALL_PORTS | INBOUND_NO_LISTENER_PASSTHROUGH);
+        assert_eq!((p.inbound_port, p.tunnel_port), (15006, 15008));
+        let list: InboundSpec = "p:b=80".parse().expect("spec");
+        assert_eq!(policy_of(&list).flags, 0);
+    }
+
+    #[test]
+    fn address_keys_are_network_order() {
+        let k = addr_key("198.18.0.1".parse().expect("ip"));
+        assert_eq!(k.addr[0].to_ne_bytes(), [198, 18, 0, 1]);
+        assert_eq!(k.family, AF_INET);
+        let k = addr_key("2001:db8::1".parse().expect("ip"));
+        assert_eq!(k.addr[0].to_ne_bytes(), [0x20, 0x01, 0x0d, 0xb8]);
+        assert_eq!(k.addr[3].to_ne_bytes(), [0, 0, 0, 1]);
+        assert_eq!(k.family, AF_INET6);
+    }
+}
