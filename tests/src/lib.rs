@@ -7,7 +7,7 @@ pub mod procs;
 pub mod server;
 
 pub use env::{bin_path, privileged_or_skip, unique_name};
-pub use netns::{Cgroup, Netns, Topology};
+pub use netns::{Cgroup, HostLink, Netns, Topology};
 pub use procs::{
     attached_program_ids, client, program_loaded, spawn_client, Attach, Child, ClientOpts, Proxy,
 };

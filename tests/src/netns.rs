@@ -182,3 +182,67 @@ impl Default for Topology {
         Self::new()
     }
 }
+
+/// A veth between the host (root namespace) and a pod, so the host itself can be a client.
+/// The host end is deleted on drop (and with the pod's namespace in any case).
+#[derive(Debug)]
+pub struct HostLink {
+    name: String,
+}
+
+impl HostLink {
+    /// Links `pod` to the host: host end `host_ip/30`, pod end `eth1` with `pod_ip/30`.
+    pub fn new(pod: &Netns, host_ip: &str, pod_ip: &str) -> Self {
+        let name = unique_name("rth");
+        ip(&[
+            "link",
+            "add",
+            &name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth1",
+            "netns",
+            pod.name(),
+        ]);
+        let link = Self { name };
+        ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &link.name]);
+        ip(&[
+            "-n",
+            pod.name(),
+            "addr",
+            "add",
+            &format!("{pod_ip}/30"),
+            "dev",
+            "eth1",
+        ]);
+        ip(&["link", "set", &link.name, "up"]);
+        ip(&["-n", pod.name(), "link", "set", "eth1", "up"]);
+        link
+    }
+}
+
+impl Drop for HostLink {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.name])
+            .status();
+    }
+}
+
+/// Connects from the test process itself (the host's namespace) and reads one reply line,
+/// in the probe client's JSON shape.
+pub fn host_client(dst: &str) -> serde_json::Value {
+    use std::io::{BufRead as _, Write as _};
+    let result = (|| -> std::io::Result<serde_json::Value> {
+        let addr = dst.parse().map_err(std::io::Error::other)?;
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(b"hi\n")?;
+        let mut reply = String::new();
+        std::io::BufReader::new(&s).read_line(&mut reply)?;
+        Ok(serde_json::json!({"ok": true, "reply": reply.trim_end()}))
+    })();
+    result.unwrap_or_else(|e| serde_json::json!({"ok": false, "error": e.to_string()}))
+}

@@ -234,7 +234,11 @@ impl Proxy {
         ])
         .arg(bin_path("redirect-proxy"))
         .args(["--log-format", "json"])
-        .args(extra);
+        .args(extra)
+        .env(
+            "RUST_LOG",
+            std::env::var("REDIRECT_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+        );
         let mut child = Child::spawn(cmd);
         child.wait_line("proxy listening", Duration::from_secs(10), |l| {
             l.contains("\"kind\":\"ready\"")
