@@ -21,7 +21,12 @@ pub mod map_names {
     pub const POD_ADDRS: &str = "POD_ADDRS";
     /// `SockHash<ListenerKey>`: (netns cookie, family) -> the proxy's inbound listener.
     pub const LISTENERS: &str = "LISTENERS";
+    /// `LpmTrie<u32, u8>`: outbound IPv4 destinations never captured (istio-iptables -x).
+    pub const EXCLUDE_V4: &str = "EXCLUDE_V4";
 }
+
+/// Maximum entries of [`map_names::EXCLUDE_V4`].
+pub const EXCLUDE_MAX_ENTRIES: u32 = 65_536;
 
 /// [`map_names::INBOUND_PORTS`] value: the port is in the `-d` list (never captured).
 pub const PORT_EXCLUDED: u8 = 1;
@@ -205,11 +210,13 @@ pub enum Counter {
     InboundPassthroughSource = 12,
     /// Connection from inside the pod to its own address: left to the outbound rules.
     InboundLocal = 13,
+    /// connect4 left it alone: the destination is in an excluded CIDR (`-x`).
+    ExcludedCidr = 14,
 }
 
 impl Counter {
     /// Every counter, in slot order.
-    pub const ALL: [Counter; 14] = [
+    pub const ALL: [Counter; 15] = [
         Counter::Redirected,
         Counter::BypassUid,
         Counter::BypassGid,
@@ -224,6 +231,7 @@ impl Counter {
         Counter::InboundNoListener,
         Counter::InboundPassthroughSource,
         Counter::InboundLocal,
+        Counter::ExcludedCidr,
     ];
     /// Number of slots.
     pub const COUNT: u32 = Self::ALL.len() as u32;
@@ -245,6 +253,7 @@ impl Counter {
             Counter::InboundNoListener => "inbound_no_listener",
             Counter::InboundPassthroughSource => "inbound_passthrough_source",
             Counter::InboundLocal => "inbound_local",
+            Counter::ExcludedCidr => "excluded_cidr",
         }
     }
 }

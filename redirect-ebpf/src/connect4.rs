@@ -8,7 +8,7 @@ use aya_ebpf::{
 use aya_log_ebpf::{debug, warn};
 use redirect_common::{Counter, OrigDst, AF_INET};
 
-use crate::maps::{config, count, PENDING};
+use crate::maps::{config, count, excluded_v4, PENDING};
 
 const IPPROTO_TCP: u32 = 6;
 /// 127.0.0.1 as `user_ip4` holds it (network byte order read as a little-endian u32).
@@ -42,6 +42,9 @@ fn try_connect4(ctx: &SockAddrContext) -> Counter {
     }
     if (uid_gid >> 32) as u32 == cfg.proxy_gid {
         return Counter::BypassGid;
+    }
+    if excluded_v4(dst_ip) {
+        return Counter::ExcludedCidr;
     }
 
     // SAFETY: bpf_get_socket_cookie accepts a sock_addr context.

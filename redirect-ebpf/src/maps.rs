@@ -1,11 +1,12 @@
 //! Maps shared by the hooks, and the per-CPU decision counters.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, SockHash},
+    maps::{lpm_trie::Key, Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, SockHash},
 };
 use redirect_common::{
     AddrKey, Config, ConnKey, Counter, InboundPolicy, ListenerKey, OrigDst, PortKey, Tracked,
-    INBOUND_MAX_ENTRIES, MAX_NAMESPACES, PENDING_MAX_ENTRIES, TRACKED_MAX_ENTRIES,
+    EXCLUDE_MAX_ENTRIES, INBOUND_MAX_ENTRIES, MAX_NAMESPACES, PENDING_MAX_ENTRIES,
+    TRACKED_MAX_ENTRIES,
 };
 
 /// The capture policy (one entry), written by user space before attaching.
@@ -47,6 +48,16 @@ pub static POD_ADDRS: HashMap<AddrKey, u64> = HashMap::with_max_entries(MAX_NAME
 /// (netns cookie, family) -> the proxy's inbound listener, filled by sock_ops TCP_LISTEN_CB.
 #[map(name = "LISTENERS")]
 pub static LISTENERS: SockHash<ListenerKey> = SockHash::with_max_entries(MAX_NAMESPACES * 2, 0);
+
+/// Outbound IPv4 destinations never captured (istio-iptables -x), longest-prefix match.
+#[map(name = "EXCLUDE_V4")]
+pub static EXCLUDE_V4: LpmTrie<u32, u8> = LpmTrie::with_max_entries(EXCLUDE_MAX_ENTRIES, 0);
+
+/// True when the network-order IPv4 address is in an excluded CIDR.
+#[inline(always)]
+pub fn excluded_v4(addr: u32) -> bool {
+    EXCLUDE_V4.get(Key::new(32, addr)).is_some()
+}
 
 /// Reads the policy; `None` only if user space never wrote it (the loader always does).
 #[inline(always)]

@@ -11,6 +11,8 @@ pub enum Format {
     Text,
     /// One JSON object per line.
     Json,
+    /// No access log (Istio's default); metrics still count every connection.
+    Off,
 }
 
 /// One finished connection.
@@ -69,6 +71,7 @@ impl Record {
     /// The line as written to stdout.
     pub fn line(&self, format: Format) -> String {
         match format {
+            Format::Off => String::new(),
             Format::Json => serde_json::to_string(self).unwrap_or_default(),
             Format::Text => format!(
                 "[{}] {} {} {} {} {} {} {}ms {} {}",

@@ -146,5 +146,7 @@ async fn handle(
         }
     }
     record.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    println!("{}", record.line(shared.log_format));
+    if shared.log_format != crate::access_log::Format::Off {
+        println!("{}", record.line(shared.log_format));
+    }
 }

@@ -25,6 +25,8 @@ enum LogFormat {
     Text,
     /// One JSON object per line (`"kind":"access"`).
     Json,
+    /// No access log (Istio's default); the ready line is still printed.
+    Off,
 }
 
 /// A small sidecar proxy with Istio's virtualOutbound/virtualInbound behaviour.
@@ -91,10 +93,25 @@ struct Args {
     /// Access log format (stdout); diagnostics go to stderr.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Static listener LISTEN=UPSTREAM: everything accepted on LISTEN goes to UPSTREAM (cluster
+    /// `outbound|<port>||static`), for clients that dial the proxy explicitly. Repeatable.
+    #[arg(long = "static", value_name = "LISTEN=UPSTREAM", value_parser = parse_static)]
+    statics: Vec<(SocketAddr, SocketAddr)>,
     /// Allow running as root. As root, the proxy's own connections are captured again unless
     /// root is the configured proxy uid, which is almost always a mistake.
     #[arg(long)]
     allow_root: bool,
+}
+
+fn parse_static(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
+    let (l, u) = s
+        .split_once('=')
+        .ok_or_else(|| format!("'{s}' is not LISTEN=UPSTREAM"))?;
+    let parse = |v: &str| {
+        v.parse::<SocketAddr>()
+            .map_err(|_| format!("'{v}' is not an address like 127.0.0.1:15010"))
+    };
+    Ok((parse(l)?, parse(u)?))
 }
 
 fn parse_policy(s: &str) -> Result<OutboundTrafficPolicy, String> {
@@ -157,11 +174,16 @@ fn run(args: Args) -> anyhow::Result<()> {
             ),
             (bind("--admin", args.admin).await?, Role::Admin),
         ];
-        let shared = Arc::new(Shared::new(
+        let mut statics = Vec::new();
+        for (listen, upstream) in &args.statics {
+            statics.push((bind("--static", *listen).await?, *upstream));
+        }
+        let mut shared = Shared::new(
             registry,
             match args.log_format {
                 LogFormat::Text => Format::Text,
                 LogFormat::Json => Format::Json,
+                LogFormat::Off => Format::Off,
             },
             Duration::from_millis(args.connect_timeout_ms),
             args.inbound_source,
@@ -169,7 +191,17 @@ fn run(args: Args) -> anyhow::Result<()> {
             1 + usize::from(inbound_l.is_some()),
             args.app_metrics.clone(),
             args.bpf_metrics_file.clone(),
-        ));
+        );
+        shared.statics = args.statics.clone();
+        let shared = Arc::new(shared);
+        for (l, _) in statics {
+            tokio::spawn(listener::serve(
+                l,
+                Arc::clone(&shared),
+                Direction::Outbound,
+                outbound::route_static,
+            ));
+        }
         for (l, role) in admins {
             tokio::spawn(admin::serve(l, Arc::clone(&shared), role));
         }
@@ -200,7 +232,8 @@ fn run(args: Args) -> anyhow::Result<()> {
                 Format::Json =>
                     serde_json::json!({"kind": "ready", "outbound": args.outbound.to_string()})
                         .to_string(),
-                Format::Text => format!("redirect-proxy ready: outbound {}", args.outbound),
+                Format::Text | Format::Off =>
+                    format!("redirect-proxy ready: outbound {}", args.outbound),
             }
         );
         shutdown().await;

@@ -39,3 +39,34 @@ pub fn route(stream: &TcpStream, local: SocketAddr, shared: &Shared) -> Result<R
         source: None,
     })
 }
+
+/// Routes a connection on a static listener (`--static LISTEN=UPSTREAM`): an explicitly dialled
+/// proxy address with a fixed upstream, as an Envoy static listener + cluster.
+pub fn route_static(
+    stream: &TcpStream,
+    local: SocketAddr,
+    shared: &Shared,
+) -> Result<Route, NoRoute> {
+    let upstream = shared
+        .statics
+        .iter()
+        .find(|(listen, _)| {
+            *listen == local || (listen.port() == local.port() && listen.ip().is_unspecified())
+        })
+        .map(|(_, up)| *up)
+        .ok_or_else(|| NoRoute {
+            orig_dst: None,
+            reason: format!("no static route for {local}"),
+        })?;
+    let _ = stream;
+    Ok(Route {
+        orig_dst: crate::OrigDstAddr(upstream),
+        cluster: Cluster::Outbound {
+            port: upstream.port(),
+            name: "static".into(),
+            upstream,
+        },
+        upstream: Some(upstream),
+        source: None,
+    })
+}

@@ -34,6 +34,8 @@ pub struct Shared {
     pub app_metrics: Option<String>,
     /// Prometheus text file written by `redirect attach --metrics-file`, merged into 15020.
     pub bpf_metrics_file: Option<PathBuf>,
+    /// Static listeners (`--static LISTEN=UPSTREAM`): listener address -> upstream.
+    pub statics: Vec<(std::net::SocketAddr, std::net::SocketAddr)>,
     drain_tx: watch::Sender<bool>,
 }
 
@@ -62,6 +64,7 @@ impl Shared {
             listeners_expected,
             app_metrics,
             bpf_metrics_file,
+            statics: Vec::new(),
             drain_tx: watch::channel(false).0,
         }
     }

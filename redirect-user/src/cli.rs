@@ -68,6 +68,13 @@ pub enum Command {
         /// listening after enrollment (it is found when it calls listen()).
         #[arg(long, value_name = "SPEC", value_parser = parse_inbound)]
         inbound: Vec<redirect_user::inbound::InboundSpec>,
+        /// Outbound IPv4 destinations never captured (istio-iptables -x), comma-separated
+        /// CIDRs; repeatable.
+        #[arg(long, value_name = "CIDRS", value_delimiter = ',', value_parser = parse_cidr)]
+        exclude_cidr: Vec<ipnet::Ipv4Net>,
+        /// File with one excluded CIDR per line (# comments allowed), for long lists.
+        #[arg(long, value_name = "FILE")]
+        exclude_cidr_file: Option<PathBuf>,
     },
     /// Run a command inside a captured cgroup (moves itself there, then execs CMD).
     ///
@@ -102,6 +109,15 @@ pub fn parse_port(s: &str) -> Result<u16, String> {
             "port {n} is above 65535: use a number from 1 to 65535, e.g. 15001"
         )),
     }
+}
+
+/// Parses an IPv4 CIDR (a bare address is a /32).
+pub fn parse_cidr(s: &str) -> Result<ipnet::Ipv4Net, String> {
+    let s = s.trim();
+    s.parse::<ipnet::Ipv4Net>()
+        .or_else(|_| s.parse::<std::net::Ipv4Addr>().map(ipnet::Ipv4Net::from))
+        .map(|n| n.trunc())
+        .map_err(|_| format!("'{s}' is not an IPv4 CIDR such as 10.96.0.0/12"))
 }
 
 /// Parses an `--inbound` spec.
@@ -161,6 +177,25 @@ mod tests {
         assert_eq!(parse_bpf_log("off"), Ok(0));
         assert_eq!(parse_bpf_log("DEBUG"), Ok(4));
         assert!(parse_bpf_log("loud").is_err());
+    }
+
+    #[test]
+    fn cidrs() {
+        assert_eq!(
+            parse_cidr("10.96.0.0/12").map(|n| n.to_string()),
+            Ok("10.96.0.0/12".into())
+        );
+        assert_eq!(
+            parse_cidr("10.1.2.3").map(|n| n.to_string()),
+            Ok("10.1.2.3/32".into())
+        );
+        assert_eq!(
+            parse_cidr("10.1.2.3/8").map(|n| n.to_string()),
+            Ok("10.0.0.0/8".into())
+        );
+        assert!(parse_cidr("10.0.0.0/33")
+            .unwrap_err()
+            .contains("10.0.0.0/33"));
     }
 
     #[test]

@@ -5,7 +5,10 @@ use std::{
 };
 
 use aya::{
-    maps::{Array, MapData},
+    maps::{
+        lpm_trie::{Key as LpmKey, LpmTrie},
+        Array, MapData,
+    },
     programs::{
         cgroup_sock_addr::CgroupSockAddrLinkId, cgroup_sockopt::CgroupSockoptLinkId,
         sk_lookup::SkLookupLinkId, sock_ops::SockOpsLinkId, CgroupAttachMode, CgroupSockAddr,
@@ -44,6 +47,9 @@ pub struct AttachOptions {
     /// Network namespaces whose inbound connections are steered to their proxy.
     #[serde(default)]
     pub inbound: Vec<InboundSpec>,
+    /// Outbound IPv4 destinations never captured (istio-iptables -x).
+    #[serde(default)]
+    pub exclude_cidrs: Vec<ipnet::Ipv4Net>,
 }
 
 /// One program attached at one cgroup or network namespace.
@@ -169,6 +175,30 @@ impl Datapath {
             name: map_names::CONFIG.into(),
             source: Box::new(source),
         })?;
+
+        {
+            let map = ebpf.map_mut(map_names::EXCLUDE_V4).ok_or(Error::Missing {
+                kind: "map",
+                name: map_names::EXCLUDE_V4,
+            })?;
+            let mut trie: LpmTrie<&mut MapData, u32, u8> =
+                LpmTrie::try_from(map).map_err(|source| Error::Map {
+                    op: "opening",
+                    name: map_names::EXCLUDE_V4.into(),
+                    source: Box::new(source),
+                })?;
+            for net in &options.exclude_cidrs {
+                let key = LpmKey::new(
+                    u32::from(net.prefix_len()),
+                    u32::from_ne_bytes(net.network().octets()),
+                );
+                trie.insert(&key, 1, 0).map_err(|source| Error::Map {
+                    op: "writing an excluded CIDR",
+                    name: net.to_string(),
+                    source: Box::new(source),
+                })?;
+            }
+        }
 
         let mut dp = Self {
             ebpf,

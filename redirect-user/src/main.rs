@@ -46,6 +46,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             bpf_log,
             metrics_file,
             inbound,
+            exclude_cidr,
+            exclude_cidr_file,
         } => attach(
             AttachOptions {
                 cgroup,
@@ -55,6 +57,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 outbound_port,
                 bpf_log_level: bpf_log,
                 inbound,
+                exclude_cidrs: with_cidr_file(exclude_cidr, exclude_cidr_file.as_deref())?,
             },
             metrics_file.as_deref(),
         ),
@@ -131,6 +134,25 @@ fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Result
     }
     tracing::info!("detached; nothing of this instance stays attached");
     Ok(())
+}
+
+/// Adds the CIDRs listed in `file` (one per line, `#` comments) to `cidrs`.
+fn with_cidr_file(
+    mut cidrs: Vec<ipnet::Ipv4Net>,
+    file: Option<&Path>,
+) -> anyhow::Result<Vec<ipnet::Ipv4Net>> {
+    let Some(file) = file else { return Ok(cidrs) };
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    for (no, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if !line.is_empty() {
+            let net = cli::parse_cidr(line)
+                .map_err(|e| anyhow::anyhow!("{}:{}: {e}", file.display(), no + 1))?;
+            cidrs.push(net);
+        }
+    }
+    Ok(cidrs)
 }
 
 /// Forwards BPF log records until one of `signals` arrives; returns it.

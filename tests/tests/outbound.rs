@@ -17,11 +17,15 @@ struct Pod {
 
 impl Pod {
     fn new(port: u16, tag: &str) -> Self {
+        Self::with_attach_args(port, tag, &[])
+    }
+
+    fn with_attach_args(port: u16, tag: &str, attach_args: &[&str]) -> Self {
         let topo = Topology::new();
         let cgroup = Cgroup::new("rto");
         let server = EchoServer::start(&topo.server, &format!("{}:{port}", topo.server_ip), tag);
         let proxy = Proxy::start_in(&topo.pod, Some(cgroup.path()));
-        let attach = Attach::start(cgroup.path(), &[]);
+        let attach = Attach::start(cgroup.path(), attach_args);
         Self {
             topo,
             cgroup,
@@ -267,4 +271,45 @@ fn ten_thousand_short_connections_leave_the_maps_empty() {
         (0, 0),
         "(tracked, pending) entries left after 10,000 connections"
     );
+}
+
+#[test]
+fn excluded_cidrs_are_not_captured() {
+    if !privileged_or_skip("excluded_cidrs_are_not_captured") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(redirect_tests::unique_name("rtx-cidrs-"));
+    std::fs::write(
+        &dir,
+        "# istio -x, long form\n203.0.113.0/24\n198.18.0.2/32\n",
+    )
+    .expect("write cidr file");
+    let pod = Pod::with_attach_args(
+        7006,
+        "srv",
+        &[
+            "--exclude-cidr",
+            "192.0.2.0/24,100.64.0.0/10",
+            "--exclude-cidr-file",
+            dir.to_str().expect("utf8"),
+        ],
+    );
+    let r = client(&pod.dst(), "excluded", &pod.opts());
+    assert_eq!(
+        r["peer"], "198.18.0.2:7006",
+        "an excluded destination connects directly: {r}"
+    );
+    assert_eq!(pod.attach.counter("excluded_cidr"), 1);
+    assert_eq!(pod.attach.counter("redirected"), 0);
+    let _ = std::fs::remove_file(dir);
+
+    // Non-matching exclusions change nothing.
+    let other = Pod::with_attach_args(
+        7007,
+        "srv",
+        &["--exclude-cidr", "198.18.0.3/32,198.19.0.0/16"],
+    );
+    let r = client(&other.dst(), "captured", &other.opts());
+    assert_eq!(r["peer"], "127.0.0.1:15001", "{r}");
+    assert_eq!(other.attach.counter("excluded_cidr"), 0);
 }

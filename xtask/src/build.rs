@@ -86,5 +86,24 @@ pub fn test(extra: &[String]) -> anyhow::Result<()> {
     cmd.args(["test", "--workspace", "--exclude", "redirect-ebpf"])
         .env("REDIRECT_EBPF_OBJECT", util::ebpf_object())
         .args(extra);
-    run(&mut cmd)
+    run(&mut cmd)?;
+    bench_smoke()
+}
+
+/// Runs the benchmark harness with tiny counts and checks its report (never its timings).
+fn bench_smoke() -> anyhow::Result<()> {
+    if !util::is_root() {
+        anyhow::ensure!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "bench smoke test cannot run in CI: not root"
+        );
+        eprintln!("SKIPPED bench smoke test: not root");
+        return Ok(());
+    }
+    let out = util::workspace_root().join("target/bench-smoke");
+    let _ = std::fs::remove_dir_all(&out);
+    crate::bench::run(crate::bench::Size::Tiny, &out).context("bench smoke test")?;
+    let samples = crate::bench::check(&out)?;
+    println!("bench smoke: {samples} samples from every mode and workload; report.json parses");
+    Ok(())
 }

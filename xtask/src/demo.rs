@@ -57,7 +57,8 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
     util::run(Command::new("ip").args(args))
 }
 
-fn cgroup2_root() -> anyhow::Result<PathBuf> {
+/// The cgroup v2 mount point, from /proc/self/mountinfo.
+pub fn cgroup2_root() -> anyhow::Result<PathBuf> {
     let text =
         std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
     text.lines()

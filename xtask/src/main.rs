@@ -1,4 +1,5 @@
 //! xtask: setup, build-ebpf, lint, test and run; the only place that shells out to cargo/rustup/apt.
+mod bench;
 mod build;
 mod demo;
 mod setup;
@@ -31,6 +32,18 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Benchmark direct, explicit proxy, eBPF and Istio's iptables (legacy, nft) side by side.
+    Bench {
+        /// Short run (under two minutes).
+        #[arg(long)]
+        quick: bool,
+        /// Seconds-long run that only keeps the harness working (used by `test`).
+        #[arg(long, hide = true)]
+        tiny: bool,
+        /// Where report.md, report.json and the SVG charts go.
+        #[arg(long, default_value = "target/bench")]
+        out: std::path::PathBuf,
+    },
     /// Build everything and show one real redirected request, then wait for Ctrl-C.
     Run {
         /// Exit after the demo request instead of waiting for Ctrl-C.
@@ -47,6 +60,16 @@ fn main() -> ExitCode {
         Task::Lint => build::lint(),
         Task::Test { args } => build::test(&args),
         Task::Run { once } => demo::run(once),
+        Task::Bench { quick, tiny, out } => {
+            let size = if tiny {
+                bench::Size::Tiny
+            } else if quick {
+                bench::Size::Quick
+            } else {
+                bench::Size::Full
+            };
+            bench::run(size, &out)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

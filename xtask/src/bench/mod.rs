@@ -1,0 +1,741 @@
+//! `cargo xtask bench`: direct, explicit proxy, eBPF and Istio's iptables (legacy and nft), side
+//! by side in one process tree, interleaved rounds, reported as medians and per-round ratios.
+mod report;
+mod scene;
+mod stats;
+
+use std::{
+    collections::BTreeMap,
+    io::Write as _,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{bail, Context as _};
+use nix::sys::signal::{SigSet, Signal};
+use scene::{Cg, Mode, Ns, Proc};
+use serde_json::Value;
+use stats::Sample;
+
+use crate::{build, demo, setup, util};
+
+/// How big a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Size {
+    /// The published run (BENCHMARKS.md).
+    Full,
+    /// Under two minutes.
+    Quick,
+    /// Seconds; keeps the harness working in `cargo xtask test`.
+    Tiny,
+}
+
+struct Params {
+    rounds: usize,
+    duration_ms: u64,
+    concurrency: usize,
+    bulk_mib: u64,
+    rule_counts: Vec<usize>,
+}
+
+impl Params {
+    fn of(size: Size) -> Self {
+        match size {
+            Size::Full => Self {
+                rounds: 7,
+                duration_ms: 2000,
+                concurrency: 16,
+                bulk_mib: 512,
+                rule_counts: vec![0, 100, 1000, 10_000],
+            },
+            Size::Quick => Self {
+                rounds: 5,
+                duration_ms: 400,
+                concurrency: 16,
+                bulk_mib: 64,
+                rule_counts: vec![0, 100, 1000, 10_000],
+            },
+            Size::Tiny => Self {
+                rounds: 5,
+                duration_ms: 60,
+                concurrency: 4,
+                bulk_mib: 2,
+                rule_counts: vec![0, 100],
+            },
+        }
+    }
+}
+
+/// One pod namespace set up for one mode.
+struct Pod {
+    mode: Mode,
+    ns: Ns,
+    target: SocketAddr,
+    proxy: Option<Proc>,
+    cgroup: Option<Cg>,
+    attach: Option<Proc>,
+}
+
+struct Bench {
+    bin: PathBuf,
+    golden: String,
+    state_dir: PathBuf,
+    cg_root: PathBuf,
+    id: u32,
+    app: Ns,
+    app_server: Proc,
+    pods: Vec<Pod>,
+    samples: Vec<Sample>,
+    scratch: PathBuf,
+}
+
+/// Set by the signal thread on SIGINT/SIGTERM/SIGHUP; the run stops at the next sample and
+/// its guards remove every namespace, cgroup and process.
+static ABORT: AtomicBool = AtomicBool::new(false);
+
+fn progress(msg: &str) -> anyhow::Result<()> {
+    if ABORT.load(Ordering::SeqCst) {
+        bail!("interrupted; cleaning up");
+    }
+    eprint!("\r\x1b[2K[bench] {msg}");
+    let _ = std::io::stderr().flush();
+    Ok(())
+}
+
+fn watch_signals() -> anyhow::Result<()> {
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(s);
+    }
+    // Blocked here and in every thread spawned later; children get a clean mask from std.
+    set.thread_block().context("blocking signals")?;
+    std::thread::spawn(move || {
+        if set.wait().is_ok() {
+            ABORT.store(true, Ordering::SeqCst);
+            eprintln!("\n[bench] signal received: stopping after the current sample");
+        }
+    });
+    Ok(())
+}
+
+impl Bench {
+    fn proxy(&self, ns: &Ns, extra: &[String]) -> anyhow::Result<Proc> {
+        let mut cmd = Command::new("ip");
+        cmd.args([
+            "netns",
+            "exec",
+            &ns.0,
+            "setpriv",
+            "--reuid",
+            "1337",
+            "--regid",
+            "1337",
+            "--clear-groups",
+        ])
+        .arg(self.bin.join("redirect-proxy"))
+        .args(["--log-format", "off", "--no-inbound"])
+        .args(extra)
+        .env("RUST_LOG", "warn");
+        Proc::spawn("redirect-proxy", &mut cmd, "ready")
+    }
+
+    fn attach(&self, cgroup: &Path, exclusions: usize) -> anyhow::Result<Proc> {
+        let mut cmd = Command::new(self.bin.join("redirect"));
+        cmd.arg("attach")
+            .arg("--cgroup")
+            .arg(cgroup)
+            .env("REDIRECT_STATE_DIR", &self.state_dir)
+            .env("RUST_LOG", "warn");
+        if exclusions > 0 {
+            let file = self.scratch.join(format!("exclusions-{exclusions}.txt"));
+            std::fs::write(&file, scene::exclusions(exclusions).join("\n"))?;
+            cmd.arg("--exclude-cidr-file").arg(file);
+        }
+        Proc::spawn("redirect attach", &mut cmd, "ready")
+    }
+
+    fn client(&self, pod: &Pod, args: &[String]) -> anyhow::Result<Value> {
+        let mut cmd = Command::new(self.bin.join("probe-load"));
+        cmd.arg("--netns").arg(pod.ns.path());
+        if let Some(cg) = &pod.cgroup {
+            cmd.arg("--cgroup").arg(&cg.0);
+        }
+        let out = cmd.args(args).output().context("running probe-load")?;
+        if !out.status.success() {
+            bail!(
+                "probe-load {args:?} ({}): {}",
+                pod.mode.name(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(text.lines().last().unwrap_or_default()).context("probe-load output")
+    }
+
+    fn setup_pod(&mut self, index: u8, mode: Mode) -> anyhow::Result<()> {
+        let ns = Ns::new(format!("rb{index}-{}", self.id))?;
+        let app_addr = scene::link(&ns, &self.app, index)?;
+        let mut pod = Pod {
+            mode,
+            ns,
+            target: app_addr,
+            proxy: None,
+            cgroup: None,
+            attach: None,
+        };
+        match mode {
+            Mode::Direct => {}
+            Mode::Explicit => {
+                pod.proxy = Some(self.proxy(
+                    &pod.ns,
+                    &["--static".into(), format!("127.0.0.1:15010={app_addr}")],
+                )?);
+                pod.target = "127.0.0.1:15010".parse()?;
+            }
+            Mode::Ebpf => {
+                pod.proxy = Some(self.proxy(&pod.ns, &[])?);
+                let cg = Cg::new(&self.cg_root, &format!("rb-{}", self.id))?;
+                pod.attach = Some(self.attach(&cg.0, 0)?);
+                pod.cgroup = Some(cg);
+            }
+            Mode::IptablesLegacy | Mode::IptablesNft => {
+                pod.proxy = Some(self.proxy(&pod.ns, &[])?);
+                let restore = mode.restore().context("restore binary")?;
+                scene::restore(&pod.ns, restore, &scene::sidecar_rules(&self.golden, &[]))?;
+            }
+        }
+        self.pods.push(pod);
+        Ok(())
+    }
+
+    /// Checks every proxied mode really went through its proxy (a broken capture would
+    /// otherwise be measured as a fast "direct").
+    fn verify(&self) -> anyhow::Result<()> {
+        for pod in &self.pods {
+            let r = self.client(
+                pod,
+                &[
+                    "cps".into(),
+                    "--connect".into(),
+                    pod.target.to_string(),
+                    "--duration-ms".into(),
+                    "50".into(),
+                ],
+            )?;
+            if r["connections"].as_u64().unwrap_or(0) == 0 || r["errors"].as_u64().unwrap_or(1) != 0
+            {
+                bail!("{}: warm-up failed: {r}", pod.mode.name());
+            }
+            if pod.proxy.is_some() {
+                let out = Command::new("ip")
+                    .args([
+                        "netns",
+                        "exec",
+                        &pod.ns.0,
+                        "curl",
+                        "-s",
+                        "http://127.0.0.1:15090/stats/prometheus",
+                    ])
+                    .output()?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                let through = text
+                    .lines()
+                    .filter(|l| {
+                        l.starts_with("redirect_proxy_connections_total{direction=\"outbound\"")
+                    })
+                    .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                    .sum::<u64>();
+                if through == 0 {
+                    bail!(
+                        "{}: no connection went through the proxy; capture is not working",
+                        pod.mode.name()
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn cpu_now(&self, pod: &Pod) -> f64 {
+        scene::cpu_ms(self.app_server.pid())
+            + pod.proxy.as_ref().map_or(0.0, |p| scene::cpu_ms(p.pid()))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        workload: &str,
+        variant: &str,
+        mode: Mode,
+        round: usize,
+        value: f64,
+        unit: &str,
+        higher: bool,
+        cpu: Option<f64>,
+    ) {
+        self.samples.push(Sample {
+            workload: workload.into(),
+            variant: variant.into(),
+            mode: mode.name().into(),
+            round,
+            value,
+            unit: unit.into(),
+            higher_is_better: higher,
+            cpu_per_1000: cpu,
+        });
+    }
+
+    fn cps_round(
+        &mut self,
+        workload: &str,
+        variant: &str,
+        modes: &[Mode],
+        round: usize,
+        p: &Params,
+        c: usize,
+    ) -> anyhow::Result<()> {
+        for i in 0..modes.len() {
+            // Rotate the order each round so no mode always runs first.
+            let mode = modes[(i + round) % modes.len()];
+            let pod = self.pods.iter().find(|p| p.mode == mode).context("pod")?;
+            progress(&format!(
+                "{workload} {variant} round {}/{} {}",
+                round + 1,
+                p.rounds,
+                mode.name()
+            ))?;
+            let before = self.cpu_now(pod);
+            let r = self.client(
+                pod,
+                &[
+                    "cps".into(),
+                    "--connect".into(),
+                    pod.target.to_string(),
+                    "--concurrency".into(),
+                    c.to_string(),
+                    "--duration-ms".into(),
+                    p.duration_ms.to_string(),
+                ],
+            )?;
+            let conns = r["connections"].as_f64().unwrap_or(0.0);
+            let cpu = self.cpu_now(pod) - before + r["cpu_ms"].as_f64().unwrap_or(0.0);
+            let per_1000 = (conns > 0.0).then(|| cpu / conns * 1000.0);
+            let rate = r["per_second"].as_f64().unwrap_or(0.0);
+            self.push(
+                workload, variant, mode, round, rate, "conn/s", true, per_1000,
+            );
+        }
+        Ok(())
+    }
+
+    fn keepalive_round(&mut self, round: usize, p: &Params) -> anyhow::Result<()> {
+        for i in 0..Mode::ALL.len() {
+            let mode = Mode::ALL[(i + round) % Mode::ALL.len()];
+            let pod = self.pods.iter().find(|p| p.mode == mode).context("pod")?;
+            progress(&format!(
+                "keepalive round {}/{} {}",
+                round + 1,
+                p.rounds,
+                mode.name()
+            ))?;
+            let r = self.client(
+                pod,
+                &[
+                    "keepalive".into(),
+                    "--connect".into(),
+                    pod.target.to_string(),
+                    "--duration-ms".into(),
+                    p.duration_ms.to_string(),
+                ],
+            )?;
+            self.push(
+                "keepalive-rps",
+                "c=1",
+                mode,
+                round,
+                r["per_second"].as_f64().unwrap_or(0.0),
+                "req/s",
+                true,
+                None,
+            );
+            for q in ["p50", "p90", "p99"] {
+                let v = r[format!("{q}_us")].as_f64().unwrap_or(0.0);
+                self.push(
+                    &format!("keepalive-{q}"),
+                    "c=1",
+                    mode,
+                    round,
+                    v,
+                    "us",
+                    false,
+                    None,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn bulk_round(&mut self, round: usize, p: &Params) -> anyhow::Result<()> {
+        let bytes = p.bulk_mib * 1024 * 1024;
+        for i in 0..Mode::ALL.len() {
+            let mode = Mode::ALL[(i + round) % Mode::ALL.len()];
+            let pod = self.pods.iter().find(|p| p.mode == mode).context("pod")?;
+            progress(&format!(
+                "bulk round {}/{} {}",
+                round + 1,
+                p.rounds,
+                mode.name()
+            ))?;
+            let r = self.client(
+                pod,
+                &[
+                    "bulk".into(),
+                    "--connect".into(),
+                    pod.target.to_string(),
+                    "--bytes".into(),
+                    bytes.to_string(),
+                ],
+            )?;
+            let v = r["mib_per_second"].as_f64().unwrap_or(0.0);
+            self.push(
+                "bulk",
+                &format!("{} MiB", p.bulk_mib),
+                mode,
+                round,
+                v,
+                "MiB/s",
+                true,
+                None,
+            );
+        }
+        Ok(())
+    }
+
+    fn set_rules(&mut self, n: usize) -> anyhow::Result<()> {
+        let golden = self.golden.clone();
+        for i in 0..self.pods.len() {
+            match self.pods[i].mode {
+                Mode::Ebpf => {
+                    self.pods[i].attach = None; // detach the previous instance first
+                    let cg = self.pods[i]
+                        .cgroup
+                        .as_ref()
+                        .map(|c| c.0.clone())
+                        .context("cgroup")?;
+                    self.pods[i].attach = Some(self.attach(&cg, n)?);
+                }
+                m @ (Mode::IptablesLegacy | Mode::IptablesNft) => {
+                    let restore = m.restore().context("restore")?;
+                    scene::restore(
+                        &self.pods[i].ns,
+                        restore,
+                        &scene::sidecar_rules(&golden, &scene::exclusions(n)),
+                    )?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn enroll_once(&mut self, mode: Mode, subnet: u8) -> anyhow::Result<f64> {
+        let ns = Ns::new(format!("rbe{subnet}-{}", self.id))?;
+        let app_addr = scene::link(&ns, &self.app, subnet)?;
+        let mut detector = Command::new("ip");
+        detector
+            .args(["netns", "exec", &ns.0])
+            .arg(self.bin.join("probe-load"))
+            .args(["server", "--listen", "127.0.0.1:15001", "--greeting", "C"]);
+        let _detector = Proc::spawn("capture detector", &mut detector, "listening")?;
+        let cg = if mode == Mode::Ebpf {
+            Some(Cg::new(&self.cg_root, &format!("rbe{subnet}-{}", self.id))?)
+        } else {
+            None
+        };
+        let mut prober = Command::new(self.bin.join("probe-load"));
+        prober.arg("--netns").arg(ns.path());
+        if let Some(cg) = &cg {
+            prober.arg("--cgroup").arg(&cg.0);
+        }
+        let prober = prober
+            .args([
+                "until-captured",
+                "--connect",
+                &app_addr.to_string(),
+                "--timeout-ms",
+                "15000",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let t0 = SystemTime::now().duration_since(UNIX_EPOCH)?.as_micros() as f64;
+        let _attach = match mode {
+            Mode::Ebpf => Some(self.attach(&cg.as_ref().context("cgroup")?.0, 0)?),
+            m => {
+                scene::restore(
+                    &ns,
+                    m.restore().context("restore")?,
+                    &scene::sidecar_rules(&self.golden, &[]),
+                )?;
+                None
+            }
+        };
+        let out = prober.wait_with_output()?;
+        let v: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim())
+            .context("prober output")?;
+        if v["captured"] != true {
+            bail!("{}: the new namespace was never captured", mode.name());
+        }
+        Ok((v["unix_us"].as_f64().unwrap_or(t0) - t0) / 1000.0)
+    }
+
+    fn memory(&self) -> BTreeMap<String, Value> {
+        let mut m = BTreeMap::new();
+        for pod in &self.pods {
+            if let Some(p) = &pod.proxy {
+                m.insert(
+                    format!("redirect-proxy RSS ({}), KiB", pod.mode.name()),
+                    Value::from(scene::rss_kib(p.pid())),
+                );
+            }
+            if let Some(a) = &pod.attach {
+                m.insert(
+                    "redirect attach (loader) RSS, KiB".into(),
+                    Value::from(scene::rss_kib(a.pid())),
+                );
+            }
+        }
+        let status = Command::new(self.bin.join("redirect"))
+            .args(["status", "--json"])
+            .env("REDIRECT_STATE_DIR", &self.state_dir)
+            .output()
+            .ok()
+            .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok());
+        let state: Option<Value> = std::fs::read_dir(&self.state_dir)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .and_then(|e| std::fs::read_to_string(e.path()).ok())
+            .and_then(|t| serde_json::from_str(&t).ok());
+        let mut total = 0u64;
+        for (name, id) in state
+            .as_ref()
+            .and_then(|s| s["maps"].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some((p[0].as_str()?.to_owned(), p[1].as_u64()?)))
+        {
+            let info = Command::new("bpftool")
+                .args(["-j", "map", "show", "id", &id.to_string()])
+                .output()
+                .ok();
+            let info: Option<Value> = info.and_then(|o| serde_json::from_slice(&o.stdout).ok());
+            if let Some(info) = info {
+                let memlock = info["bytes_memlock"].as_u64().unwrap_or(0);
+                total += memlock;
+                if name == "TRACKED" || name == "PENDING" {
+                    let kv = info["bytes_key"].as_u64().unwrap_or(0)
+                        + info["bytes_value"].as_u64().unwrap_or(0);
+                    m.insert(
+                        format!("{name}: key+value bytes per tracked connection"),
+                        Value::from(kv),
+                    );
+                }
+            }
+        }
+        m.insert(
+            "BPF maps memlock, all maps of one datapath, bytes".into(),
+            Value::from(total),
+        );
+        if let Some(s) = status {
+            m.insert(
+                "tracked connections at the end (must be 0)".into(),
+                s["instances"][0]["tracked_entries"].clone(),
+            );
+        }
+        m
+    }
+}
+
+fn environment(size: Size, steal_pct: f64, elapsed: f64) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    let cmd = |c: &str, a: &[&str]| {
+        util::output(c, a)
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    };
+    env.insert("kernel".into(), cmd("uname", &["-r"]));
+    env.insert("cpus".into(), cmd("nproc", &[]));
+    let model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|c| {
+        c.lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+    });
+    env.insert("cpu model".into(), model.unwrap_or_default());
+    env.insert(
+        "command".into(),
+        match size {
+            Size::Full => "cargo xtask bench".into(),
+            Size::Quick => "cargo xtask bench --quick".into(),
+            Size::Tiny => "cargo xtask bench --tiny".into(),
+        },
+    );
+    env.insert("steal during the run".into(), format!("{steal_pct:.1}%"));
+    env.insert("duration".into(), format!("{elapsed:.0} s"));
+    env.insert("date".into(), cmd("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]));
+    env
+}
+
+/// Runs the benchmark of `size` and writes the report into `out`.
+pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
+    if !util::is_root() {
+        bail!("`cargo xtask bench` needs root (BPF, cgroups, network namespaces, iptables): rerun it with sudo");
+    }
+    watch_signals()?;
+    setup::setup()?;
+    build::build_ebpf()?;
+    let release = size != Size::Tiny;
+    build::build_bins(release)?;
+    let bin = util::workspace_root().join(if release {
+        "target/release"
+    } else {
+        "target/debug"
+    });
+    let golden_path = util::workspace_root()
+        .join("../shared/istio-reference/capture-golden/inbound-ports-wildcard.golden");
+    let golden = std::fs::read_to_string(&golden_path)
+        .with_context(|| format!("reading {}", golden_path.display()))?;
+    let p = Params::of(size);
+    let id = std::process::id();
+    let scratch = std::env::temp_dir().join(format!("redirect-bench-{id}"));
+    std::fs::create_dir_all(&scratch)?;
+    let app = Ns::new(format!("rba-{id}"))?;
+    let mut server = Command::new("ip");
+    server
+        .args(["netns", "exec", &app.0])
+        .arg(bin.join("probe-load"))
+        .args(["server", "--listen", "0.0.0.0:8080"]);
+    let app_server = Proc::spawn("app server", &mut server, "listening")?;
+    let mut b = Bench {
+        bin,
+        golden,
+        state_dir: scratch.join("state"),
+        cg_root: demo::cgroup2_root()?,
+        id,
+        app,
+        app_server,
+        pods: Vec::new(),
+        samples: Vec::new(),
+        scratch: scratch.clone(),
+    };
+    let start = Instant::now();
+    let steal0 = scene::steal();
+    let result = (|| -> anyhow::Result<BTreeMap<String, Value>> {
+        for (i, mode) in Mode::ALL.iter().enumerate() {
+            progress(&format!("setting up {}", mode.name()))?;
+            b.setup_pod(u8::try_from(i + 1)?, *mode)?;
+        }
+        b.verify()?;
+        for round in 0..p.rounds {
+            b.cps_round("cps", "c=1", &Mode::ALL, round, &p, 1)?;
+            b.cps_round(
+                "cps",
+                &format!("c={}", p.concurrency),
+                &Mode::ALL,
+                round,
+                &p,
+                p.concurrency,
+            )?;
+        }
+        for round in 0..p.rounds {
+            b.keepalive_round(round, &p)?;
+        }
+        for round in 0..p.rounds {
+            b.bulk_round(round, &p)?;
+        }
+        let memory = b.memory();
+        let scaled = [Mode::Ebpf, Mode::IptablesLegacy, Mode::IptablesNft];
+        for n in p.rule_counts.clone() {
+            progress(&format!("loading {n} exclusion rules"))?;
+            b.set_rules(n)?;
+            for round in 0..p.rounds {
+                b.cps_round(
+                    "rules",
+                    &format!("rules={n}"),
+                    &scaled,
+                    round,
+                    &p,
+                    p.concurrency,
+                )?;
+            }
+        }
+        let mut subnet = 100u8;
+        for round in 0..p.rounds {
+            for (i, _) in scaled.iter().enumerate() {
+                let mode = scaled[(i + round) % scaled.len()];
+                progress(&format!(
+                    "enrollment round {}/{} {}",
+                    round + 1,
+                    p.rounds,
+                    mode.name()
+                ))?;
+                let ms = b.enroll_once(mode, subnet)?;
+                subnet += 1;
+                b.push(
+                    "enroll",
+                    "default sidecar policy, new netns",
+                    mode,
+                    round,
+                    ms,
+                    "ms",
+                    false,
+                    None,
+                );
+            }
+        }
+        Ok(memory)
+    })();
+    let memory = result?;
+    let steal1 = scene::steal();
+    let steal_pct = 100.0 * (steal1.0.saturating_sub(steal0.0)) as f64
+        / (steal1.1.saturating_sub(steal0.1)).max(1) as f64;
+    eprintln!();
+    let report = report::Report {
+        environment: environment(size, steal_pct, start.elapsed().as_secs_f64()),
+        samples: b.samples.clone(),
+        memory,
+    };
+    drop(b);
+    let _ = std::fs::remove_dir_all(&scratch);
+    report::write(&report, out)?;
+    print!("{}", report::markdown(&report));
+    println!(
+        "\nreport: {}/report.md, raw samples: report.json, charts: *.svg",
+        out.display()
+    );
+    Ok(())
+}
+
+/// Checks a report has samples from every mode and parses; used by `cargo xtask test`.
+pub fn check(out: &Path) -> anyhow::Result<usize> {
+    let report = report::read(out)?;
+    for mode in report::MODES {
+        let n = report
+            .samples
+            .iter()
+            .filter(|s| s.mode == mode && s.workload == "cps")
+            .count();
+        if n == 0 {
+            bail!("bench smoke: mode {mode} produced no samples");
+        }
+    }
+    for w in ["cps", "keepalive-rps", "bulk", "rules", "enroll"] {
+        if !report.samples.iter().any(|s| s.workload == w) {
+            bail!("bench smoke: workload {w} produced no samples");
+        }
+    }
+    Ok(report.samples.len())
+}

@@ -1,0 +1,250 @@
+//! report.md (tables), report.json (raw samples) and SVG charts.
+use std::{collections::BTreeMap, fmt::Write as _, path::Path};
+
+use anyhow::Context as _;
+use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::stats::{summarise, Sample, Summary};
+
+/// Everything one run produced.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// Machine, kernel, command, steal.
+    pub environment: BTreeMap<String, String>,
+    /// Raw samples.
+    pub samples: Vec<Sample>,
+    /// Memory and other single measurements.
+    pub memory: BTreeMap<String, serde_json::Value>,
+}
+
+/// Every mode, in report order.
+pub const MODES: [&str; 5] = [
+    "direct",
+    "explicit",
+    "ebpf",
+    "iptables-legacy",
+    "iptables-nft",
+];
+
+fn groups(samples: &[Sample]) -> Vec<((String, String), Vec<&Sample>)> {
+    let mut order: Vec<(String, String)> = Vec::new();
+    for s in samples {
+        let k = (s.workload.clone(), s.variant.clone());
+        if !order.contains(&k) {
+            order.push(k);
+        }
+    }
+    order
+        .into_iter()
+        .map(|k| {
+            let v = samples
+                .iter()
+                .filter(|s| s.workload == k.0 && s.variant == k.1)
+                .collect();
+            (k, v)
+        })
+        .collect()
+}
+
+fn fmt_ratio(r: Option<f64>) -> String {
+    r.map_or_else(|| "-".into(), |r| format!("{r:.3}"))
+}
+
+/// Renders report.md.
+pub fn markdown(report: &Report) -> String {
+    let mut out = String::from("# Benchmark report\n\n");
+    for (k, v) in &report.environment {
+        let _ = writeln!(out, "- {k}: {v}");
+    }
+    out.push_str("\nMedians over interleaved rounds; ratios are medians of per-round ratios (value / reference in the same round). For latencies and enrollment time lower is better, so a ratio below 1 is a win there.\n");
+    for ((workload, variant), samples) in groups(&report.samples) {
+        let unit = samples.first().map(|s| s.unit.clone()).unwrap_or_default();
+        let _ = writeln!(out, "\n## {workload} ({variant}), {unit}\n");
+        out.push_str("| mode | n | median | min-max | / explicit | / iptables-legacy | CPU ms per 1,000 conns |\n|---|---|---|---|---|---|---|\n");
+        for s in summarise(&samples, &MODES) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.1} | {:.1}-{:.1} | {} | {} | {} |",
+                s.mode,
+                s.n,
+                s.median,
+                s.min,
+                s.max,
+                fmt_ratio(s.ratio_explicit),
+                fmt_ratio(s.ratio_iptables_legacy),
+                s.cpu_per_1000
+                    .map_or_else(|| "-".into(), |c| format!("{c:.1}"))
+            );
+        }
+    }
+    if !report.memory.is_empty() {
+        out.push_str("\n## Memory\n\n| what | value |\n|---|---|\n");
+        for (k, v) in &report.memory {
+            let _ = writeln!(out, "| {k} | {v} |");
+        }
+    }
+    out
+}
+
+fn bar_chart(path: &Path, title: &str, unit: &str, bars: &[(String, f64)]) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (760, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let max = bars.iter().map(|b| b.1).fold(0.0, f64::max).max(1e-9) * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d((0..bars.len()).into_segmented(), 0.0..max)?;
+    let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .y_desc(unit)
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .draw()?;
+    chart.draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
+        let mut bar = Rectangle::new(
+            [
+                (SegmentValue::Exact(i), 0.0),
+                (SegmentValue::Exact(i + 1), *v),
+            ],
+            Palette99::pick(i).filled(),
+        );
+        bar.set_margin(0, 0, 12, 12);
+        bar
+    }))?;
+    chart.draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
+        Text::new(
+            format!("{v:.0}"),
+            (SegmentValue::CenterOf(i), *v),
+            ("sans-serif", 14),
+        )
+    }))?;
+    root.present()?;
+    Ok(())
+}
+
+fn line_chart(
+    path: &Path,
+    title: &str,
+    unit: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (760, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let max_y = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.1))
+        .fold(0.0, f64::max)
+        .max(1e-9)
+        * 1.15;
+    let max_x = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .fold(1.0, f64::max);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d((1.0..max_x * 1.5).log_scale(), 0.0..max_y)?;
+    chart
+        .configure_mesh()
+        .x_desc("exclusion rules (0 plotted at 1)")
+        .y_desc(unit)
+        .draw()?;
+    for (i, (name, points)) in series.iter().enumerate() {
+        let color = Palette99::pick(i + 2).to_rgba();
+        let pts: Vec<(f64, f64)> = points.iter().map(|(x, y)| (x.max(1.0), *y)).collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Writes report.md, report.json and the charts into `dir`.
+pub fn write(report: &Report, dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(report)?,
+    )?;
+    std::fs::write(dir.join("report.md"), markdown(report))?;
+    for ((workload, variant), samples) in groups(&report.samples) {
+        if workload == "rules" {
+            continue;
+        }
+        let sums: Vec<Summary> = summarise(&samples, &MODES);
+        let bars: Vec<(String, f64)> = sums.iter().map(|s| (s.mode.clone(), s.median)).collect();
+        let unit = samples.first().map(|s| s.unit.clone()).unwrap_or_default();
+        let stem: String = format!("{workload}-{variant}")
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let file = format!("{stem}.svg");
+        bar_chart(
+            &dir.join(file),
+            &format!("{workload} ({variant}), median"),
+            &unit,
+            &bars,
+        )?;
+    }
+    let rules: Vec<&Sample> = report
+        .samples
+        .iter()
+        .filter(|s| s.workload == "rules")
+        .collect();
+    if !rules.is_empty() {
+        let mut series = Vec::new();
+        for mode in MODES {
+            let mut points = Vec::new();
+            for ((_, variant), samples) in groups(&report.samples)
+                .into_iter()
+                .filter(|g| g.0 .0 == "rules")
+            {
+                let n: f64 = variant.trim_start_matches("rules=").parse().unwrap_or(0.0);
+                if let Some(s) = summarise(&samples, &[mode]).first() {
+                    points.push((n, s.median));
+                }
+            }
+            if !points.is_empty() {
+                series.push((mode.to_owned(), points));
+            }
+        }
+        line_chart(
+            &dir.join("rules.svg"),
+            "short connections/s vs exclusion rules",
+            "conn/s",
+            &series,
+        )?;
+    }
+    Ok(())
+}
+
+/// Reads a report.json back (the smoke test checks it parses and has every mode).
+pub fn read(dir: &Path) -> anyhow::Result<Report> {
+    let text = std::fs::read_to_string(dir.join("report.json")).context("reading report.json")?;
+    Ok(serde_json::from_str(&text)?)
+}
