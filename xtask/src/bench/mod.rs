@@ -285,6 +285,7 @@ impl Bench {
             unit: unit.into(),
             higher_is_better: higher,
             cpu_per_1000: cpu,
+            errors: 0,
         });
     }
 

@@ -57,6 +57,13 @@ pub fn markdown(report: &Report) -> String {
     for (k, v) in &report.environment {
         let _ = writeln!(out, "- {k}: {v}");
     }
+    let errors: u64 = report.samples.iter().map(|s| s.errors).sum();
+    if errors > 0 {
+        let _ = writeln!(
+            out,
+            "\n**Warning: {errors} failed connections during the run; rates exclude them.**"
+        );
+    }
     out.push_str("\nMedians over interleaved rounds; ratios are medians of per-round ratios (value / reference in the same round). For latencies and enrollment time lower is better, so a ratio below 1 is a win there.\n");
     for ((workload, variant), samples) in groups(&report.samples) {
         let unit = samples.first().map(|s| s.unit.clone()).unwrap_or_default();

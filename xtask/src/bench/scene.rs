@@ -132,11 +132,33 @@ impl Drop for Proc {
 pub struct Ns(pub String);
 
 impl Ns {
-    /// Creates it with lo up.
+    /// Creates it with lo up, TIME_WAIT reuse and the full ephemeral port range: at thousands
+    /// of short connections per second the default range runs out in seconds (the same tuning
+    /// in every mode).
     pub fn new(name: String) -> anyhow::Result<Self> {
         ip(&["netns", "add", &name])?;
         let ns = Self(name);
         ip(&["-n", &ns.0, "link", "set", "lo", "up"])?;
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns.0,
+                "sysctl",
+                "-q",
+                "-w",
+                "net.ipv4.tcp_tw_reuse=1",
+            ])
+            .arg("net.ipv4.ip_local_port_range=1024 65535")
+            .output()
+            .context("running sysctl")?;
+        if !out.status.success() {
+            bail!(
+                "sysctl in {}: {}",
+                ns.0,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
         Ok(ns)
     }
 

@@ -20,6 +20,9 @@ pub struct Sample {
     pub higher_is_better: bool,
     /// CPU milliseconds (client + proxy + server) per 1,000 connections, where measured.
     pub cpu_per_1000: Option<f64>,
+    /// Failed operations during the sample (should be 0).
+    #[serde(default)]
+    pub errors: u64,
 }
 
 /// Median of `v` (mean of the middle two for even lengths); `None` when empty.
@@ -115,6 +118,7 @@ mod tests {
             unit: "conn/s".into(),
             higher_is_better: true,
             cpu_per_1000: None,
+            errors: 0,
         }
     }
 
