@@ -1,0 +1,319 @@
+//! The workloads: short connections, keep-alive, bulk, rule scaling, enrollment, memory.
+use std::{
+    collections::BTreeMap,
+    process::Command,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{bail, Context as _};
+use serde_json::Value;
+
+use super::{
+    progress,
+    scene::{self, Cg, Mode, Ns, Proc},
+    stats::Sample,
+    Bench, Params, Pod,
+};
+
+impl Bench {
+    pub(super) fn cpu_now(&self, pod: &Pod) -> f64 {
+        scene::cpu_ms(self.app_server.pid())
+            + pod.proxy.as_ref().map_or(0.0, |p| scene::cpu_ms(p.pid()))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn push(
+        &mut self,
+        workload: &str,
+        variant: &str,
+        mode: Mode,
+        round: usize,
+        value: f64,
+        unit: &str,
+        higher: bool,
+        cpu: Option<f64>,
+    ) {
+        self.samples.push(Sample {
+            workload: workload.into(),
+            variant: variant.into(),
+            mode: mode.name().into(),
+            round,
+            value,
+            unit: unit.into(),
+            higher_is_better: higher,
+            cpu_per_1000: cpu,
+            errors: 0,
+        });
+    }
+
+    pub(super) fn cps_round(
+        &mut self,
+        workload: &str,
+        variant: &str,
+        modes: &[Mode],
+        round: usize,
+        p: &Params,
+        c: usize,
+    ) -> anyhow::Result<()> {
+        for i in 0..modes.len() {
+            // Rotate the order each round so no mode always runs first.
+            let mode = modes[(i + round) % modes.len()];
+            let pod = self.pods.iter().find(|p| p.mode == mode).context("pod")?;
+            progress(&format!(
+                "{workload} {variant} round {}/{} {}",
+                round + 1,
+                p.rounds,
+                mode.name()
+            ))?;
+            let before = self.cpu_now(pod);
+            let r = self.client(
+                pod,
+                &[
+                    "cps".into(),
+                    "--connect".into(),
+                    pod.target.to_string(),
+                    "--concurrency".into(),
+                    c.to_string(),
+                    "--duration-ms".into(),
+                    p.duration_ms.to_string(),
+                ],
+            )?;
+            let conns = r["connections"].as_f64().unwrap_or(0.0);
+            let cpu = self.cpu_now(pod) - before + r["cpu_ms"].as_f64().unwrap_or(0.0);
+            let per_1000 = (conns > 0.0).then(|| cpu / conns * 1000.0);
+            let rate = r["per_second"].as_f64().unwrap_or(0.0);
+            self.push(
+                workload, variant, mode, round, rate, "conn/s", true, per_1000,
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn keepalive_round(&mut self, round: usize, p: &Params) -> anyhow::Result<()> {
+        for i in 0..Mode::ALL.len() {
+            let mode = Mode::ALL[(i + round) % Mode::ALL.len()];
+            let pod = self.pods.iter().find(|p| p.mode == mode).context("pod")?;
+            progress(&format!(
+                "keepalive round {}/{} {}",
+                round + 1,
+                p.rounds,
+                mode.name()
+            ))?;
+            let r = self.client(
+                pod,
+                &[
+                    "keepalive".into(),
+                    "--connect".into(),
+                    pod.target.to_string(),
+                    "--duration-ms".into(),
+                    p.duration_ms.to_string(),
+                ],
+            )?;
+            self.push(
+                "keepalive-rps",
+                "c=1",
+                mode,
+                round,
+                r["per_second"].as_f64().unwrap_or(0.0),
+                "req/s",
+                true,
+                None,
+            );
+            for q in ["p50", "p90", "p99"] {
+                let v = r[format!("{q}_us")].as_f64().unwrap_or(0.0);
+                self.push(
+                    &format!("keepalive-{q}"),
+                    "c=1",
+                    mode,
+                    round,
+                    v,
+                    "us",
+                    false,
+                    None,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn bulk_round(&mut self, round: usize, p: &Params) -> anyhow::Result<()> {
+        let bytes = p.bulk_mib * 1024 * 1024;
+        for i in 0..Mode::ALL.len() {
+            let mode = Mode::ALL[(i + round) % Mode::ALL.len()];
+            let pod = self.pods.iter().find(|p| p.mode == mode).context("pod")?;
+            progress(&format!(
+                "bulk round {}/{} {}",
+                round + 1,
+                p.rounds,
+                mode.name()
+            ))?;
+            let r = self.client(
+                pod,
+                &[
+                    "bulk".into(),
+                    "--connect".into(),
+                    pod.target.to_string(),
+                    "--bytes".into(),
+                    bytes.to_string(),
+                ],
+            )?;
+            let v = r["mib_per_second"].as_f64().unwrap_or(0.0);
+            self.push(
+                "bulk",
+                &format!("{} MiB", p.bulk_mib),
+                mode,
+                round,
+                v,
+                "MiB/s",
+                true,
+                None,
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn set_rules(&mut self, n: usize) -> anyhow::Result<()> {
+        let golden = self.golden.clone();
+        for i in 0..self.pods.len() {
+            match self.pods[i].mode {
+                Mode::Ebpf => {
+                    self.pods[i].attach = None; // detach the previous instance first
+                    let cg = self.pods[i]
+                        .cgroup
+                        .as_ref()
+                        .map(|c| c.0.clone())
+                        .context("cgroup")?;
+                    self.pods[i].attach = Some(self.attach(&cg, n)?);
+                }
+                m @ (Mode::IptablesLegacy | Mode::IptablesNft) => {
+                    let restore = m.restore().context("restore")?;
+                    scene::restore(
+                        &self.pods[i].ns,
+                        restore,
+                        &scene::sidecar_rules(&golden, &scene::exclusions(n)),
+                    )?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn enroll_once(&mut self, mode: Mode, subnet: u8) -> anyhow::Result<f64> {
+        let ns = Ns::new(format!("rbe{subnet}-{}", self.id))?;
+        let app_addr = scene::link(&ns, &self.app, subnet)?;
+        let mut detector = Command::new("ip");
+        detector
+            .args(["netns", "exec", &ns.0])
+            .arg(self.bin.join("probe-load"))
+            .args(["server", "--listen", "127.0.0.1:15001", "--greeting", "C"]);
+        let _detector = Proc::spawn("capture detector", &mut detector, "listening")?;
+        let cg = if mode == Mode::Ebpf {
+            Some(Cg::new(&self.cg_root, &format!("rbe{subnet}-{}", self.id))?)
+        } else {
+            None
+        };
+        let mut prober = Command::new(self.bin.join("probe-load"));
+        prober.arg("--netns").arg(ns.path());
+        if let Some(cg) = &cg {
+            prober.arg("--cgroup").arg(&cg.0);
+        }
+        let prober = prober
+            .args([
+                "until-captured",
+                "--connect",
+                &app_addr.to_string(),
+                "--timeout-ms",
+                "15000",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let t0 = SystemTime::now().duration_since(UNIX_EPOCH)?.as_micros() as f64;
+        let _attach = match mode {
+            Mode::Ebpf => Some(self.attach(&cg.as_ref().context("cgroup")?.0, 0)?),
+            m => {
+                scene::restore(
+                    &ns,
+                    m.restore().context("restore")?,
+                    &scene::sidecar_rules(&self.golden, &[]),
+                )?;
+                None
+            }
+        };
+        let out = prober.wait_with_output()?;
+        let v: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim())
+            .context("prober output")?;
+        if v["captured"] != true {
+            bail!("{}: the new namespace was never captured", mode.name());
+        }
+        Ok((v["unix_us"].as_f64().unwrap_or(t0) - t0) / 1000.0)
+    }
+
+    pub(super) fn memory(&self) -> BTreeMap<String, Value> {
+        let mut m = BTreeMap::new();
+        for pod in &self.pods {
+            if let Some(p) = &pod.proxy {
+                m.insert(
+                    format!("redirect-proxy RSS ({}), KiB", pod.mode.name()),
+                    Value::from(scene::rss_kib(p.pid())),
+                );
+            }
+            if let Some(a) = &pod.attach {
+                m.insert(
+                    "redirect attach (loader) RSS, KiB".into(),
+                    Value::from(scene::rss_kib(a.pid())),
+                );
+            }
+        }
+        let status = Command::new(self.bin.join("redirect"))
+            .args(["status", "--json"])
+            .env("REDIRECT_STATE_DIR", &self.state_dir)
+            .output()
+            .ok()
+            .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok());
+        let state: Option<Value> = std::fs::read_dir(&self.state_dir)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .and_then(|e| std::fs::read_to_string(e.path()).ok())
+            .and_then(|t| serde_json::from_str(&t).ok());
+        let mut total = 0u64;
+        for (name, id) in state
+            .as_ref()
+            .and_then(|s| s["maps"].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some((p[0].as_str()?.to_owned(), p[1].as_u64()?)))
+        {
+            let info = Command::new("bpftool")
+                .args(["-j", "map", "show", "id", &id.to_string()])
+                .output()
+                .ok();
+            let info: Option<Value> = info.and_then(|o| serde_json::from_slice(&o.stdout).ok());
+            if let Some(info) = info {
+                let memlock = info["bytes_memlock"].as_u64().unwrap_or(0);
+                total += memlock;
+                if name == "TRACKED" || name == "PENDING" {
+                    let kv = info["bytes_key"].as_u64().unwrap_or(0)
+                        + info["bytes_value"].as_u64().unwrap_or(0);
+                    m.insert(
+                        format!("{name}: key+value bytes per tracked connection"),
+                        Value::from(kv),
+                    );
+                }
+            }
+        }
+        m.insert(
+            "BPF maps memlock, all maps of one datapath, bytes".into(),
+            Value::from(total),
+        );
+        if let Some(s) = status {
+            m.insert(
+                "tracked connections at the end (must be 0)".into(),
+                s["instances"][0]["tracked_entries"].clone(),
+            );
+        }
+        m
+    }
+}
