@@ -70,14 +70,14 @@ impl Params {
     }
 }
 
-/// One pod namespace set up for one mode.
+/// One pod namespace set up for one mode. Fields drop in order: capture, proxy, cgroup, netns.
 struct Pod {
-    mode: Mode,
-    ns: Ns,
-    target: SocketAddr,
+    attach: Option<Proc>,
     proxy: Option<Proc>,
     cgroup: Option<Cg>,
-    attach: Option<Proc>,
+    mode: Mode,
+    target: SocketAddr,
+    ns: Ns,
 }
 
 struct Bench {
@@ -123,8 +123,17 @@ fn watch_signals() -> anyhow::Result<()> {
 }
 
 impl Bench {
-    fn proxy(&self, ns: &Ns, extra: &[String]) -> anyhow::Result<Proc> {
-        let mut cmd = Command::new("ip");
+    /// Starts the proxy in `ns` as uid 1337; inside `cgroup` when given (the pod model: the
+    /// proxy shares the pod's cgroup, where the getsockopt and sock_ops programs attach).
+    fn proxy(&self, ns: &Ns, cgroup: Option<&Path>, extra: &[String]) -> anyhow::Result<Proc> {
+        let mut cmd = match cgroup {
+            Some(cg) => {
+                let mut c = Command::new(self.bin.join("redirect"));
+                c.arg("exec").arg("--cgroup").arg(cg).args(["--", "ip"]);
+                c
+            }
+            None => Command::new("ip"),
+        };
         cmd.args([
             "netns",
             "exec",
@@ -147,6 +156,8 @@ impl Bench {
         let mut cmd = Command::new(self.bin.join("redirect"));
         cmd.arg("attach")
             .arg("--cgroup")
+            .arg(cgroup)
+            .arg("--proxy-cgroup")
             .arg(cgroup)
             .env("REDIRECT_STATE_DIR", &self.state_dir)
             .env("RUST_LOG", "warn");
@@ -192,18 +203,19 @@ impl Bench {
             Mode::Explicit => {
                 pod.proxy = Some(self.proxy(
                     &pod.ns,
+                    None,
                     &["--static".into(), format!("127.0.0.1:15010={app_addr}")],
                 )?);
                 pod.target = "127.0.0.1:15010".parse()?;
             }
             Mode::Ebpf => {
-                pod.proxy = Some(self.proxy(&pod.ns, &[])?);
                 let cg = Cg::new(&self.cg_root, &format!("rb-{}", self.id))?;
+                pod.proxy = Some(self.proxy(&pod.ns, Some(&cg.0), &[])?);
                 pod.attach = Some(self.attach(&cg.0, 0)?);
                 pod.cgroup = Some(cg);
             }
             Mode::IptablesLegacy | Mode::IptablesNft => {
-                pod.proxy = Some(self.proxy(&pod.ns, &[])?);
+                pod.proxy = Some(self.proxy(&pod.ns, None, &[])?);
                 let restore = mode.restore().context("restore binary")?;
                 scene::restore(&pod.ns, restore, &scene::sidecar_rules(&self.golden, &[]))?;
             }
