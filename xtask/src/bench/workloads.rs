@@ -294,13 +294,17 @@ impl Bench {
             if let Some(info) = info {
                 let memlock = info["bytes_memlock"].as_u64().unwrap_or(0);
                 total += memlock;
-                if name == "TRACKED" || name == "PENDING" {
-                    let kv = info["bytes_key"].as_u64().unwrap_or(0)
-                        + info["bytes_value"].as_u64().unwrap_or(0);
-                    m.insert(
-                        format!("{name}: key+value bytes per tracked connection"),
-                        Value::from(kv),
-                    );
+                let kv = info["bytes_key"].as_u64().unwrap_or(0)
+                    + info["bytes_value"].as_u64().unwrap_or(0);
+                let per = match name.as_str() {
+                    "TRACKED" | "PENDING" => Some("per tracked connection"),
+                    "NETNS_INBOUND" => Some("per enrolled namespace"),
+                    "INBOUND_PORTS" => Some("per listed port of an enrolled namespace"),
+                    "POD_ADDRS" => Some("per address of an enrolled namespace"),
+                    _ => None,
+                };
+                if let Some(per) = per {
+                    m.insert(format!("{name}: key+value bytes {per}"), Value::from(kv));
                 }
             }
         }
