@@ -64,8 +64,8 @@ pub enum Command {
         /// b: captured ports [*], empty disables; d: never captured [15090,15021,15020];
         /// z: inbound listener [15006]; e: tunnel port, never captured [15008];
         /// no-listener: without a listener on z, refuse (like iptables) or let traffic reach
-        /// the app [refuse]. NETNS is a name in /run/netns or a path. The proxy must start
-        /// listening after enrollment (it is found when it calls listen()).
+        /// the app [refuse]. NETNS is a name in /run/netns or a path. The proxy's listener is
+        /// found when it calls listen(), or at enrollment if it already listens.
         #[arg(long, value_name = "SPEC", value_parser = parse_inbound)]
         inbound: Vec<redirect_user::inbound::InboundSpec>,
         /// Outbound IPv4 destinations never captured (istio-iptables -x), comma-separated

@@ -2,17 +2,18 @@
 use std::{fs::File, net::IpAddr, path::Path};
 
 use aya::{
-    maps::{HashMap, MapData},
+    maps::{HashMap, MapData, SockHash},
     programs::SkLookup,
     Pod,
 };
 use redirect_common::{
-    map_names, prog_names, AddrKey, InboundPolicy, PortKey, AF_INET, AF_INET6, INBOUND_ALL_PORTS,
-    INBOUND_NO_LISTENER_PASSTHROUGH, PORT_EXCLUDED, PORT_INCLUDED,
+    map_names, prog_names, AddrKey, InboundPolicy, ListenerKey, PortKey, AF_INET, AF_INET6,
+    INBOUND_ALL_PORTS, INBOUND_NO_LISTENER_PASSTHROUGH, PORT_EXCLUDED, PORT_INCLUDED,
 };
 use serde::Serialize;
 
 use crate::{
+    adopt,
     datapath::{program, Datapath},
     error::{Error, Result},
     inbound::{InboundPorts, InboundSpec, NoListener},
@@ -138,6 +139,7 @@ impl Datapath {
         })?;
         self.sk_lookup.push(id);
         self.record(name, "sk_lookup", &spec.netns);
+        self.adopt_listeners(spec, cookie)?;
         tracing::info!(netns = %spec.netns.display(), cookie, addrs = ?addrs, "inbound capture enrolled");
         self.ebpf_enrolled.push(Enrolled {
             spec: spec.clone(),
@@ -193,6 +195,49 @@ impl Datapath {
             }
         }
         Ok(changed)
+    }
+
+    /// Hands a proxy that already listens on the inbound port to `LISTENERS` (sock_ops only
+    /// sees `listen()` calls made after it was attached).
+    fn adopt_listeners(&mut self, spec: &InboundSpec, cookie: u64) -> Result<()> {
+        let found = adopt::listeners(&spec.netns, spec.inbound_port)?;
+        if found.is_empty() {
+            return Ok(());
+        }
+        let map = self
+            .ebpf
+            .map_mut(map_names::LISTENERS)
+            .ok_or(Error::Missing {
+                kind: "map",
+                name: map_names::LISTENERS,
+            })?;
+        let mut hash: SockHash<&mut MapData, ListenerKey> =
+            SockHash::try_from(map).map_err(map_error("opening", map_names::LISTENERS))?;
+        for l in found {
+            let Some(sock) = adopt::take_socket(l.inode) else {
+                tracing::warn!(
+                    inode = l.inode,
+                    "inbound listener found but its socket could not be taken"
+                );
+                continue;
+            };
+            let family = u32::from(if l.ipv6 { AF_INET6 } else { AF_INET });
+            hash.insert(
+                ListenerKey {
+                    netns: cookie,
+                    family,
+                    _pad: 0,
+                },
+                std::os::fd::AsRawFd::as_raw_fd(&sock),
+                0,
+            )
+            .map_err(map_error(
+                "adopting the inbound listener into",
+                map_names::LISTENERS,
+            ))?;
+            tracing::info!(netns = %spec.netns.display(), port = spec.inbound_port, ipv6 = l.ipv6, "adopted a running inbound listener");
+        }
+        Ok(())
     }
 
     /// Enrolled namespaces.

@@ -1,4 +1,5 @@
 //! redirect: eBPF replacement for istio-init's iptables capture (library side of the `redirect` CLI).
+pub mod adopt;
 pub mod cgroup;
 pub mod counters;
 pub mod datapath;

@@ -340,3 +340,21 @@ fn two_pods_with_different_policies_side_by_side() {
     );
     assert!(redirect_tests::attached_program_ids(c.cgroup.path()).is_empty());
 }
+
+#[test]
+fn a_proxy_already_listening_at_enrollment_is_adopted() {
+    if !privileged_or_skip("a_proxy_already_listening_at_enrollment_is_adopted") {
+        return;
+    }
+    let pod = Pod::new("198.18.0.1", "198.18.0.2");
+    // The proxy starts first (e.g. the datapath restarted under a running pod).
+    let proxy = pod.proxy(&[]);
+    let attach = Attach::start(pod.cgroup.path(), &["--inbound", &pod.spec("")]);
+    let r = pod.remote(9080);
+    assert!(
+        via_proxy(&r),
+        "an existing listener must be adopted at enrollment: {r}"
+    );
+    assert_eq!(proxy.wait_records(1)[0]["cluster"], "inbound|9080||");
+    assert_eq!(attach.counter("inbound_no_listener"), 0);
+}
