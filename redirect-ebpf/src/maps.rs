@@ -24,7 +24,8 @@ pub static PENDING: LruHashMap<u64, OrigDst> = LruHashMap::with_max_entries(PEND
 
 /// The redirected connection (netns + 4-tuple) -> original destination (sock_ops -> getsockopt).
 #[map(name = "TRACKED")]
-pub static TRACKED: HashMap<ConnKey, Tracked> = HashMap::with_max_entries(TRACKED_MAX_ENTRIES, 0);
+pub static TRACKED: HashMap<ConnKey, Tracked> =
+    HashMap::with_max_entries(TRACKED_MAX_ENTRIES, BPF_F_NO_PREALLOC);
 
 /// Inbound connections steered by sk_lookup (netns + 4-tuple) -> original destination (the
 /// local address). LRU: a SYN that never completes must not leak an entry.
@@ -35,15 +36,17 @@ pub static INBOUND: LruHashMap<ConnKey, Tracked> =
 /// Netns cookie -> inbound policy of an enrolled namespace.
 #[map(name = "NETNS_INBOUND")]
 pub static NETNS_INBOUND: HashMap<u64, InboundPolicy> =
-    HashMap::with_max_entries(MAX_NAMESPACES, 0);
+    HashMap::with_max_entries(MAX_NAMESPACES, BPF_F_NO_PREALLOC);
 
 /// (netns cookie, port) -> PORT_EXCLUDED or PORT_INCLUDED.
 #[map(name = "INBOUND_PORTS")]
-pub static INBOUND_PORTS: HashMap<PortKey, u8> = HashMap::with_max_entries(MAX_NAMESPACES * 16, 0);
+pub static INBOUND_PORTS: HashMap<PortKey, u8> =
+    HashMap::with_max_entries(MAX_NAMESPACES * 16, BPF_F_NO_PREALLOC);
 
 /// An enrolled namespace's own address -> its netns cookie (sk_lookup cannot read the cookie).
 #[map(name = "POD_ADDRS")]
-pub static POD_ADDRS: HashMap<AddrKey, u64> = HashMap::with_max_entries(MAX_NAMESPACES * 4, 0);
+pub static POD_ADDRS: HashMap<AddrKey, u64> =
+    HashMap::with_max_entries(MAX_NAMESPACES * 4, BPF_F_NO_PREALLOC);
 
 /// (netns cookie, family) -> the proxy's inbound listener, filled by sock_ops TCP_LISTEN_CB.
 #[map(name = "LISTENERS")]
@@ -58,6 +61,10 @@ pub static EXCLUDE_V4: LpmTrie<u32, u8> = LpmTrie::with_max_entries(EXCLUDE_MAX_
 pub fn excluded_v4(addr: u32) -> bool {
     EXCLUDE_V4.get(Key::new(32, addr)).is_some()
 }
+
+/// Allocate hash entries on insert instead of up front: TRACKED alone would otherwise pin
+/// ~40 MB; the per-namespace maps change only at enrollment.
+const BPF_F_NO_PREALLOC: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
 
 /// Reads the policy; `None` only if user space never wrote it (the loader always does).
 #[inline(always)]
