@@ -45,7 +45,7 @@ enum LogFormat {
 ///
 ///   setpriv --reuid 1337 --regid 1337 --clear-groups redirect-proxy
 #[derive(Debug, Parser)]
-#[command(name = "redirect-proxy", version)]
+#[command(name = "redirect-proxy", version, verbatim_doc_comment)]
 struct Args {
     /// Outbound (virtualOutbound) listener.
     #[arg(long, default_value = "0.0.0.0:15001", value_name = "ADDR")]

@@ -17,7 +17,12 @@ use clap::{Parser, Subcommand};
 ///   redirect exec --cgroup /sys/fs/cgroup/unified/app -- curl http://198.18.0.10/
 ///   redirect status
 #[derive(Debug, Parser)]
-#[command(name = "redirect", version, propagate_version = true)]
+#[command(
+    name = "redirect",
+    version,
+    propagate_version = true,
+    verbatim_doc_comment
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -58,15 +63,19 @@ pub enum Command {
         /// 0644), for `redirect-proxy --bpf-metrics-file FILE` to merge into port 15020.
         #[arg(long, value_name = "FILE")]
         metrics_file: Option<PathBuf>,
-        /// Steer inbound TCP of a network namespace (a pod) to its proxy's inbound listener
-        /// with sk_lookup (no NAT). Repeatable. Istio's flags as keys, defaults in brackets:
-        /// NETNS[:b=PORTS|*][:d=PORTS][:z=PORT][:e=PORT][:no-listener=refuse|passthrough]
-        /// b: captured ports [*], empty disables; d: never captured [15090,15021,15020];
-        /// z: inbound listener [15006]; e: tunnel port, never captured [15008];
-        /// no-listener: without a listener on z, refuse (like iptables) or let traffic reach
-        /// the app [refuse]. NETNS is a name in /run/netns or a path. The proxy's listener is
-        /// found when it calls listen(), or at enrollment if it already listens.
-        #[arg(long, value_name = "SPEC", value_parser = parse_inbound)]
+        /// Steer inbound TCP of a network namespace (a pod) to its proxy's inbound
+        /// listener with sk_lookup (no NAT). Repeatable. Istio's flags as keys:
+        ///   NETNS[:b=PORTS|*][:d=PORTS][:z=PORT][:e=PORT][:no-listener=refuse|passthrough]
+        ///   NETNS        a name in /run/netns or a path (/proc/PID/ns/net)
+        ///   b            captured ports, * for all, empty to disable        [*]
+        ///   d            ports never captured                 [15090,15021,15020]
+        ///   z            the proxy's inbound listener port                [15006]
+        ///   e            the tunnel port, never captured                  [15008]
+        ///   no-listener  with nothing listening on z: refuse, like iptables, or
+        ///                passthrough to the app                          [refuse]
+        /// The listener is found when the proxy calls listen(), or at enrollment if it
+        /// already listens. Example: --inbound pod1:b=*:d=22,15090,15021,15020
+        #[arg(long, value_name = "SPEC", value_parser = parse_inbound, verbatim_doc_comment)]
         inbound: Vec<redirect_user::inbound::InboundSpec>,
         /// Outbound IPv4 destinations never captured (istio-iptables -x), comma-separated
         /// CIDRs; repeatable.
