@@ -96,6 +96,8 @@ pub struct ListenerKey {
 pub mod prog_names {
     /// `cgroup/connect4`: rewrites captured outbound connects.
     pub const CONNECT4: &str = "redirect_connect4";
+    /// `cgroup/connect6`: the same for v4-mapped destinations of dual-stack sockets.
+    pub const CONNECT6: &str = "redirect_connect6";
     /// `sock_ops`: moves the original destination to the 4-tuple map and cleans it up on close.
     pub const SOCK_OPS: &str = "redirect_sock_ops";
     /// `cgroup/getsockopt`: answers `SO_ORIGINAL_DST`.
@@ -212,11 +214,13 @@ pub enum Counter {
     InboundLocal = 13,
     /// connect4 left it alone: the destination is in an excluded CIDR (`-x`).
     ExcludedCidr = 14,
+    /// connect6 left a native IPv6 destination alone (IPv6 outbound capture is not built yet).
+    Ipv6Untouched = 15,
 }
 
 impl Counter {
     /// Every counter, in slot order.
-    pub const ALL: [Counter; 15] = [
+    pub const ALL: [Counter; 16] = [
         Counter::Redirected,
         Counter::BypassUid,
         Counter::BypassGid,
@@ -232,6 +236,7 @@ impl Counter {
         Counter::InboundPassthroughSource,
         Counter::InboundLocal,
         Counter::ExcludedCidr,
+        Counter::Ipv6Untouched,
     ];
     /// Number of slots.
     pub const COUNT: u32 = Self::ALL.len() as u32;
@@ -254,6 +259,7 @@ impl Counter {
             Counter::InboundPassthroughSource => "inbound_passthrough_source",
             Counter::InboundLocal => "inbound_local",
             Counter::ExcludedCidr => "excluded_cidr",
+            Counter::Ipv6Untouched => "ipv6_untouched",
         }
     }
 }

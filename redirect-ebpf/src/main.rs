@@ -2,7 +2,9 @@
 #![no_std]
 #![no_main]
 
+mod capture;
 mod connect4;
+mod connect6;
 mod getsockopt;
 mod maps;
 mod sk_lookup;

@@ -33,7 +33,8 @@ fn try_sock_ops(ctx: &SockOpsContext) {
     }
     match ctx.op() {
         BPF_SOCK_OPS_TCP_LISTEN_CB => on_listen(ctx),
-        BPF_SOCK_OPS_TCP_CONNECT_CB if family == u32::from(AF_INET) => on_connect(ctx),
+        // Dual-stack sockets connect to ::ffff:127.0.0.1; their keys fold to IPv4.
+        BPF_SOCK_OPS_TCP_CONNECT_CB => on_connect(ctx),
         BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => on_passive_established(ctx),
         BPF_SOCK_OPS_STATE_CB if ctx.arg(1) == TCP_CLOSE => on_close(ctx),
         _ => {}

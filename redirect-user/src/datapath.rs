@@ -111,6 +111,7 @@ pub struct Datapath {
     pub(crate) ebpf_enrolled: Vec<Enrolled>,
     pub(crate) sk_lookup: Vec<SkLookupLinkId>,
     connect4: Vec<CgroupSockAddrLinkId>,
+    connect6: Vec<CgroupSockAddrLinkId>,
     sock_ops: Vec<SockOpsLinkId>,
     getsockopt: Vec<CgroupSockoptLinkId>,
     attachments: Vec<Attachment>,
@@ -206,6 +207,7 @@ impl Datapath {
             ebpf_enrolled: Vec::new(),
             sk_lookup: Vec::new(),
             connect4: Vec::new(),
+            connect6: Vec::new(),
             sock_ops: Vec::new(),
             getsockopt: Vec::new(),
             attachments: Vec::new(),
@@ -222,6 +224,7 @@ impl Datapath {
             dp.attach_sock_ops(&app_cgroup)?;
         }
         dp.attach_connect4(&app_cgroup)?;
+        dp.attach_connect6(&app_cgroup)?;
         for spec in &options.inbound {
             dp.enroll(spec)?;
         }
@@ -260,6 +263,17 @@ impl Datapath {
             "connect4",
             cgroup,
             connect4
+        )
+    }
+
+    fn attach_connect6(&mut self, cgroup: &Path) -> Result<()> {
+        attach_program!(
+            self,
+            CgroupSockAddr,
+            prog_names::CONNECT6,
+            "connect6",
+            cgroup,
+            connect6
         )
     }
 

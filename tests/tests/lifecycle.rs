@@ -29,11 +29,11 @@ fn after_attach_stops_nothing_is_redirected_and_nothing_stays_attached() {
     for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGKILL] {
         let mut attach = Attach::start(cgroup.path(), &[]);
         let ids = attach.program_ids();
-        assert_eq!(ids.len(), 3, "connect4, sock_ops, getsockopt");
+        assert_eq!(ids.len(), 4, "connect4, connect6, sock_ops, getsockopt");
         assert_eq!(
             attached_program_ids(cgroup.path()).len(),
-            1,
-            "connect4 at the pod cgroup"
+            2,
+            "connect4 and connect6 at the pod cgroup"
         );
         let at_root = attached_program_ids(&root_cgroup());
         assert!(
@@ -140,7 +140,8 @@ fn exec_runs_in_the_attached_cgroup_and_status_reports_attachments() {
         [
             ("getsockopt", root, true),
             ("sock_ops", root, true),
-            ("connect4", pod, true)
+            ("connect4", pod, true),
+            ("connect6", pod, true)
         ]
     );
     let text = attach.redirect(&["status"]);

@@ -313,3 +313,31 @@ fn excluded_cidrs_are_not_captured() {
     assert_eq!(r["peer"], "127.0.0.1:15001", "{r}");
     assert_eq!(other.attach.counter("excluded_cidr"), 0);
 }
+
+#[test]
+fn dual_stack_sockets_are_captured_through_v4_mapped_addresses() {
+    if !privileged_or_skip("dual_stack_sockets_are_captured") {
+        return;
+    }
+    let pod = Pod::new(7009, "srv");
+    // An AF_INET6 socket dialling ::ffff:198.18.0.2 bypasses connect4; connect6 must catch it.
+    let r = client("[::ffff:198.18.0.2]:7009", "mapped", &pod.opts());
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["peer"], "[::ffff:127.0.0.1]:15001", "{r}");
+    assert!(
+        r["reply"]
+            .as_str()
+            .is_some_and(|s| s.ends_with("got=mapped")),
+        "{r}"
+    );
+    assert_eq!(pod.proxy.wait_records(1)[0]["orig_dst"], "198.18.0.2:7009");
+    assert_eq!(pod.attach.counter("redirected"), 1);
+    assert_eq!(pod.attach.counter("orig_dst_hit"), 1);
+    // The proxy's own upstream connect stays IPv4 and bypassed; nothing was counted as IPv6.
+    assert_eq!(pod.attach.counter("ipv6_untouched"), 0);
+    // A mapped loopback destination is left alone like 127.0.0.0/8.
+    let _local = EchoServer::start(&pod.topo.pod, "127.0.0.3:7101", "local");
+    let r = client("[::ffff:127.0.0.3]:7101", "lo", &pod.opts());
+    assert_eq!(r["peer"], "[::ffff:127.0.0.3]:7101", "{r}");
+    assert_eq!(pod.attach.counter("loopback"), 1);
+}
