@@ -1,0 +1,170 @@
+//! Per-mode pod setup: proxy, capture (eBPF attach or Istio's rules), client runs, warm-up check.
+use std::{path::Path, process::Command};
+
+use anyhow::{bail, Context as _};
+use serde_json::Value;
+
+use super::{
+    scene::{self, Cg, Mode, Ns, Proc},
+    Bench, Pod,
+};
+
+impl Bench {
+    /// Starts the proxy in `ns` as uid 1337; inside `cgroup` when given (the pod model: the
+    /// proxy shares the pod's cgroup, where the getsockopt and sock_ops programs attach).
+    pub(super) fn proxy(
+        &self,
+        ns: &Ns,
+        cgroup: Option<&Path>,
+        extra: &[String],
+    ) -> anyhow::Result<Proc> {
+        let mut cmd = match cgroup {
+            Some(cg) => {
+                let mut c = Command::new(self.bin.join("redirect"));
+                c.arg("exec").arg("--cgroup").arg(cg).args(["--", "ip"]);
+                c
+            }
+            None => Command::new("ip"),
+        };
+        cmd.args([
+            "netns",
+            "exec",
+            &ns.0,
+            "setpriv",
+            "--reuid",
+            "1337",
+            "--regid",
+            "1337",
+            "--clear-groups",
+        ])
+        .arg(self.bin.join("redirect-proxy"))
+        .args(["--log-format", "off", "--no-inbound"])
+        .args(extra)
+        .env("RUST_LOG", "warn");
+        Proc::spawn("redirect-proxy", &mut cmd, "ready")
+    }
+
+    pub(super) fn attach(&self, cgroup: &Path, exclusions: usize) -> anyhow::Result<Proc> {
+        let mut cmd = Command::new(self.bin.join("redirect"));
+        cmd.arg("attach")
+            .arg("--cgroup")
+            .arg(cgroup)
+            .arg("--proxy-cgroup")
+            .arg(cgroup)
+            .env("REDIRECT_STATE_DIR", &self.state_dir)
+            .env("RUST_LOG", "warn");
+        if exclusions > 0 {
+            let file = self.scratch.join(format!("exclusions-{exclusions}.txt"));
+            std::fs::write(&file, scene::exclusions(exclusions).join("\n"))?;
+            cmd.arg("--exclude-cidr-file").arg(file);
+        }
+        Proc::spawn("redirect attach", &mut cmd, "ready")
+    }
+
+    pub(super) fn client(&self, pod: &Pod, args: &[String]) -> anyhow::Result<Value> {
+        let mut cmd = Command::new(self.bin.join("probe-load"));
+        cmd.arg("--netns").arg(pod.ns.path());
+        if let Some(cg) = &pod.cgroup {
+            cmd.arg("--cgroup").arg(&cg.0);
+        }
+        let out = cmd.args(args).output().context("running probe-load")?;
+        if !out.status.success() {
+            bail!(
+                "probe-load {args:?} ({}): {}",
+                pod.mode.name(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(text.lines().last().unwrap_or_default()).context("probe-load output")
+    }
+
+    pub(super) fn setup_pod(&mut self, index: u8, mode: Mode) -> anyhow::Result<()> {
+        let ns = Ns::new(format!("rb{index}-{}", self.id))?;
+        let app_addr = scene::link(&ns, &self.app, index)?;
+        let mut pod = Pod {
+            mode,
+            ns,
+            target: app_addr,
+            proxy: None,
+            cgroup: None,
+            attach: None,
+        };
+        match mode {
+            Mode::Direct => {}
+            Mode::Explicit => {
+                pod.proxy = Some(self.proxy(
+                    &pod.ns,
+                    None,
+                    &["--static".into(), format!("127.0.0.1:15010={app_addr}")],
+                )?);
+                pod.target = "127.0.0.1:15010".parse()?;
+            }
+            Mode::Ebpf => {
+                let cg = Cg::new(&self.cg_root, &format!("rb-{}", self.id))?;
+                pod.proxy = Some(self.proxy(&pod.ns, Some(&cg.0), &[])?);
+                pod.attach = Some(self.attach(&cg.0, 0)?);
+                pod.cgroup = Some(cg);
+            }
+            Mode::IptablesLegacy | Mode::IptablesNft => {
+                pod.proxy = Some(self.proxy(&pod.ns, None, &[])?);
+                let restore = mode.restore().context("restore binary")?;
+                scene::restore(&pod.ns, restore, &scene::sidecar_rules(&self.golden, &[]))?;
+            }
+        }
+        self.pods.push(pod);
+        Ok(())
+    }
+
+    /// Checks every proxied mode really went through its proxy (a broken capture would
+    /// otherwise be measured as a fast "direct").
+    pub(super) fn verify(&self) -> anyhow::Result<()> {
+        for pod in &self.pods {
+            // A warm-up that connects at all, without errors; retried so one slow start on a
+            // busy machine does not fail the run.
+            let mut last = Value::Null;
+            let warm = (0..3).any(|_| {
+                let args = [
+                    "cps",
+                    "--connect",
+                    &pod.target.to_string(),
+                    "--duration-ms",
+                    "200",
+                ]
+                .map(String::from);
+                last = self.client(pod, &args).unwrap_or(Value::Null);
+                last["connections"].as_u64().unwrap_or(0) > 0 && last["errors"].as_u64() == Some(0)
+            });
+            if !warm {
+                bail!("{}: warm-up failed: {last}", pod.mode.name());
+            }
+            if pod.proxy.is_some() {
+                let out = Command::new("ip")
+                    .args([
+                        "netns",
+                        "exec",
+                        &pod.ns.0,
+                        "curl",
+                        "-s",
+                        "http://127.0.0.1:15090/stats/prometheus",
+                    ])
+                    .output()?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                let through = text
+                    .lines()
+                    .filter(|l| {
+                        l.starts_with("redirect_proxy_connections_total{direction=\"outbound\"")
+                    })
+                    .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                    .sum::<u64>();
+                if through == 0 {
+                    bail!(
+                        "{}: no connection went through the proxy; capture is not working",
+                        pod.mode.name()
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
