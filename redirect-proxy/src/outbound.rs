@@ -43,7 +43,7 @@ pub fn route(stream: &TcpStream, local: SocketAddr, shared: &Shared) -> Result<R
 /// Routes a connection on a static listener (`--static LISTEN=UPSTREAM`): an explicitly dialled
 /// proxy address with a fixed upstream, as an Envoy static listener + cluster.
 pub fn route_static(
-    stream: &TcpStream,
+    _stream: &TcpStream,
     local: SocketAddr,
     shared: &Shared,
 ) -> Result<Route, NoRoute> {
@@ -58,7 +58,6 @@ pub fn route_static(
             orig_dst: None,
             reason: format!("no static route for {local}"),
         })?;
-    let _ = stream;
     Ok(Route {
         orig_dst: crate::OrigDstAddr(upstream),
         cluster: Cluster::Outbound {

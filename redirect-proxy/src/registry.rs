@@ -198,14 +198,6 @@ impl Registry {
         Self::from_file_contents(file)
     }
 
-    /// An empty registry with `policy`.
-    pub fn with_policy(policy: OutboundTrafficPolicy) -> Self {
-        Self {
-            policy,
-            services: Vec::new(),
-        }
-    }
-
     /// The policy in force.
     pub fn policy(&self) -> OutboundTrafficPolicy {
         self.policy

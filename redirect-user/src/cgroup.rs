@@ -118,18 +118,6 @@ pub fn contains(ancestor: &Path, path: &Path) -> bool {
     path.starts_with(ancestor)
 }
 
-/// The cgroup v2 directory of a process, from `/proc/PID/cgroup` (`0::/path` line).
-pub fn cgroup_of_pid(pid: u32) -> Result<PathBuf> {
-    let file = format!("/proc/{pid}/cgroup");
-    let text = std::fs::read_to_string(&file).map_err(|e| Error::io("reading", &file, e))?;
-    let rel = text
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .unwrap_or("/")
-        .trim_start_matches('/');
-    Ok(cgroup2_root()?.join(rel))
-}
-
 /// Moves the calling process into `cgroup` (canonical cgroup v2 directory).
 pub fn enter(cgroup: &Path) -> Result<()> {
     let procs = cgroup.join("cgroup.procs");

@@ -338,11 +338,6 @@ impl Datapath {
         }
     }
 
-    /// Direct access to the loaded object (tests and status).
-    pub fn ebpf(&self) -> &Ebpf {
-        &self.ebpf
-    }
-
     /// Detaches every program: capture (connect4) first, then tracking. Idempotent.
     pub fn detach(&mut self) -> Result<()> {
         let mut first_error = None;

@@ -100,6 +100,22 @@ impl Drop for Child {
     }
 }
 
+/// `netns exec NS setpriv --reuid 1337 --regid 1337 --clear-groups`: appended to an `ip`
+/// command, runs what follows in `ns` as the proxy uid/gid.
+pub fn proxy_user_args(ns: &str) -> [&str; 9] {
+    [
+        "netns",
+        "exec",
+        ns,
+        "setpriv",
+        "--reuid",
+        "1337",
+        "--regid",
+        "1337",
+        "--clear-groups",
+    ]
+}
+
 /// A running `redirect attach` with its own state directory.
 #[derive(Debug)]
 pub struct Attach {
@@ -221,24 +237,14 @@ impl Proxy {
             }
             None => Command::new("ip"),
         };
-        cmd.args([
-            "netns",
-            "exec",
-            ns.name(),
-            "setpriv",
-            "--reuid",
-            "1337",
-            "--regid",
-            "1337",
-            "--clear-groups",
-        ])
-        .arg(bin_path("redirect-proxy"))
-        .args(["--log-format", "json"])
-        .args(extra)
-        .env(
-            "RUST_LOG",
-            std::env::var("REDIRECT_TEST_LOG").unwrap_or_else(|_| "warn".into()),
-        );
+        cmd.args(proxy_user_args(ns.name()))
+            .arg(bin_path("redirect-proxy"))
+            .args(["--log-format", "json"])
+            .args(extra)
+            .env(
+                "RUST_LOG",
+                std::env::var("REDIRECT_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            );
         let mut child = Child::spawn(cmd);
         child.wait_line("proxy listening", Duration::from_secs(10), |l| {
             l.contains("\"kind\":\"ready\"")

@@ -334,17 +334,7 @@ fn taken_ports_and_root_are_refused_with_the_flag_named() {
         .pod
         .run(|| std::net::TcpListener::bind("127.0.0.1:15001").expect("bind"));
     let out = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            topo.pod.name(),
-            "setpriv",
-            "--reuid",
-            "1337",
-            "--regid",
-            "1337",
-            "--clear-groups",
-        ])
+        .args(redirect_tests::procs::proxy_user_args(topo.pod.name()))
         .arg(redirect_tests::bin_path("redirect-proxy"))
         .args(["--outbound", "127.0.0.1:15001"])
         .output()

@@ -185,17 +185,7 @@ pub fn run(once: bool) -> anyhow::Result<()> {
         &mut scene,
         "proxy",
         Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &pod,
-                "setpriv",
-                "--reuid",
-                "1337",
-                "--regid",
-                "1337",
-                "--clear-groups",
-            ])
+            .args(util::proxy_user_args(&pod))
             .arg(bin.join("redirect-proxy")),
     )?;
     wait_for(&proxy, "the proxy", |l| l.contains("redirect-proxy ready"))?;

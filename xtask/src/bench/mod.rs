@@ -247,16 +247,16 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
                 ))?;
                 let ms = b.enroll_once(mode, subnet)?;
                 subnet += 1;
-                b.push(
+                let variant = "default sidecar policy, new netns";
+                b.samples.push(Sample::new(
                     "enroll",
-                    "default sidecar policy, new netns",
-                    mode,
+                    variant,
+                    mode.name(),
                     round,
                     ms,
                     "ms",
                     false,
-                    None,
-                );
+                ));
             }
         }
         Ok(memory)

@@ -26,21 +26,11 @@ impl Bench {
             }
             None => Command::new("ip"),
         };
-        cmd.args([
-            "netns",
-            "exec",
-            &ns.0,
-            "setpriv",
-            "--reuid",
-            "1337",
-            "--regid",
-            "1337",
-            "--clear-groups",
-        ])
-        .arg(self.bin.join("redirect-proxy"))
-        .args(["--log-format", "off", "--no-inbound"])
-        .args(extra)
-        .env("RUST_LOG", "warn");
+        cmd.args(crate::util::proxy_user_args(&ns.0))
+            .arg(self.bin.join("redirect-proxy"))
+            .args(["--log-format", "off", "--no-inbound"])
+            .args(extra)
+            .env("RUST_LOG", "warn");
         Proc::spawn("redirect-proxy", &mut cmd, "ready")
     }
 

@@ -25,6 +25,31 @@ pub struct Sample {
     pub errors: u64,
 }
 
+impl Sample {
+    /// A sample without CPU or error counts.
+    pub fn new(
+        workload: &str,
+        variant: &str,
+        mode: &str,
+        round: usize,
+        value: f64,
+        unit: &str,
+        higher_is_better: bool,
+    ) -> Self {
+        Self {
+            workload: workload.into(),
+            variant: variant.into(),
+            mode: mode.into(),
+            round,
+            value,
+            unit: unit.into(),
+            higher_is_better,
+            cpu_per_1000: None,
+            errors: 0,
+        }
+    }
+}
+
 /// Median of `v` (mean of the middle two for even lengths); `None` when empty.
 pub fn median(v: &[f64]) -> Option<f64> {
     if v.is_empty() {
@@ -109,17 +134,7 @@ mod tests {
     use super::*;
 
     fn s(mode: &str, round: usize, value: f64) -> Sample {
-        Sample {
-            workload: "cps".into(),
-            variant: "c=1".into(),
-            mode: mode.into(),
-            round,
-            value,
-            unit: "conn/s".into(),
-            higher_is_better: true,
-            cpu_per_1000: None,
-            errors: 0,
-        }
+        Sample::new("cps", "c=1", mode, round, value, "conn/s", true)
     }
 
     #[test]

@@ -21,29 +21,33 @@ impl Bench {
             + pod.proxy.as_ref().map_or(0.0, |p| scene::cpu_ms(p.pid()))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn push(
-        &mut self,
-        workload: &str,
-        variant: &str,
-        mode: Mode,
+    /// Runs one round: every mode once, in an order rotated by `round` so no mode always
+    /// runs first. `args` builds the probe-load arguments for a pod. Returns, per mode, the
+    /// client's JSON and the CPU milliseconds of client, proxy and server during the run.
+    fn run_round(
+        &self,
+        label: &str,
+        modes: &[Mode],
         round: usize,
-        value: f64,
-        unit: &str,
-        higher: bool,
-        cpu: Option<f64>,
-    ) {
-        self.samples.push(Sample {
-            workload: workload.into(),
-            variant: variant.into(),
-            mode: mode.name().into(),
-            round,
-            value,
-            unit: unit.into(),
-            higher_is_better: higher,
-            cpu_per_1000: cpu,
-            errors: 0,
-        });
+        p: &Params,
+        args: impl Fn(&Pod) -> Vec<String>,
+    ) -> anyhow::Result<Vec<(Mode, Value, f64)>> {
+        let mut out = Vec::with_capacity(modes.len());
+        for i in 0..modes.len() {
+            let mode = modes[(i + round) % modes.len()];
+            let pod = self.pods.iter().find(|p| p.mode == mode).context("pod")?;
+            progress(&format!(
+                "{label} round {}/{} {}",
+                round + 1,
+                p.rounds,
+                mode.name()
+            ))?;
+            let before = self.cpu_now(pod);
+            let r = self.client(pod, &args(pod))?;
+            let cpu = self.cpu_now(pod) - before + r["cpu_ms"].as_f64().unwrap_or(0.0);
+            out.push((mode, r, cpu));
+        }
+        Ok(out)
     }
 
     pub(super) fn cps_round(
@@ -55,119 +59,100 @@ impl Bench {
         p: &Params,
         c: usize,
     ) -> anyhow::Result<()> {
-        for i in 0..modes.len() {
-            // Rotate the order each round so no mode always runs first.
-            let mode = modes[(i + round) % modes.len()];
-            let pod = self.pods.iter().find(|p| p.mode == mode).context("pod")?;
-            progress(&format!(
-                "{workload} {variant} round {}/{} {}",
-                round + 1,
-                p.rounds,
-                mode.name()
-            ))?;
-            let before = self.cpu_now(pod);
-            let r = self.client(
-                pod,
-                &[
-                    "cps".into(),
-                    "--connect".into(),
-                    pod.target.to_string(),
-                    "--concurrency".into(),
-                    c.to_string(),
-                    "--duration-ms".into(),
-                    p.duration_ms.to_string(),
-                ],
-            )?;
+        let results = self.run_round(&format!("{workload} {variant}"), modes, round, p, |pod| {
+            let args = [
+                "cps",
+                "--connect",
+                &pod.target.to_string(),
+                "--concurrency",
+                &c.to_string(),
+            ];
+            let mut v: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+            v.extend(["--duration-ms".to_owned(), p.duration_ms.to_string()]);
+            v
+        })?;
+        for (mode, r, cpu) in results {
             let conns = r["connections"].as_f64().unwrap_or(0.0);
-            let cpu = self.cpu_now(pod) - before + r["cpu_ms"].as_f64().unwrap_or(0.0);
-            let per_1000 = (conns > 0.0).then(|| cpu / conns * 1000.0);
-            let rate = r["per_second"].as_f64().unwrap_or(0.0);
-            self.push(
-                workload, variant, mode, round, rate, "conn/s", true, per_1000,
+            let mut s = Sample::new(
+                workload,
+                variant,
+                mode.name(),
+                round,
+                r["per_second"].as_f64().unwrap_or(0.0),
+                "conn/s",
+                true,
             );
+            s.cpu_per_1000 = (conns > 0.0).then(|| cpu / conns * 1000.0);
+            s.errors = r["errors"].as_u64().unwrap_or(0);
+            self.samples.push(s);
         }
         Ok(())
     }
 
     pub(super) fn keepalive_round(&mut self, round: usize, p: &Params) -> anyhow::Result<()> {
-        for i in 0..Mode::ALL.len() {
-            let mode = Mode::ALL[(i + round) % Mode::ALL.len()];
-            let pod = self.pods.iter().find(|p| p.mode == mode).context("pod")?;
-            progress(&format!(
-                "keepalive round {}/{} {}",
-                round + 1,
-                p.rounds,
-                mode.name()
-            ))?;
-            let r = self.client(
-                pod,
-                &[
-                    "keepalive".into(),
-                    "--connect".into(),
-                    pod.target.to_string(),
-                    "--duration-ms".into(),
-                    p.duration_ms.to_string(),
-                ],
-            )?;
-            self.push(
+        let results = self.run_round("keepalive", &Mode::ALL, round, p, |pod| {
+            [
+                "keepalive",
+                "--connect",
+                &pod.target.to_string(),
+                "--duration-ms",
+                &p.duration_ms.to_string(),
+            ]
+            .map(String::from)
+            .to_vec()
+        })?;
+        for (mode, r, _) in results {
+            let rps = r["per_second"].as_f64().unwrap_or(0.0);
+            self.samples.push(Sample::new(
                 "keepalive-rps",
                 "c=1",
-                mode,
+                mode.name(),
                 round,
-                r["per_second"].as_f64().unwrap_or(0.0),
+                rps,
                 "req/s",
                 true,
-                None,
-            );
+            ));
             for q in ["p50", "p90", "p99"] {
                 let v = r[format!("{q}_us")].as_f64().unwrap_or(0.0);
-                self.push(
+                self.samples.push(Sample::new(
                     &format!("keepalive-{q}"),
                     "c=1",
-                    mode,
+                    mode.name(),
                     round,
                     v,
                     "us",
                     false,
-                    None,
-                );
+                ));
             }
         }
         Ok(())
     }
 
     pub(super) fn bulk_round(&mut self, round: usize, p: &Params) -> anyhow::Result<()> {
-        let bytes = p.bulk_mib * 1024 * 1024;
-        for i in 0..Mode::ALL.len() {
-            let mode = Mode::ALL[(i + round) % Mode::ALL.len()];
-            let pod = self.pods.iter().find(|p| p.mode == mode).context("pod")?;
-            progress(&format!(
-                "bulk round {}/{} {}",
-                round + 1,
-                p.rounds,
-                mode.name()
-            ))?;
-            let r = self.client(
-                pod,
-                &[
-                    "bulk".into(),
-                    "--connect".into(),
-                    pod.target.to_string(),
-                    "--bytes".into(),
-                    bytes.to_string(),
-                ],
-            )?;
-            let v = r["mib_per_second"].as_f64().unwrap_or(0.0);
-            self.push(
+        let bytes = (p.bulk_mib * 1024 * 1024).to_string();
+        let results = self.run_round("bulk", &Mode::ALL, round, p, |pod| {
+            [
                 "bulk",
-                &format!("{} MiB", p.bulk_mib),
-                mode,
+                "--connect",
+                &pod.target.to_string(),
+                "--bytes",
+                &bytes,
+            ]
+            .map(String::from)
+            .to_vec()
+        })?;
+        let variant = format!("{} MiB", p.bulk_mib);
+        for (mode, r, _) in results {
+            let v = r["mib_per_second"].as_f64().unwrap_or(0.0);
+            self.samples.push(Sample::new(
+                "bulk",
+                &variant,
+                mode.name(),
                 round,
                 v,
                 "MiB/s",
                 true,
-                None,
-            );
+            ));
         }
         Ok(())
     }
