@@ -1,10 +1,10 @@
 //! `#[repr(C)]` types shared by the BPF programs and the user-space loader: map keys, values, config.
 #![no_std]
 
+pub mod outbound;
+
 /// Names of the maps in the BPF object, as user space looks them up.
 pub mod map_names {
-    /// `Array<Config>`, one entry: the capture policy.
-    pub const CONFIG: &str = "CONFIG";
     /// `PerCpuArray<u64>`: one slot per [`crate::Counter`].
     pub const COUNTERS: &str = "COUNTERS";
     /// `LruHashMap<u64, OrigDst>`: socket cookie -> original destination, between connect4 and sock_ops.
@@ -21,12 +21,40 @@ pub mod map_names {
     pub const POD_ADDRS: &str = "POD_ADDRS";
     /// `SockHash<ListenerKey>`: (netns cookie, family) -> the proxy's inbound listener.
     pub const LISTENERS: &str = "LISTENERS";
-    /// `LpmTrie<u32, u8>`: outbound IPv4 destinations never captured (istio-iptables -x).
-    pub const EXCLUDE_V4: &str = "EXCLUDE_V4";
+    /// `HashMap<u64, OutboundPolicy>`: netns cookie (0 = default) -> outbound policy.
+    pub const NETNS_OUTBOUND: &str = "NETNS_OUTBOUND";
+    /// `LpmTrie<CidrKey, u8>`: outbound destinations never captured (istio-iptables -x).
+    pub const OUT_EXCLUDE: &str = "OUT_EXCLUDE";
+    /// `LpmTrie<CidrKey, u8>`: outbound destinations captured (istio-iptables -i list).
+    pub const OUT_INCLUDE: &str = "OUT_INCLUDE";
+    /// `LpmTrie<CidrKey, u8>`: the namespace's routes, 1 when through an excluded interface.
+    pub const OUT_ROUTES: &str = "OUT_ROUTES";
+    /// `HashMap<PortKey, u8>`: outbound port rules (-o / -q).
+    pub const OUT_PORTS: &str = "OUT_PORTS";
+    /// `HashMap<IfKey, u8>`: interfaces whose arriving traffic is never inbound-captured (-c, -k).
+    pub const IFACES: &str = "IFACES";
+    /// Every map a datapath pins, in no particular order.
+    pub const ALL: [&str; 15] = [
+        IFACES,
+        COUNTERS,
+        PENDING,
+        TRACKED,
+        INBOUND,
+        NETNS_INBOUND,
+        INBOUND_PORTS,
+        POD_ADDRS,
+        LISTENERS,
+        NETNS_OUTBOUND,
+        OUT_EXCLUDE,
+        OUT_INCLUDE,
+        OUT_ROUTES,
+        OUT_PORTS,
+        "AYA_LOGS",
+    ];
 }
 
-/// Maximum entries of [`map_names::EXCLUDE_V4`].
-pub const EXCLUDE_MAX_ENTRIES: u32 = 65_536;
+/// Maximum entries of each CIDR trie (all namespaces together).
+pub const CIDR_MAX_ENTRIES: u32 = 65_536;
 
 /// [`map_names::INBOUND_PORTS`] value: the port is in the `-d` list (never captured).
 pub const PORT_EXCLUDED: u8 = 1;
@@ -68,6 +96,23 @@ pub struct PortKey {
     pub _pad: [u8; 6],
 }
 
+/// Key of [`map_names::IFACES`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IfKey {
+    /// Network namespace cookie.
+    pub netns: u64,
+    /// Interface index inside that namespace.
+    pub ifindex: u32,
+    /// Explicit padding; always zero.
+    pub _pad: u32,
+}
+
+/// [`map_names::IFACES`] value bit: an excluded interface (`-c`).
+pub const IFACE_EXCLUDED: u8 = 1;
+/// [`map_names::IFACES`] value bit: a KubeVirt interface (`-k`).
+pub const IFACE_KUBEVIRT: u8 = 2;
+
 /// Key of [`map_names::POD_ADDRS`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -104,6 +149,18 @@ pub mod prog_names {
     pub const GETSOCKOPT: &str = "redirect_getsockopt";
     /// `sk_lookup`: steers inbound connections of an enrolled namespace to the proxy.
     pub const SK_LOOKUP: &str = "redirect_sk_lookup";
+    /// `cgroup/sendmsg4`: unconnected UDP DNS to the DNS capture port.
+    pub const SENDMSG4: &str = "redirect_sendmsg4";
+    /// `cgroup/sendmsg6`: the same for IPv6 sockets.
+    pub const SENDMSG6: &str = "redirect_sendmsg6";
+    /// `cgroup/recvmsg4`: replies from the DNS capture port appear to come from the server.
+    pub const RECVMSG4: &str = "redirect_recvmsg4";
+    /// `cgroup/recvmsg6`: the same for IPv6 sockets.
+    pub const RECVMSG6: &str = "redirect_recvmsg6";
+    /// `cgroup/getpeername4`: a redirected socket's peer is its original destination.
+    pub const GETPEERNAME4: &str = "redirect_getpeername4";
+    /// `cgroup/getpeername6`: the same for IPv6 sockets.
+    pub const GETPEERNAME6: &str = "redirect_getpeername6";
 }
 
 /// Maximum entries of [`map_names::PENDING`].
@@ -115,20 +172,6 @@ pub const TRACKED_MAX_ENTRIES: u32 = 262_144;
 pub const AF_INET: u16 = 2;
 /// `AF_INET6` as the kernel numbers it.
 pub const AF_INET6: u16 = 10;
-
-/// The capture policy, written by user space into [`map_names::CONFIG`] before attaching.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Config {
-    /// Connections from this uid are never captured (the proxy's own traffic).
-    pub proxy_uid: u32,
-    /// Connections from this gid are never captured.
-    pub proxy_gid: u32,
-    /// Captured connections go to 127.0.0.1 on this port (host byte order).
-    pub outbound_port: u16,
-    /// Explicit padding; always zero.
-    pub _pad: [u8; 6],
-}
 
 /// The destination an application asked for before the redirect.
 #[repr(C)]
@@ -214,13 +257,33 @@ pub enum Counter {
     InboundLocal = 13,
     /// connect4 left it alone: the destination is in an excluded CIDR (`-x`).
     ExcludedCidr = 14,
-    /// connect6 left a native IPv6 destination alone (IPv6 outbound capture is not built yet).
+    /// Left alone: IPv6 in a namespace whose policy is not dual-stack.
     Ipv6Untouched = 15,
+    /// Left alone: the namespace has no policy.
+    NoPolicy = 16,
+    /// The proxy connecting to its own pod (via `lo`, not 127.0.0.1): sent to the inbound port.
+    InboundRedirectLocal = 17,
+    /// Left alone: bound to the passthrough source 127.0.0.6 / ::6 (`-o lo -s 127.0.0.6`).
+    PassthroughSource = 18,
+    /// Left alone by the owner-group rules (`ISTIO_OUTBOUND_OWNER_GROUPS[_EXCLUDE]`).
+    OwnerGroup = 19,
+    /// DNS (port 53 to a configured server) sent to the DNS capture port.
+    DnsRedirected = 20,
+    /// Left alone: the destination is not in an included CIDR (`-i` list) or port (`-q`).
+    NotIncluded = 21,
+    /// Left alone: the destination port is excluded (`-o`).
+    ExcludedPort = 22,
+    /// Left alone: the route leaves through an excluded interface (`-c`).
+    ExcludedInterface = 23,
+    /// recvmsg/getpeername restored the original DNS server or peer as the source.
+    PeerRestored = 24,
+    /// Inbound connection arriving on an excluded (`-c`) or KubeVirt (`-k`) interface.
+    InboundInterface = 25,
 }
 
 impl Counter {
     /// Every counter, in slot order.
-    pub const ALL: [Counter; 16] = [
+    pub const ALL: [Counter; 26] = [
         Counter::Redirected,
         Counter::BypassUid,
         Counter::BypassGid,
@@ -237,6 +300,16 @@ impl Counter {
         Counter::InboundLocal,
         Counter::ExcludedCidr,
         Counter::Ipv6Untouched,
+        Counter::NoPolicy,
+        Counter::InboundRedirectLocal,
+        Counter::PassthroughSource,
+        Counter::OwnerGroup,
+        Counter::DnsRedirected,
+        Counter::NotIncluded,
+        Counter::ExcludedPort,
+        Counter::ExcludedInterface,
+        Counter::PeerRestored,
+        Counter::InboundInterface,
     ];
     /// Number of slots.
     pub const COUNT: u32 = Self::ALL.len() as u32;
@@ -260,11 +333,20 @@ impl Counter {
             Counter::InboundLocal => "inbound_local",
             Counter::ExcludedCidr => "excluded_cidr",
             Counter::Ipv6Untouched => "ipv6_untouched",
+            Counter::NoPolicy => "no_policy",
+            Counter::InboundRedirectLocal => "inbound_redirect_local",
+            Counter::PassthroughSource => "passthrough_source",
+            Counter::OwnerGroup => "owner_group",
+            Counter::DnsRedirected => "dns_redirected",
+            Counter::NotIncluded => "not_included",
+            Counter::ExcludedPort => "excluded_port",
+            Counter::ExcludedInterface => "excluded_interface",
+            Counter::PeerRestored => "peer_restored",
+            Counter::InboundInterface => "inbound_interface",
         }
     }
 }
 
-const _: () = assert!(core::mem::size_of::<Config>() == 16);
 const _: () = assert!(core::mem::size_of::<OrigDst>() == 24);
 const _: () = assert!(core::mem::size_of::<ConnKey>() == 48);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 40);
@@ -272,6 +354,7 @@ const _: () = assert!(core::mem::size_of::<InboundPolicy>() == 8);
 const _: () = assert!(core::mem::size_of::<PortKey>() == 16);
 const _: () = assert!(core::mem::size_of::<AddrKey>() == 24);
 const _: () = assert!(core::mem::size_of::<ListenerKey>() == 16);
+const _: () = assert!(core::mem::size_of::<IfKey>() == 16);
 
 /// Folds an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, network-order words) to IPv4 form:
 /// returns (family, address) with IPv4 in word 0, so both ends of a connection key alike.
@@ -289,8 +372,6 @@ pub fn normalise_addr(family: u16, addr: [u32; 4]) -> (u16, [u32; 4]) {
 mod pod {
     // SAFETY: all four types are #[repr(C)], contain only integers, and have explicit padding
     // fields, so every bit pattern is valid and no byte is uninitialised.
-    unsafe impl aya::Pod for super::Config {}
-    // SAFETY: as above.
     unsafe impl aya::Pod for super::OrigDst {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ConnKey {}
@@ -304,6 +385,12 @@ mod pod {
     unsafe impl aya::Pod for super::AddrKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ListenerKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::IfKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::outbound::OutboundPolicy {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::outbound::CidrKey {}
 }
 
 #[cfg(test)]

@@ -1,66 +1,163 @@
-//! The outbound capture decision for an IPv4 destination, shared by connect4 and connect6
-//! (v4-mapped destinations of dual-stack sockets).
+//! The outbound decision for sock_addr hooks (connect4/6, sendmsg4/6): reads the caller and
+//! the namespace's policy, evaluates [`redirect_common::outbound::decide`] with map-backed
+//! lookups, and records the original destination under the socket's cookie.
 use aya_ebpf::{
-    helpers::{bpf_get_current_uid_gid, generated::bpf_get_socket_cookie},
+    helpers::{
+        bpf_get_current_uid_gid,
+        generated::{bpf_get_netns_cookie, bpf_get_socket_cookie},
+    },
+    maps::lpm_trie::Key,
     programs::SockAddrContext,
     EbpfContext,
 };
-use aya_log_ebpf::{debug, warn};
-use redirect_common::{Counter, OrigDst, AF_INET};
+use aya_log_ebpf::debug;
+use redirect_common::{
+    outbound::{decide, CidrKey, Conn, Lookups, OutboundPolicy, Verdict},
+    AddrKey, Counter, OrigDst, PortKey, AF_INET,
+};
 
-use crate::maps::{config, excluded_v4, PENDING};
+use crate::maps::{
+    NETNS_OUTBOUND, OUT_EXCLUDE, OUT_INCLUDE, OUT_PORTS, OUT_ROUTES, PENDING, POD_ADDRS,
+};
 
-/// What to do with a connect.
-pub enum Verdict {
-    /// Leave the destination alone, counted under this counter.
-    Leave(Counter),
-    /// Rewrite the destination to 127.0.0.1 on this port (host order), counted.
-    Redirect(u16, Counter),
+/// 127.0.0.6 as a network-order word.
+const PASSTHROUGH_V4: u32 = u32::from_ne_bytes([127, 0, 0, 6]);
+
+/// The namespace's policy and the key its entries are stored under (the netns cookie, or 0
+/// for the default policy of `redirect attach`).
+#[inline(always)]
+pub fn policy_of(netns: u64) -> Option<(&'static OutboundPolicy, u64)> {
+    // SAFETY: map values live as long as the program run; they are only read.
+    unsafe {
+        if let Some(p) = NETNS_OUTBOUND.get(netns) {
+            return Some((p, netns));
+        }
+        NETNS_OUTBOUND.get(0).map(|p| (p, 0))
+    }
 }
 
-/// Decides for a TCP connect to `dst_ip:dst_port` (both network order) and, when capturing,
-/// records the original destination under the socket's cookie.
-#[inline(always)]
-pub fn decide_v4(ctx: &SockAddrContext, dst_ip: u32, dst_port: u16) -> Verdict {
-    // First octet of a network-order address is its lowest byte in memory.
-    if dst_ip.to_ne_bytes()[0] == 127 {
-        return Verdict::Leave(Counter::Loopback);
+/// Map-backed [`Lookups`] for one namespace.
+struct Maps {
+    /// Real netns cookie (own addresses are stored under it).
+    netns: u64,
+    /// Where the policy's tries and ports live (the cookie, or 0 for the default policy).
+    key: u64,
+}
+
+impl Maps {
+    #[inline(always)]
+    fn cidr(&self, conn: &Conn) -> Key<CidrKey> {
+        Key::new(
+            CidrKey::LOOKUP_LEN,
+            CidrKey::new(self.key, conn.family, conn.dst),
+        )
     }
-    let Some(cfg) = config() else {
-        return Verdict::Leave(Counter::TrackError);
+}
+
+impl Lookups for Maps {
+    #[inline(always)]
+    fn is_own_addr(&self, conn: &Conn) -> bool {
+        let key = AddrKey {
+            addr: conn.dst,
+            family: conn.family,
+            _pad: [0; 6],
+        };
+        // SAFETY: value copied out at once.
+        unsafe { POD_ADDRS.get(key) }.is_some_and(|ns| *ns == self.netns)
+    }
+
+    #[inline(always)]
+    fn via_excluded_nic(&self, conn: &Conn) -> bool {
+        OUT_ROUTES.get(self.cidr(conn)).is_some_and(|v| *v != 0)
+    }
+
+    #[inline(always)]
+    fn excluded_cidr(&self, conn: &Conn) -> bool {
+        OUT_EXCLUDE.get(self.cidr(conn)).is_some()
+    }
+
+    #[inline(always)]
+    fn included_cidr(&self, conn: &Conn) -> bool {
+        OUT_INCLUDE.get(self.cidr(conn)).is_some()
+    }
+
+    #[inline(always)]
+    fn port_rule(&self, conn: &Conn) -> u8 {
+        let key = PortKey {
+            netns: self.key,
+            port: conn.dport,
+            _pad: [0; 6],
+        };
+        // SAFETY: value copied out at once.
+        unsafe { OUT_PORTS.get(key) }.copied().unwrap_or(0)
+    }
+}
+
+/// A destination as the sock_addr hook saw it.
+pub struct Dest {
+    /// [`AF_INET`] for IPv4 and v4-mapped, else `AF_INET6`.
+    pub family: u16,
+    /// TCP (else UDP).
+    pub tcp: bool,
+    /// Network-order address (IPv4 in word 0).
+    pub addr: [u32; 4],
+    /// Network-order port.
+    pub port: u16,
+    /// The socket is bound to 127.0.0.6 / ::6.
+    pub passthrough_src: bool,
+}
+
+/// Decides for `dst`; when redirecting, records the original destination under the socket's
+/// cookie (read by sock_ops, getpeername and recvmsg). Returns the counter and, when
+/// redirecting, the host-order port on loopback to rewrite to.
+#[inline(always)]
+pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
+    // SAFETY: bpf_get_netns_cookie accepts a sock_addr context.
+    let netns = unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
+    let Some((policy, key)) = policy_of(netns) else {
+        return (Counter::NoPolicy, None);
     };
     let uid_gid = bpf_get_current_uid_gid();
-    if uid_gid as u32 == cfg.proxy_uid {
-        return Verdict::Leave(Counter::BypassUid);
-    }
-    if (uid_gid >> 32) as u32 == cfg.proxy_gid {
-        return Verdict::Leave(Counter::BypassGid);
-    }
-    if excluded_v4(dst_ip) {
-        return Verdict::Leave(Counter::ExcludedCidr);
-    }
-    // SAFETY: bpf_get_socket_cookie accepts a sock_addr context.
-    let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    let orig = OrigDst {
-        addr: [dst_ip, 0, 0, 0],
-        port: dst_port,
-        family: AF_INET,
-        _pad: 0,
+    let conn = Conn {
+        family: dst.family,
+        tcp: dst.tcp,
+        dst: dst.addr,
+        dport: u16::from_be(dst.port),
+        uid: uid_gid as u32,
+        gid: (uid_gid >> 32) as u32,
+        passthrough_src: dst.passthrough_src,
     };
-    let (ip, port) = (u32::from_be(dst_ip), u16::from_be(dst_port));
-    // Capture even when tracking failed: the proxy then refuses the connection, which is
-    // safer than letting it leave the mesh unseen.
-    if PENDING.insert(cookie, orig, 0).is_ok() {
-        debug!(
-            ctx,
-            "capture: {:i}:{} -> 127.0.0.1:{} uid={}", ip, port, cfg.outbound_port, uid_gid as u32
-        );
-        Verdict::Redirect(cfg.outbound_port, Counter::Redirected)
-    } else {
-        warn!(
-            ctx,
-            "capture: PENDING full, {:i}:{} redirected untracked", ip, port
-        );
-        Verdict::Redirect(cfg.outbound_port, Counter::TrackError)
+    match decide(policy, &conn, &Maps { netns, key }) {
+        Verdict::Pass(c) => (c, None),
+        Verdict::Redirect(port, c) => {
+            // SAFETY: bpf_get_socket_cookie accepts a sock_addr context.
+            let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+            let orig = OrigDst {
+                addr: dst.addr,
+                port: dst.port,
+                family: dst.family,
+                _pad: 0,
+            };
+            debug!(
+                ctx,
+                "capture: port {} -> loopback:{} uid={}", conn.dport, port, conn.uid
+            );
+            // Capture even when tracking failed: the proxy then refuses the connection, which
+            // is safer than letting it leave the mesh unseen.
+            if PENDING.insert(cookie, orig, 0).is_ok() {
+                (c, Some(port))
+            } else {
+                (Counter::TrackError, Some(port))
+            }
+        }
     }
 }
+
+/// True when a network-order IPv4 source is the passthrough address.
+#[inline(always)]
+pub fn is_passthrough_v4(src: u32) -> bool {
+    src == PASSTHROUGH_V4
+}
+
+/// Family constant re-exported for the hooks.
+pub const FAMILY_V4: u16 = AF_INET;

@@ -7,8 +7,11 @@ mod connect4;
 mod connect6;
 mod getsockopt;
 mod maps;
+mod peer;
+mod sendmsg;
 mod sk_lookup;
 mod sock_ops;
+mod sockaddr;
 
 #[cfg(not(test))]
 #[panic_handler]

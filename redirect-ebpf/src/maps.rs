@@ -1,24 +1,50 @@
 //! Maps shared by the hooks, and the per-CPU decision counters.
 use aya_ebpf::{
     macros::map,
-    maps::{lpm_trie::Key, Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, SockHash},
+    maps::{HashMap, LpmTrie, LruHashMap, PerCpuArray, SockHash},
 };
 use redirect_common::{
-    AddrKey, Config, ConnKey, Counter, InboundPolicy, ListenerKey, OrigDst, PortKey, Tracked,
-    EXCLUDE_MAX_ENTRIES, INBOUND_MAX_ENTRIES, MAX_NAMESPACES, PENDING_MAX_ENTRIES,
+    outbound::{CidrKey, OutboundPolicy},
+    AddrKey, ConnKey, Counter, IfKey, InboundPolicy, ListenerKey, OrigDst, PortKey, Tracked,
+    CIDR_MAX_ENTRIES, INBOUND_MAX_ENTRIES, MAX_NAMESPACES, PENDING_MAX_ENTRIES,
     TRACKED_MAX_ENTRIES,
 };
 
-/// The capture policy (one entry), written by user space before attaching.
-#[map(name = "CONFIG")]
-pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+/// Netns cookie -> outbound policy of that namespace (0: the default for the others).
+#[map(name = "NETNS_OUTBOUND")]
+pub static NETNS_OUTBOUND: HashMap<u64, OutboundPolicy> =
+    HashMap::with_max_entries(MAX_NAMESPACES + 1, BPF_F_NO_PREALLOC);
+
+/// (netns, CIDR) -> 1: outbound destinations never captured (`-x`).
+#[map(name = "OUT_EXCLUDE")]
+pub static OUT_EXCLUDE: LpmTrie<CidrKey, u8> = LpmTrie::with_max_entries(CIDR_MAX_ENTRIES, 0);
+
+/// (netns, CIDR) -> 1: outbound destinations captured (`-i` list).
+#[map(name = "OUT_INCLUDE")]
+pub static OUT_INCLUDE: LpmTrie<CidrKey, u8> = LpmTrie::with_max_entries(CIDR_MAX_ENTRIES, 0);
+
+/// (netns, route prefix) -> 1 when the route leaves through an excluded interface (`-c`), 0
+/// otherwise: the namespace's main routing table, so the longest match is the route taken.
+#[map(name = "OUT_ROUTES")]
+pub static OUT_ROUTES: LpmTrie<CidrKey, u8> = LpmTrie::with_max_entries(CIDR_MAX_ENTRIES, 0);
+
+/// (netns, ifindex) -> `IFACE_*` bits: arriving traffic is not inbound-captured.
+#[map(name = "IFACES")]
+pub static IFACES: HashMap<IfKey, u8> =
+    HashMap::with_max_entries(MAX_NAMESPACES * 4, BPF_F_NO_PREALLOC);
+
+/// (netns, port) -> `OUT_PORT_EXCLUDE` (`-o`) | `OUT_PORT_INCLUDE` (`-q`).
+#[map(name = "OUT_PORTS")]
+pub static OUT_PORTS: HashMap<PortKey, u8> =
+    HashMap::with_max_entries(MAX_NAMESPACES * 16, BPF_F_NO_PREALLOC);
 
 /// One u64 per [`Counter`], per CPU.
 #[map(name = "COUNTERS")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
 
-/// Socket cookie of a connecting socket -> original destination (connect4 -> sock_ops).
-/// LRU so that a connect that fails before `tcp_connect()` cannot leak an entry for ever.
+/// Socket cookie of a redirected socket -> original destination (connect4/6 and sendmsg4/6;
+/// read by sock_ops at `tcp_connect()`, by getpeername and by recvmsg; deleted by sock_ops when
+/// a TCP socket closes). LRU so that UDP sockets and failed connects cannot leak entries.
 #[map(name = "PENDING")]
 pub static PENDING: LruHashMap<u64, OrigDst> = LruHashMap::with_max_entries(PENDING_MAX_ENTRIES, 0);
 
@@ -52,25 +78,9 @@ pub static POD_ADDRS: HashMap<AddrKey, u64> =
 #[map(name = "LISTENERS")]
 pub static LISTENERS: SockHash<ListenerKey> = SockHash::with_max_entries(MAX_NAMESPACES * 2, 0);
 
-/// Outbound IPv4 destinations never captured (istio-iptables -x), longest-prefix match.
-#[map(name = "EXCLUDE_V4")]
-pub static EXCLUDE_V4: LpmTrie<u32, u8> = LpmTrie::with_max_entries(EXCLUDE_MAX_ENTRIES, 0);
-
-/// True when the network-order IPv4 address is in an excluded CIDR.
-#[inline(always)]
-pub fn excluded_v4(addr: u32) -> bool {
-    EXCLUDE_V4.get(Key::new(32, addr)).is_some()
-}
-
 /// Allocate hash entries on insert instead of up front: TRACKED alone would otherwise pin
-/// ~40 MB; the per-namespace maps change only at enrollment.
+/// ~40 MB; the per-namespace maps change only at enrollment. (LPM tries are always allocated on insert.)
 const BPF_F_NO_PREALLOC: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
-
-/// Reads the policy; `None` only if user space never wrote it (the loader always does).
-#[inline(always)]
-pub fn config() -> Option<&'static Config> {
-    CONFIG.get(0)
-}
 
 /// Adds one to a decision counter on this CPU.
 #[inline(always)]

@@ -6,11 +6,11 @@ use aya_ebpf::{
     programs::SkLookupContext,
 };
 use redirect_common::{
-    AddrKey, ConnKey, Counter, ListenerKey, OrigDst, PortKey, Tracked, AF_INET, AF_INET6,
+    AddrKey, ConnKey, Counter, IfKey, ListenerKey, OrigDst, PortKey, Tracked, AF_INET, AF_INET6,
     INBOUND_ALL_PORTS, INBOUND_NO_LISTENER_PASSTHROUGH, PORT_EXCLUDED, PORT_INCLUDED,
 };
 
-use crate::maps::{count, INBOUND, INBOUND_PORTS, LISTENERS, NETNS_INBOUND, POD_ADDRS};
+use crate::maps::{count, IFACES, INBOUND, INBOUND_PORTS, LISTENERS, NETNS_INBOUND, POD_ADDRS};
 
 const IPPROTO_TCP: u32 = 6;
 /// ::1 in network order.
@@ -119,6 +119,22 @@ fn try_sk_lookup(ctx: &SkLookupContext) -> u32 {
         == Some(netns);
     if from_loopback || from_self {
         count(Counter::InboundLocal);
+        return SK_PASS;
+    }
+    // PREROUTING -i <-c or -k interface> -j RETURN.
+    // SAFETY: ingress_ifindex is a readable u32 of the context.
+    let ifindex = unsafe { core::ptr::read_volatile(&raw const (*sl).ingress_ifindex) };
+    // SAFETY: value copied out at once.
+    if unsafe {
+        IFACES.get(IfKey {
+            netns,
+            ifindex,
+            _pad: 0,
+        })
+    }
+    .is_some()
+    {
+        count(Counter::InboundInterface);
         return SK_PASS;
     }
     if port == policy.tunnel_port {

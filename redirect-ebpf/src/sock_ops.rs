@@ -1,4 +1,4 @@
-//! `sock_ops`: turns a pending redirect into a 4-tuple entry, and removes it on close.
+//! `sock_ops`: turns a redirected connect into a 4-tuple entry, and removes it on close.
 //!
 //! The application's socket (active side) moves its entry from `PENDING` (by socket cookie) to
 //! `TRACKED` (by netns + 4-tuple) in `TCP_CONNECT_CB`, before the SYN leaves. The proxy's accepted
@@ -16,7 +16,7 @@ use aya_ebpf::{
 };
 use redirect_common::{normalise_addr, ConnKey, Counter, ListenerKey, Tracked, AF_INET, AF_INET6};
 
-use crate::maps::{config, count, INBOUND, LISTENERS, NETNS_INBOUND, PENDING, TRACKED};
+use crate::maps::{count, INBOUND, LISTENERS, NETNS_INBOUND, PENDING, TRACKED};
 
 const TCP_CLOSE: u32 = 7;
 
@@ -119,17 +119,13 @@ fn watch_close(ctx: &SockOpsContext) {
 }
 
 fn on_connect(ctx: &SockOpsContext) {
-    let Some(cfg) = config() else { return };
-    if remote_port(ctx) != cfg.outbound_port {
-        return;
-    }
     let sock = cookie(ctx);
     // SAFETY: the value is copied out at once; a concurrent delete cannot alias it because
     // only this socket's own callbacks touch its cookie's entry.
     let Some(orig) = (unsafe { PENDING.get(sock) }).copied() else {
         return;
     };
-    let _ = PENDING.remove(sock);
+    // The PENDING entry stays for getpeername until the socket closes.
     let entry = Tracked {
         dst: orig,
         client_cookie: sock,
@@ -168,13 +164,10 @@ fn on_listen(ctx: &SockOpsContext) {
 
 fn on_passive_established(ctx: &SockOpsContext) {
     let key = key_as_proxy(ctx);
-    let is_outbound = config().is_some_and(|cfg| key.server_port == cfg.outbound_port);
-    let entry = if is_outbound {
-        TRACKED.get_ptr_mut(key)
-    } else {
-        INBOUND.get_ptr_mut(key)
-    };
-    let Some(entry) = entry else {
+    let Some(entry) = TRACKED
+        .get_ptr_mut(key)
+        .or_else(|| INBOUND.get_ptr_mut(key))
+    else {
         return;
     };
     // SAFETY: pointer into a map value, valid for this program run.
@@ -184,6 +177,7 @@ fn on_passive_established(ctx: &SockOpsContext) {
 
 fn on_close(ctx: &SockOpsContext) {
     let sock = cookie(ctx);
+    let _ = PENDING.remove(sock);
     let client_key = key_as_client(ctx);
     if let Some(entry) = TRACKED.get_ptr(client_key) {
         // SAFETY: pointer into a map value, valid for this program run.

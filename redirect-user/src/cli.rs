@@ -96,6 +96,20 @@ pub enum Command {
         #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
         command: Vec<String>,
     },
+    /// Drop-in for istio-init's `istio-iptables`: apply a pod's capture policy and exit.
+    ///
+    /// Takes exactly the arguments (and ISTIO_* environment) istio-iptables takes, e.g. the
+    /// args of an istio-init container, and applies them to the network namespace it runs in
+    /// (or --netns) using the node's shared, pinned datapath. Capture stays active after it
+    /// exits. --cleanup-only removes the namespace's policy; --dry-run prints the resolved
+    /// policy beside the iptables rules istio-iptables would install. Run
+    /// `redirect istio-iptables --help` for every flag.
+    #[command(name = "istio-iptables", disable_help_flag = true)]
+    IstioIptables {
+        /// istio-iptables arguments, passed through unchanged.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<String>,
+    },
     /// Show what is attached where (checked against the kernel) and the decision counters.
     Status {
         /// Print JSON instead of tables.

@@ -5,10 +5,7 @@ use std::{
 };
 
 use aya::{
-    maps::{
-        lpm_trie::{Key as LpmKey, LpmTrie},
-        Array, MapData,
-    },
+    maps::MapData,
     programs::{
         cgroup_sock_addr::CgroupSockAddrLinkId, cgroup_sockopt::CgroupSockoptLinkId,
         sk_lookup::SkLookupLinkId, sock_ops::SockOpsLinkId, CgroupAttachMode, CgroupSockAddr,
@@ -17,15 +14,16 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use aya_log::EbpfLogger;
-use redirect_common::{map_names, prog_names, Config};
+use redirect_common::prog_names;
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    bpfsys::attach_type,
     cgroup,
     enroll::Enrolled,
     error::{Error, Result},
     inbound::InboundSpec,
-    object, preflight,
+    object, outbound, preflight,
 };
 
 /// What `redirect attach` was asked to do, after validation.
@@ -66,9 +64,14 @@ pub struct Attachment {
 }
 
 /// Loads (once) and attaches program `$name` of type `$ty` at `$cgroup`, recording the link
-/// id in `self.$ids`. The program types share no trait, hence a macro.
+/// id in `self.$ids` (or yielding it, without `$ids`). The program types share no trait, hence a macro.
 macro_rules! attach_program {
     ($self:ident, $ty:ty, $name:expr, $hook:expr, $cgroup:expr, $ids:ident) => {{
+        let id = attach_program!($self, $ty, $name, $hook, $cgroup);
+        $self.$ids.push(id);
+        Ok(())
+    }};
+    ($self:ident, $ty:ty, $name:expr, $hook:expr, $cgroup:expr) => {{
         let name: &'static str = $name;
         let prog: &mut $ty = program(&mut $self.ebpf, name)?;
         if prog.info().is_err() {
@@ -80,9 +83,8 @@ macro_rules! attach_program {
         let id = prog
             .attach(open_cgroup($cgroup)?, CgroupAttachMode::Single)
             .map_err(|source| attach_error(name, $cgroup, source))?;
-        $self.$ids.push(id);
         $self.record(name, $hook, $cgroup);
-        Ok(())
+        id
     }};
 }
 
@@ -103,6 +105,24 @@ macro_rules! detach_programs {
     };
 }
 
+/// The UDP and peer-address hooks: (program, hook name, bpf attach type).
+pub const PEER_HOOKS: [(&str, &str, u32); 6] = [
+    (prog_names::SENDMSG4, "sendmsg4", attach_type::SENDMSG4),
+    (prog_names::SENDMSG6, "sendmsg6", attach_type::SENDMSG6),
+    (prog_names::RECVMSG4, "recvmsg4", attach_type::RECVMSG4),
+    (prog_names::RECVMSG6, "recvmsg6", attach_type::RECVMSG6),
+    (
+        prog_names::GETPEERNAME4,
+        "getpeername4",
+        attach_type::GETPEERNAME4,
+    ),
+    (
+        prog_names::GETPEERNAME6,
+        "getpeername6",
+        attach_type::GETPEERNAME6,
+    ),
+];
+
 /// A loaded and attached datapath. Dropping it detaches everything (capture first: sk_lookup
 /// and connect4, then tracking).
 pub struct Datapath {
@@ -110,8 +130,8 @@ pub struct Datapath {
     logger: Option<EbpfLogger<&'static dyn log::Log>>,
     pub(crate) ebpf_enrolled: Vec<Enrolled>,
     pub(crate) sk_lookup: Vec<SkLookupLinkId>,
-    connect4: Vec<CgroupSockAddrLinkId>,
-    connect6: Vec<CgroupSockAddrLinkId>,
+    /// connect4/6, sendmsg, recvmsg and getpeername links, by program name.
+    sock_addr: Vec<(&'static str, CgroupSockAddrLinkId)>,
     sock_ops: Vec<SockOpsLinkId>,
     getsockopt: Vec<CgroupSockoptLinkId>,
     attachments: Vec<Attachment>,
@@ -155,59 +175,30 @@ impl Datapath {
             }
         };
 
-        let config = Config {
-            proxy_uid: options.proxy_uid,
-            proxy_gid: options.proxy_gid,
-            outbound_port: options.outbound_port,
-            _pad: [0; 6],
+        // The default policy (netns key 0) applies to every namespace without its own.
+        let compiled = outbound::Compiled {
+            policy: outbound::attach_default(
+                options.proxy_uid,
+                options.proxy_gid,
+                options.outbound_port,
+            ),
+            exclude: options
+                .exclude_cidrs
+                .iter()
+                .map(|n| ipnet::IpNet::V4(n.trunc()))
+                .collect(),
+            include: Vec::new(),
+            ports: Vec::new(),
+            routes: Vec::new(),
         };
-        let map = ebpf.map_mut(map_names::CONFIG).ok_or(Error::Missing {
-            kind: "map",
-            name: map_names::CONFIG,
-        })?;
-        let mut cfg: Array<&mut MapData, Config> =
-            Array::try_from(map).map_err(|source| Error::Map {
-                op: "opening",
-                name: map_names::CONFIG.into(),
-                source: Box::new(source),
-            })?;
-        cfg.set(0, config, 0).map_err(|source| Error::Map {
-            op: "writing the policy",
-            name: map_names::CONFIG.into(),
-            source: Box::new(source),
-        })?;
-
-        {
-            let map = ebpf.map_mut(map_names::EXCLUDE_V4).ok_or(Error::Missing {
-                kind: "map",
-                name: map_names::EXCLUDE_V4,
-            })?;
-            let mut trie: LpmTrie<&mut MapData, u32, u8> =
-                LpmTrie::try_from(map).map_err(|source| Error::Map {
-                    op: "opening",
-                    name: map_names::EXCLUDE_V4.into(),
-                    source: Box::new(source),
-                })?;
-            for net in &options.exclude_cidrs {
-                let key = LpmKey::new(
-                    u32::from(net.prefix_len()),
-                    u32::from_ne_bytes(net.network().octets()),
-                );
-                trie.insert(&key, 1, 0).map_err(|source| Error::Map {
-                    op: "writing an excluded CIDR",
-                    name: net.to_string(),
-                    source: Box::new(source),
-                })?;
-            }
-        }
+        outbound::write(&mut ebpf, 0, &compiled)?;
 
         let mut dp = Self {
             ebpf,
             logger,
             ebpf_enrolled: Vec::new(),
             sk_lookup: Vec::new(),
-            connect4: Vec::new(),
-            connect6: Vec::new(),
+            sock_addr: Vec::new(),
             sock_ops: Vec::new(),
             getsockopt: Vec::new(),
             attachments: Vec::new(),
@@ -223,8 +214,11 @@ impl Datapath {
         if !cgroup::contains(&proxy_cgroup, &app_cgroup) {
             dp.attach_sock_ops(&app_cgroup)?;
         }
-        dp.attach_connect4(&app_cgroup)?;
-        dp.attach_connect6(&app_cgroup)?;
+        for (name, hook, _) in PEER_HOOKS {
+            dp.attach_sock_addr(name, hook, &app_cgroup)?;
+        }
+        dp.attach_sock_addr(prog_names::CONNECT4, "connect4", &app_cgroup)?;
+        dp.attach_sock_addr(prog_names::CONNECT6, "connect6", &app_cgroup)?;
         for spec in &options.inbound {
             dp.enroll(spec)?;
         }
@@ -255,26 +249,16 @@ impl Datapath {
 
     // Mode `Single` passes no flags: on kernels >= 5.7 aya attaches through bpf_link, which
     // the kernel always treats as multi-attach and which rejects BPF_F_ALLOW_MULTI (EINVAL).
-    fn attach_connect4(&mut self, cgroup: &Path) -> Result<()> {
-        attach_program!(
-            self,
-            CgroupSockAddr,
-            prog_names::CONNECT4,
-            "connect4",
-            cgroup,
-            connect4
-        )
-    }
-
-    fn attach_connect6(&mut self, cgroup: &Path) -> Result<()> {
-        attach_program!(
-            self,
-            CgroupSockAddr,
-            prog_names::CONNECT6,
-            "connect6",
-            cgroup,
-            connect6
-        )
+    /// Attaches a cgroup sock_addr program (connect, sendmsg, recvmsg, getpeername).
+    fn attach_sock_addr(
+        &mut self,
+        name: &'static str,
+        hook: &'static str,
+        cgroup: &Path,
+    ) -> Result<()> {
+        let id = attach_program!(self, CgroupSockAddr, name, hook, cgroup);
+        self.sock_addr.push((name, id));
+        Ok(())
     }
 
     fn attach_sock_ops(&mut self, cgroup: &Path) -> Result<()> {
@@ -348,13 +332,14 @@ impl Datapath {
             sk_lookup,
             first_error
         );
-        detach_programs!(
-            self,
-            CgroupSockAddr,
-            prog_names::CONNECT4,
-            connect4,
-            first_error
-        );
+        // Capture first: connect4/6 were attached last, so detach in reverse order.
+        for (name, id) in std::mem::take(&mut self.sock_addr).into_iter().rev() {
+            if let Ok(prog) = program::<CgroupSockAddr>(&mut self.ebpf, name) {
+                if let Err(e) = prog.detach(id) {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
         detach_programs!(self, SockOps, prog_names::SOCK_OPS, sock_ops, first_error);
         detach_programs!(
             self,

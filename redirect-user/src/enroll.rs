@@ -2,9 +2,8 @@
 use std::{fs::File, net::IpAddr, path::Path};
 
 use aya::{
-    maps::{HashMap, MapData, SockHash},
+    maps::{MapData, SockHash},
     programs::SkLookup,
-    Pod,
 };
 use redirect_common::{
     map_names, prog_names, AddrKey, InboundPolicy, ListenerKey, PortKey, AF_INET, AF_INET6,
@@ -18,6 +17,7 @@ use crate::{
     error::{Error, Result},
     inbound::{InboundPorts, InboundSpec, NoListener},
     netns,
+    store::{hash, map_error, MapStore},
 };
 
 /// A namespace whose inbound connections are steered.
@@ -31,26 +31,8 @@ pub struct Enrolled {
     pub addrs: Vec<IpAddr>,
 }
 
-fn map_error(op: &'static str, name: &'static str) -> impl FnOnce(aya::maps::MapError) -> Error {
-    move |source| Error::Map {
-        op,
-        name: name.to_owned(),
-        source: Box::new(source),
-    }
-}
-
-fn hash<'a, K: Pod, V: Pod>(
-    dp: &'a mut Datapath,
-    name: &'static str,
-) -> Result<HashMap<&'a mut MapData, K, V>> {
-    let map = dp
-        .ebpf
-        .map_mut(name)
-        .ok_or(Error::Missing { kind: "map", name })?;
-    HashMap::try_from(map).map_err(map_error("opening", name))
-}
-
-fn addr_key(ip: IpAddr) -> AddrKey {
+/// `POD_ADDRS` key of an address.
+pub fn addr_key(ip: IpAddr) -> AddrKey {
     let (addr, family) = match ip {
         IpAddr::V4(v4) => ([u32::from_ne_bytes(v4.octets()), 0, 0, 0], AF_INET),
         IpAddr::V6(v6) => {
@@ -92,34 +74,8 @@ impl Datapath {
         }
         let cookie = netns::cookie(&spec.netns)?;
         let addrs = netns::addresses(&spec.netns)?;
-        hash::<u64, InboundPolicy>(self, map_names::NETNS_INBOUND)?
-            .insert(cookie, policy_of(spec), 0)
-            .map_err(map_error("writing", map_names::NETNS_INBOUND))?;
-        {
-            let mut ports = hash::<PortKey, u8>(self, map_names::INBOUND_PORTS)?;
-            let mut put = |port: u16, rule: u8| {
-                ports
-                    .insert(
-                        PortKey {
-                            netns: cookie,
-                            port,
-                            _pad: [0; 6],
-                        },
-                        rule,
-                        0,
-                    )
-                    .map_err(map_error("writing", map_names::INBOUND_PORTS))
-            };
-            if let InboundPorts::List(list) = &spec.ports {
-                for p in list {
-                    put(*p, PORT_INCLUDED)?;
-                }
-            }
-            for p in &spec.exclude {
-                put(*p, PORT_EXCLUDED)?;
-            }
-        }
-        self.sync_addresses(&spec.netns, cookie, &[], &addrs)?;
+        write_inbound(&mut self.ebpf, spec, cookie)?;
+        sync_addresses(&mut self.ebpf, &spec.netns, cookie, &[], &addrs)?;
 
         let name = prog_names::SK_LOOKUP;
         let prog: &mut SkLookup = program(&mut self.ebpf, name)?;
@@ -139,41 +95,13 @@ impl Datapath {
         })?;
         self.sk_lookup.push(id);
         self.record(name, "sk_lookup", &spec.netns);
-        self.adopt_listeners(spec, cookie)?;
+        adopt_listeners(&mut self.ebpf, spec, cookie)?;
         tracing::info!(netns = %spec.netns.display(), cookie, addrs = ?addrs, "inbound capture enrolled");
         self.ebpf_enrolled.push(Enrolled {
             spec: spec.clone(),
             cookie,
             addrs,
         });
-        Ok(())
-    }
-
-    fn sync_addresses(
-        &mut self,
-        netns: &Path,
-        cookie: u64,
-        old: &[IpAddr],
-        new: &[IpAddr],
-    ) -> Result<()> {
-        let mut map = hash::<AddrKey, u64>(self, map_names::POD_ADDRS)?;
-        for ip in old.iter().filter(|ip| !new.contains(ip)) {
-            let key = addr_key(*ip);
-            if map.get(&key, 0).is_ok_and(|owner| owner == cookie) {
-                let _ = map.remove(&key);
-            }
-        }
-        for ip in new.iter().filter(|ip| !old.contains(ip)) {
-            let key = addr_key(*ip);
-            if map.get(&key, 0).is_ok_and(|owner| owner != cookie) {
-                return Err(Error::AddressConflict {
-                    addr: *ip,
-                    netns: netns.to_path_buf(),
-                });
-            }
-            map.insert(key, cookie, 0)
-                .map_err(map_error("writing", map_names::POD_ADDRS))?;
-        }
         Ok(())
     }
 
@@ -188,7 +116,7 @@ impl Datapath {
             };
             let new = netns::addresses(&path)?;
             if new != old {
-                self.sync_addresses(&path, cookie, &old, &new)?;
+                sync_addresses(&mut self.ebpf, &path, cookie, &old, &new)?;
                 tracing::info!(netns = %path.display(), addrs = ?new, "pod addresses changed");
                 self.ebpf_enrolled[i].addrs = new;
                 changed += 1;
@@ -197,53 +125,143 @@ impl Datapath {
         Ok(changed)
     }
 
-    /// Hands a proxy that already listens on the inbound port to `LISTENERS` (sock_ops only
-    /// sees `listen()` calls made after it was attached).
-    fn adopt_listeners(&mut self, spec: &InboundSpec, cookie: u64) -> Result<()> {
-        let found = adopt::listeners(&spec.netns, spec.inbound_port)?;
-        if found.is_empty() {
-            return Ok(());
-        }
-        let map = self
-            .ebpf
-            .map_mut(map_names::LISTENERS)
-            .ok_or(Error::Missing {
-                kind: "map",
-                name: map_names::LISTENERS,
-            })?;
-        let mut hash: SockHash<&mut MapData, ListenerKey> =
-            SockHash::try_from(map).map_err(map_error("opening", map_names::LISTENERS))?;
-        for l in found {
-            let Some(sock) = adopt::take_socket(l.inode) else {
-                tracing::warn!(
-                    inode = l.inode,
-                    "inbound listener found but its socket could not be taken"
-                );
-                continue;
-            };
-            let family = u32::from(if l.ipv6 { AF_INET6 } else { AF_INET });
-            hash.insert(
-                ListenerKey {
-                    netns: cookie,
-                    family,
-                    _pad: 0,
-                },
-                std::os::fd::AsRawFd::as_raw_fd(&sock),
-                0,
-            )
-            .map_err(map_error(
-                "adopting the inbound listener into",
-                map_names::LISTENERS,
-            ))?;
-            tracing::info!(netns = %spec.netns.display(), port = spec.inbound_port, ipv6 = l.ipv6, "adopted a running inbound listener");
-        }
-        Ok(())
-    }
-
     /// Enrolled namespaces.
     pub fn enrolled(&self) -> &[Enrolled] {
         &self.ebpf_enrolled
     }
+}
+
+/// Writes `spec`'s inbound policy and port rules for namespace `cookie`.
+pub fn write_inbound(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64) -> Result<()> {
+    {
+        let mut ports = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?;
+        let mut put = |port: u16, rule: u8| {
+            ports
+                .insert(
+                    PortKey {
+                        netns: cookie,
+                        port,
+                        _pad: [0; 6],
+                    },
+                    rule,
+                    0,
+                )
+                .map_err(map_error("writing", map_names::INBOUND_PORTS))
+        };
+        if let InboundPorts::List(list) = &spec.ports {
+            for p in list {
+                put(*p, PORT_INCLUDED)?;
+            }
+        }
+        for p in &spec.exclude {
+            put(*p, PORT_EXCLUDED)?;
+        }
+    }
+    // The policy last: it is what makes sk_lookup act on the namespace.
+    hash::<u64, InboundPolicy>(store, map_names::NETNS_INBOUND)?
+        .insert(cookie, policy_of(spec), 0)
+        .map_err(map_error("writing", map_names::NETNS_INBOUND))
+}
+
+/// Removes namespace `cookie`'s inbound policy and port rules (its addresses stay: the
+/// outbound rules use them too).
+pub fn remove_inbound(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
+    {
+        let mut policies = hash::<u64, InboundPolicy>(store, map_names::NETNS_INBOUND)?;
+        let _ = policies.remove(&cookie);
+    }
+    {
+        let mut ports = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?;
+        let keys: Vec<PortKey> = ports
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter(|k| k.netns == cookie)
+            .collect();
+        for k in keys {
+            let _ = ports.remove(&k);
+        }
+    }
+    Ok(())
+}
+
+/// The address of a `POD_ADDRS` key.
+pub fn addr_of_key(k: &AddrKey) -> IpAddr {
+    if k.family == AF_INET {
+        IpAddr::from(k.addr[0].to_ne_bytes())
+    } else {
+        let mut o = [0u8; 16];
+        for (i, w) in k.addr.iter().enumerate() {
+            o[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+        IpAddr::from(o)
+    }
+}
+
+/// Makes `POD_ADDRS` hold `new` instead of `old` for namespace `cookie`; an address owned by
+/// another namespace is refused.
+pub fn sync_addresses(
+    store: &mut dyn MapStore,
+    netns: &Path,
+    cookie: u64,
+    old: &[IpAddr],
+    new: &[IpAddr],
+) -> Result<()> {
+    let mut map = hash::<AddrKey, u64>(store, map_names::POD_ADDRS)?;
+    for ip in old.iter().filter(|ip| !new.contains(ip)) {
+        let key = addr_key(*ip);
+        if map.get(&key, 0).is_ok_and(|owner| owner == cookie) {
+            let _ = map.remove(&key);
+        }
+    }
+    for ip in new.iter().filter(|ip| !old.contains(ip)) {
+        let key = addr_key(*ip);
+        if map.get(&key, 0).is_ok_and(|owner| owner != cookie) {
+            return Err(Error::AddressConflict {
+                addr: *ip,
+                netns: netns.to_path_buf(),
+            });
+        }
+        map.insert(key, cookie, 0)
+            .map_err(map_error("writing", map_names::POD_ADDRS))?;
+    }
+    Ok(())
+}
+
+/// Hands a proxy that already listens on the inbound port to `LISTENERS` (sock_ops only
+/// sees `listen()` calls made after it was attached).
+pub fn adopt_listeners(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64) -> Result<()> {
+    let found = adopt::listeners(&spec.netns, spec.inbound_port)?;
+    if found.is_empty() {
+        return Ok(());
+    }
+    let map = store.map(map_names::LISTENERS)?;
+    let mut hash: SockHash<&mut MapData, ListenerKey> =
+        SockHash::try_from(map).map_err(map_error("opening", map_names::LISTENERS))?;
+    for l in found {
+        let Some(sock) = adopt::take_socket(l.inode) else {
+            tracing::warn!(
+                inode = l.inode,
+                "inbound listener found but its socket could not be taken"
+            );
+            continue;
+        };
+        let family = u32::from(if l.ipv6 { AF_INET6 } else { AF_INET });
+        hash.insert(
+            ListenerKey {
+                netns: cookie,
+                family,
+                _pad: 0,
+            },
+            std::os::fd::AsRawFd::as_raw_fd(&sock),
+            0,
+        )
+        .map_err(map_error(
+            "adopting the inbound listener into",
+            map_names::LISTENERS,
+        ))?;
+        tracing::info!(netns = %spec.netns.display(), port = spec.inbound_port, ipv6 = l.ipv6, "adopted a running inbound listener");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -126,6 +126,30 @@ pub enum Error {
     /// `redirect exec` could not decide which cgroup to use.
     #[error("{0}")]
     Ambiguous(String),
+    /// A policy list is longer than the kernel-side policy can hold.
+    #[error("{count} {what} given, at most {max} are supported per namespace")]
+    PolicyLimit {
+        /// Which list.
+        what: &'static str,
+        /// How many were given.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A bpffs operation on the pinned datapath failed.
+    #[error("{op} {path}")]
+    Pin {
+        /// What was being done.
+        op: &'static str,
+        /// The pin path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The istio-iptables arguments, environment or cluster.env were invalid.
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
 }
 
 /// Result alias for the library.

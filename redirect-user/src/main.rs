@@ -1,5 +1,6 @@
 //! The `redirect` binary: parses the CLI and runs attach, exec or status.
 mod cli;
+mod istio;
 
 use std::{
     io::Write as _,
@@ -62,6 +63,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             metrics_file.as_deref(),
         ),
         Command::Exec { cgroup, command } => exec(cgroup, &command),
+        Command::IstioIptables { args } => istio::run(&args),
         Command::Status { json } => {
             let report = status::collect()?;
             if json {

@@ -9,7 +9,7 @@ use std::{
 use crate::error::{Error, Result};
 
 /// Runs `f` on a thread that has entered the namespace at `path`.
-fn in_netns<T: Send + 'static>(
+pub(crate) fn in_netns<T: Send + 'static>(
     path: &Path,
     f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
 ) -> Result<T> {

@@ -45,8 +45,13 @@ pub fn golden_v4(name: &str) -> String {
 
 /// Runs `iptables-restore` with `rules` inside `ns`.
 pub fn restore(ns: &Netns, rules: &str) {
+    restore_with(ns, "iptables-restore", rules);
+}
+
+/// Runs `tool` (`iptables-restore` or `ip6tables-restore`) with `rules` inside `ns`.
+pub fn restore_with(ns: &Netns, tool: &str, rules: &str) {
     let mut child = Command::new("ip")
-        .args(["netns", "exec", ns.name(), "iptables-restore"])
+        .args(["netns", "exec", ns.name(), tool])
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -60,7 +65,7 @@ pub fn restore(ns: &Netns, rules: &str) {
     let out = child.wait_with_output().expect("iptables-restore");
     assert!(
         out.status.success(),
-        "iptables-restore: {}\n{rules}",
+        "{tool}: {}\n{rules}",
         String::from_utf8_lossy(&out.stderr)
     );
 }

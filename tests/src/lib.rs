@@ -1,8 +1,10 @@
 //! Test harness: guards for network namespaces, cgroups and processes, plus the probe server.
+pub mod conformance;
 pub mod env;
 pub mod http;
 pub mod iptables;
 pub mod netns;
+pub mod place;
 pub mod procs;
 pub mod server;
 

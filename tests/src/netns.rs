@@ -8,7 +8,8 @@ use std::{
 
 use crate::env::{cgroup2_root, unique_name};
 
-fn ip(args: &[&str]) {
+/// Runs `ip ARGS`, panicking with its stderr on failure.
+pub fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("run ip");
     assert!(
         out.status.success(),

@@ -29,11 +29,15 @@ fn after_attach_stops_nothing_is_redirected_and_nothing_stays_attached() {
     for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGKILL] {
         let mut attach = Attach::start(cgroup.path(), &[]);
         let ids = attach.program_ids();
-        assert_eq!(ids.len(), 4, "connect4, connect6, sock_ops, getsockopt");
+        assert_eq!(
+            ids.len(),
+            10,
+            "connect4/6, sendmsg4/6, recvmsg4/6, getpeername4/6, sock_ops, getsockopt"
+        );
         assert_eq!(
             attached_program_ids(cgroup.path()).len(),
-            2,
-            "connect4 and connect6 at the pod cgroup"
+            8,
+            "connect, sendmsg, recvmsg and getpeername (4 and 6) at the pod cgroup"
         );
         let at_root = attached_program_ids(&root_cgroup());
         assert!(
@@ -41,7 +45,13 @@ fn after_attach_stops_nothing_is_redirected_and_nothing_stays_attached() {
             "sock_ops + getsockopt at the root"
         );
         let r = client("198.18.0.2:7021", "captured", &opts);
-        assert_eq!(r["peer"], "127.0.0.1:15001", "{r}");
+        assert!(
+            r["local"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("127.0.0.1:")),
+            "captured: {r}"
+        );
+        assert_eq!(r["peer"], "198.18.0.2:7021", "getpeername restored: {r}");
 
         let clean_exit = attach.child.stop(signal);
         assert_eq!(
@@ -116,7 +126,12 @@ fn exec_runs_in_the_attached_cgroup_and_status_reports_attachments() {
         String::from_utf8_lossy(&out.stderr)
     );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(r["peer"], "127.0.0.1:15001", "{r}");
+    assert!(
+        r["local"]
+            .as_str()
+            .is_some_and(|l| l.starts_with("127.0.0.1:")),
+        "captured: {r}"
+    );
 
     let status = attach.status();
     let inst = &status["instances"][0];
@@ -140,6 +155,12 @@ fn exec_runs_in_the_attached_cgroup_and_status_reports_attachments() {
         [
             ("getsockopt", root, true),
             ("sock_ops", root, true),
+            ("sendmsg4", pod, true),
+            ("sendmsg6", pod, true),
+            ("recvmsg4", pod, true),
+            ("recvmsg6", pod, true),
+            ("getpeername4", pod, true),
+            ("getpeername6", pod, true),
             ("connect4", pod, true),
             ("connect6", pod, true)
         ]

@@ -3,19 +3,15 @@ use std::{
     io::{BufRead as _, BufReader, Write as _},
     net::{SocketAddr, TcpStream},
     os::fd::AsRawFd as _,
-    path::PathBuf,
     time::Duration,
 };
 
 use anyhow::Context as _;
 use clap::Parser;
-use nix::{
-    sched::{setns, CloneFlags},
-    sys::socket::{
-        bind, setsockopt, socket, sockopt::ReuseAddr, AddressFamily, SockFlag, SockType, SockaddrIn,
-    },
-    unistd::{setgid, setgroups, setuid, Gid, Uid},
+use nix::sys::socket::{
+    bind, setsockopt, socket, sockopt::ReuseAddr, AddressFamily, SockFlag, SockType, SockaddrIn,
 };
+use redirect_tests::place::Place;
 use serde_json::json;
 
 /// Connects to ADDR the way an application in a pod would.
@@ -27,18 +23,9 @@ struct Args {
     /// Line to send.
     #[arg(long, default_value = "ping")]
     send: String,
-    /// Network namespace file to enter first.
-    #[arg(long)]
-    netns: Option<PathBuf>,
-    /// Cgroup v2 directory to move into first.
-    #[arg(long)]
-    cgroup: Option<PathBuf>,
-    /// Uid to switch to.
-    #[arg(long)]
-    uid: Option<u32>,
-    /// Gid to switch to.
-    #[arg(long)]
-    gid: Option<u32>,
+    /// Where to run.
+    #[command(flatten)]
+    place: Place,
     /// Source port to bind (0.0.0.0:PORT, SO_REUSEADDR) before connecting.
     #[arg(long)]
     bind_port: Option<u16>,
@@ -114,21 +101,7 @@ fn once(args: &Args) -> anyhow::Result<serde_json::Value> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(cg) = &args.cgroup {
-        std::fs::write(cg.join("cgroup.procs"), b"0")
-            .with_context(|| format!("enter cgroup {}", cg.display()))?;
-    }
-    if let Some(ns) = &args.netns {
-        let file = std::fs::File::open(ns).with_context(|| format!("open {}", ns.display()))?;
-        setns(file, CloneFlags::CLONE_NEWNET).context("setns")?;
-    }
-    if let Some(gid) = args.gid {
-        setgroups(&[]).context("setgroups")?;
-        setgid(Gid::from_raw(gid)).context("setgid")?;
-    }
-    if let Some(uid) = args.uid {
-        setuid(Uid::from_raw(uid)).context("setuid")?;
-    }
+    args.place.enter()?;
     if args.count <= 1 {
         let line = once(&args).unwrap_or_else(|e| json!({"ok": false, "error": format!("{e:#}")}));
         println!("{line}");

@@ -1,0 +1,107 @@
+//! `cgroup/recvmsg4|6` and `cgroup/getpeername4|6`: a redirected socket sees its original
+//! destination as the peer (the DNS server as the source of a captured reply; the service, not
+//! 127.0.0.1:15001, from getpeername).
+use aya_ebpf::{
+    helpers::generated::{bpf_get_netns_cookie, bpf_get_socket_cookie},
+    macros::cgroup_sock_addr,
+    programs::SockAddrContext,
+    EbpfContext,
+};
+use redirect_common::{Counter, OrigDst, AF_INET, AF_INET6};
+
+use crate::{
+    capture::policy_of,
+    maps::{count, PENDING},
+    sockaddr::{
+        is_mapped, loopback6, set_user4, set_user6, user4, user6, LOCALHOST_NET, MAPPED_WORD,
+    },
+};
+
+/// Which peer ports a rewrite may replace: DNS only (recvmsg) or any capture port.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ports {
+    Dns,
+    Any,
+}
+
+/// The original destination of this socket, when `port` (host order) is one of the capture
+/// ports it could have been sent to.
+#[inline(always)]
+fn original(ctx: &SockAddrContext, port: u16, which: Ports) -> Option<OrigDst> {
+    // SAFETY: both helpers accept a sock_addr context.
+    let (netns, cookie) = unsafe {
+        (
+            bpf_get_netns_cookie(ctx.as_ptr()),
+            bpf_get_socket_cookie(ctx.as_ptr()),
+        )
+    };
+    let (policy, _) = policy_of(netns)?;
+    let known = port == policy.dns_port
+        || (which == Ports::Any && (port == policy.proxy_port || port == policy.inbound_port));
+    if !known {
+        return None;
+    }
+    // SAFETY: value copied out at once.
+    unsafe { PENDING.get(cookie) }.copied()
+}
+
+#[inline(always)]
+fn restore4(ctx: &SockAddrContext, which: Ports) {
+    let (ip, port) = user4(ctx);
+    if ip != LOCALHOST_NET {
+        return;
+    }
+    if let Some(orig) = original(ctx, u16::from_be(port), which) {
+        if orig.family == AF_INET {
+            set_user4(ctx, orig.addr[0], orig.port);
+            count(Counter::PeerRestored);
+        }
+    }
+}
+
+#[inline(always)]
+fn restore6(ctx: &SockAddrContext, which: Ports) {
+    let (ip, port) = user6(ctx);
+    let mapped = is_mapped(&ip);
+    let family = if mapped { AF_INET } else { AF_INET6 };
+    if ip != loopback6(family) {
+        return;
+    }
+    let Some(orig) = original(ctx, u16::from_be(port), which) else {
+        return;
+    };
+    if orig.family != family {
+        return;
+    }
+    let addr = if mapped {
+        [0, 0, MAPPED_WORD, orig.addr[0]]
+    } else {
+        orig.addr
+    };
+    set_user6(ctx, addr, orig.port);
+    count(Counter::PeerRestored);
+}
+
+#[cgroup_sock_addr(recvmsg4)]
+pub fn redirect_recvmsg4(ctx: SockAddrContext) -> i32 {
+    restore4(&ctx, Ports::Dns);
+    1
+}
+
+#[cgroup_sock_addr(recvmsg6)]
+pub fn redirect_recvmsg6(ctx: SockAddrContext) -> i32 {
+    restore6(&ctx, Ports::Dns);
+    1
+}
+
+#[cgroup_sock_addr(getpeername4)]
+pub fn redirect_getpeername4(ctx: SockAddrContext) -> i32 {
+    restore4(&ctx, Ports::Any);
+    1
+}
+
+#[cgroup_sock_addr(getpeername6)]
+pub fn redirect_getpeername6(ctx: SockAddrContext) -> i32 {
+    restore6(&ctx, Ports::Any);
+    1
+}

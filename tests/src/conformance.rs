@@ -1,0 +1,350 @@
+//! The differential conformance suite's cases, topology and probe matrix: one row of Istio's
+//! `capture-cases.tsv` becomes two identical pods, one behind the golden iptables rules and one
+//! behind `redirect istio-iptables` with the same arguments, probed with the same connections.
+use std::{path::Path, process::Command, time::Duration};
+
+use crate::{
+    env::bin_path,
+    iptables::reference_dir,
+    netns::{ip, Netns},
+    procs::Child,
+};
+
+/// Public ranges the cases name, mapped (in goldens and arguments alike) into 198.18.0.0/15 so
+/// that every destination lives in a test namespace.
+pub const RANGE_MAP: [(&str, &str); 2] = [
+    ("1.1.0.0/16", "198.18.0.0/16"),
+    ("9.9.0.0/16", "198.19.0.0/16"),
+];
+/// Group names the owner-group cases use, mapped to numeric gids that exist nowhere else.
+pub const GROUP_MAP: [(&str, &str); 2] = [("java", "2000"), ("ftp", "2001")];
+
+/// The pod's IPv4 address (inside the `-i 10.0.0.0/8` case's range on purpose: it is local).
+pub const POD4: &str = "10.200.0.2";
+/// The pod's IPv6 address (dual-stack cases).
+pub const POD6: &str = "fd00:200::2";
+
+/// One row of capture-cases.tsv, with ranges and group names mapped.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// Row name = golden file name.
+    pub name: String,
+    /// istio-iptables arguments: the base plus the row's.
+    pub args: Vec<String>,
+    /// Environment of the row.
+    pub env: Vec<(String, String)>,
+    /// DNS servers named in the notes.
+    pub dns: Vec<String>,
+    /// The pod is dual-stack.
+    pub ipv6: bool,
+    /// TPROXY rows are not part of the suite (see the test's docs).
+    pub tproxy: bool,
+}
+
+fn map_text(s: &str) -> String {
+    let mut out = s.to_owned();
+    for (from, to) in RANGE_MAP {
+        out = out.replace(from, to);
+    }
+    for (from, to) in GROUP_MAP {
+        out = out.replace(
+            &format!("--gid-owner {from} "),
+            &format!("--gid-owner {to} "),
+        );
+        out = out.replace(&format!("={from},"), &format!("={to},"));
+        out = out.replace(&format!(",{from}"), &format!(",{to}"));
+    }
+    out
+}
+
+/// Every case of capture-cases.tsv.
+pub fn cases() -> Vec<Case> {
+    let path = reference_dir().join("capture-cases.tsv");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let base = "-p 15001 -z 15006 -e 15008 -u 1337 -g 1337 -m REDIRECT";
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|line| {
+            let cols: Vec<&str> = line.split('\t').collect();
+            let (name, args, env, notes) = (
+                cols[0],
+                cols.get(1).copied().unwrap_or(""),
+                cols.get(2).copied().unwrap_or("-"),
+                cols.get(3).copied().unwrap_or(""),
+            );
+            let row_args = if args == "(none)" {
+                String::new()
+            } else {
+                map_text(args)
+            };
+            let mut all: Vec<String> = base.split(' ').map(str::to_owned).collect();
+            all.extend(row_args.split_whitespace().map(str::to_owned));
+            let env = if env == "-" {
+                Vec::new()
+            } else {
+                let mapped = map_text(&format!("{env},"));
+                let mapped = mapped.trim_end_matches(',');
+                let (k, v) = mapped.split_once('=').expect("KEY=VALUE");
+                vec![(k.to_owned(), v.to_owned())]
+            };
+            let dns = notes
+                .split(';')
+                .filter_map(|n| n.trim().strip_prefix("dns server"))
+                .flat_map(|rest| {
+                    rest.trim_start_matches('s')
+                        .split(" and ")
+                        .map(|s| s.trim().to_owned())
+                        .collect::<Vec<_>>()
+                })
+                .filter(|s| !s.is_empty())
+                .collect();
+            Case {
+                name: name.to_owned(),
+                args: all,
+                env,
+                dns,
+                ipv6: notes.contains("ipv6=1"),
+                tproxy: args.contains("TPROXY"),
+            }
+        })
+        .collect()
+}
+
+/// The golden of `case`, mapped: (IPv4 restore text, IPv6 restore text when dual-stack).
+pub fn golden(case: &Case) -> (String, Option<String>) {
+    let path = reference_dir()
+        .join("capture-golden")
+        .join(format!("{}.golden", case.name));
+    let text = map_text(
+        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display())),
+    );
+    let mut blocks: Vec<String> = vec![String::new()];
+    let mut seen: Vec<String> = Vec::new();
+    let mut inside = false;
+    for line in text.lines() {
+        if let Some(table) = line.strip_prefix("* ") {
+            if seen.contains(&table.to_owned()) {
+                blocks.push(String::new());
+                seen.clear();
+            }
+            seen.push(table.to_owned());
+            inside = true;
+        }
+        if inside {
+            let b = blocks.last_mut().expect("block");
+            b.push_str(line);
+            b.push('\n');
+        }
+        if line == "COMMIT" {
+            inside = false;
+        }
+    }
+    let v6 = if case.ipv6 {
+        blocks.get(1).cloned().filter(|b| !b.is_empty())
+    } else {
+        None
+    };
+    (blocks.swap_remove(0), v6)
+}
+
+/// A pod joined to its own "world" namespace that holds every remote destination.
+#[derive(Debug)]
+pub struct World {
+    /// The pod's namespace.
+    pub pod: Netns,
+    /// The remote side.
+    pub world: Netns,
+}
+
+/// Remote addresses the world namespace holds (IPv4): inside 10/8, 1.1/16 (mapped), 9.9/16
+/// (mapped), outside everything, and behind the excluded interface.
+pub const WORLD4: [&str; 5] = [
+    "10.1.2.3",
+    "198.18.1.1",
+    "198.19.9.9",
+    "192.0.2.10",
+    "203.0.113.10",
+];
+/// Remote IPv6 addresses: inside 2001:db8::/32 and outside.
+pub const WORLD6: [&str; 2] = ["2001:db8::10", "fd00:99::10"];
+
+impl World {
+    /// Builds pod + world: `eth0` (pod 10.200.0.2, fd00:200::2) to the world's default
+    /// gateway, and `not-istio-nic` (10.201.0.2) routing 203.0.113.0/24.
+    pub fn new(prefix: &str, ipv6: bool) -> Self {
+        let pod = Netns::new(prefix);
+        let world = Netns::new("rcw");
+        let (p, w) = (pod.name().to_owned(), world.name().to_owned());
+        for (dev, peer) in [("eth0", "weth0"), ("not-istio-nic", "wnic")] {
+            ip(&[
+                "-n", &p, "link", "add", dev, "type", "veth", "peer", "name", peer, "netns", &w,
+            ]);
+            ip(&["-n", &p, "link", "set", dev, "up"]);
+            ip(&["-n", &w, "link", "set", peer, "up"]);
+        }
+        ip(&[
+            "-n",
+            &p,
+            "addr",
+            "add",
+            &format!("{POD4}/24"),
+            "dev",
+            "eth0",
+        ]);
+        ip(&["-n", &w, "addr", "add", "10.200.0.1/24", "dev", "weth0"]);
+        ip(&[
+            "-n",
+            &p,
+            "addr",
+            "add",
+            "10.201.0.2/24",
+            "dev",
+            "not-istio-nic",
+        ]);
+        ip(&["-n", &w, "addr", "add", "10.201.0.1/24", "dev", "wnic"]);
+        ip(&["-n", &p, "route", "add", "default", "via", "10.200.0.1"]);
+        ip(&[
+            "-n",
+            &p,
+            "route",
+            "add",
+            "203.0.113.0/24",
+            "via",
+            "10.201.0.1",
+            "dev",
+            "not-istio-nic",
+        ]);
+        for a in WORLD4 {
+            ip(&["-n", &w, "addr", "add", &format!("{a}/32"), "dev", "lo"]);
+        }
+        if ipv6 {
+            ip(&[
+                "-n",
+                &p,
+                "addr",
+                "add",
+                &format!("{POD6}/64"),
+                "dev",
+                "eth0",
+                "nodad",
+            ]);
+            ip(&[
+                "-n",
+                &w,
+                "addr",
+                "add",
+                "fd00:200::1/64",
+                "dev",
+                "weth0",
+                "nodad",
+            ]);
+            ip(&["-n", &p, "route", "add", "default", "via", "fd00:200::1"]);
+            for a in WORLD6 {
+                ip(&[
+                    "-n",
+                    &w,
+                    "addr",
+                    "add",
+                    &format!("{a}/128"),
+                    "dev",
+                    "lo",
+                    "nodad",
+                ]);
+            }
+            // The IPv6 DNS server of the dns-uid-gid case lives on the pod's loopback, and
+            // ::6 is the proxy's IPv6 passthrough source (istio-proxy adds it to lo too).
+            ip(&[
+                "-n",
+                &p,
+                "addr",
+                "add",
+                "::127.0.0.53/128",
+                "dev",
+                "lo",
+                "nodad",
+            ]);
+            ip(&["-n", &p, "addr", "add", "::6/128", "dev", "lo", "nodad"]);
+        }
+        Self { pod, world }
+    }
+}
+
+/// Starts `probe-listen` (as `id` when given) and waits for it to be ready.
+pub fn listen(
+    ns: &Netns,
+    cgroup: Option<&Path>,
+    id: Option<(u32, u32)>,
+    name: &str,
+    tcp: &[String],
+    udp: &[String],
+) -> Child {
+    let mut cmd = Command::new(bin_path("probe-listen"));
+    cmd.arg("--netns").arg(ns.path()).arg("--name").arg(name);
+    if let Some((uid, gid)) = id {
+        cmd.args(["--uid", &uid.to_string(), "--gid", &gid.to_string()]);
+    }
+    if let Some(cg) = cgroup {
+        cmd.arg("--cgroup").arg(cg);
+    }
+    for a in tcp {
+        cmd.arg("--tcp").arg(a);
+    }
+    for a in udp {
+        cmd.arg("--udp").arg(a);
+    }
+    let mut child = Child::spawn(cmd);
+    child.wait_line("probe-listen ready", Duration::from_secs(10), |l| {
+        l == "ready"
+    });
+    child
+}
+
+/// Runs `probe-matrix` as (uid, gid) and returns one JSON value per probe.
+pub fn probe(
+    ns: &Netns,
+    cgroup: Option<&Path>,
+    id: Option<(u32, u32)>,
+    probes: &[String],
+) -> Vec<serde_json::Value> {
+    let mut cmd = Command::new(bin_path("probe-matrix"));
+    cmd.arg("--netns").arg(ns.path());
+    if let Some(cg) = cgroup {
+        cmd.arg("--cgroup").arg(cg);
+    }
+    if let Some((uid, gid)) = id {
+        cmd.args(["--uid", &uid.to_string(), "--gid", &gid.to_string()]);
+    }
+    cmd.arg("--");
+    cmd.args(probes);
+    let out = cmd.output().expect("run probe-matrix");
+    assert!(
+        out.status.success(),
+        "probe-matrix: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("probe-matrix output {l:?}: {e}"))
+        })
+        .collect()
+}
+
+/// The part of a probe result that must agree: which listener accepted (and the original
+/// destination it acted on), or how the attempt failed, and the peer the client saw.
+pub fn outcome(v: &serde_json::Value) -> String {
+    if v["ok"].as_bool() != Some(true) {
+        return format!("failed:{}", v["error"].as_str().unwrap_or("?"));
+    }
+    let reply = v["reply"].as_str().unwrap_or("");
+    let kept: Vec<&str> = reply
+        .split_whitespace()
+        .filter(|t| t.starts_with("at=") || t.starts_with("orig="))
+        .collect();
+    format!(
+        "{} client-peer={}",
+        kept.join(" "),
+        v["peer"].as_str().unwrap_or("")
+    )
+}
