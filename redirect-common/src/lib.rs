@@ -2,6 +2,8 @@
 #![no_std]
 
 pub mod outbound;
+#[cfg(test)]
+mod outbound_tests;
 
 /// Names of the maps in the BPF object, as user space looks them up.
 pub mod map_names {

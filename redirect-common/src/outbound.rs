@@ -121,45 +121,44 @@ impl OutboundPolicy {
 }
 
 /// Key data of the per-namespace CIDR tries (`OUT_INCLUDE`, `OUT_EXCLUDE`, `OUT_ROUTES`):
-/// the netns cookie, then the address as IPv6 (IPv4 as `::ffff:a.b.c.d`). The trie's prefix
-/// length counts the 64 cookie bits: `64 + 96 + n` for an IPv4 /n, `64 + n` for IPv6.
+/// the netns cookie and the family (both matched exactly), then the address (IPv4 in word 0).
+/// The trie's prefix length counts the 96 bits before the address: `96 + n` for a `/n`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CidrKey {
     /// Network namespace cookie, big-endian bytes (compared bit by bit like the address).
     pub netns: [u8; 8],
-    /// Address, network order, IPv4 v4-mapped.
+    /// [`AF_INET`] or [`AF_INET6`], big-endian bytes: an IPv6 `::/0` never covers IPv4.
+    pub family: [u8; 4],
+    /// Address, network order (IPv4 in word 0, the rest zero).
     pub addr: [u32; 4],
 }
 
-const _: () = assert!(core::mem::size_of::<CidrKey>() == 24);
+const _: () = assert!(core::mem::size_of::<CidrKey>() == 28);
 
 impl CidrKey {
     /// Builds the key for `(family, addr)` in namespace `netns`.
     #[inline(always)]
     pub fn new(netns: u64, family: u16, addr: [u32; 4]) -> Self {
         let addr = if family == AF_INET {
-            [0, 0, u32::from_be(0x0000_ffff), addr[0]]
+            [addr[0], 0, 0, 0]
         } else {
             addr
         };
         Self {
             netns: netns.to_be_bytes(),
+            family: u32::from(family).to_be_bytes(),
             addr,
         }
     }
 
-    /// Prefix length of the trie entry for a `/bits` network of `family`.
-    pub const fn prefix_len(family: u16, bits: u8) -> u32 {
-        if family == AF_INET {
-            64 + 96 + bits as u32
-        } else {
-            64 + bits as u32
-        }
+    /// Prefix length of the trie entry for a `/bits` network.
+    pub const fn prefix_len(bits: u8) -> u32 {
+        96 + bits as u32
     }
 
     /// Prefix length of a full-address lookup.
-    pub const LOOKUP_LEN: u32 = 64 + 128;
+    pub const LOOKUP_LEN: u32 = 96 + 128;
 }
 
 /// A connection attempt (or datagram) as the decision sees it.

@@ -175,7 +175,7 @@ fn cidr_key(netns: u64, net: &IpNet) -> Key<CidrKey> {
         IpNet::V6(n) => (AF_INET6, n.prefix_len()),
     };
     Key::new(
-        CidrKey::prefix_len(family, bits),
+        CidrKey::prefix_len(bits),
         CidrKey::new(netns, family, words(net.network())),
     )
 }
@@ -297,6 +297,7 @@ fn key_bytes(k: &Key<CidrKey>) -> Vec<u8> {
     let d = k.data();
     let mut v = k.prefix_len().to_ne_bytes().to_vec();
     v.extend_from_slice(&d.netns);
+    v.extend_from_slice(&d.family);
     for w in d.addr {
         v.extend_from_slice(&w.to_ne_bytes());
     }

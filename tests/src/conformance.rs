@@ -268,6 +268,33 @@ impl World {
         }
         Self { pod, world }
     }
+
+    /// Gives the pod other addresses on its two links (instead of [`POD4`] and 10.201.0.2):
+    /// pods sharing one datapath need addresses of their own, as on a node.
+    pub fn renumber(&self, eth0: &str, nic: &str) {
+        let p = self.pod.name();
+        ip(&["-n", p, "addr", "del", &format!("{POD4}/24"), "dev", "eth0"]);
+        ip(&["-n", p, "addr", "add", &format!("{eth0}/24"), "dev", "eth0"]);
+        ip(&[
+            "-n",
+            p,
+            "addr",
+            "del",
+            "10.201.0.2/24",
+            "dev",
+            "not-istio-nic",
+        ]);
+        ip(&[
+            "-n",
+            p,
+            "addr",
+            "add",
+            &format!("{nic}/24"),
+            "dev",
+            "not-istio-nic",
+        ]);
+        ip(&["-n", p, "route", "replace", "default", "via", "10.200.0.1"]);
+    }
 }
 
 /// Starts `probe-listen` (as `id` when given) and waits for it to be ready.

@@ -1,0 +1,437 @@
+//! `redirect istio-iptables` as istio-init uses it: the exact args of a kube-inject output,
+//! one shared pinned datapath for many namespaces, `--cleanup-only`, `--dry-run`, and bad
+//! input that leaves nothing attached.
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use redirect_tests::{
+    attached_program_ids, bin_path,
+    conformance::{listen, probe, World, POD4},
+    iptables::reference_dir,
+    privileged_or_skip, unique_name, Cgroup, Child,
+};
+
+/// The istio-init container's args in inject/hello.yaml.injected, after `istio-iptables`.
+fn hello_init_args() -> Vec<String> {
+    let path = reference_dir().join("inject/hello.yaml.injected");
+    let text = std::fs::read_to_string(&path).expect("read hello.yaml.injected");
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.trim() == "- istio-iptables")
+        .expect("istio-init args");
+    lines[start + 1..]
+        .iter()
+        .map_while(|l| l.trim().strip_prefix("- "))
+        .map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_owned())
+        .collect()
+}
+
+/// A pinned datapath directory of the test's own, removed on drop if a test failed half-way.
+struct Pins(PathBuf);
+
+impl Pins {
+    fn new() -> Self {
+        Self(PathBuf::from("/sys/fs/bpf").join(unique_name("rib")))
+    }
+}
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn redirect(pins: &Path, cgroup: &Path, netns: &Path, args: &[&str]) -> Output {
+    Command::new(bin_path("redirect"))
+        .arg("istio-iptables")
+        .arg("--bpffs")
+        .arg(pins)
+        .arg("--cgroup")
+        .arg(cgroup)
+        .arg("--netns")
+        .arg(netns)
+        .args(args)
+        .output()
+        .expect("run redirect istio-iptables")
+}
+
+fn ok(out: &Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Proxy (15001/15006 as uid 1337) and app (80, 15021) listeners in the pod, a server outside.
+fn listeners(w: &World, cgroup: &Path) -> Vec<Child> {
+    vec![
+        listen(
+            &w.pod,
+            Some(cgroup),
+            Some((1337, 1337)),
+            "proxy",
+            &["[::]:15001".into(), "[::]:15006".into()],
+            &[],
+        ),
+        listen(
+            &w.pod,
+            Some(cgroup),
+            None,
+            "app",
+            &["[::]:80".into(), "[::]:15021".into()],
+            &[],
+        ),
+        listen(
+            &w.world,
+            None,
+            None,
+            "world",
+            &["192.0.2.10:80".into()],
+            &[],
+        ),
+    ]
+}
+
+fn at(v: &serde_json::Value) -> String {
+    let reply = v["reply"].as_str().unwrap_or("");
+    reply
+        .split_whitespace()
+        .filter(|t| t.starts_with("at=") || t.starts_with("orig="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn wait_unattached(cgroup: &Path) {
+    for _ in 0..100 {
+        if attached_program_ids(cgroup).is_empty() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("programs still attached at {}", cgroup.display());
+}
+
+#[test]
+fn istio_init_args_apply_unchanged_and_cleanup_removes_everything() {
+    if !privileged_or_skip("istio_init_args_apply_unchanged") {
+        return;
+    }
+    let args = hello_init_args();
+    assert_eq!(args[..2], ["-p", "15001"], "{args:?}");
+    assert!(
+        args.contains(&"--log_output_level=default:info".to_owned()),
+        "{args:?}"
+    );
+    let w = World::new("rip", false);
+    let cgroup = Cgroup::new("ric");
+    let pins = Pins::new();
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    ok(
+        &redirect(&pins.0, cgroup.path(), &w.pod.path(), &argv),
+        "apply hello.yaml's args",
+    );
+    assert!(
+        pins.0.join("maps/NETNS_OUTBOUND").exists(),
+        "datapath pinned"
+    );
+    let _l = listeners(&w, cgroup.path());
+
+    // Outbound from the app lands on 15001 with its original destination; from the proxy it
+    // leaves directly.
+    let app = probe(
+        &w.pod,
+        Some(cgroup.path()),
+        Some((1000, 1000)),
+        &["tcp:192.0.2.10:80".into()],
+    );
+    assert_eq!(
+        at(&app[0]),
+        "at=proxy/[::]:15001 orig=192.0.2.10:80",
+        "{app:?}"
+    );
+    assert_eq!(
+        app[0]["peer"], "192.0.2.10:80",
+        "getpeername shows the original: {app:?}"
+    );
+    let proxy = probe(
+        &w.pod,
+        Some(cgroup.path()),
+        Some((1337, 1337)),
+        &["tcp:192.0.2.10:80".into()],
+    );
+    assert_eq!(
+        at(&proxy[0]),
+        "at=world/192.0.2.10:80 orig=192.0.2.10:80",
+        "{proxy:?}"
+    );
+    // Inbound (-b '*') lands on 15006, except the -d ports.
+    let inbound = probe(
+        &w.world,
+        None,
+        None,
+        &[format!("tcp:{POD4}:80"), format!("tcp:{POD4}:15021")],
+    );
+    assert_eq!(
+        at(&inbound[0]),
+        format!("at=proxy/[::]:15006 orig={POD4}:80"),
+        "{inbound:?}"
+    );
+    assert_eq!(
+        at(&inbound[1]),
+        format!("at=app/[::]:15021 orig={POD4}:15021"),
+        "{inbound:?}"
+    );
+
+    let out = ok(
+        &redirect(&pins.0, cgroup.path(), &w.pod.path(), &["--cleanup-only"]),
+        "cleanup",
+    );
+    assert!(out.contains("datapath unpinned"), "{out}");
+    assert!(!pins.0.exists(), "pins left after the last --cleanup-only");
+    wait_unattached(cgroup.path());
+    let app = probe(
+        &w.pod,
+        Some(cgroup.path()),
+        Some((1000, 1000)),
+        &["tcp:192.0.2.10:80".into()],
+    );
+    assert_eq!(
+        at(&app[0]),
+        "at=world/192.0.2.10:80 orig=192.0.2.10:80",
+        "no capture after cleanup: {app:?}"
+    );
+}
+
+#[test]
+fn namespaces_share_one_datapath_with_their_own_policies() {
+    if !privileged_or_skip("namespaces_share_one_datapath") {
+        return;
+    }
+    let (a, b, c) = (
+        World::new("ria", false),
+        World::new("rib", false),
+        World::new("rin", false),
+    );
+    let cgroup = Cgroup::new("ric");
+    let pins = Pins::new();
+    let first = ok(
+        &redirect(&pins.0, cgroup.path(), &a.pod.path(), &["-i", "*"]),
+        "apply a",
+    );
+    assert!(first.contains("datapath created"), "{first}");
+    // Pod addresses identify the namespace for inbound steering: a clash is refused by name.
+    let clash = redirect(&pins.0, cgroup.path(), &b.pod.path(), &["-i", "10.0.0.0/8"]);
+    assert!(!clash.status.success());
+    assert!(
+        String::from_utf8_lossy(&clash.stderr).contains(POD4),
+        "{clash:?}"
+    );
+    b.renumber("10.200.0.3", "10.201.0.3");
+    c.renumber("10.200.0.4", "10.201.0.4");
+    let second = ok(
+        &redirect(&pins.0, cgroup.path(), &b.pod.path(), &["-i", "10.0.0.0/8"]),
+        "apply b",
+    );
+    assert!(
+        !second.contains("datapath created"),
+        "the second namespace reuses it: {second}"
+    );
+    let _la = listeners(&a, cgroup.path());
+    let _lb = listeners(&b, cgroup.path());
+    let _lc = listeners(&c, cgroup.path());
+    let go = |w: &World| {
+        at(&probe(
+            &w.pod,
+            Some(cgroup.path()),
+            Some((1000, 1000)),
+            &["tcp:192.0.2.10:80".into()],
+        )[0])
+    };
+    assert_eq!(
+        go(&a),
+        "at=proxy/[::]:15001 orig=192.0.2.10:80",
+        "a: -i '*'"
+    );
+    assert_eq!(
+        go(&b),
+        "at=world/192.0.2.10:80 orig=192.0.2.10:80",
+        "b: 192.0.2.10 is outside -i"
+    );
+    assert_eq!(
+        go(&c),
+        "at=world/192.0.2.10:80 orig=192.0.2.10:80",
+        "c has no policy: untouched"
+    );
+
+    // Re-applying replaces a namespace's policy in place.
+    ok(
+        &redirect(
+            &pins.0,
+            cgroup.path(),
+            &b.pod.path(),
+            &["-i", "192.0.2.0/24"],
+        ),
+        "re-apply b",
+    );
+    assert_eq!(
+        go(&b),
+        "at=proxy/[::]:15001 orig=192.0.2.10:80",
+        "b after re-apply"
+    );
+
+    let out = ok(
+        &redirect(&pins.0, cgroup.path(), &a.pod.path(), &["--cleanup-only"]),
+        "cleanup a",
+    );
+    assert!(!out.contains("unpinned"), "b still has a policy: {out}");
+    assert_eq!(
+        go(&a),
+        "at=world/192.0.2.10:80 orig=192.0.2.10:80",
+        "a after cleanup"
+    );
+    assert_eq!(
+        go(&b),
+        "at=proxy/[::]:15001 orig=192.0.2.10:80",
+        "b keeps its policy"
+    );
+    ok(
+        &redirect(&pins.0, cgroup.path(), &b.pod.path(), &["--cleanup-only"]),
+        "cleanup b",
+    );
+    assert!(
+        !pins.0.exists(),
+        "the last policy takes the datapath with it"
+    );
+    wait_unattached(cgroup.path());
+}
+
+#[test]
+fn bad_input_names_the_flag_and_leaves_nothing_attached() {
+    if !privileged_or_skip("bad_input_leaves_nothing") {
+        return;
+    }
+    let w = World::new("rix", false);
+    let cgroup = Cgroup::new("ric");
+    let pins = Pins::new();
+    let cases: [(&[&str], &str); 7] = [
+        (&["-i", "10.0.0.0/33"], "10.0.0.0/33"),
+        (&["-p", "70000"], "70000"),
+        (&["-m", "TRANSPARENT"], "TRANSPARENT"),
+        (&["--no-such-flag"], "--no-such-flag"),
+        (&["-x", "*"], "-x"),
+        (&["-u", "proxy"], "proxy"),
+        (&["-b", "80,http"], "http"),
+    ];
+    for (args, named) in cases {
+        let out = redirect(&pins.0, cgroup.path(), &w.pod.path(), args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(
+            err.contains(named),
+            "{args:?}: error does not name {named:?}: {err}"
+        );
+        assert!(!pins.0.exists(), "{args:?}: something was pinned");
+        assert!(
+            attached_program_ids(cgroup.path()).is_empty(),
+            "{args:?}: something was attached"
+        );
+    }
+    // Valid flags but a namespace that does not exist: the datapath created for it goes too.
+    let out = redirect(
+        &pins.0,
+        cgroup.path(),
+        Path::new("/run/netns/no-such-netns-rix"),
+        &["-i", "*"],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-netns-rix"));
+    assert!(
+        !pins.0.exists(),
+        "datapath left behind after a failed first apply"
+    );
+    wait_unattached(cgroup.path());
+    // A rejected update leaves the namespace's previous policy active.
+    ok(
+        &redirect(&pins.0, cgroup.path(), &w.pod.path(), &["-i", "*"]),
+        "apply",
+    );
+    let _l = listeners(&w, cgroup.path());
+    let out = redirect(
+        &pins.0,
+        cgroup.path(),
+        &w.pod.path(),
+        &["-i", "300.0.0.0/8"],
+    );
+    assert!(!out.status.success());
+    let app = probe(
+        &w.pod,
+        Some(cgroup.path()),
+        Some((1000, 1000)),
+        &["tcp:192.0.2.10:80".into()],
+    );
+    assert_eq!(
+        at(&app[0]),
+        "at=proxy/[::]:15001 orig=192.0.2.10:80",
+        "previous policy kept: {app:?}"
+    );
+    ok(
+        &redirect(&pins.0, cgroup.path(), &w.pod.path(), &["--cleanup-only"]),
+        "cleanup",
+    );
+    assert!(!pins.0.exists());
+}
+
+#[test]
+fn dry_run_prints_policy_and_istio_rules_and_changes_nothing() {
+    if !privileged_or_skip("dry_run_changes_nothing") {
+        return;
+    }
+    let w = World::new("rid", false);
+    let cgroup = Cgroup::new("ric");
+    let pins = Pins::new();
+    let out = ok(
+        &redirect(
+            &pins.0,
+            cgroup.path(),
+            &w.pod.path(),
+            &[
+                "--dry-run",
+                "-i",
+                "10.0.0.0/8",
+                "-x",
+                "10.96.0.0/12",
+                "-q",
+                "3306",
+            ],
+        ),
+        "dry run",
+    );
+    for want in [
+        "include CIDRs (-i)     10.0.0.0/8",
+        "-A ISTIO_OUTPUT -d 10.96.0.0/12 -j RETURN",
+        "-A ISTIO_OUTPUT -p tcp --dport 3306 -j ISTIO_REDIRECT",
+        "-A ISTIO_OUTPUT -d 10.0.0.0/8 -j ISTIO_REDIRECT",
+    ] {
+        assert!(out.contains(want), "dry run lacks {want:?}:\n{out}");
+    }
+    assert!(!pins.0.exists(), "dry run pinned something");
+    assert!(
+        attached_program_ids(cgroup.path()).is_empty(),
+        "dry run attached something"
+    );
+    let help = Command::new(bin_path("redirect"))
+        .args(["istio-iptables", "--help"])
+        .output()
+        .expect("help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("--istio-service-cidr") && help.contains("--cleanup-only"),
+        "{help}"
+    );
+}
