@@ -141,10 +141,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         .or_else(|| std::env::var_os("REDIRECT_BPFFS").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(node::DEFAULT_DIR));
     if inv.dry_run {
-        let ipv6 = inv.policy.dual_stack
-            || netns::addresses(&ns)
-                .map(|a| a.iter().any(|ip| ip.is_ipv6()))
-                .unwrap_or(false);
+        let addrs = netns::addresses(&ns).unwrap_or_default();
+        let ipv6 = node::ipv6_follows(&inv.policy, &addrs);
         print!("{}", side_by_side(&inv.policy, ipv6));
         return Ok(());
     }

@@ -251,11 +251,7 @@ impl NodeDatapath {
     pub fn apply(&mut self, netns_path: &Path, policy: &Policy) -> Result<Applied> {
         let cookie = netns::cookie(netns_path)?;
         let addrs = netns::addresses(netns_path)?;
-        let ipv6 = policy.dual_stack
-            || addrs.iter().any(|ip| match ip {
-                std::net::IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) != 0xfe80,
-                std::net::IpAddr::V4(_) => false,
-            });
+        let ipv6 = ipv6_follows(policy, &addrs);
         let routes = if policy.exclude_interfaces.is_empty() {
             Vec::new()
         } else {
@@ -345,6 +341,16 @@ impl NodeDatapath {
         }
         Ok(false)
     }
+}
+
+/// Whether a namespace's IPv6 traffic follows the policy: istio-iptables writes ip6tables rules
+/// when the pod has a usable (not link-local) IPv6 address, or dual stack is asked for.
+pub fn ipv6_follows(policy: &Policy, addrs: &[std::net::IpAddr]) -> bool {
+    policy.dual_stack
+        || addrs.iter().any(|ip| match ip {
+            std::net::IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) != 0xfe80,
+            std::net::IpAddr::V4(_) => false,
+        })
 }
 
 /// Unpins everything under `dir` (detaching the programs), if it exists.

@@ -435,3 +435,89 @@ fn dry_run_prints_policy_and_istio_rules_and_changes_nothing() {
         "{help}"
     );
 }
+
+#[test]
+fn a_vm_cluster_env_is_a_policy() {
+    if !privileged_or_skip("a_vm_cluster_env_is_a_policy") {
+        return;
+    }
+    let w = World::new("riv", false);
+    let cgroup = Cgroup::new("ric");
+    let pins = Pins::new();
+    let env = reference_dir().join("vm-cluster.env");
+    let env = env.to_str().expect("utf8");
+    // cluster.env names no proxy uid: istio-iptables' default (istio-proxy, else 1337).
+    let out = ok(
+        &redirect(
+            &pins.0,
+            cgroup.path(),
+            &w.pod.path(),
+            &[
+                "--cluster-env",
+                env,
+                "--dns-servers",
+                "127.0.0.53",
+                "-u",
+                "1337",
+            ],
+        ),
+        "apply cluster.env",
+    );
+    assert!(out.contains("inbound capture to :15006"), "{out}");
+    let mut l = listeners(&w, cgroup.path());
+    l.push(listen(
+        &w.pod,
+        Some(cgroup.path()),
+        None,
+        "ssh",
+        &["[::]:22".into()],
+        &[],
+    ));
+    l.push(listen(
+        &w.pod,
+        Some(cgroup.path()),
+        Some((1337, 1337)),
+        "dns",
+        &[],
+        &["127.0.0.1:15053".into()],
+    ));
+    // ISTIO_SERVICE_CIDR='*': captured; ISTIO_META_DNS_CAPTURE='true': DNS to 15053.
+    let app = probe(
+        &w.pod,
+        Some(cgroup.path()),
+        Some((1000, 1000)),
+        &["tcp:192.0.2.10:80".into(), "udp:127.0.0.53:53".into()],
+    );
+    assert_eq!(
+        at(&app[0]),
+        "at=proxy/[::]:15001 orig=192.0.2.10:80",
+        "{app:?}"
+    );
+    assert_eq!(at(&app[1]), "at=dns/127.0.0.1:15053", "{app:?}");
+    assert_eq!(
+        app[1]["peer"], "127.0.0.53:53",
+        "the reply comes from the server: {app:?}"
+    );
+    // ISTIO_INBOUND_PORTS='*' with ISTIO_LOCAL_EXCLUDE_PORTS='22,...': ssh stays reachable.
+    let inbound = probe(
+        &w.world,
+        None,
+        None,
+        &[format!("tcp:{POD4}:80"), format!("tcp:{POD4}:22")],
+    );
+    assert_eq!(
+        at(&inbound[0]),
+        format!("at=proxy/[::]:15006 orig={POD4}:80"),
+        "{inbound:?}"
+    );
+    assert_eq!(
+        at(&inbound[1]),
+        format!("at=ssh/[::]:22 orig={POD4}:22"),
+        "{inbound:?}"
+    );
+    ok(
+        &redirect(&pins.0, cgroup.path(), &w.pod.path(), &["--cleanup-only"]),
+        "cleanup",
+    );
+    assert!(!pins.0.exists());
+}
