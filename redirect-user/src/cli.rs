@@ -110,6 +110,88 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<String>,
     },
+    /// Run the node daemon: owns the pinned datapath and enrolls namespaces on request.
+    ///
+    /// Creates the datapath when none is pinned, adopts it when one is (nothing is attached
+    /// twice), re-applies the enrollments recorded in its directory, and follows each enrolled
+    /// namespace's addresses. Stopped or killed, capture goes on (the pins hold it); started
+    /// again, it adopts. A second daemon refuses to start.
+    Daemon {
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
+        /// Cgroup to attach at when the datapath is created [default: the cgroup v2 root].
+        #[arg(long, value_name = "PATH")]
+        cgroup: Option<PathBuf>,
+    },
+    /// Enroll a namespace (a pod, or a VM) with a policy, through the daemon.
+    Enroll {
+        /// Network namespace name (under /run/netns) or path.
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: String,
+        /// istio-iptables arguments, as one string (e.g. "-i '*' -b '*' -d 15090,15021,15020").
+        #[arg(
+            long,
+            value_name = "ARGS",
+            group = "source",
+            allow_hyphen_values = true
+        )]
+        istio_args: Option<String>,
+        /// A cluster.env (a VM's istio settings).
+        #[arg(long, value_name = "FILE", group = "source")]
+        cluster_env: Option<PathBuf>,
+        /// A policy as JSON (the shape `redirect list --json` prints).
+        #[arg(long, value_name = "FILE", group = "source")]
+        policy: Option<PathBuf>,
+    },
+    /// Remove a namespace's policy, through the daemon.
+    Unenroll {
+        /// Network namespace name (under /run/netns) or path.
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: String,
+    },
+    /// List the daemon's enrollments.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove every pin, attachment and enrollment (through the daemon when it runs).
+    Uninstall {
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
+    },
+    /// What would happen to one connection, and which istio-iptables rule decides it.
+    ///
+    /// Reads the namespace's policy from the pinned maps and runs the same decision code as
+    /// the kernel programs, e.g. `redirect explain --netns pod1 --uid 1337 --dst 10.244.1.7:8080`.
+    Explain {
+        /// Network namespace name (under /run/netns) or path.
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: String,
+        /// The caller's uid.
+        #[arg(long, value_name = "UID", value_parser = parse_id)]
+        uid: u32,
+        /// The caller's gid [default: the uid].
+        #[arg(long, value_name = "GID", value_parser = parse_id)]
+        gid: Option<u32>,
+        /// Destination address and port.
+        #[arg(long, value_name = "IP:PORT")]
+        dst: std::net::SocketAddr,
+        /// A UDP datagram instead of a TCP connect.
+        #[arg(long)]
+        udp: bool,
+        /// Source address the socket is bound to (127.0.0.6 is the proxy's passthrough).
+        #[arg(long, value_name = "IP")]
+        src: Option<std::net::IpAddr>,
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show what is attached where (checked against the kernel) and the decision counters.
     Status {
         /// Print JSON instead of tables.

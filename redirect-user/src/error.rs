@@ -147,6 +147,14 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// Another daemon holds the single-instance lock.
+    #[error("another redirect daemon is running (pid {pid}, lock {lock}): one datapath per node, never two; stop it first or talk to it with `redirect enroll/list`")]
+    AlreadyRunning {
+        /// Pid recorded in the lock file.
+        pid: String,
+        /// The lock file.
+        lock: PathBuf,
+    },
     /// The istio-iptables arguments, environment or cluster.env were invalid.
     #[error(transparent)]
     Policy(#[from] crate::policy::PolicyError),

@@ -75,14 +75,6 @@ impl EnvSource for Layered {
     }
 }
 
-fn netns_path(name: Option<&str>) -> PathBuf {
-    match name {
-        None => PathBuf::from("/proc/self/ns/net"),
-        Some(n) if n.contains('/') => PathBuf::from(n),
-        Some(n) => Path::new("/run/netns").join(n),
-    }
-}
-
 fn resolv_conf(netns: Option<&str>) -> PathBuf {
     if let Some(n) = netns.filter(|n| !n.contains('/')) {
         let p = Path::new("/etc/netns").join(n).join("resolv.conf");
@@ -108,7 +100,9 @@ fn pre_scan(args: &[String], flag: &str) -> Option<String> {
     None
 }
 
-fn parse(args: &[String]) -> anyhow::Result<Invocation> {
+/// Parses istio-iptables arguments the way `redirect istio-iptables` does (cluster.env and
+/// resolv.conf of the namespace included).
+pub fn parse(args: &[String]) -> anyhow::Result<Invocation> {
     let netns = pre_scan(args, "--netns");
     let sys = RealSystem {
         resolv_conf: resolv_conf(netns.as_deref()),
@@ -134,7 +128,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     for flag in &inv.ignored {
         tracing::debug!(flag = %flag, "accepted and ignored");
     }
-    let ns = netns_path(inv.netns.as_deref());
+    let ns = netns::resolve(inv.netns.as_deref());
     let dir = inv
         .bpffs
         .clone()

@@ -1,6 +1,7 @@
 //! The `redirect` binary: parses the CLI and runs attach, exec or status.
 mod cli;
 mod istio;
+mod node_cmds;
 
 use std::{
     io::Write as _,
@@ -64,6 +65,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         ),
         Command::Exec { cgroup, command } => exec(cgroup, &command),
         Command::IstioIptables { args } => istio::run(&args),
+        Command::Daemon { bpffs, cgroup } => node_cmds::daemon(bpffs, cgroup),
+        Command::Enroll {
+            netns,
+            istio_args,
+            cluster_env,
+            policy,
+        } => node_cmds::enroll(
+            &netns,
+            istio_args.as_deref(),
+            cluster_env.as_deref(),
+            policy.as_deref(),
+        ),
+        Command::Unenroll { netns } => node_cmds::unenroll(&netns),
+        Command::List { json } => node_cmds::list(json),
+        Command::Uninstall { bpffs } => node_cmds::uninstall(bpffs),
+        Command::Explain {
+            netns,
+            uid,
+            gid,
+            dst,
+            udp,
+            src,
+            bpffs,
+            json,
+        } => node_cmds::explain(&netns, uid, gid.unwrap_or(uid), dst, !udp, src, bpffs, json),
         Command::Status { json } => {
             let report = status::collect()?;
             if json {

@@ -76,3 +76,13 @@ pub fn addresses(path: &Path) -> Result<Vec<IpAddr>> {
         Ok(out)
     })
 }
+
+/// The namespace file for a `--netns` value: a path as is, a bare name under `/run/netns`, and
+/// no value: the namespace this process runs in.
+pub fn resolve(name: Option<&str>) -> std::path::PathBuf {
+    match name {
+        None => std::path::PathBuf::from("/proc/self/ns/net"),
+        Some(n) if n.contains('/') => std::path::PathBuf::from(n),
+        Some(n) => Path::new("/run/netns").join(n),
+    }
+}

@@ -326,13 +326,7 @@ impl NodeDatapath {
     /// more, the whole datapath is unpinned (and so detached). Returns whether it was.
     pub fn cleanup(&mut self, netns_path: &Path) -> Result<bool> {
         let cookie = netns::cookie(netns_path)?;
-        outbound::remove(&mut self.maps, cookie)?;
-        self.detach_sk_lookup(cookie)?;
-        enroll::remove_inbound(&mut self.maps, cookie)?;
-        remove_ifaces(&mut self.maps, cookie)?;
-        let old = owned_addresses(&mut self.maps, cookie)?;
-        enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old, &[])?;
-        tracing::info!(netns = %netns_path.display(), cookie, "policy removed");
+        self.remove_policy(cookie, netns_path)?;
         if outbound::count(&mut self.maps)? == 0 {
             self.maps.0.clear();
             remove_dir(&self.dir)?;
@@ -340,6 +334,49 @@ impl NodeDatapath {
             return Ok(true);
         }
         Ok(false)
+    }
+
+    /// Removes everything stored for namespace `cookie` (which may no longer exist; `shown`
+    /// only names it in logs and errors). The datapath itself stays.
+    pub fn remove_policy(&mut self, cookie: u64, shown: &Path) -> Result<()> {
+        outbound::remove(&mut self.maps, cookie)?;
+        self.detach_sk_lookup(cookie)?;
+        enroll::remove_inbound(&mut self.maps, cookie)?;
+        remove_ifaces(&mut self.maps, cookie)?;
+        let old = owned_addresses(&mut self.maps, cookie)?;
+        enroll::sync_addresses(&mut self.maps, shown, cookie, &old, &[])?;
+        tracing::info!(netns = %shown.display(), cookie, "policy removed");
+        Ok(())
+    }
+
+    /// Re-reads the namespace's addresses (and, with `-c`, its routes) and updates the maps
+    /// when they changed. Returns the addresses now stored.
+    pub fn refresh(
+        &mut self,
+        netns_path: &Path,
+        cookie: u64,
+        policy: &Policy,
+    ) -> Result<Vec<std::net::IpAddr>> {
+        let addrs = netns::addresses(netns_path)?;
+        let old = owned_addresses(&mut self.maps, cookie)?;
+        let (mut a, mut b) = (addrs.clone(), old.clone());
+        a.sort();
+        b.sort();
+        if a != b {
+            enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old, &addrs)?;
+            tracing::info!(netns = %netns_path.display(), addrs = ?addrs, "pod addresses changed");
+            if !policy.exclude_interfaces.is_empty() {
+                let routes = routes::via_interfaces(netns_path, &policy.exclude_interfaces)?;
+                let compiled = outbound::compile(policy, ipv6_follows(policy, &addrs), routes)?;
+                outbound::write(&mut self.maps, cookie, &compiled)?;
+            }
+        }
+        Ok(addrs)
+    }
+
+    /// Number of namespaces with a policy.
+    pub fn policies(&mut self) -> Result<usize> {
+        outbound::count(&mut self.maps)
     }
 }
 
@@ -391,21 +428,24 @@ fn owned_addresses(store: &mut dyn MapStore, cookie: u64) -> Result<Vec<std::net
         .collect())
 }
 
-/// Serialises `redirect istio-iptables` runs on one pin directory (an exclusive flock in the
-/// state directory, released when the guard drops).
-pub fn lock(dir: &Path) -> Result<nix::fcntl::Flock<File>> {
-    let state = crate::state::state_dir();
-    std::fs::create_dir_all(&state).map_err(|e| Error::io("creating", &state, e))?;
-    let name: String = dir
-        .display()
-        .to_string()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    let path = state.join(format!("node{name}.lock"));
-    let file = File::create(&path).map_err(|e| Error::io("creating", &path, e))?;
+fn flock_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>> {
+    let file = File::open(dir).map_err(|e| Error::io("opening", dir, e))?;
     nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| Error::io("locking", &path, e.into()))
+        .map_err(|(_, e)| Error::io("locking", dir, e.into()))
+}
+
+/// Serialises changes to pinned datapaths (`redirect istio-iptables` runs, the daemon): an
+/// exclusive flock on the bpffs directory that holds the pin directory, released on drop.
+/// Mounts the bpffs first when needed (under a lock on the mount point, so two first runs
+/// cannot stack two mounts). Leaves no file behind.
+pub fn lock(dir: &Path) -> Result<nix::fcntl::Flock<File>> {
+    preflight::require_root()?;
+    let parent = dir.parent().unwrap_or(Path::new("/"));
+    if !is_bpffs(parent) {
+        let _mounting = flock_dir(parent)?;
+        ensure_bpffs(dir)?;
+    }
+    flock_dir(parent)
 }
 
 /// Interfaces whose arriving traffic istio-iptables RETURNs in PREROUTING (`-c`, `-k`), by

@@ -375,3 +375,67 @@ pub fn outcome(v: &serde_json::Value) -> String {
         v["peer"].as_str().unwrap_or("")
     )
 }
+
+/// The listener and original destination of a probe result (`at=... orig=...`), or "".
+pub fn at(v: &serde_json::Value) -> String {
+    v["reply"]
+        .as_str()
+        .unwrap_or("")
+        .split_whitespace()
+        .filter(|t| t.starts_with("at=") || t.starts_with("orig="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A sidecar pod's usual listeners: the proxy (15001, 15006, as uid/gid 1337), the app (80,
+/// 8000, 15021, 22) and a server at 192.0.2.10:80 in the world.
+pub fn sidecar_listeners(w: &World, cgroup: &Path) -> Vec<Child> {
+    vec![
+        listen(
+            &w.pod,
+            Some(cgroup),
+            Some((1337, 1337)),
+            "proxy",
+            &["[::]:15001".into(), "[::]:15006".into()],
+            &[],
+        ),
+        listen(
+            &w.pod,
+            Some(cgroup),
+            None,
+            "app",
+            &[
+                "[::]:80".into(),
+                "[::]:8000".into(),
+                "[::]:15021".into(),
+                "[::]:22".into(),
+            ],
+            &[],
+        ),
+        listen(
+            &w.world,
+            None,
+            None,
+            "world",
+            &["192.0.2.10:80".into()],
+            &[],
+        ),
+    ]
+}
+
+/// Waits (up to 2 s: unpinned links are released asynchronously) until nothing is attached at
+/// `cgroup`; panics otherwise.
+pub fn wait_detached(cgroup: &Path) {
+    for _ in 0..100 {
+        if crate::procs::attached_program_ids(cgroup).is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("programs still attached at {}", cgroup.display());
+}
+
+/// Where a TCP connect from `(uid, gid)` in the pod (in `cgroup`) to `dst` lands (`at=... orig=...`).
+pub fn reach(w: &World, cgroup: &Path, id: (u32, u32), dst: &str) -> String {
+    at(&probe(&w.pod, Some(cgroup), Some(id), &[format!("tcp:{dst}")])[0])
+}

@@ -8,9 +8,9 @@ use std::{
 
 use redirect_tests::{
     attached_program_ids, bin_path,
-    conformance::{listen, probe, World, POD4},
+    conformance::{at, listen, probe, reach, sidecar_listeners, wait_detached, World, POD4},
     iptables::reference_dir,
-    privileged_or_skip, unique_name, Cgroup, Child,
+    privileged_or_skip, unique_name, Cgroup,
 };
 
 /// The istio-init container's args in inject/hello.yaml.injected, after `istio-iptables`.
@@ -69,53 +69,6 @@ fn ok(out: &Output, what: &str) -> String {
 }
 
 /// Proxy (15001/15006 as uid 1337) and app (80, 15021) listeners in the pod, a server outside.
-fn listeners(w: &World, cgroup: &Path) -> Vec<Child> {
-    vec![
-        listen(
-            &w.pod,
-            Some(cgroup),
-            Some((1337, 1337)),
-            "proxy",
-            &["[::]:15001".into(), "[::]:15006".into()],
-            &[],
-        ),
-        listen(
-            &w.pod,
-            Some(cgroup),
-            None,
-            "app",
-            &["[::]:80".into(), "[::]:15021".into()],
-            &[],
-        ),
-        listen(
-            &w.world,
-            None,
-            None,
-            "world",
-            &["192.0.2.10:80".into()],
-            &[],
-        ),
-    ]
-}
-
-fn at(v: &serde_json::Value) -> String {
-    let reply = v["reply"].as_str().unwrap_or("");
-    reply
-        .split_whitespace()
-        .filter(|t| t.starts_with("at=") || t.starts_with("orig="))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn wait_unattached(cgroup: &Path) {
-    for _ in 0..100 {
-        if attached_program_ids(cgroup).is_empty() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    panic!("programs still attached at {}", cgroup.display());
-}
 
 #[test]
 fn istio_init_args_apply_unchanged_and_cleanup_removes_everything() {
@@ -140,7 +93,7 @@ fn istio_init_args_apply_unchanged_and_cleanup_removes_everything() {
         pins.0.join("maps/NETNS_OUTBOUND").exists(),
         "datapath pinned"
     );
-    let _l = listeners(&w, cgroup.path());
+    let _l = sidecar_listeners(&w, cgroup.path());
 
     // Outbound from the app lands on 15001 with its original destination; from the proxy it
     // leaves directly.
@@ -194,17 +147,11 @@ fn istio_init_args_apply_unchanged_and_cleanup_removes_everything() {
     );
     assert!(out.contains("datapath unpinned"), "{out}");
     assert!(!pins.0.exists(), "pins left after the last --cleanup-only");
-    wait_unattached(cgroup.path());
-    let app = probe(
-        &w.pod,
-        Some(cgroup.path()),
-        Some((1000, 1000)),
-        &["tcp:192.0.2.10:80".into()],
-    );
+    wait_detached(cgroup.path());
     assert_eq!(
-        at(&app[0]),
+        reach(&w, cgroup.path(), (1000, 1000), "192.0.2.10:80"),
         "at=world/192.0.2.10:80 orig=192.0.2.10:80",
-        "no capture after cleanup: {app:?}"
+        "no capture after cleanup"
     );
 }
 
@@ -242,9 +189,9 @@ fn namespaces_share_one_datapath_with_their_own_policies() {
         !second.contains("datapath created"),
         "the second namespace reuses it: {second}"
     );
-    let _la = listeners(&a, cgroup.path());
-    let _lb = listeners(&b, cgroup.path());
-    let _lc = listeners(&c, cgroup.path());
+    let _la = sidecar_listeners(&a, cgroup.path());
+    let _lb = sidecar_listeners(&b, cgroup.path());
+    let _lc = sidecar_listeners(&c, cgroup.path());
     let go = |w: &World| {
         at(&probe(
             &w.pod,
@@ -308,7 +255,7 @@ fn namespaces_share_one_datapath_with_their_own_policies() {
         !pins.0.exists(),
         "the last policy takes the datapath with it"
     );
-    wait_unattached(cgroup.path());
+    wait_detached(cgroup.path());
 }
 
 #[test]
@@ -355,13 +302,13 @@ fn bad_input_names_the_flag_and_leaves_nothing_attached() {
         !pins.0.exists(),
         "datapath left behind after a failed first apply"
     );
-    wait_unattached(cgroup.path());
+    wait_detached(cgroup.path());
     // A rejected update leaves the namespace's previous policy active.
     ok(
         &redirect(&pins.0, cgroup.path(), &w.pod.path(), &["-i", "*"]),
         "apply",
     );
-    let _l = listeners(&w, cgroup.path());
+    let _l = sidecar_listeners(&w, cgroup.path());
     let out = redirect(
         &pins.0,
         cgroup.path(),
@@ -369,16 +316,10 @@ fn bad_input_names_the_flag_and_leaves_nothing_attached() {
         &["-i", "300.0.0.0/8"],
     );
     assert!(!out.status.success());
-    let app = probe(
-        &w.pod,
-        Some(cgroup.path()),
-        Some((1000, 1000)),
-        &["tcp:192.0.2.10:80".into()],
-    );
     assert_eq!(
-        at(&app[0]),
+        reach(&w, cgroup.path(), (1000, 1000), "192.0.2.10:80"),
         "at=proxy/[::]:15001 orig=192.0.2.10:80",
-        "previous policy kept: {app:?}"
+        "previous policy kept"
     );
     ok(
         &redirect(&pins.0, cgroup.path(), &w.pod.path(), &["--cleanup-only"]),
@@ -464,15 +405,7 @@ fn a_vm_cluster_env_is_a_policy() {
         "apply cluster.env",
     );
     assert!(out.contains("inbound capture to :15006"), "{out}");
-    let mut l = listeners(&w, cgroup.path());
-    l.push(listen(
-        &w.pod,
-        Some(cgroup.path()),
-        None,
-        "ssh",
-        &["[::]:22".into()],
-        &[],
-    ));
+    let mut l = sidecar_listeners(&w, cgroup.path());
     l.push(listen(
         &w.pod,
         Some(cgroup.path()),
@@ -512,7 +445,7 @@ fn a_vm_cluster_env_is_a_policy() {
     );
     assert_eq!(
         at(&inbound[1]),
-        format!("at=ssh/[::]:22 orig={POD4}:22"),
+        format!("at=app/[::]:22 orig={POD4}:22"),
         "{inbound:?}"
     );
     ok(

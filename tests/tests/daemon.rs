@@ -1,0 +1,264 @@
+//! The node daemon: enrollment over its socket, one daemon per node, SIGKILL without a gap in
+//! capture, restart adoption without attaching twice, address following, uninstall.
+use std::{
+    path::PathBuf,
+    process::{Command, Output},
+    time::Duration,
+};
+
+use nix::sys::signal::Signal;
+use redirect_tests::{
+    attached_program_ids, bin_path,
+    conformance::{at, probe, reach, sidecar_listeners, wait_detached, World, POD4},
+    privileged_or_skip, unique_name, Cgroup, Child,
+};
+
+/// A daemon directory and pin directory of the test's own, removed on drop.
+struct Node {
+    dir: PathBuf,
+    pins: PathBuf,
+    cgroup: Cgroup,
+}
+
+impl Node {
+    fn new() -> Self {
+        let name = unique_name("rdn");
+        Self {
+            dir: std::env::temp_dir().join(&name),
+            pins: PathBuf::from("/sys/fs/bpf").join(&name),
+            cgroup: Cgroup::new("rdc"),
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin_path("redirect"));
+        cmd.args(args)
+            .env("REDIRECT_DAEMON_DIR", &self.dir)
+            .env("REDIRECT_BPFFS", &self.pins);
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("run redirect")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "redirect {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn daemon(&self) -> Child {
+        let mut cmd = self.cmd(&["daemon"]);
+        cmd.arg("--cgroup").arg(self.cgroup.path());
+        let mut child = Child::spawn(cmd);
+        child.wait_line("daemon ready", Duration::from_secs(10), |l| {
+            l.starts_with("ready ")
+        });
+        child
+    }
+
+    fn link_ids(&self) -> Vec<u64> {
+        let mut ids = attached_program_ids(self.cgroup.path());
+        ids.sort_unstable();
+        ids
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.pins);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+const CAPTURED: &str = "at=proxy/[::]:15001 orig=192.0.2.10:80";
+
+#[test]
+fn daemon_enrolls_follows_addresses_and_is_alone() {
+    if !privileged_or_skip("daemon_enrolls") {
+        return;
+    }
+    let node = Node::new();
+    let w = World::new("rdp", false);
+    let _daemon = node.daemon();
+    // One daemon per node.
+    let second = node.run(&["daemon"]);
+    assert!(!second.status.success());
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("another redirect daemon is running"),
+        "{second:?}"
+    );
+
+    let netns = w.pod.path().display().to_string();
+    let out = node.ok(&[
+        "enroll",
+        "--netns",
+        &netns,
+        "--istio-args",
+        "-i '*' -x '' -b '*' -d 15090,15021,15020",
+    ]);
+    assert!(out.contains("enrolled"), "{out}");
+    let _l = sidecar_listeners(&w, node.cgroup.path());
+    assert_eq!(
+        reach(&w, node.cgroup.path(), (1000, 1000), "192.0.2.10:80"),
+        CAPTURED
+    );
+    let list = node.ok(&["list", "--json"]);
+    let list: serde_json::Value = serde_json::from_str(&list).expect("json");
+    assert_eq!(list[0]["netns"], netns.as_str(), "{list}");
+    assert_eq!(list[0]["addrs"][0], "10.200.0.2", "{list}");
+
+    // An address added later is followed: the proxy reaching it goes to 15006, the app's own
+    // traffic to it is left alone, as with iptables' `-o lo`.
+    let added = "10.200.0.77";
+    let status = Command::new("ip")
+        .args([
+            "-n",
+            w.pod.name(),
+            "addr",
+            "add",
+            &format!("{added}/32"),
+            "dev",
+            "eth0",
+        ])
+        .status()
+        .expect("ip addr add");
+    assert!(status.success());
+    let mut followed = false;
+    for _ in 0..50 {
+        let p = probe(
+            &w.pod,
+            Some(node.cgroup.path()),
+            Some((1337, 1337)),
+            &[format!("tcp:{added}:8000")],
+        );
+        if at(&p[0]) == format!("at=proxy/[::]:15006 orig={added}:8000") {
+            followed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(followed, "the new address was not followed within 5 s");
+    let app = probe(
+        &w.pod,
+        Some(node.cgroup.path()),
+        Some((1000, 1000)),
+        &[format!("tcp:{added}:8000")],
+    );
+    assert_eq!(
+        at(&app[0]),
+        format!("at=app/[::]:8000 orig={added}:8000"),
+        "{app:?}"
+    );
+
+    // Explain answers from the same decision, reading the pinned maps.
+    let why = node.ok(&[
+        "explain",
+        "--netns",
+        &netns,
+        "--uid",
+        "1337",
+        "--dst",
+        &format!("{POD4}:8000"),
+    ]);
+    assert!(
+        why.contains("proxy:15006") && why.contains("inbound_redirect_local"),
+        "{why}"
+    );
+    let why = node.ok(&[
+        "explain",
+        "--netns",
+        &netns,
+        "--uid",
+        "1000",
+        "--dst",
+        "192.0.2.10:80",
+        "--json",
+    ]);
+    let why: serde_json::Value = serde_json::from_str(&why).expect("json");
+    assert_eq!(why["outcome"], "proxy:15001", "{why}");
+
+    node.ok(&["unenroll", "--netns", &netns]);
+    assert_eq!(
+        reach(&w, node.cgroup.path(), (1000, 1000), "192.0.2.10:80"),
+        "at=world/192.0.2.10:80 orig=192.0.2.10:80"
+    );
+    assert!(
+        node.pins.exists(),
+        "the daemon keeps its datapath with no enrollment"
+    );
+    node.ok(&["uninstall"]);
+    assert!(!node.pins.exists());
+}
+
+#[test]
+fn sigkill_leaves_no_gap_restart_adopts_uninstall_leaves_nothing() {
+    if !privileged_or_skip("sigkill_leaves_no_gap") {
+        return;
+    }
+    let node = Node::new();
+    let w = World::new("rdk", false);
+    let mut daemon = node.daemon();
+    let netns = w.pod.path().display().to_string();
+    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
+    let _l = sidecar_listeners(&w, node.cgroup.path());
+    let ids = node.link_ids();
+    assert_eq!(ids.len(), 10, "every program attached once: {ids:?}");
+
+    // A client loops connections while the daemon is SIGKILLed: every one is captured.
+    let probes: Vec<String> = (0..400).map(|_| "tcp:192.0.2.10:80".to_owned()).collect();
+    let cgroup = node.cgroup.path().to_path_buf();
+    let pod = w.pod.path();
+    let looping = std::thread::spawn(move || {
+        let mut cmd = Command::new(bin_path("probe-matrix"));
+        cmd.arg("--netns").arg(&pod).arg("--cgroup").arg(&cgroup);
+        cmd.args(["--uid", "1000", "--gid", "1000", "--"])
+            .args(&probes);
+        cmd.output().expect("probe-matrix")
+    });
+    std::thread::sleep(Duration::from_millis(150));
+    daemon.stop(Signal::SIGKILL);
+    let out = looping.join().expect("client thread");
+    let results: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    assert_eq!(results.len(), 400);
+    let escaped: Vec<&serde_json::Value> = results.iter().filter(|r| at(r) != CAPTURED).collect();
+    assert!(
+        escaped.is_empty(),
+        "{} of 400 not captured, e.g. {:?}",
+        escaped.len(),
+        escaped.first()
+    );
+    assert_eq!(node.link_ids(), ids, "capture stays attached after SIGKILL");
+
+    // Restarted, it adopts: same programs, nothing attached twice, the enrollment is back.
+    let _daemon = node.daemon();
+    assert_eq!(node.link_ids(), ids, "restart attached again");
+    let list = node.ok(&["list"]);
+    assert!(list.contains(&netns), "{list}");
+    assert_eq!(
+        reach(&w, node.cgroup.path(), (1000, 1000), "192.0.2.10:80"),
+        CAPTURED
+    );
+
+    // Uninstall: no pins, no programs, no enrollment files.
+    node.ok(&["uninstall"]);
+    assert!(!node.pins.exists(), "pins left");
+    wait_detached(node.cgroup.path());
+    assert!(
+        !node.dir.join("enrollments").exists(),
+        "enrollment files left"
+    );
+    assert_eq!(
+        reach(&w, node.cgroup.path(), (1000, 1000), "192.0.2.10:80"),
+        "at=world/192.0.2.10:80 orig=192.0.2.10:80"
+    );
+}
