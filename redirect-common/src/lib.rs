@@ -35,8 +35,17 @@ pub mod map_names {
     pub const OUT_PORTS: &str = "OUT_PORTS";
     /// `HashMap<IfKey, u8>`: interfaces whose arriving traffic is never inbound-captured (-c, -k).
     pub const IFACES: &str = "IFACES";
+    /// `PerCpuHashMap<NsCounterKey, u64>`: decision counters per namespace.
+    pub const NETNS_COUNTERS: &str = "NETNS_COUNTERS";
+    /// `RingBuf`: [`crate::TraceEvent`]s while tracing is on.
+    pub const TRACE: &str = "TRACE";
+    /// `Array<u32>`, one entry: non-zero while a `redirect trace` runs.
+    pub const TRACE_ON: &str = "TRACE_ON";
     /// Every map a datapath pins, in no particular order.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 18] = [
+        NETNS_COUNTERS,
+        TRACE,
+        TRACE_ON,
         IFACES,
         COUNTERS,
         PENDING,
@@ -96,6 +105,48 @@ pub struct PortKey {
     pub port: u16,
     /// Explicit padding; always zero.
     pub _pad: [u8; 6],
+}
+
+/// Key of [`map_names::NETNS_COUNTERS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NsCounterKey {
+    /// Network namespace cookie.
+    pub netns: u64,
+    /// [`Counter`] slot.
+    pub slot: u32,
+    /// Explicit padding; always zero.
+    pub _pad: u32,
+}
+
+/// One decision, streamed through [`map_names::TRACE`] while a `redirect trace` runs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceEvent {
+    /// Network namespace cookie.
+    pub netns: u64,
+    /// Original destination, network order (IPv4 in word 0).
+    pub dst: [u32; 4],
+    /// Thread group id of the caller.
+    pub pid: u32,
+    /// Caller's uid.
+    pub uid: u32,
+    /// Caller's gid.
+    pub gid: u32,
+    /// Original destination port, host order.
+    pub dport: u16,
+    /// Port on loopback it was sent to, 0 when untouched.
+    pub redirect_port: u16,
+    /// [`AF_INET`] or [`AF_INET6`].
+    pub family: u16,
+    /// 6 TCP, 17 UDP.
+    pub proto: u8,
+    /// The deciding [`Counter`] slot.
+    pub counter: u8,
+    /// The caller's command name.
+    pub comm: [u8; 16],
+    /// Explicit padding; always zero.
+    pub _pad: u32,
 }
 
 /// Key of [`map_names::IFACES`].
@@ -281,11 +332,13 @@ pub enum Counter {
     PeerRestored = 24,
     /// Inbound connection arriving on an excluded (`-c`) or KubeVirt (`-k`) interface.
     InboundInterface = 25,
+    /// A process with the proxy's uid/gid outside the proxy's cgroup: captured as an app.
+    ProxyIdElsewhere = 26,
 }
 
 impl Counter {
     /// Every counter, in slot order.
-    pub const ALL: [Counter; 26] = [
+    pub const ALL: [Counter; 27] = [
         Counter::Redirected,
         Counter::BypassUid,
         Counter::BypassGid,
@@ -312,6 +365,7 @@ impl Counter {
         Counter::ExcludedInterface,
         Counter::PeerRestored,
         Counter::InboundInterface,
+        Counter::ProxyIdElsewhere,
     ];
     /// Number of slots.
     pub const COUNT: u32 = Self::ALL.len() as u32;
@@ -345,6 +399,7 @@ impl Counter {
             Counter::ExcludedInterface => "excluded_interface",
             Counter::PeerRestored => "peer_restored",
             Counter::InboundInterface => "inbound_interface",
+            Counter::ProxyIdElsewhere => "proxy_id_elsewhere",
         }
     }
 }
@@ -357,6 +412,8 @@ const _: () = assert!(core::mem::size_of::<PortKey>() == 16);
 const _: () = assert!(core::mem::size_of::<AddrKey>() == 24);
 const _: () = assert!(core::mem::size_of::<ListenerKey>() == 16);
 const _: () = assert!(core::mem::size_of::<IfKey>() == 16);
+const _: () = assert!(core::mem::size_of::<NsCounterKey>() == 16);
+const _: () = assert!(core::mem::size_of::<TraceEvent>() == 64);
 
 /// Folds an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, network-order words) to IPv4 form:
 /// returns (family, address) with IPv4 in word 0, so both ends of a connection key alike.
@@ -389,6 +446,8 @@ mod pod {
     unsafe impl aya::Pod for super::ListenerKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::IfKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::NsCounterKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::outbound::OutboundPolicy {}
     // SAFETY: as above.

@@ -37,6 +37,9 @@ pub const OUT_HAS_PORTS: u32 = 1 << 9;
 pub const OUT_HAS_EXCLUDED_NIC: u32 = 1 << 10;
 /// [`OutboundPolicy::flags`]: the policy exists (a zeroed value means "no policy").
 pub const OUT_ENABLED: u32 = 1 << 11;
+/// [`OutboundPolicy::flags`]: the proxy identity is its uid/gid *and* its cgroup
+/// (`proxy_cgroup`): a process with the proxy uid elsewhere is captured like any app.
+pub const OUT_PROXY_CGROUP: u32 = 1 << 12;
 
 /// Port-rule bits of the outbound port set (`-o` / `-q`).
 pub const OUT_PORT_EXCLUDE: u8 = 1;
@@ -84,11 +87,16 @@ pub struct OutboundPolicy {
     pub tunnel_port: u16,
     /// DNS capture port (15053), host order.
     pub dns_port: u16,
+    /// Depth of `proxy_cgroup` in the cgroup v2 tree (root = 0).
+    pub proxy_cgroup_level: u16,
     /// Explicit padding; always zero.
-    pub _pad1: u16,
+    pub _pad1: u32,
+    /// With [`OUT_PROXY_CGROUP`]: the proxy's cgroup id; the uid/gid bypass only applies to
+    /// processes inside it.
+    pub proxy_cgroup: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<OutboundPolicy>() == 204);
+const _: () = assert!(core::mem::size_of::<OutboundPolicy>() == 216);
 
 impl OutboundPolicy {
     /// A policy that captures nothing (all counts zero); callers fill it in.
@@ -111,7 +119,9 @@ impl OutboundPolicy {
         inbound_port: 0,
         tunnel_port: 0,
         dns_port: 0,
+        proxy_cgroup_level: 0,
         _pad1: 0,
+        proxy_cgroup: 0,
     };
 
     #[inline(always)]
@@ -178,6 +188,8 @@ pub struct Conn {
     pub gid: u32,
     /// The socket is bound to the proxy's passthrough source (127.0.0.6 / ::6).
     pub passthrough_src: bool,
+    /// The caller runs inside the policy's proxy cgroup (only read with [`OUT_PROXY_CGROUP`]).
+    pub in_proxy_cgroup: bool,
 }
 
 /// What the kernel would look up for a connection; lazily, in the order the rules need them.
@@ -292,6 +304,31 @@ fn owner_rule(
     None
 }
 
+/// With a proxy cgroup, the owner match also needs the caller to be inside it.
+#[inline(always)]
+fn proxy_place(p: &OutboundPolicy, conn: &Conn) -> bool {
+    !p.has(OUT_PROXY_CGROUP) || conn.in_proxy_cgroup
+}
+
+/// True when the caller has a proxy uid or gid but runs outside the proxy's cgroup: it is
+/// captured like an application (and worth a warning: seed 1's silent bypass).
+#[inline(always)]
+pub fn proxy_id_elsewhere(p: &OutboundPolicy, conn: &Conn) -> bool {
+    if !p.has(OUT_PROXY_CGROUP) || conn.in_proxy_cgroup {
+        return false;
+    }
+    let mut i = 0;
+    while i < MAX_OWNERS {
+        if (i < p.n_uids as usize && p.uids[i] == conn.uid)
+            || (i < p.n_gids as usize && p.gids[i] == conn.gid)
+        {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
 /// Evaluates istio-iptables' `OUTPUT` chain (nat table, REDIRECT mode) for `conn`.
 #[inline(always)]
 pub fn decide<L: Lookups>(p: &OutboundPolicy, conn: &Conn, lk: &L) -> Verdict {
@@ -330,7 +367,8 @@ pub fn decide<L: Lookups>(p: &OutboundPolicy, conn: &Conn, lk: &L) -> Verdict {
         if i >= p.n_uids as usize {
             break;
         }
-        if let Some(v) = owner_rule(p, conn, on_lo, conn.uid == p.uids[i], true, no_lo_return) {
+        let matches = conn.uid == p.uids[i] && proxy_place(p, conn);
+        if let Some(v) = owner_rule(p, conn, on_lo, matches, true, no_lo_return) {
             return v;
         }
         i += 1;
@@ -340,7 +378,8 @@ pub fn decide<L: Lookups>(p: &OutboundPolicy, conn: &Conn, lk: &L) -> Verdict {
         if i >= p.n_gids as usize {
             break;
         }
-        if let Some(v) = owner_rule(p, conn, on_lo, conn.gid == p.gids[i], false, no_lo_return) {
+        let matches = conn.gid == p.gids[i] && proxy_place(p, conn);
+        if let Some(v) = owner_rule(p, conn, on_lo, matches, false, no_lo_return) {
             return v;
         }
         i += 1;

@@ -65,6 +65,7 @@ fn conn(uid: u32, gid: u32, dst: [u8; 4], dport: u16) -> Conn {
         uid,
         gid,
         passthrough_src: false,
+        in_proxy_cgroup: false,
     }
 }
 
@@ -251,4 +252,27 @@ fn families_and_missing_policy() {
         ),
         Verdict::Pass(Counter::NoPolicy)
     );
+}
+
+#[test]
+fn proxy_identity_bound_to_its_cgroup() {
+    let mut p = sidecar();
+    p.flags |= OUT_PROXY_CGROUP;
+    p.proxy_cgroup = 42;
+    let lk = pod();
+    // uid 1337 outside the proxy's cgroup is an application: captured, and flagged.
+    let c = conn(1337, 1337, [198, 18, 0, 2], 80);
+    assert_eq!(
+        decide(&p, &c, &lk),
+        Verdict::Redirect(15001, Counter::Redirected)
+    );
+    assert!(proxy_id_elsewhere(&p, &c));
+    let mut inside = c;
+    inside.in_proxy_cgroup = true;
+    assert_eq!(decide(&p, &inside, &lk), Verdict::Pass(Counter::BypassUid));
+    assert!(!proxy_id_elsewhere(&p, &inside));
+    assert!(!proxy_id_elsewhere(
+        &p,
+        &conn(1000, 1000, [198, 18, 0, 2], 80)
+    ));
 }

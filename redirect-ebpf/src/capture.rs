@@ -3,8 +3,10 @@
 //! lookups, and records the original destination under the socket's cookie.
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_uid_gid,
-        generated::{bpf_get_netns_cookie, bpf_get_socket_cookie},
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
+        generated::{
+            bpf_get_current_ancestor_cgroup_id, bpf_get_netns_cookie, bpf_get_socket_cookie,
+        },
     },
     maps::lpm_trie::Key,
     programs::SockAddrContext,
@@ -12,12 +14,16 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use redirect_common::{
-    outbound::{decide, CidrKey, Conn, Lookups, OutboundPolicy, Verdict},
-    AddrKey, Counter, OrigDst, PortKey, AF_INET,
+    outbound::{
+        decide, proxy_id_elsewhere, CidrKey, Conn, Lookups, OutboundPolicy, Verdict,
+        OUT_PROXY_CGROUP,
+    },
+    AddrKey, Counter, OrigDst, PortKey, TraceEvent, AF_INET,
 };
 
 use crate::maps::{
-    NETNS_OUTBOUND, OUT_EXCLUDE, OUT_INCLUDE, OUT_PORTS, OUT_ROUTES, PENDING, POD_ADDRS,
+    count, count_ns, tracing_on, NETNS_OUTBOUND, OUT_EXCLUDE, OUT_INCLUDE, OUT_PORTS, OUT_ROUTES,
+    PENDING, POD_ADDRS, TRACE,
 };
 
 /// 127.0.0.6 as a network-order word.
@@ -118,6 +124,12 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
         return (Counter::NoPolicy, None);
     };
     let uid_gid = bpf_get_current_uid_gid();
+    let in_proxy_cgroup = policy.flags & OUT_PROXY_CGROUP != 0 && {
+        // SAFETY: the helper only reads the current task's cgroup.
+        let id =
+            unsafe { bpf_get_current_ancestor_cgroup_id(i32::from(policy.proxy_cgroup_level)) };
+        id == policy.proxy_cgroup
+    };
     let conn = Conn {
         family: dst.family,
         tcp: dst.tcp,
@@ -126,8 +138,13 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
         uid: uid_gid as u32,
         gid: (uid_gid >> 32) as u32,
         passthrough_src: dst.passthrough_src,
+        in_proxy_cgroup,
     };
-    match decide(policy, &conn, &Maps { netns, key }) {
+    if proxy_id_elsewhere(policy, &conn) {
+        count(Counter::ProxyIdElsewhere);
+        count_ns(netns, Counter::ProxyIdElsewhere);
+    }
+    let (counter, port) = match decide(policy, &conn, &Maps { netns, key }) {
         Verdict::Pass(c) => (c, None),
         Verdict::Redirect(port, c) => {
             // SAFETY: bpf_get_socket_cookie accepts a sock_addr context.
@@ -150,7 +167,36 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
                 (Counter::TrackError, Some(port))
             }
         }
+    };
+    count_ns(netns, counter);
+    if tracing_on() {
+        trace(netns, &conn, counter, port);
     }
+    (counter, port)
+}
+
+/// Streams one decision to `redirect trace`; dropped silently when the ring is full.
+#[inline(always)]
+fn trace(netns: u64, conn: &Conn, counter: Counter, port: Option<u16>) {
+    let Some(mut entry) = TRACE.reserve::<TraceEvent>(0) else {
+        return;
+    };
+    let event = TraceEvent {
+        netns,
+        dst: conn.dst,
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        uid: conn.uid,
+        gid: conn.gid,
+        dport: conn.dport,
+        redirect_port: port.unwrap_or(0),
+        family: conn.family,
+        proto: if conn.tcp { 6 } else { 17 },
+        counter: counter as u8,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        _pad: 0,
+    };
+    entry.write(event);
+    entry.submit(0);
 }
 
 /// True when a network-order IPv4 source is the passthrough address.

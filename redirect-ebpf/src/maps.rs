@@ -1,12 +1,12 @@
 //! Maps shared by the hooks, and the per-CPU decision counters.
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, LpmTrie, LruHashMap, PerCpuArray, SockHash},
+    maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf, SockHash},
 };
 use redirect_common::{
     outbound::{CidrKey, OutboundPolicy},
-    AddrKey, ConnKey, Counter, IfKey, InboundPolicy, ListenerKey, OrigDst, PortKey, Tracked,
-    CIDR_MAX_ENTRIES, INBOUND_MAX_ENTRIES, MAX_NAMESPACES, PENDING_MAX_ENTRIES,
+    AddrKey, ConnKey, Counter, IfKey, InboundPolicy, ListenerKey, NsCounterKey, OrigDst, PortKey,
+    Tracked, CIDR_MAX_ENTRIES, INBOUND_MAX_ENTRIES, MAX_NAMESPACES, PENDING_MAX_ENTRIES,
     TRACKED_MAX_ENTRIES,
 };
 
@@ -81,6 +81,41 @@ pub static LISTENERS: SockHash<ListenerKey> = SockHash::with_max_entries(MAX_NAM
 /// Allocate hash entries on insert instead of up front: TRACKED alone would otherwise pin
 /// ~40 MB; the per-namespace maps change only at enrollment. (LPM tries are always allocated on insert.)
 const BPF_F_NO_PREALLOC: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
+
+/// (netns cookie, counter slot) -> count on this CPU: `redirect stats --netns`.
+#[map(name = "NETNS_COUNTERS")]
+pub static NETNS_COUNTERS: PerCpuHashMap<NsCounterKey, u64> =
+    PerCpuHashMap::with_max_entries(MAX_NAMESPACES * 32, BPF_F_NO_PREALLOC);
+
+/// Decisions streamed to `redirect trace` (only while `TRACE_ON[0]` is non-zero).
+#[map(name = "TRACE")]
+pub static TRACE: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// Non-zero while a `redirect trace` is reading.
+#[map(name = "TRACE_ON")]
+pub static TRACE_ON: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Adds one to namespace `netns`'s counter on this CPU.
+#[inline(always)]
+pub fn count_ns(netns: u64, counter: Counter) {
+    let key = NsCounterKey {
+        netns,
+        slot: counter as u32,
+        _pad: 0,
+    };
+    if let Some(slot) = NETNS_COUNTERS.get_ptr_mut(key) {
+        // SAFETY: per-CPU value, valid for the program run; no other CPU writes it.
+        unsafe { *slot += 1 };
+    } else {
+        let _ = NETNS_COUNTERS.insert(key, 1, 0);
+    }
+}
+
+/// True while a tracer is attached.
+#[inline(always)]
+pub fn tracing_on() -> bool {
+    TRACE_ON.get(0).is_some_and(|v| *v != 0)
+}
 
 /// Adds one to a decision counter on this CPU.
 #[inline(always)]

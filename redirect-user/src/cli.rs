@@ -162,6 +162,55 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         bpffs: Option<PathBuf>,
     },
+    /// Enroll a VM: the host (or a namespace playing the VM) with the policy of Istio's
+    /// cluster.env (ISTIO_INBOUND_PORTS, ISTIO_SERVICE_CIDR, ISTIO_LOCAL_EXCLUDE_PORTS,
+    /// ISTIO_META_DNS_CAPTURE, ...). Through the daemon when it runs, else straight into the
+    /// pinned datapath (created when absent). No iptables rule is written anywhere.
+    Vm {
+        /// The VM's cluster.env.
+        #[arg(long, value_name = "FILE")]
+        cluster_env: PathBuf,
+        /// A namespace playing the VM [default: the host's own namespace].
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: Option<String>,
+        /// Extra istio-iptables arguments on top of cluster.env (e.g. "-u 999 --dns-servers 10.0.0.2").
+        #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+        args: Option<String>,
+        /// Cgroup to attach at when the datapath is created [default: the cgroup v2 root].
+        #[arg(long, value_name = "PATH")]
+        cgroup: Option<PathBuf>,
+    },
+    /// Decision counters per enrolled namespace, like `iptables -L -v` counters.
+    Stats {
+        /// Only this namespace (name under /run/netns, or path).
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: Option<String>,
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Live stream of capture decisions: pid, command, uid, namespace, original destination,
+    /// decision and the istio-iptables rule that made it. Stops on Ctrl-C, or after --count.
+    Trace {
+        /// Only this namespace (name under /run/netns, or path).
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: Option<String>,
+        /// Stop after this many decisions.
+        #[arg(long, value_name = "N")]
+        count: Option<usize>,
+        /// Stop after this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        seconds: Option<u64>,
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// What would happen to one connection, and which istio-iptables rule decides it.
     ///
     /// Reads the namespace's policy from the pinned maps and runs the same decision code as
@@ -185,6 +234,9 @@ pub enum Command {
         /// Source address the socket is bound to (127.0.0.6 is the proxy's passthrough).
         #[arg(long, value_name = "IP")]
         src: Option<std::net::IpAddr>,
+        /// The caller's cgroup (matters when the policy binds the proxy to its cgroup).
+        #[arg(long, value_name = "PATH")]
+        cgroup: Option<PathBuf>,
         /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
         #[arg(long, value_name = "DIR")]
         bpffs: Option<PathBuf>,

@@ -186,15 +186,7 @@ pub fn remove_inbound(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
 
 /// The address of a `POD_ADDRS` key.
 pub fn addr_of_key(k: &AddrKey) -> IpAddr {
-    if k.family == AF_INET {
-        IpAddr::from(k.addr[0].to_ne_bytes())
-    } else {
-        let mut o = [0u8; 16];
-        for (i, w) in k.addr.iter().enumerate() {
-            o[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
-        }
-        IpAddr::from(o)
-    }
+    crate::outbound::ip_of(k.family, k.addr)
 }
 
 /// Makes `POD_ADDRS` hold `new` instead of `old` for namespace `cookie`; an address owned by

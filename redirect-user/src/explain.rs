@@ -78,16 +78,46 @@ pub fn rule_of(counter: Counter) -> &'static str {
     }
 }
 
-/// Explains a connection from `(uid, gid)` in namespace `cookie` to `dst`.
-pub fn explain(
-    store: &mut dyn MapStore,
-    cookie: u64,
-    uid: u32,
-    gid: u32,
-    dst: SocketAddr,
-    tcp: bool,
-    src: Option<IpAddr>,
-) -> Result<Explained> {
+/// The id of `path`'s ancestor at depth `level` below the cgroup v2 root (itself when as deep).
+fn ancestor_id(path: &std::path::Path, level: u16) -> Result<u64> {
+    let dir = crate::cgroup::validate(path)?;
+    let root = crate::cgroup::cgroup2_root()?;
+    let mut at = root.clone();
+    if let Ok(rel) = dir.strip_prefix(&root) {
+        for c in rel.components().take(usize::from(level)) {
+            at.push(c);
+        }
+    }
+    Ok(crate::outbound::cgroup_id_level(&at)?.0)
+}
+
+/// The connection to explain.
+#[derive(Debug, Clone)]
+pub struct Query<'a> {
+    /// Caller's uid.
+    pub uid: u32,
+    /// Caller's gid.
+    pub gid: u32,
+    /// Destination.
+    pub dst: SocketAddr,
+    /// TCP (else a UDP datagram).
+    pub tcp: bool,
+    /// Source the socket is bound to, if any.
+    pub src: Option<IpAddr>,
+    /// The caller's cgroup, if known.
+    pub caller_cgroup: Option<&'a std::path::Path>,
+}
+
+/// Explains `q` in namespace `cookie`.
+pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<Explained> {
+    let Query {
+        uid,
+        gid,
+        dst,
+        tcp,
+        src,
+        caller_cgroup,
+    } = q.clone();
     let (family, ip) = match dst.ip() {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => (AF_INET, IpAddr::V4(v4)),
@@ -142,6 +172,12 @@ pub fn explain(
         uid,
         gid,
         passthrough_src,
+        in_proxy_cgroup: match caller_cgroup {
+            Some(path) if policy.proxy_cgroup != 0 => {
+                ancestor_id(path, policy.proxy_cgroup_level)? == policy.proxy_cgroup
+            }
+            _ => false,
+        },
     };
     let verdict = decide(
         &policy,

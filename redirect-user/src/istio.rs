@@ -2,7 +2,6 @@
 //! policy to one namespace through the pinned node datapath (or print it with --dry-run).
 use std::{
     collections::HashMap,
-    io::Write as _,
     path::{Path, PathBuf},
 };
 
@@ -165,39 +164,20 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         cgroup: inv.cgroup.clone(),
         proxy_cgroup: None,
     };
-    let (mut dp, created) = NodeDatapath::open_or_create(&dir, &attach)?;
-    match dp.apply(&ns, &inv.policy) {
-        Ok(applied) => {
-            let mut out = std::io::stdout().lock();
-            writeln!(
-                out,
-                "applied to {} (netns cookie {}){}: outbound capture to :{}{}{}",
-                ns.display(),
-                applied.cookie,
-                if created { ", datapath created" } else { "" },
-                inv.policy.proxy_port,
-                if applied.inbound {
-                    ", inbound capture to :"
-                } else {
-                    ""
-                },
-                if applied.inbound {
-                    inv.policy.inbound_capture_port.to_string()
-                } else {
-                    String::new()
-                },
-            )?;
-            Ok(())
-        }
-        Err(e) => {
-            if created {
-                // Nothing half-applied: a datapath created for this call goes with it.
-                drop(dp);
-                node::remove_dir(&dir)?;
-            }
-            Err(e.into())
-        }
-    }
+    let (applied, created) = NodeDatapath::apply_at(&dir, &attach, &ns, &inv.policy)?;
+    let inbound = if applied.inbound {
+        format!(", inbound capture to :{}", inv.policy.inbound_capture_port)
+    } else {
+        String::new()
+    };
+    println!(
+        "applied to {} (netns cookie {}){}: outbound capture to :{}{inbound}",
+        ns.display(),
+        applied.cookie,
+        if created { ", datapath created" } else { "" },
+        inv.policy.proxy_port,
+    );
+    Ok(())
 }
 
 /// The resolved policy and istio-iptables' rules in two columns.

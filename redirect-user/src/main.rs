@@ -80,6 +80,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Unenroll { netns } => node_cmds::unenroll(&netns),
         Command::List { json } => node_cmds::list(json),
         Command::Uninstall { bpffs } => node_cmds::uninstall(bpffs),
+        Command::Vm {
+            cluster_env,
+            netns,
+            args,
+            cgroup,
+        } => node_cmds::vm(&cluster_env, netns.as_deref(), args.as_deref(), cgroup),
+        Command::Stats { netns, bpffs, json } => node_cmds::stats(netns.as_deref(), bpffs, json),
+        Command::Trace {
+            netns,
+            count,
+            seconds,
+            bpffs,
+            json,
+        } => node_cmds::trace(netns.as_deref(), count, seconds, bpffs, json),
         Command::Explain {
             netns,
             uid,
@@ -87,15 +101,38 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             dst,
             udp,
             src,
+            cgroup,
             bpffs,
             json,
-        } => node_cmds::explain(&netns, uid, gid.unwrap_or(uid), dst, !udp, src, bpffs, json),
+        } => node_cmds::explain(
+            &netns,
+            (uid, gid.unwrap_or(uid)),
+            dst,
+            !udp,
+            src,
+            cgroup.as_deref(),
+            bpffs,
+            json,
+        ),
         Command::Status { json } => {
             let report = status::collect()?;
+            let dir = redirect_user::daemon::default_bpffs();
+            let node = if redirect_user::node::NodeDatapath::exists(&dir) {
+                Some(redirect_user::node_status::collect(&dir)?)
+            } else {
+                None
+            };
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                let mut v = serde_json::to_value(&report)?;
+                if let Some(obj) = v.as_object_mut() {
+                    obj.insert("node".into(), serde_json::to_value(&node)?);
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 print!("{}", status::render(&report));
+                if let Some(node) = &node {
+                    print!("{}", redirect_user::node_status::render(node));
+                }
             }
             Ok(())
         }

@@ -143,6 +143,28 @@ impl NodeDatapath {
         Ok((Self::open(dir)?, true))
     }
 
+    /// Applies `policy` to one namespace, creating the datapath first when none is pinned; a
+    /// datapath created for a call that then fails is removed again (nothing half-applied).
+    /// Returns what was applied and whether the datapath was created.
+    pub fn apply_at(
+        dir: &Path,
+        attach: &NodeAttach,
+        netns_path: &Path,
+        policy: &Policy,
+    ) -> Result<(Applied, bool)> {
+        let (mut dp, created) = Self::open_or_create(dir, attach)?;
+        match dp.apply(netns_path, policy) {
+            Ok(applied) => Ok((applied, created)),
+            Err(e) => {
+                if created {
+                    drop(dp);
+                    remove_dir(dir)?;
+                }
+                Err(e)
+            }
+        }
+    }
+
     fn create(dir: &Path, attach: &NodeAttach) -> Result<()> {
         preflight::require_root()?;
         let app = match &attach.cgroup {
@@ -239,6 +261,14 @@ impl NodeDatapath {
     /// The pin directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Takes one pinned map out (for users that need it owned, such as the trace reader).
+    pub fn take_map(&mut self, name: &'static str) -> Result<Map> {
+        self.maps
+            .0
+            .remove(name)
+            .ok_or(Error::Missing { kind: "map", name })
     }
 
     /// The pinned maps.

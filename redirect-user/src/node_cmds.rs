@@ -137,6 +137,57 @@ pub fn enroll(
     Ok(())
 }
 
+/// Enrolls the host (or a namespace playing the VM) from a cluster.env.
+pub fn vm(
+    cluster_env: &Path,
+    netns_name: Option<&str>,
+    extra: Option<&str>,
+    cgroup: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let mut argv = vec![
+        "--cluster-env".to_owned(),
+        cluster_env.display().to_string(),
+    ];
+    if let Some(n) = netns_name {
+        argv.extend(["--netns".to_owned(), n.to_owned()]);
+    }
+    if let Some(extra) = extra {
+        argv.extend(split_args(extra)?);
+    }
+    let policy = crate::istio::parse(&argv)?.policy;
+    let path = netns::resolve(netns_name);
+    let source = format!("vm --cluster-env {}", cluster_env.display());
+    if socket().exists() {
+        let r = ask(&Request::Enroll {
+            netns: path,
+            policy: Box::new(policy),
+            source,
+        })?;
+        println!("{} (through the daemon)", r.message);
+        return Ok(());
+    }
+    let dir = daemon::default_bpffs();
+    let _lock = node::lock(&dir)?;
+    let attach = NodeAttach {
+        cgroup,
+        proxy_cgroup: None,
+    };
+    let (a, _) = NodeDatapath::apply_at(&dir, &attach, &path, &policy)?;
+    let inbound = if a.inbound {
+        format!(", inbound to :{}", policy.inbound_capture_port)
+    } else {
+        String::new()
+    };
+    println!(
+        "VM policy from {} applied to {} (netns cookie {}): outbound to :{}{inbound}",
+        cluster_env.display(),
+        path.display(),
+        a.cookie,
+        policy.proxy_port,
+    );
+    Ok(())
+}
+
 /// Removes a namespace's policy.
 pub fn unenroll(netns_name: &str) -> anyhow::Result<()> {
     let r = ask(&Request::Unenroll {
@@ -196,11 +247,11 @@ pub fn uninstall(bpffs: Option<PathBuf>) -> anyhow::Result<()> {
 #[allow(clippy::too_many_arguments)]
 pub fn explain(
     netns_name: &str,
-    uid: u32,
-    gid: u32,
+    (uid, gid): (u32, u32),
     dst: SocketAddr,
     tcp: bool,
     src: Option<IpAddr>,
+    cgroup: Option<&Path>,
     bpffs: Option<PathBuf>,
     json: bool,
 ) -> anyhow::Result<()> {
@@ -211,7 +262,15 @@ pub fn explain(
     let path = netns::resolve(Some(netns_name));
     let cookie = netns::cookie(&path)?;
     let mut dp = NodeDatapath::open(&dir)?;
-    let e = explain::explain(dp.maps(), cookie, uid, gid, dst, tcp, src)?;
+    let query = explain::Query {
+        uid,
+        gid,
+        dst,
+        tcp,
+        src,
+        caller_cgroup: cgroup,
+    };
+    let e = explain::explain(dp.maps(), cookie, &query)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&e)?);
     } else {
@@ -228,6 +287,126 @@ pub fn explain(
                 " [the namespace has no policy of its own]"
             }
         );
+    }
+    Ok(())
+}
+
+fn open_pinned(bpffs: Option<PathBuf>) -> anyhow::Result<NodeDatapath> {
+    let dir = bpffs_or_default(bpffs);
+    if !NodeDatapath::exists(&dir) {
+        bail!("no datapath is pinned at {} (start `redirect daemon` or run `redirect istio-iptables`)", dir.display());
+    }
+    Ok(NodeDatapath::open(&dir)?)
+}
+
+/// Names of enrolled namespaces by cookie, from the daemon's state files when there are any.
+fn names_by_cookie() -> std::collections::BTreeMap<u64, String> {
+    let dir = daemon::daemon_dir().join("enrollments");
+    let mut out = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if let Ok(Ok(e)) = std::fs::read(entry.path())
+            .map(|b| serde_json::from_slice::<daemon::proto::Enrollment>(&b))
+        {
+            out.insert(e.cookie, e.netns.display().to_string());
+        }
+    }
+    out
+}
+
+fn cookie_filter(netns_name: Option<&str>) -> anyhow::Result<Option<u64>> {
+    netns_name
+        .map(|n| netns::cookie(&netns::resolve(Some(n))).map_err(anyhow::Error::from))
+        .transpose()
+}
+
+/// Per-namespace decision counters.
+pub fn stats(netns_name: Option<&str>, bpffs: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    let only = cookie_filter(netns_name)?;
+    let mut dp = open_pinned(bpffs)?;
+    let all = redirect_user::observe::ns_counters(dp.maps())?;
+    let names = names_by_cookie();
+    let selected: Vec<(u64, &Vec<(&str, u64)>)> = all
+        .iter()
+        .filter(|(ns, _)| only.is_none_or(|c| c == **ns))
+        .map(|(ns, c)| (*ns, c))
+        .collect();
+    if json {
+        let v: Vec<serde_json::Value> = selected
+            .iter()
+            .map(|(ns, c)| {
+                let counters: serde_json::Map<String, serde_json::Value> =
+                    c.iter().map(|(k, v)| ((*k).to_owned(), (*v).into())).collect();
+                serde_json::json!({"netns_cookie": ns, "netns": names.get(ns), "counters": counters})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    for (ns, counters) in selected {
+        let name = names.get(&ns).cloned().unwrap_or_default();
+        println!("netns {ns} {name}");
+        for (counter, n) in counters {
+            let rule = redirect_common::Counter::ALL
+                .iter()
+                .find(|c| c.name() == *counter)
+                .map_or("-", |c| explain::rule_of(*c));
+            println!("  {n:>10}  {counter:<24} {rule}");
+        }
+    }
+    Ok(())
+}
+
+/// Streams decisions until Ctrl-C, `count` or `seconds`.
+pub fn trace(
+    netns_name: Option<&str>,
+    count: Option<usize>,
+    seconds: Option<u64>,
+    bpffs: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let only = cookie_filter(netns_name)?;
+    let mut dp = open_pinned(bpffs)?;
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM] {
+        signals.add(s);
+    }
+    signals.thread_block().context("blocking SIGINT/SIGTERM")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let _ = signals.wait();
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let mut tracer = redirect_user::observe::Tracer::start(
+        dp.take_map(redirect_common::map_names::TRACE)?,
+        dp.take_map(redirect_common::map_names::TRACE_ON)?,
+    )?;
+    let names = names_by_cookie();
+    let deadline = seconds.map(|s| std::time::Instant::now() + std::time::Duration::from_secs(s));
+    let mut seen = 0;
+    eprintln!("tracing decisions (Ctrl-C to stop)");
+    while !stop.load(std::sync::atomic::Ordering::Relaxed)
+        && deadline.is_none_or(|d| std::time::Instant::now() < d)
+        && count.is_none_or(|n| seen < n)
+    {
+        for d in tracer.next_batch(200)? {
+            if only.is_some_and(|c| c != d.netns) || count.is_some_and(|n| seen >= n) {
+                continue;
+            }
+            seen += 1;
+            if json {
+                println!("{}", serde_json::to_string(&d)?);
+            } else {
+                let ns = names
+                    .get(&d.netns)
+                    .cloned()
+                    .unwrap_or_else(|| d.netns.to_string());
+                println!(
+                    "pid={} comm={} uid={} gid={} netns={} {} {} -> {} ({}: {})",
+                    d.pid, d.comm, d.uid, d.gid, ns, d.proto, d.dst, d.decision, d.counter, d.rule
+                );
+            }
+        }
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use redirect_common::{
         CidrKey, OutboundPolicy, MAX_DNS, MAX_OWNERS, OUT_DNS, OUT_DNS_ALL, OUT_ENABLED,
         OUT_GROUPS_EXCLUDE, OUT_GROUPS_INCLUDE, OUT_HAS_EXCLUDED_NIC, OUT_HAS_PORTS,
         OUT_INCLUDE_ALL_V4, OUT_INCLUDE_ALL_V6, OUT_IPV6, OUT_NO_LO_RETURN_V4, OUT_NO_LO_RETURN_V6,
-        OUT_PORT_EXCLUDE, OUT_PORT_INCLUDE,
+        OUT_PORT_EXCLUDE, OUT_PORT_INCLUDE, OUT_PROXY_CGROUP,
     },
     PortKey, AF_INET, AF_INET6,
 };
@@ -48,6 +48,19 @@ pub fn words(ip: IpAddr) -> [u32; 4] {
             let w = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
             [w(0), w(4), w(8), w(12)]
         }
+    }
+}
+
+/// The address of network-order words (IPv4 in word 0 for [`AF_INET`]).
+pub fn ip_of(family: u16, w: [u32; 4]) -> IpAddr {
+    if family == AF_INET {
+        IpAddr::from(w[0].to_ne_bytes())
+    } else {
+        let mut o = [0u8; 16];
+        for (i, word) in w.iter().enumerate() {
+            o[i * 4..i * 4 + 4].copy_from_slice(&word.to_ne_bytes());
+        }
+        IpAddr::from(o)
     }
 }
 
@@ -138,6 +151,12 @@ pub fn compile(p: &Policy, ipv6: bool, routes: Vec<(IpNet, bool)>) -> Result<Com
         k.flags |= OUT_HAS_EXCLUDED_NIC;
         routes
     };
+    if let Some(path) = &p.proxy_cgroup {
+        let (id, level) = cgroup_id_level(path)?;
+        k.flags |= OUT_PROXY_CGROUP;
+        k.proxy_cgroup = id;
+        k.proxy_cgroup_level = level;
+    }
     k.proxy_port = p.proxy_port;
     k.inbound_port = p.inbound_capture_port;
     k.tunnel_port = p.tunnel_port;
@@ -149,6 +168,20 @@ pub fn compile(p: &Policy, ipv6: bool, routes: Vec<(IpNet, bool)>) -> Result<Com
         ports,
         routes,
     })
+}
+
+/// A cgroup v2 directory's id (its inode number, as `bpf_get_current_cgroup_id` reports it) and
+/// depth below the cgroup v2 root.
+pub fn cgroup_id_level(path: &std::path::Path) -> Result<(u64, u16)> {
+    let dir = crate::cgroup::validate(path)?;
+    let root = crate::cgroup::cgroup2_root()?;
+    let id = std::os::unix::fs::MetadataExt::ino(
+        &std::fs::metadata(&dir).map_err(|e| Error::io("reading", &dir, e))?,
+    );
+    let level = dir
+        .strip_prefix(&root)
+        .map_or(0, |rel| rel.components().count());
+    Ok((id, u16::try_from(level).unwrap_or(u16::MAX)))
 }
 
 /// The default policy of `redirect attach`: istio-iptables' defaults with `-i '*'`, one proxy

@@ -439,3 +439,12 @@ pub fn wait_detached(cgroup: &Path) {
 pub fn reach(w: &World, cgroup: &Path, id: (u32, u32), dst: &str) -> String {
     at(&probe(&w.pod, Some(cgroup), Some(id), &[format!("tcp:{dst}")])[0])
 }
+
+/// Where TCP connects from the world to the pod's [`POD4`] on each port land.
+pub fn inbound_at(w: &World, ports: &[u16]) -> Vec<String> {
+    let probes: Vec<String> = ports.iter().map(|p| format!("tcp:{POD4}:{p}")).collect();
+    probe(&w.world, None, None, &probes)
+        .iter()
+        .map(at)
+        .collect()
+}

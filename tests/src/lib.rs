@@ -4,6 +4,7 @@ pub mod env;
 pub mod http;
 pub mod iptables;
 pub mod netns;
+pub mod node;
 pub mod place;
 pub mod procs;
 pub mod server;

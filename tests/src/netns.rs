@@ -86,6 +86,14 @@ impl Cgroup {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// A child cgroup `name` below this one, removed on drop (declare it after its parent so
+    /// it drops first).
+    pub fn child(&self, name: &str) -> Self {
+        let path = self.path.join(name);
+        std::fs::create_dir(&path).expect("mkdir child cgroup");
+        Self { path }
+    }
 }
 
 impl Drop for Cgroup {

@@ -1,81 +1,14 @@
 //! The node daemon: enrollment over its socket, one daemon per node, SIGKILL without a gap in
 //! capture, restart adoption without attaching twice, address following, uninstall.
-use std::{
-    path::PathBuf,
-    process::{Command, Output},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
 use nix::sys::signal::Signal;
 use redirect_tests::{
-    attached_program_ids, bin_path,
+    bin_path,
     conformance::{at, probe, reach, sidecar_listeners, wait_detached, World, POD4},
-    privileged_or_skip, unique_name, Cgroup, Child,
+    node::Node,
+    privileged_or_skip,
 };
-
-/// A daemon directory and pin directory of the test's own, removed on drop.
-struct Node {
-    dir: PathBuf,
-    pins: PathBuf,
-    cgroup: Cgroup,
-}
-
-impl Node {
-    fn new() -> Self {
-        let name = unique_name("rdn");
-        Self {
-            dir: std::env::temp_dir().join(&name),
-            pins: PathBuf::from("/sys/fs/bpf").join(&name),
-            cgroup: Cgroup::new("rdc"),
-        }
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(bin_path("redirect"));
-        cmd.args(args)
-            .env("REDIRECT_DAEMON_DIR", &self.dir)
-            .env("REDIRECT_BPFFS", &self.pins);
-        cmd
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().expect("run redirect")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "redirect {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn daemon(&self) -> Child {
-        let mut cmd = self.cmd(&["daemon"]);
-        cmd.arg("--cgroup").arg(self.cgroup.path());
-        let mut child = Child::spawn(cmd);
-        child.wait_line("daemon ready", Duration::from_secs(10), |l| {
-            l.starts_with("ready ")
-        });
-        child
-    }
-
-    fn link_ids(&self) -> Vec<u64> {
-        let mut ids = attached_program_ids(self.cgroup.path());
-        ids.sort_unstable();
-        ids
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.pins);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 const CAPTURED: &str = "at=proxy/[::]:15001 orig=192.0.2.10:80";
 

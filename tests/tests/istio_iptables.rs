@@ -8,7 +8,9 @@ use std::{
 
 use redirect_tests::{
     attached_program_ids, bin_path,
-    conformance::{at, listen, probe, reach, sidecar_listeners, wait_detached, World, POD4},
+    conformance::{
+        at, inbound_at, listen, probe, reach, sidecar_listeners, wait_detached, World, POD4,
+    },
     iptables::reference_dir,
     privileged_or_skip, unique_name, Cgroup,
 };
@@ -124,21 +126,12 @@ fn istio_init_args_apply_unchanged_and_cleanup_removes_everything() {
         "{proxy:?}"
     );
     // Inbound (-b '*') lands on 15006, except the -d ports.
-    let inbound = probe(
-        &w.world,
-        None,
-        None,
-        &[format!("tcp:{POD4}:80"), format!("tcp:{POD4}:15021")],
-    );
     assert_eq!(
-        at(&inbound[0]),
-        format!("at=proxy/[::]:15006 orig={POD4}:80"),
-        "{inbound:?}"
-    );
-    assert_eq!(
-        at(&inbound[1]),
-        format!("at=app/[::]:15021 orig={POD4}:15021"),
-        "{inbound:?}"
+        inbound_at(&w, &[80, 15021]),
+        [
+            format!("at=proxy/[::]:15006 orig={POD4}:80"),
+            format!("at=app/[::]:15021 orig={POD4}:15021")
+        ]
     );
 
     let out = ok(
@@ -432,21 +425,12 @@ fn a_vm_cluster_env_is_a_policy() {
         "the reply comes from the server: {app:?}"
     );
     // ISTIO_INBOUND_PORTS='*' with ISTIO_LOCAL_EXCLUDE_PORTS='22,...': ssh stays reachable.
-    let inbound = probe(
-        &w.world,
-        None,
-        None,
-        &[format!("tcp:{POD4}:80"), format!("tcp:{POD4}:22")],
-    );
     assert_eq!(
-        at(&inbound[0]),
-        format!("at=proxy/[::]:15006 orig={POD4}:80"),
-        "{inbound:?}"
-    );
-    assert_eq!(
-        at(&inbound[1]),
-        format!("at=app/[::]:22 orig={POD4}:22"),
-        "{inbound:?}"
+        inbound_at(&w, &[80, 22]),
+        [
+            format!("at=proxy/[::]:15006 orig={POD4}:80"),
+            format!("at=app/[::]:22 orig={POD4}:22")
+        ]
     );
     ok(
         &redirect(&pins.0, cgroup.path(), &w.pod.path(), &["--cleanup-only"]),

@@ -32,6 +32,7 @@ pub(super) enum Key {
     NetworkNamespace,
     Netns,
     Cgroup,
+    ProxyCgroup,
     Bpffs,
     ClusterEnv,
     DnsServers,
@@ -110,6 +111,7 @@ const FLAGS: &[Flag] = &[
     // Ours.
     f(None, "netns", V, None, None, Key::Netns),
     f(None, "cgroup", V, None, None, Key::Cgroup),
+    f(None, "proxy-cgroup", V, None, None, Key::ProxyCgroup),
     f(None, "bpffs", V, None, None, Key::Bpffs),
     f(None, "cluster-env", V, None, None, Key::ClusterEnv),
     f(None, "dns-servers", V, None, None, Key::DnsServers),

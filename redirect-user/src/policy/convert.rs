@@ -108,6 +108,7 @@ pub(super) fn invocation(
         ipv4_loopback_cidr: loopback_cidr(env)?,
         dual_stack: bool_of(Key::DualStack)?,
         drop_invalid: bool_of(Key::DropInvalid)?,
+        proxy_cgroup: path_of(Key::ProxyCgroup),
     };
     Ok(Invocation {
         policy,

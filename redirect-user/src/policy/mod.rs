@@ -131,6 +131,10 @@ pub struct Policy {
     pub dual_stack: bool,
     /// `--drop-invalid` / `INVALID_DROP`.
     pub drop_invalid: bool,
+    /// Ours (`--proxy-cgroup`): the proxy's cgroup; the uid/gid bypass then only applies to
+    /// processes inside it, so an application that happens to run as uid 1337 is captured.
+    #[serde(default)]
+    pub proxy_cgroup: Option<std::path::PathBuf>,
 }
 
 impl Policy {
@@ -174,6 +178,7 @@ impl Default for Policy {
             ipv4_loopback_cidr: DEFAULT_IPV4_LOOPBACK_CIDR,
             dual_stack: false,
             drop_invalid: false,
+            proxy_cgroup: None,
         }
     }
 }

@@ -1,0 +1,142 @@
+//! Per-namespace decision counters (`redirect stats`) and the live decision stream
+//! (`redirect trace`), read from the pinned maps.
+use std::{collections::BTreeMap, os::fd::AsFd as _};
+
+use aya::maps::{Array, Map, MapData, PerCpuHashMap, RingBuf};
+use redirect_common::{map_names, Counter, NsCounterKey, TraceEvent};
+use serde::Serialize;
+
+use crate::{
+    error::{Error, Result},
+    explain::rule_of,
+    store::{map_error, MapStore},
+};
+
+/// Counters of one namespace, non-zero only, in slot order.
+pub type NsCounters = Vec<(&'static str, u64)>;
+
+/// Sums every namespace's per-CPU counters.
+pub fn ns_counters(store: &mut dyn MapStore) -> Result<BTreeMap<u64, NsCounters>> {
+    let map: PerCpuHashMap<&mut MapData, NsCounterKey, u64> =
+        PerCpuHashMap::try_from(store.map(map_names::NETNS_COUNTERS)?)
+            .map_err(map_error("opening", map_names::NETNS_COUNTERS))?;
+    let mut out: BTreeMap<u64, BTreeMap<u32, u64>> = BTreeMap::new();
+    for entry in map.iter().filter_map(|e| e.ok()) {
+        let (key, values) = entry;
+        let sum: u64 = values.iter().sum();
+        *out.entry(key.netns)
+            .or_default()
+            .entry(key.slot)
+            .or_default() += sum;
+    }
+    Ok(out
+        .into_iter()
+        .map(|(ns, slots)| {
+            let list = Counter::ALL
+                .iter()
+                .filter_map(|c| slots.get(&(*c as u32)).map(|n| (c.name(), *n)))
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            (ns, list)
+        })
+        .collect())
+}
+
+/// One decision, decoded.
+#[derive(Debug, Clone, Serialize)]
+pub struct Decision {
+    /// Netns cookie.
+    pub netns: u64,
+    /// Caller's pid (thread group).
+    pub pid: u32,
+    /// Caller's command.
+    pub comm: String,
+    /// Caller's uid.
+    pub uid: u32,
+    /// Caller's gid.
+    pub gid: u32,
+    /// "tcp" or "udp".
+    pub proto: &'static str,
+    /// Original destination.
+    pub dst: std::net::SocketAddr,
+    /// `proxy:15001`, `dns:15053`, ... or `untouched`.
+    pub decision: String,
+    /// The deciding counter.
+    pub counter: &'static str,
+    /// The istio-iptables rule that decided.
+    pub rule: &'static str,
+}
+
+fn decode(bytes: &[u8]) -> Option<Decision> {
+    if bytes.len() < std::mem::size_of::<TraceEvent>() {
+        return None;
+    }
+    // SAFETY: the ring buffer record holds one TraceEvent (repr(C), integers only) written by
+    // the kernel side; read_unaligned copes with any alignment.
+    let e: TraceEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let ip = crate::outbound::ip_of(e.family, e.dst);
+    let counter = *Counter::ALL.get(usize::from(e.counter))?;
+    let end = e.comm.iter().position(|b| *b == 0).unwrap_or(e.comm.len());
+    Some(Decision {
+        netns: e.netns,
+        pid: e.pid,
+        comm: String::from_utf8_lossy(&e.comm[..end]).into_owned(),
+        uid: e.uid,
+        gid: e.gid,
+        proto: if e.proto == 6 { "tcp" } else { "udp" },
+        dst: std::net::SocketAddr::new(ip, e.dport),
+        decision: match e.redirect_port {
+            0 => "untouched".to_owned(),
+            15053 => "dns:15053".to_owned(),
+            p => format!("proxy:{p}"),
+        },
+        counter: counter.name(),
+        rule: rule_of(counter),
+    })
+}
+
+/// A running trace: turns the stream on while it lives.
+pub struct Tracer {
+    ring: RingBuf<MapData>,
+    switch: Array<MapData, u32>,
+}
+
+impl std::fmt::Debug for Tracer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracer").finish_non_exhaustive()
+    }
+}
+
+impl Tracer {
+    /// Takes the pinned `TRACE` and `TRACE_ON` maps and switches the stream on.
+    pub fn start(ring: Map, switch: Map) -> Result<Self> {
+        let ring = RingBuf::try_from(ring).map_err(map_error("opening", map_names::TRACE))?;
+        let mut switch: Array<MapData, u32> =
+            Array::try_from(switch).map_err(map_error("opening", map_names::TRACE_ON))?;
+        switch
+            .set(0, 1, 0)
+            .map_err(map_error("switching on", map_names::TRACE_ON))?;
+        Ok(Self { ring, switch })
+    }
+
+    /// Waits up to `timeout_ms` for decisions and returns those that arrived.
+    pub fn next_batch(&mut self, timeout_ms: u16) -> Result<Vec<Decision>> {
+        let fd = self.ring.as_fd();
+        let mut fds = [nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLIN)];
+        nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(timeout_ms))
+            .map_err(|e| Error::io("polling", map_names::TRACE, e.into()))?;
+        let mut out = Vec::new();
+        while let Some(item) = self.ring.next() {
+            if let Some(d) = decode(&item) {
+                out.push(d);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        let _ = self.switch.set(0, 0, 0);
+    }
+}

@@ -1,0 +1,93 @@
+//! A node of the test's own for `redirect daemon` / `vm` / `stats`: a daemon directory, a pin
+//! directory and an attach cgroup, all removed on drop.
+use std::{
+    path::PathBuf,
+    process::{Command, Output},
+    time::Duration,
+};
+
+use crate::{
+    env::{bin_path, unique_name},
+    netns::Cgroup,
+    procs::{attached_program_ids, Child},
+};
+
+/// A daemon directory and pin directory of the test's own, removed on drop.
+#[derive(Debug)]
+pub struct Node {
+    /// `REDIRECT_DAEMON_DIR`.
+    pub dir: PathBuf,
+    /// `REDIRECT_BPFFS`.
+    pub pins: PathBuf,
+    /// Where the datapath attaches.
+    pub cgroup: Cgroup,
+}
+
+impl Default for Node {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Node {
+    /// Unique directories and a fresh cgroup.
+    pub fn new() -> Self {
+        let name = unique_name("rdn");
+        Self {
+            dir: std::env::temp_dir().join(&name),
+            pins: PathBuf::from("/sys/fs/bpf").join(&name),
+            cgroup: Cgroup::new("rdc"),
+        }
+    }
+
+    /// `redirect ARGS` with this node's environment.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin_path("redirect"));
+        cmd.args(args)
+            .env("REDIRECT_DAEMON_DIR", &self.dir)
+            .env("REDIRECT_BPFFS", &self.pins);
+        cmd
+    }
+
+    /// Runs `redirect ARGS`.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("run redirect")
+    }
+
+    /// Runs `redirect ARGS`, asserting success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "redirect {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Starts `redirect daemon` attached at the node's cgroup and waits until it is ready.
+    pub fn daemon(&self) -> Child {
+        let mut cmd = self.cmd(&["daemon"]);
+        cmd.arg("--cgroup").arg(self.cgroup.path());
+        let mut child = Child::spawn(cmd);
+        child.wait_line("daemon ready", Duration::from_secs(10), |l| {
+            l.starts_with("ready ")
+        });
+        child
+    }
+
+    /// Program ids attached at the node's cgroup, sorted.
+    pub fn link_ids(&self) -> Vec<u64> {
+        let mut ids = attached_program_ids(self.cgroup.path());
+        ids.sort_unstable();
+        ids
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.pins);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

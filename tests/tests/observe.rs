@@ -1,0 +1,139 @@
+//! Proxy identity bound to the proxy's cgroup, and what an operator sees: `redirect stats`,
+//! `redirect trace` and the warning in `redirect status`.
+use std::time::Duration;
+
+use redirect_tests::{
+    conformance::{listen, reach, World},
+    node::Node,
+    privileged_or_skip, Child,
+};
+
+#[test]
+fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
+    if !privileged_or_skip("proxy_uid_elsewhere_is_captured") {
+        return;
+    }
+    let node = Node::new();
+    let proxy_cg = node.cgroup.child("proxy");
+    let app_cg = node.cgroup.child("app");
+    let w = World::new("rob", false);
+    let _daemon = node.daemon();
+    let netns = w.pod.path().display().to_string();
+    let args = format!("-i '*' --proxy-cgroup {}", proxy_cg.path().display());
+    node.ok(&["enroll", "--netns", &netns, "--istio-args", &args]);
+    let _proxy = listen(
+        &w.pod,
+        Some(proxy_cg.path()),
+        Some((1337, 1337)),
+        "proxy",
+        &["[::]:15001".into()],
+        &[],
+    );
+    let _world = listen(
+        &w.world,
+        None,
+        None,
+        "world",
+        &["192.0.2.10:80".into()],
+        &[],
+    );
+
+    let mut trace = Child::spawn({
+        let mut c = node.cmd(&["trace", "--netns", &netns, "--count", "3", "--json"]);
+        c.env("RUST_LOG", "warn");
+        c
+    });
+    std::thread::sleep(Duration::from_millis(500));
+
+    // The real proxy (uid 1337 in its cgroup) leaves directly; an app that happens to run as
+    // uid 1337 in another container is captured like any app.
+    let direct = "at=world/192.0.2.10:80 orig=192.0.2.10:80";
+    let captured = "at=proxy/[::]:15001 orig=192.0.2.10:80";
+    assert_eq!(
+        reach(&w, proxy_cg.path(), (1337, 1337), "192.0.2.10:80"),
+        direct
+    );
+    assert_eq!(
+        reach(&w, app_cg.path(), (1337, 1337), "192.0.2.10:80"),
+        captured
+    );
+    assert_eq!(
+        reach(&w, app_cg.path(), (1000, 1000), "192.0.2.10:80"),
+        captured
+    );
+
+    let lines = {
+        trace.wait_line("3 traced decisions", Duration::from_secs(10), |_| true);
+        let start = std::time::Instant::now();
+        while trace.lines().len() < 3 && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        trace.lines()
+    };
+    let events: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let decisions: Vec<(&str, &str, u64)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["decision"].as_str().unwrap_or(""),
+                e["counter"].as_str().unwrap_or(""),
+                e["uid"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            ("untouched", "bypass_uid", 1337),
+            ("proxy:15001", "redirected", 1337),
+            ("proxy:15001", "redirected", 1000)
+        ],
+        "{events:?}"
+    );
+    assert_eq!(events[0]["dst"], "192.0.2.10:80");
+    assert_eq!(events[0]["comm"], "probe-matrix");
+
+    let stats = node.ok(&["stats", "--netns", &netns, "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(&stats).expect("json");
+    let counters = &stats[0]["counters"];
+    assert_eq!(counters["redirected"], 2, "{stats}");
+    assert_eq!(counters["bypass_uid"], 1, "{stats}");
+    assert_eq!(counters["proxy_id_elsewhere"], 1, "{stats}");
+    let text = node.ok(&["stats", "--netns", &netns]);
+    assert!(
+        text.contains("-j ISTIO_REDIRECT"),
+        "stats name the rule: {text}"
+    );
+
+    let status = node.ok(&["status"]);
+    assert!(
+        status.contains("WARNING") && status.contains("outside the proxy's cgroup"),
+        "{status}"
+    );
+
+    let explain_from = |cg: &std::path::Path| {
+        let cg = cg.display().to_string();
+        node.ok(&[
+            "explain",
+            "--netns",
+            &netns,
+            "--uid",
+            "1337",
+            "--dst",
+            "192.0.2.10:80",
+            "--cgroup",
+            &cg,
+        ])
+    };
+    let why = explain_from(app_cg.path());
+    assert!(why.contains("proxy:15001"), "{why}");
+    let why = explain_from(proxy_cg.path());
+    assert!(
+        why.contains("untouched") && why.contains("bypass_uid"),
+        "{why}"
+    );
+    node.ok(&["uninstall"]);
+}

@@ -1,0 +1,117 @@
+//! VM mode: a namespace plays the VM, enrolled from Istio's cluster.env by `redirect vm`;
+//! capture works inside it, the host's own connections are untouched, and no iptables rule
+//! exists anywhere.
+use std::process::Command;
+
+use redirect_tests::{
+    conformance::{
+        at, inbound_at, listen, probe, reach, sidecar_listeners, wait_detached, World, POD4,
+    },
+    iptables::reference_dir,
+    node::Node,
+    privileged_or_skip, HostLink,
+};
+
+fn rules(netns: Option<&str>, tool: &str) -> String {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, tool]);
+            c
+        }
+        None => Command::new(tool),
+    };
+    let out = cmd.output().expect("iptables-save");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_namespace_plays_the_vm_and_no_iptables_rule_exists() {
+    if !privileged_or_skip("a_namespace_plays_the_vm") {
+        return;
+    }
+    let node = Node::new();
+    let vm = World::new("rvm", false);
+    let link = HostLink::new(&vm.pod, "10.250.0.1", "10.250.0.2");
+    let env = reference_dir().join("vm-cluster.env");
+    let cgroup = node.cgroup.path().display().to_string();
+    let out = node.ok(&[
+        "vm",
+        "--cluster-env",
+        env.to_str().expect("utf8"),
+        "--netns",
+        &vm.pod.path().display().to_string(),
+        "--args",
+        "-u 1337 --dns-servers 127.0.0.53",
+        "--cgroup",
+        &cgroup,
+    ]);
+    assert!(
+        out.contains("VM policy") && out.contains("inbound to :15006"),
+        "{out}"
+    );
+    let _l = sidecar_listeners(&vm, node.cgroup.path());
+    let _dns = listen(
+        &vm.pod,
+        Some(node.cgroup.path()),
+        Some((1337, 1337)),
+        "dns",
+        &[],
+        &["127.0.0.1:15053".into()],
+    );
+
+    // Inside the VM: ISTIO_SERVICE_CIDR='*' captures, DNS capture is on, inbound '*' except 22.
+    assert_eq!(
+        reach(&vm, node.cgroup.path(), (1000, 1000), "192.0.2.10:80"),
+        "at=proxy/[::]:15001 orig=192.0.2.10:80"
+    );
+    let dns = probe(
+        &vm.pod,
+        Some(node.cgroup.path()),
+        Some((1000, 1000)),
+        &["udp:127.0.0.53:53".into()],
+    );
+    assert_eq!(at(&dns[0]), "at=dns/127.0.0.1:15053", "{dns:?}");
+    assert_eq!(
+        inbound_at(&vm, &[80, 22]),
+        [
+            format!("at=proxy/[::]:15006 orig={POD4}:80"),
+            format!("at=app/[::]:22 orig={POD4}:22")
+        ]
+    );
+
+    // The host, in the same cgroup but its own namespace (no policy), is untouched: it reaches
+    // the VM's ssh directly rather than a proxy port on its own loopback.
+    let host = Command::new(redirect_tests::bin_path("probe-matrix"))
+        .args([
+            "--cgroup",
+            &cgroup,
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
+            "--",
+            "tcp:10.250.0.2:22",
+        ])
+        .output()
+        .expect("probe-matrix on the host");
+    let host: serde_json::Value = serde_json::from_slice(&host.stdout).expect("json");
+    assert_eq!(at(&host), "at=app/[::]:22 orig=10.250.0.2:22", "{host}");
+
+    // No iptables rule anywhere: the VM's tables are empty, the host has no ISTIO chain.
+    let ns = vm.pod.name();
+    for tool in ["iptables-save", "ip6tables-save"] {
+        let inside = rules(Some(ns), tool);
+        assert!(
+            !inside.lines().any(|l| l.starts_with("-A ")),
+            "{tool} in the VM: {inside}"
+        );
+        let host = rules(None, tool);
+        assert!(!host.contains("ISTIO"), "{tool} on the host: {host}");
+    }
+
+    node.ok(&["uninstall"]);
+    assert!(!node.pins.exists());
+    wait_detached(node.cgroup.path());
+    drop(link);
+}
