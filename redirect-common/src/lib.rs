@@ -37,12 +37,15 @@ pub mod map_names {
     pub const IFACES: &str = "IFACES";
     /// `PerCpuHashMap<NsCounterKey, u64>`: decision counters per namespace.
     pub const NETNS_COUNTERS: &str = "NETNS_COUNTERS";
+    /// `HashMap<u64, u32>`: netns cookie -> how many sockets listen on its outbound port.
+    pub const PROXY_LISTENERS: &str = "PROXY_LISTENERS";
     /// `RingBuf`: [`crate::TraceEvent`]s while tracing is on.
     pub const TRACE: &str = "TRACE";
     /// `Array<u32>`, one entry: non-zero while a `redirect trace` runs.
     pub const TRACE_ON: &str = "TRACE_ON";
     /// Every map a datapath pins, in no particular order.
-    pub const ALL: [&str; 18] = [
+    pub const ALL: [&str; 19] = [
+        PROXY_LISTENERS,
         NETNS_COUNTERS,
         TRACE,
         TRACE_ON,
@@ -334,11 +337,15 @@ pub enum Counter {
     InboundInterface = 25,
     /// A process with the proxy's uid/gid outside the proxy's cgroup: captured as an app.
     ProxyIdElsewhere = 26,
+    /// The proxy does not listen yet and the policy says passthrough: left alone.
+    NoProxyPassthrough = 27,
+    /// The proxy does not listen yet and the policy says refuse: redirected (and refused).
+    NoProxyRefused = 28,
 }
 
 impl Counter {
     /// Every counter, in slot order.
-    pub const ALL: [Counter; 27] = [
+    pub const ALL: [Counter; 29] = [
         Counter::Redirected,
         Counter::BypassUid,
         Counter::BypassGid,
@@ -366,6 +373,8 @@ impl Counter {
         Counter::PeerRestored,
         Counter::InboundInterface,
         Counter::ProxyIdElsewhere,
+        Counter::NoProxyPassthrough,
+        Counter::NoProxyRefused,
     ];
     /// Number of slots.
     pub const COUNT: u32 = Self::ALL.len() as u32;
@@ -400,6 +409,8 @@ impl Counter {
             Counter::PeerRestored => "peer_restored",
             Counter::InboundInterface => "inbound_interface",
             Counter::ProxyIdElsewhere => "proxy_id_elsewhere",
+            Counter::NoProxyPassthrough => "no_proxy_passthrough",
+            Counter::NoProxyRefused => "no_proxy_refused",
         }
     }
 }

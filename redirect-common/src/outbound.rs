@@ -40,6 +40,9 @@ pub const OUT_ENABLED: u32 = 1 << 11;
 /// [`OutboundPolicy::flags`]: the proxy identity is its uid/gid *and* its cgroup
 /// (`proxy_cgroup`): a process with the proxy uid elsewhere is captured like any app.
 pub const OUT_PROXY_CGROUP: u32 = 1 << 12;
+/// [`OutboundPolicy::flags`]: while nothing listens on the outbound port (the app started
+/// before its proxy), leave outbound connects alone instead of sending them to a closed port.
+pub const OUT_NO_PROXY_PASSTHROUGH: u32 = 1 << 13;
 
 /// Port-rule bits of the outbound port set (`-o` / `-q`).
 pub const OUT_PORT_EXCLUDE: u8 = 1;
@@ -430,4 +433,26 @@ pub fn decide<L: Lookups>(p: &OutboundPolicy, conn: &Conn, lk: &L) -> Verdict {
         return Verdict::Redirect(p.proxy_port, Counter::Redirected);
     }
     Verdict::Pass(Counter::NotIncluded)
+}
+
+/// The app-before-proxy rule on top of [`decide`]: a connect sent to the outbound port of a
+/// namespace (with a policy of its own) whose proxy does not listen yet is left alone with
+/// [`OUT_NO_PROXY_PASSTHROUGH`], else still sent there (and refused) and counted.
+#[inline(always)]
+pub fn when_proxy_down(
+    p: &OutboundPolicy,
+    v: Verdict,
+    own_policy: bool,
+    proxy_up: bool,
+) -> Verdict {
+    match v {
+        Verdict::Redirect(port, _) if own_policy && port == p.proxy_port && !proxy_up => {
+            if p.has(OUT_NO_PROXY_PASSTHROUGH) {
+                Verdict::Pass(Counter::NoProxyPassthrough)
+            } else {
+                Verdict::Redirect(port, Counter::NoProxyRefused)
+            }
+        }
+        v => v,
+    }
 }

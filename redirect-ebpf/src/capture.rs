@@ -15,8 +15,8 @@ use aya_ebpf::{
 use aya_log_ebpf::debug;
 use redirect_common::{
     outbound::{
-        decide, proxy_id_elsewhere, CidrKey, Conn, Lookups, OutboundPolicy, Verdict,
-        OUT_PROXY_CGROUP,
+        decide, proxy_id_elsewhere, when_proxy_down, CidrKey, Conn, Lookups, OutboundPolicy,
+        Verdict, OUT_PROXY_CGROUP,
     },
     AddrKey, Counter, OrigDst, PortKey, TraceEvent, AF_INET,
 };
@@ -25,6 +25,7 @@ use crate::maps::{
     count, count_ns, tracing_on, NETNS_OUTBOUND, OUT_EXCLUDE, OUT_INCLUDE, OUT_PORTS, OUT_ROUTES,
     PENDING, POD_ADDRS, TRACE,
 };
+use crate::readiness::proxy_listens;
 
 /// 127.0.0.6 as a network-order word.
 const PASSTHROUGH_V4: u32 = u32::from_ne_bytes([127, 0, 0, 6]);
@@ -144,7 +145,12 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
         count(Counter::ProxyIdElsewhere);
         count_ns(netns, Counter::ProxyIdElsewhere);
     }
-    let (counter, port) = match decide(policy, &conn, &Maps { netns, key }) {
+    let verdict = decide(policy, &conn, &Maps { netns, key });
+    // Only a redirect to the outbound port needs the readiness lookup.
+    let up = !matches!(verdict, Verdict::Redirect(p, _) if p == policy.proxy_port)
+        || proxy_listens(netns);
+    let verdict = when_proxy_down(policy, verdict, key != 0, up);
+    let (counter, port) = match verdict {
         Verdict::Pass(c) => (c, None),
         Verdict::Redirect(port, c) => {
             // SAFETY: bpf_get_socket_cookie accepts a sock_addr context.

@@ -8,6 +8,7 @@ mod connect6;
 mod getsockopt;
 mod maps;
 mod peer;
+mod readiness;
 mod sendmsg;
 mod sk_lookup;
 mod sock_ops;

@@ -87,6 +87,12 @@ const BPF_F_NO_PREALLOC: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
 pub static NETNS_COUNTERS: PerCpuHashMap<NsCounterKey, u64> =
     PerCpuHashMap::with_max_entries(MAX_NAMESPACES * 32, BPF_F_NO_PREALLOC);
 
+/// Netns cookie -> number of sockets listening on its outbound port (sock_ops keeps it; the
+/// loader seeds it for a proxy that listened before enrollment).
+#[map(name = "PROXY_LISTENERS")]
+pub static PROXY_LISTENERS: HashMap<u64, u32> =
+    HashMap::with_max_entries(MAX_NAMESPACES, BPF_F_NO_PREALLOC);
+
 /// Decisions streamed to `redirect trace` (only while `TRACE_ON[0]` is non-zero).
 #[map(name = "TRACE")]
 pub static TRACE: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);

@@ -16,7 +16,10 @@ use aya_ebpf::{
 };
 use redirect_common::{normalise_addr, ConnKey, Counter, ListenerKey, Tracked, AF_INET, AF_INET6};
 
-use crate::maps::{count, INBOUND, LISTENERS, NETNS_INBOUND, PENDING, TRACKED};
+use crate::{
+    maps::{count, INBOUND, LISTENERS, NETNS_INBOUND, PENDING, TRACKED},
+    readiness,
+};
 
 const TCP_CLOSE: u32 = 7;
 
@@ -36,6 +39,9 @@ fn try_sock_ops(ctx: &SockOpsContext) {
         // Dual-stack sockets connect to ::ffff:127.0.0.1; their keys fold to IPv4.
         BPF_SOCK_OPS_TCP_CONNECT_CB => on_connect(ctx),
         BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => on_passive_established(ctx),
+        BPF_SOCK_OPS_STATE_CB if ctx.arg(1) == TCP_CLOSE && ctx.arg(0) == readiness::TCP_LISTEN => {
+            readiness::on_listener_close(ctx, netns(ctx));
+        }
         BPF_SOCK_OPS_STATE_CB if ctx.arg(1) == TCP_CLOSE => on_close(ctx),
         _ => {}
     }
@@ -141,6 +147,7 @@ fn on_connect(ctx: &SockOpsContext) {
 /// Registers the proxy's inbound listener of an enrolled namespace for sk_lookup.
 fn on_listen(ctx: &SockOpsContext) {
     let ns = netns(ctx);
+    readiness::on_listen(ctx, ns);
     // SAFETY: value copied out at once.
     let Some(policy) = (unsafe { NETNS_INBOUND.get(ns) }).copied() else {
         return;

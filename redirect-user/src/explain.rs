@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use aya::maps::lpm_trie::Key;
 use redirect_common::{
     map_names,
-    outbound::{decide, CidrKey, Conn, Lookups, OutboundPolicy, Verdict},
+    outbound::{decide, when_proxy_down, CidrKey, Conn, Lookups, OutboundPolicy, Verdict},
     AddrKey, Counter, PortKey, AF_INET, AF_INET6,
 };
 use serde::Serialize;
@@ -74,6 +74,9 @@ pub fn rule_of(counter: Counter) -> &'static str {
         Counter::NotIncluded => "end of ISTIO_OUTPUT (outside -i and -q)",
         Counter::ExcludedPort => "-p tcp|udp --dport <-o> -j RETURN",
         Counter::ExcludedInterface => "OUTPUT -o <-c> -j RETURN",
+        Counter::NoProxyPassthrough => "(redirect) the proxy does not listen yet: --no-proxy passthrough",
+        Counter::NoProxyRefused => "(redirect) the proxy does not listen yet: --no-proxy refuse",
+        Counter::ProxyIdElsewhere => "(redirect) proxy uid/gid outside --proxy-cgroup: not the proxy",
         _ => "-",
     }
 }
@@ -190,6 +193,10 @@ pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<E
             ports,
         },
     );
+    let proxy_up = hash::<u64, u32>(store, map_names::PROXY_LISTENERS)?
+        .get(&cookie, 0)
+        .is_ok_and(|n| n > 0);
+    let verdict = when_proxy_down(&policy, verdict, key == cookie && key != 0, proxy_up);
     let (outcome, counter) = match verdict {
         Verdict::Pass(c) => ("untouched".to_owned(), c),
         Verdict::Redirect(port, c) => {

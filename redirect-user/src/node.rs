@@ -317,6 +317,7 @@ impl NodeDatapath {
             enroll::remove_inbound(&mut self.maps, cookie)?;
         }
         write_ifaces(&mut self.maps, netns_path, cookie, policy)?;
+        seed_proxy_listeners(&mut self.maps, netns_path, cookie, policy.proxy_port)?;
         outbound::write(&mut self.maps, cookie, &compiled)?;
         tracing::info!(netns = %netns_path.display(), cookie, ipv6, inbound, addrs = ?addrs, "policy applied");
         Ok(Applied {
@@ -373,6 +374,7 @@ impl NodeDatapath {
         self.detach_sk_lookup(cookie)?;
         enroll::remove_inbound(&mut self.maps, cookie)?;
         remove_ifaces(&mut self.maps, cookie)?;
+        let _ = hash::<u64, u32>(&mut self.maps, map_names::PROXY_LISTENERS)?.remove(&cookie);
         let old = owned_addresses(&mut self.maps, cookie)?;
         enroll::sync_addresses(&mut self.maps, shown, cookie, &old, &[])?;
         tracing::info!(netns = %shown.display(), cookie, "policy removed");
@@ -402,6 +404,12 @@ impl NodeDatapath {
             }
         }
         Ok(addrs)
+    }
+
+    /// Whether something listens on the namespace's outbound port (the proxy is up).
+    pub fn proxy_listening(&mut self, cookie: u64) -> bool {
+        hash::<u64, u32>(&mut self.maps, map_names::PROXY_LISTENERS)
+            .is_ok_and(|m| m.get(&cookie, 0).is_ok_and(|n| n > 0))
     }
 
     /// Number of namespaces with a policy.
@@ -540,4 +548,21 @@ fn remove_ifaces(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
         let _ = map.remove(&k);
     }
     Ok(())
+}
+
+/// Counts the sockets already listening on the outbound port (sock_ops only sees listen()
+/// calls made after the policy exists), so a proxy that started first is known to be up.
+fn seed_proxy_listeners(
+    store: &mut dyn MapStore,
+    netns_path: &Path,
+    cookie: u64,
+    port: u16,
+) -> Result<()> {
+    let found = crate::adopt::listeners(netns_path, port)?.len();
+    let mut map = hash::<u64, u32>(store, map_names::PROXY_LISTENERS)?;
+    map.insert(cookie, u32::try_from(found).unwrap_or(u32::MAX), 0)
+        .map_err(crate::store::map_error(
+            "writing",
+            map_names::PROXY_LISTENERS,
+        ))
 }

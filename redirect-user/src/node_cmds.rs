@@ -211,11 +211,12 @@ pub fn list(json: bool) -> anyhow::Result<()> {
     for e in &r.enrollments {
         let addrs: Vec<String> = e.addrs.iter().map(ToString::to_string).collect();
         println!(
-            "{:<28} {:>8} {:<24} {:<8} {}",
+            "{:<28} {:>8} {:<24} {:<8} {:<6} {}",
             e.netns.display(),
             e.cookie,
             addrs.join(","),
             if e.inbound { "yes" } else { "no" },
+            if e.proxy_listening { "up" } else { "down" },
             e.source
         );
     }

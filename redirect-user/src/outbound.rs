@@ -10,7 +10,7 @@ use redirect_common::{
         CidrKey, OutboundPolicy, MAX_DNS, MAX_OWNERS, OUT_DNS, OUT_DNS_ALL, OUT_ENABLED,
         OUT_GROUPS_EXCLUDE, OUT_GROUPS_INCLUDE, OUT_HAS_EXCLUDED_NIC, OUT_HAS_PORTS,
         OUT_INCLUDE_ALL_V4, OUT_INCLUDE_ALL_V6, OUT_IPV6, OUT_NO_LO_RETURN_V4, OUT_NO_LO_RETURN_V6,
-        OUT_PORT_EXCLUDE, OUT_PORT_INCLUDE, OUT_PROXY_CGROUP,
+        OUT_NO_PROXY_PASSTHROUGH, OUT_PORT_EXCLUDE, OUT_PORT_INCLUDE, OUT_PROXY_CGROUP,
     },
     PortKey, AF_INET, AF_INET6,
 };
@@ -151,6 +151,9 @@ pub fn compile(p: &Policy, ipv6: bool, routes: Vec<(IpNet, bool)>) -> Result<Com
         k.flags |= OUT_HAS_EXCLUDED_NIC;
         routes
     };
+    if p.no_proxy == crate::policy::NoProxy::Passthrough {
+        k.flags |= OUT_NO_PROXY_PASSTHROUGH;
+    }
     if let Some(path) = &p.proxy_cgroup {
         let (id, level) = cgroup_id_level(path)?;
         k.flags |= OUT_PROXY_CGROUP;

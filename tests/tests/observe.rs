@@ -137,3 +137,124 @@ fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
     );
     node.ok(&["uninstall"]);
 }
+
+#[test]
+fn app_before_proxy_is_refused_or_passed_through_until_the_proxy_listens() {
+    if !privileged_or_skip("app_before_proxy") {
+        return;
+    }
+    let node = Node::new();
+    let (a, b, c) = (
+        World::new("roa", false),
+        World::new("rob", false),
+        World::new("roc", false),
+    );
+    b.renumber("10.200.0.3", "10.201.0.3");
+    c.renumber("10.200.0.4", "10.201.0.4");
+    let _daemon = node.daemon();
+    let cg = node.cgroup.path();
+    let enroll = |w: &World, extra: &str| {
+        let args = format!("-i '*' {extra}");
+        node.ok(&[
+            "enroll",
+            "--netns",
+            &w.pod.path().display().to_string(),
+            "--istio-args",
+            &args,
+        ]);
+    };
+    let worlds: Vec<Child> = [&a, &b, &c]
+        .iter()
+        .map(|w| {
+            listen(
+                &w.world,
+                None,
+                None,
+                "world",
+                &["192.0.2.10:80".into()],
+                &[],
+            )
+        })
+        .collect();
+    let proxy = |w: &World| {
+        listen(
+            &w.pod,
+            Some(cg),
+            Some((1337, 1337)),
+            "proxy",
+            &["[::]:15001".into()],
+            &[],
+        )
+    };
+    // c's proxy is up before enrollment: found at enrollment, no listen() needed.
+    let _proxy_c = proxy(&c);
+    enroll(&a, "--no-proxy passthrough");
+    enroll(&b, "");
+    enroll(&c, "");
+    let direct = "at=world/192.0.2.10:80 orig=192.0.2.10:80";
+    let captured = "at=proxy/[::]:15001 orig=192.0.2.10:80";
+    let app = (1000, 1000);
+
+    assert_eq!(
+        reach(&a, cg, app, "192.0.2.10:80"),
+        direct,
+        "a: passthrough while down"
+    );
+    let refused = redirect_tests::conformance::probe(
+        &b.pod,
+        Some(cg),
+        Some(app),
+        &["tcp:192.0.2.10:80".into()],
+    );
+    assert_eq!(
+        refused[0]["error"], "refused",
+        "b: refused while down: {refused:?}"
+    );
+    assert_eq!(
+        reach(&c, cg, app, "192.0.2.10:80"),
+        captured,
+        "c: its proxy was already up"
+    );
+    let list = node.ok(&["list"]);
+    let state = |w: &World| {
+        list.lines()
+            .find(|l| l.starts_with(&w.pod.path().display().to_string()))
+            .map(|l| l.split_whitespace().nth(4).unwrap_or("").to_owned())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        (state(&a), state(&b), state(&c)),
+        ("down".into(), "down".into(), "up".into()),
+        "{list}"
+    );
+
+    // The proxy comes up: captured from then on; it goes away: passthrough again.
+    let proxy_a = proxy(&a);
+    assert_eq!(reach(&a, cg, app, "192.0.2.10:80"), captured, "a: proxy up");
+    drop(proxy_a);
+    let mut back = false;
+    for _ in 0..50 {
+        if reach(&a, cg, app, "192.0.2.10:80") == direct {
+            back = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        back,
+        "a: passthrough again once its proxy stopped listening"
+    );
+
+    for (w, name, n) in [(&a, "no_proxy_passthrough", 2), (&b, "no_proxy_refused", 1)] {
+        let stats = node.ok(&[
+            "stats",
+            "--netns",
+            &w.pod.path().display().to_string(),
+            "--json",
+        ]);
+        let stats: serde_json::Value = serde_json::from_str(&stats).expect("json");
+        assert_eq!(stats[0]["counters"][name], n, "{stats}");
+    }
+    drop(worlds);
+    node.ok(&["uninstall"]);
+}

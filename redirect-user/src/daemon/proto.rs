@@ -46,6 +46,9 @@ pub struct Enrollment {
     pub ipv6: bool,
     /// Whether inbound capture is on.
     pub inbound: bool,
+    /// Whether the proxy listens on the outbound port (filled in by `list`).
+    #[serde(default)]
+    pub proxy_listening: bool,
 }
 
 /// The daemon's answer.

@@ -185,6 +185,7 @@ impl Daemon {
             addrs: applied.addrs,
             ipv6: applied.ipv6,
             inbound: applied.inbound,
+            proxy_listening: false,
         };
         write_enrollment(&self.opts.dir, &e)?;
         self.enrollments.insert(e.cookie, e.clone());
@@ -238,12 +239,18 @@ impl Daemon {
                     Err(e) => Response::failed(e),
                 }
             }
-            Request::List => Response {
-                ok: true,
-                message: format!("{} enrolled", self.enrollments.len()),
-                enrollments: self.enrollments.values().cloned().collect(),
-                ..Response::default()
-            },
+            Request::List => {
+                let mut list: Vec<Enrollment> = self.enrollments.values().cloned().collect();
+                for e in &mut list {
+                    e.proxy_listening = self.dp.proxy_listening(e.cookie);
+                }
+                Response {
+                    ok: true,
+                    message: format!("{} enrolled", list.len()),
+                    enrollments: list,
+                    ..Response::default()
+                }
+            }
             Request::Uninstall => match node::remove_dir(&self.opts.bpffs) {
                 Ok(()) => {
                     let _ = std::fs::remove_dir_all(enrollment_dir(&self.opts.dir));

@@ -8,8 +8,8 @@ use ipnet::{IpNet, Ipv4Net};
 use super::args::{Key, Raw, Values};
 use super::env::nameservers;
 use super::{
-    Cidrs, EnvSource, Group, InboundPorts, Invocation, Mode, OwnerGroups, Policy, PolicyError,
-    SystemLookup, DEFAULT_IPV4_LOOPBACK_CIDR, MAX_OWNER_IDS,
+    Cidrs, EnvSource, Group, InboundPorts, Invocation, Mode, NoProxy, OwnerGroups, Policy,
+    PolicyError, SystemLookup, DEFAULT_IPV4_LOOPBACK_CIDR, MAX_OWNER_IDS,
 };
 
 type Result<T> = std::result::Result<T, PolicyError>;
@@ -54,6 +54,14 @@ pub(super) fn invocation(
                     "is not an interception mode (REDIRECT or TPROXY)",
                 ))
             }
+        },
+    };
+    let no_proxy = match v.get(Key::NoProxy) {
+        None => NoProxy::Refuse,
+        Some(raw) => match raw.value.as_str() {
+            "refuse" => NoProxy::Refuse,
+            "passthrough" => NoProxy::Passthrough,
+            _ => return Err(bad(raw, &raw.value, "is not refuse or passthrough")),
         },
     };
     let include_cidrs = match v.get(Key::ServiceCidr) {
@@ -109,6 +117,7 @@ pub(super) fn invocation(
         dual_stack: bool_of(Key::DualStack)?,
         drop_invalid: bool_of(Key::DropInvalid)?,
         proxy_cgroup: path_of(Key::ProxyCgroup),
+        no_proxy,
     };
     Ok(Invocation {
         policy,

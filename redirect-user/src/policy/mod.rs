@@ -135,6 +135,19 @@ pub struct Policy {
     /// processes inside it, so an application that happens to run as uid 1337 is captured.
     #[serde(default)]
     pub proxy_cgroup: Option<std::path::PathBuf>,
+    /// Ours (`--no-proxy`): what outbound connects do while the proxy does not listen yet.
+    #[serde(default)]
+    pub no_proxy: NoProxy,
+}
+
+/// Outbound capture while nothing listens on the proxy's port (the app started first).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NoProxy {
+    /// Send them to the closed port anyway: the connect fails fast, as with iptables.
+    #[default]
+    Refuse,
+    /// Leave them alone until the proxy listens.
+    Passthrough,
 }
 
 impl Policy {
@@ -179,6 +192,7 @@ impl Default for Policy {
             dual_stack: false,
             drop_invalid: false,
             proxy_cgroup: None,
+            no_proxy: NoProxy::Refuse,
         }
     }
 }
