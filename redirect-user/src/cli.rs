@@ -180,6 +180,27 @@ pub enum Command {
         #[arg(long, value_name = "PATH")]
         cgroup: Option<PathBuf>,
     },
+    /// Prove capture works in a namespace before its proxy starts (istio-validation's job):
+    /// listens on the proxy's ports, dials a test address as an application and its own pod
+    /// as the proxy, checks where each arrives and with which original destination. Exits 0
+    /// when both checks pass, 1 otherwise.
+    Validate {
+        /// Network namespace name (under /run/netns) or path.
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: String,
+        /// The pod's cgroup (where its processes run) [default: stay where this runs].
+        #[arg(long, value_name = "PATH")]
+        cgroup: Option<PathBuf>,
+        /// How long to wait for each arrival, in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 2000)]
+        timeout_ms: u64,
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Decision counters per enrolled namespace, like `iptables -L -v` counters.
     Stats {
         /// Only this namespace (name under /run/netns, or path).

@@ -23,6 +23,7 @@ pub mod routes;
 pub mod state;
 pub mod status;
 pub mod store;
+pub mod validate;
 
 pub use datapath::{AttachOptions, Datapath};
 pub use error::{Error, Result};

@@ -80,6 +80,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Unenroll { netns } => node_cmds::unenroll(&netns),
         Command::List { json } => node_cmds::list(json),
         Command::Uninstall { bpffs } => node_cmds::uninstall(bpffs),
+        Command::Validate {
+            netns,
+            cgroup,
+            timeout_ms,
+            bpffs,
+            json,
+        } => node_cmds::validate(&netns, cgroup.as_deref(), timeout_ms, bpffs, json),
         Command::Vm {
             cluster_env,
             netns,

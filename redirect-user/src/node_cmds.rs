@@ -320,6 +320,45 @@ fn cookie_filter(netns_name: Option<&str>) -> anyhow::Result<Option<u64>> {
         .transpose()
 }
 
+/// Validates capture in a namespace; exits 1 when a check fails.
+pub fn validate(
+    netns_name: &str,
+    cgroup: Option<&Path>,
+    timeout_ms: u64,
+    bpffs: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut dp = open_pinned(bpffs)?;
+    let path = netns::resolve(Some(netns_name));
+    if let Some(cg) = cgroup {
+        redirect_user::cgroup::enter(cg)?;
+    }
+    let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
+        .with_context(|| format!("entering {}", path.display()))?;
+    let report = redirect_user::validate::run(
+        dp.maps(),
+        &path,
+        std::time::Duration::from_millis(timeout_ms),
+    )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for c in &report.checks {
+            println!(
+                "{:<9} {}  {}",
+                c.name,
+                if c.ok { "OK  " } else { "FAIL" },
+                c.detail
+            );
+        }
+    }
+    if !report.ok {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
 /// Per-namespace decision counters.
 pub fn stats(netns_name: Option<&str>, bpffs: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
     let only = cookie_filter(netns_name)?;
