@@ -123,6 +123,9 @@ pub enum Command {
         /// Cgroup to attach at when the datapath is created [default: the cgroup v2 root].
         #[arg(long, value_name = "PATH")]
         cgroup: Option<PathBuf>,
+        /// Serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9967.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
     },
     /// Enroll a namespace (a pod, or a VM) with a policy, through the daemon.
     Enroll {

@@ -65,7 +65,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         ),
         Command::Exec { cgroup, command } => exec(cgroup, &command),
         Command::IstioIptables { args } => istio::run(&args),
-        Command::Daemon { bpffs, cgroup } => node_cmds::daemon(bpffs, cgroup),
+        Command::Daemon {
+            bpffs,
+            cgroup,
+            metrics,
+        } => node_cmds::daemon(bpffs, cgroup, metrics),
         Command::Enroll {
             netns,
             istio_args,

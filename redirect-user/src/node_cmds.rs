@@ -28,14 +28,19 @@ fn socket() -> PathBuf {
 }
 
 /// Runs the daemon until SIGINT/SIGTERM (capture stays pinned) or an uninstall.
-pub fn daemon(bpffs: Option<PathBuf>, cgroup: Option<PathBuf>) -> anyhow::Result<()> {
+pub fn daemon(
+    bpffs: Option<PathBuf>,
+    cgroup: Option<PathBuf>,
+    metrics: Option<SocketAddr>,
+) -> anyhow::Result<()> {
     let mut signals = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         signals.add(s);
     }
     signals.thread_block().context("blocking SIGINT/SIGTERM")?;
+    let bpffs = bpffs_or_default(bpffs);
     let d = Daemon::start(Options {
-        bpffs: bpffs_or_default(bpffs),
+        bpffs: bpffs.clone(),
         dir: daemon::daemon_dir(),
         attach: NodeAttach {
             cgroup,
@@ -50,8 +55,16 @@ pub fn daemon(bpffs: Option<PathBuf>, cgroup: Option<PathBuf>) -> anyhow::Result
         }
         flag.store(true, std::sync::atomic::Ordering::Relaxed);
     });
+    let metrics = match metrics {
+        Some(addr) => {
+            let dir = daemon::daemon_dir();
+            let bound = daemon::metrics::spawn(addr, bpffs, move || server::enrolled_names(&dir))?;
+            format!(" metrics=http://{bound}/metrics")
+        }
+        None => String::new(),
+    };
     println!(
-        "ready pid={} socket={}",
+        "ready pid={} socket={}{metrics}",
         std::process::id(),
         socket().display()
     );
@@ -302,16 +315,7 @@ fn open_pinned(bpffs: Option<PathBuf>) -> anyhow::Result<NodeDatapath> {
 
 /// Names of enrolled namespaces by cookie, from the daemon's state files when there are any.
 fn names_by_cookie() -> std::collections::BTreeMap<u64, String> {
-    let dir = daemon::daemon_dir().join("enrollments");
-    let mut out = std::collections::BTreeMap::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if let Ok(Ok(e)) = std::fs::read(entry.path())
-            .map(|b| serde_json::from_slice::<daemon::proto::Enrollment>(&b))
-        {
-            out.insert(e.cookie, e.netns.display().to_string());
-        }
-    }
-    out
+    server::enrolled_names(&daemon::daemon_dir())
 }
 
 fn cookie_filter(netns_name: Option<&str>) -> anyhow::Result<Option<u64>> {

@@ -68,13 +68,18 @@ impl Node {
 
     /// Starts `redirect daemon` attached at the node's cgroup and waits until it is ready.
     pub fn daemon(&self) -> Child {
+        self.daemon_with(&[]).0
+    }
+
+    /// Same, with extra daemon arguments; also returns its `ready ...` line.
+    pub fn daemon_with(&self, extra: &[&str]) -> (Child, String) {
         let mut cmd = self.cmd(&["daemon"]);
-        cmd.arg("--cgroup").arg(self.cgroup.path());
+        cmd.arg("--cgroup").arg(self.cgroup.path()).args(extra);
         let mut child = Child::spawn(cmd);
-        child.wait_line("daemon ready", Duration::from_secs(10), |l| {
+        let ready = child.wait_line("daemon ready", Duration::from_secs(10), |l| {
             l.starts_with("ready ")
         });
-        child
+        (child, ready)
     }
 
     /// Program ids attached at the node's cgroup, sorted.

@@ -10,6 +10,19 @@ use redirect_tests::{
     privileged_or_skip,
 };
 
+/// `GET /metrics` from the host (the daemon listens in the host's namespace).
+fn scrape(addr: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the metrics endpoint");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("send");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    let (head, body) = text.split_once("\r\n\r\n").expect("http response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_owned()
+}
+
 const CAPTURED: &str = "at=proxy/[::]:15001 orig=192.0.2.10:80";
 
 #[test]
@@ -19,7 +32,7 @@ fn daemon_enrolls_follows_addresses_and_is_alone() {
     }
     let node = Node::new();
     let w = World::new("rdp", false);
-    let _daemon = node.daemon();
+    let (_daemon, ready) = node.daemon_with(&["--metrics", "127.0.0.1:0"]);
     // One daemon per node.
     let second = node.run(&["daemon"]);
     assert!(!second.status.success());
@@ -116,6 +129,21 @@ fn daemon_enrolls_follows_addresses_and_is_alone() {
     ]);
     let why: serde_json::Value = serde_json::from_str(&why).expect("json");
     assert_eq!(why["outcome"], "proxy:15001", "{why}");
+
+    // The daemon's Prometheus endpoint, per namespace.
+    let url = ready
+        .split("metrics=http://")
+        .nth(1)
+        .expect("metrics address in the ready line");
+    let addr = url.trim_end_matches("/metrics");
+    let text = scrape(addr);
+    redirect_tests::http::check_prometheus(&text).expect("valid exposition");
+    let series = format!("redirect_netns_decisions_total{{netns=\"{netns}\",");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&series) && l.contains("decision=\"redirected\"")),
+        "{text}"
+    );
 
     node.ok(&["unenroll", "--netns", &netns]);
     assert_eq!(

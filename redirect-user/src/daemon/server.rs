@@ -103,6 +103,14 @@ fn remove_enrollment(dir: &Path, cookie: u64) {
     let _ = std::fs::remove_file(enrollment_dir(dir).join(format!("{cookie}.json")));
 }
 
+/// Netns cookie -> namespace path of the enrollments recorded in `dir`.
+pub fn enrolled_names(dir: &Path) -> BTreeMap<u64, String> {
+    read_enrollments(dir)
+        .into_iter()
+        .map(|e| (e.cookie, e.netns.display().to_string()))
+        .collect()
+}
+
 fn read_enrollments(dir: &Path) -> Vec<Enrollment> {
     let Ok(entries) = std::fs::read_dir(enrollment_dir(dir)) else {
         return Vec::new();
