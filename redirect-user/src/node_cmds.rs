@@ -218,13 +218,19 @@ pub fn list(json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<28} {:>8} {:<24} {:<8} source",
-        "netns", "cookie", "addresses", "inbound"
+        "{:<30} {:>8} {:<24} {:<7} {:<5} source",
+        "netns", "cookie", "addresses", "inbound", "proxy"
     );
     for e in &r.enrollments {
-        let addrs: Vec<String> = e.addrs.iter().map(ToString::to_string).collect();
+        // Link-local addresses are listed by `--json`; the table keeps to routable ones.
+        let addrs: Vec<String> = e
+            .addrs
+            .iter()
+            .filter(|a| !matches!(a, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80))
+            .map(ToString::to_string)
+            .collect();
         println!(
-            "{:<28} {:>8} {:<24} {:<8} {:<6} {}",
+            "{:<30} {:>8} {:<24} {:<7} {:<5} {}",
             e.netns.display(),
             e.cookie,
             addrs.join(","),

@@ -115,3 +115,50 @@ fn a_namespace_plays_the_vm_and_no_iptables_rule_exists() {
     wait_detached(node.cgroup.path());
     drop(link);
 }
+
+/// Every command line in deploy/ names a subcommand and flags this `redirect` accepts.
+#[test]
+fn deploy_artifacts_use_real_commands() {
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let mut lines: Vec<Vec<String>> = Vec::new();
+    for unit in [
+        "systemd/redirect-daemon.service",
+        "systemd/redirect-vm.service",
+    ] {
+        let text = std::fs::read_to_string(deploy.join(unit)).expect("unit file");
+        for l in text.lines() {
+            if let Some(cmd) = l
+                .strip_prefix("ExecStart=")
+                .or_else(|| l.strip_prefix("ExecStop="))
+            {
+                let words: Vec<String> =
+                    cmd.split_whitespace().skip(1).map(str::to_owned).collect();
+                lines.push(words);
+            }
+        }
+    }
+    let ds = std::fs::read_to_string(deploy.join("kubernetes/daemonset.yaml")).expect("daemonset");
+    let args = ds
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("args: ["))
+        .expect("daemonset args");
+    lines.push(
+        args.trim_end_matches(']')
+            .split(',')
+            .map(|w| w.trim().trim_matches('"').to_owned())
+            .collect(),
+    );
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    for words in lines {
+        let out = Command::new(redirect_tests::bin_path("redirect"))
+            .args(&words)
+            .arg("--help")
+            .output()
+            .expect("redirect --help");
+        assert!(
+            out.status.success(),
+            "redirect {words:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,5 +1,6 @@
-//! `cargo xtask run`: a dev cgroup, a pod and a server-host namespace, the proxy, the capture,
-//! and one real redirected HTTP request; everything is removed on exit.
+//! `cargo xtask run`: a dev cgroup, a pod and a server-host namespace, the node daemon with the
+//! pod enrolled, the proxy, and one real redirected HTTP request shown through list, trace,
+//! stats and explain; everything is removed on exit (`redirect uninstall` first).
 use std::{
     io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
@@ -20,14 +21,21 @@ const SERVER_PORT: u16 = 8080;
 /// Everything the demo created, undone in reverse order on drop.
 #[derive(Debug, Default)]
 struct Scene {
+    /// Commands run first on exit (`redirect uninstall`).
+    undo: Vec<Command>,
     children: Vec<(String, Child)>,
     netns: Vec<String>,
     cgroup: Option<PathBuf>,
+    /// Directories removed last (the demo daemon's state directory).
+    dirs: Vec<PathBuf>,
 }
 
 impl Drop for Scene {
     fn drop(&mut self) {
-        // Capture first (redirect attach detaches on SIGTERM), then the rest.
+        for mut cmd in self.undo.drain(..).rev() {
+            let _ = cmd.status();
+        }
+        // Then the processes (the daemon last started, first stopped), then the rest.
         for (name, child) in self.children.iter_mut().rev() {
             if let Ok(pid) = i32::try_from(child.id()) {
                 let _ = kill(nix::unistd::Pid::from_raw(pid), Signal::SIGTERM);
@@ -49,6 +57,9 @@ impl Drop for Scene {
         for ns in self.netns.iter().rev() {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
             eprintln!("xtask run: removed netns {ns}");
+        }
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
@@ -181,35 +192,100 @@ pub fn run(once: bool) -> anyhow::Result<()> {
             ]),
     )?;
     wait_for(&server, "the server", |l| l.starts_with("listening"))?;
+    // The node daemon of this demo (its own pin and state directories, attached at the dev
+    // cgroup), then the pod enrolled with istio-init's arguments.
+    let dev_dir = format!("/run/redirect/dev-{id}");
+    let dev_pins = format!("/sys/fs/bpf/redirect-dev-{id}");
+    std::env::set_var("REDIRECT_DAEMON_DIR", &dev_dir);
+    std::env::set_var("REDIRECT_BPFFS", &dev_pins);
+    let mut uninstall = Command::new(&redirect);
+    uninstall.arg("uninstall");
+    scene.undo.push(uninstall);
+    scene.dirs.push(PathBuf::from(&dev_dir));
+    let daemon = spawn_logged(
+        &mut scene,
+        "redirect daemon",
+        Command::new(&redirect)
+            .arg("daemon")
+            .arg("--cgroup")
+            .arg(&cgroup),
+    )?;
+    wait_for(&daemon, "redirect daemon", |l| l.starts_with("ready"))?;
+    util::run(Command::new(&redirect).args([
+        "enroll",
+        "--netns",
+        &pod,
+        "--istio-args",
+        "-p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x '' -b '*' -d 15090,15021,15020",
+    ]))?;
+    // The proxy runs in the pod's cgroup, where the datapath answers SO_ORIGINAL_DST.
     let proxy = spawn_logged(
         &mut scene,
         "proxy",
-        Command::new("ip")
+        Command::new(&redirect)
+            .args(["exec", "--cgroup"])
+            .arg(&cgroup)
+            .arg("--")
+            .arg("ip")
             .args(util::proxy_user_args(&pod))
             .arg(bin.join("redirect-proxy")),
     )?;
     wait_for(&proxy, "the proxy", |l| l.contains("redirect-proxy ready"))?;
-    let attach = spawn_logged(
-        &mut scene,
-        "redirect attach",
-        Command::new(&redirect)
-            .arg("attach")
-            .arg("--cgroup")
-            .arg(&cgroup),
-    )?;
-    wait_for(&attach, "redirect attach", |l| l.starts_with("ready"))?;
-
     let url = format!("http://{SERVER_IP}:{SERVER_PORT}/");
+    let explain_dst = format!("{SERVER_IP}:{SERVER_PORT}");
+    let show = |title: &str, args: &[&str]| -> anyhow::Result<()> {
+        println!("\nxtask run: redirect {}  ({title})", args.join(" "));
+        util::run(Command::new(&redirect).args(args))
+    };
+    show("the pod and its policy", &["list"])?;
+    let trace = spawn_logged(
+        &mut scene,
+        "redirect trace",
+        Command::new(&redirect).args(["trace", "--netns", &pod, "--count", "1", "--seconds", "10"]),
+    )?;
+    std::thread::sleep(Duration::from_millis(500));
     println!("\nxtask run: curl {url} inside the captured cgroup (as root, so it is captured):");
     demo_request(&redirect, &cgroup, &pod, &url)?;
+    wait_for(&trace, "the traced decision", |l| l.starts_with("pid="))?;
     std::thread::sleep(Duration::from_millis(200));
-    println!("\nxtask run: redirect status");
-    util::run(Command::new(&redirect).arg("status"))?;
+    show(
+        "decision counters of the pod, like iptables -L -v",
+        &["stats", "--netns", &pod],
+    )?;
+    show(
+        "why the app's connect went to the proxy",
+        &[
+            "explain",
+            "--netns",
+            &pod,
+            "--uid",
+            "0",
+            "--dst",
+            &explain_dst,
+        ],
+    )?;
+    show(
+        "why the proxy's own connect did not",
+        &[
+            "explain",
+            "--netns",
+            &pod,
+            "--uid",
+            "1337",
+            "--dst",
+            &explain_dst,
+        ],
+    )?;
+    show("the node datapath", &["status"])?;
 
     if once {
         return Ok(());
     }
     println!("\nxtask run: capture stays active; try: {} exec --cgroup {} -- ip netns exec {pod} curl -s {url}", redirect.display(), cgroup.display());
+    println!(
+        "xtask run: or watch decisions: REDIRECT_BPFFS={dev_pins} {} trace --netns {pod}",
+        redirect.display()
+    );
     println!("xtask run: press Ctrl-C to stop and clean up");
     let signal = signals.wait().context("waiting for Ctrl-C")?;
     println!("\nxtask run: got {signal}, cleaning up");
