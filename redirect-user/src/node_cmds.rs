@@ -50,10 +50,10 @@ pub fn daemon(
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     std::thread::spawn(move || {
-        if let Ok(sig) = signals.wait() {
-            tracing::info!(signal = %sig, "stopping");
-        }
+        let (signal, from) = wait_signal(&signals);
+        // The flag first: logging can fail (a closed stderr) and must not keep us running.
         flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(signal, from_pid = from, "stopping");
     });
     let metrics = match metrics {
         Some(addr) => {
@@ -70,6 +70,17 @@ pub fn daemon(
     );
     d.run(&stop)?;
     Ok(())
+}
+
+/// Waits for one of `signals`; returns its number and the sending pid (for the log: who
+/// stopped the daemon matters to an operator).
+fn wait_signal(signals: &SigSet) -> (i32, i32) {
+    // SAFETY: syscall edge: `info` is a zeroed siginfo_t the kernel fills; the set is valid.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let signal = libc::sigwaitinfo(signals.as_ref(), &mut info);
+        (signal, info.si_pid())
+    }
 }
 
 fn ask(req: &Request) -> anyhow::Result<Response> {

@@ -27,6 +27,8 @@ pub struct NodeStatus {
     pub fill: Vec<(&'static str, usize)>,
     /// Decision counters summed over CPUs (non-zero).
     pub counters: Vec<(&'static str, u64)>,
+    /// Namespaces enrolled through the daemon: (cookie, namespace, policy source).
+    pub enrolled: Vec<(u64, String, String)>,
     /// Things an operator should look at.
     pub warnings: Vec<String>,
 }
@@ -101,6 +103,10 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
         inbound_netns: names(&dir.join("netns")),
         fill,
         counters: totals,
+        enrolled: crate::daemon::server::enrollments(&crate::daemon::daemon_dir())
+            .into_iter()
+            .map(|e| (e.cookie, e.netns.display().to_string(), e.source))
+            .collect(),
         warnings,
     })
 }
@@ -120,6 +126,11 @@ pub fn render(s: &NodeStatus) -> String {
         out.push_str(&format!(" {name}={n}"));
     }
     out.push('\n');
+    for (cookie, netns, source) in &s.enrolled {
+        out.push_str(&format!(
+            "  enrolled: {netns} (netns cookie {cookie}) from {source}\n"
+        ));
+    }
     out.push_str("  decisions:\n");
     for (name, n) in &s.counters {
         out.push_str(&format!("    {name:<24} {n}\n"));

@@ -111,6 +111,11 @@ pub fn enrolled_names(dir: &Path) -> BTreeMap<u64, String> {
         .collect()
 }
 
+/// The enrollments recorded in daemon directory `dir`.
+pub fn enrollments(dir: &Path) -> Vec<Enrollment> {
+    read_enrollments(dir)
+}
+
 fn read_enrollments(dir: &Path) -> Vec<Enrollment> {
     let Ok(entries) = std::fs::read_dir(enrollment_dir(dir)) else {
         return Vec::new();
