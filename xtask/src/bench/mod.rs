@@ -92,6 +92,8 @@ struct Bench {
     pods: Vec<Pod>,
     samples: Vec<Sample>,
     scratch: PathBuf,
+    /// The pinned node datapath that enrollments are timed against (created on first use).
+    node: Option<pods::NodeDatapath>,
 }
 
 /// Set by the signal thread on SIGINT/SIGTERM/SIGHUP; the run stops at the next sample and
@@ -193,6 +195,7 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
         pods: Vec::new(),
         samples: Vec::new(),
         scratch: scratch.clone(),
+        node: None,
     };
     let start = Instant::now();
     let steal0 = scene::steal();

@@ -1,5 +1,8 @@
 //! Per-mode pod setup: proxy, capture (eBPF attach or Istio's rules), client runs, warm-up check.
-use std::{path::Path, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{bail, Context as _};
 use serde_json::Value;
@@ -156,5 +159,67 @@ impl Bench {
             }
         }
         Ok(())
+    }
+}
+
+/// A node datapath pinned for the enrollment workload: attached at a cgroup of its own, kept
+/// alive by one bootstrap namespace's policy; enrolling a pod is then what a node does for
+/// every new pod (`redirect istio-iptables` writing that namespace's maps). Unpinned on drop.
+#[derive(Debug)]
+pub(super) struct NodeDatapath {
+    /// Pin directory.
+    pub dir: PathBuf,
+    /// Where it is attached; enrolled pods' processes run in children of it.
+    pub cg: Cg,
+    _boot: Ns,
+}
+
+impl Drop for NodeDatapath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Bench {
+    /// `redirect istio-iptables ARGS` with the sidecar's default flags, against `dir`.
+    pub(super) fn istio_iptables(
+        &self,
+        dir: &Path,
+        netns: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<()> {
+        let out = Command::new(self.bin.join("redirect"))
+            .arg("istio-iptables")
+            .arg("--bpffs")
+            .arg(dir)
+            .arg("--netns")
+            .arg(netns)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "redirect istio-iptables: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    }
+
+    /// The node datapath for enrollments, created (and timed nowhere) on first use.
+    pub(super) fn node_datapath(&mut self) -> anyhow::Result<(PathBuf, PathBuf)> {
+        if self.node.is_none() {
+            let cg = Cg::new(&self.cg_root, &format!("rbn-{}", self.id))?;
+            let boot = Ns::new(format!("rbn-{}", self.id))?;
+            let dir = PathBuf::from(format!("/sys/fs/bpf/redirect-bench-{}", self.id));
+            let cgroup = cg.0.display().to_string();
+            self.istio_iptables(&dir, &boot.path(), &["--cgroup", &cgroup, "-i", "*"])?;
+            self.node = Some(NodeDatapath {
+                dir,
+                cg,
+                _boot: boot,
+            });
+        }
+        let node = self.node.as_ref().context("node datapath")?;
+        Ok((node.dir.clone(), node.cg.0.clone()))
     }
 }

@@ -193,10 +193,14 @@ impl Bench {
             .arg(self.bin.join("probe-load"))
             .args(["server", "--listen", "127.0.0.1:15001", "--greeting", "C"]);
         let _detector = Proc::spawn("capture detector", &mut detector, "listening")?;
-        let cg = if mode == Mode::Ebpf {
-            Some(Cg::new(&self.cg_root, &format!("rbe{subnet}-{}", self.id))?)
+        let node = if mode == Mode::Ebpf {
+            Some(self.node_datapath()?)
         } else {
             None
+        };
+        let cg = match &node {
+            Some((_, node_cg)) => Some(Cg::new(node_cg, &format!("rbe{subnet}"))?),
+            None => None,
         };
         let mut prober = Command::new(self.bin.join("probe-load"));
         prober.arg("--netns").arg(ns.path());
@@ -215,22 +219,24 @@ impl Bench {
             .spawn()?;
         std::thread::sleep(std::time::Duration::from_millis(150));
         let t0 = SystemTime::now().duration_since(UNIX_EPOCH)?.as_micros() as f64;
-        let _attach = match mode {
-            Mode::Ebpf => Some(self.attach(&cg.as_ref().context("cgroup")?.0, 0)?),
-            m => {
-                scene::restore(
-                    &ns,
-                    m.restore().context("restore")?,
-                    &scene::sidecar_rules(&self.golden, &[]),
-                )?;
-                None
-            }
-        };
+        match (&node, mode) {
+            // What a node does per new pod: the shared datapath exists, the pod's policy is
+            // written (the counterpart of one iptables-restore).
+            (Some((dir, _)), Mode::Ebpf) => self.istio_iptables(dir, &ns.path(), &["-i", "*"])?,
+            (_, m) => scene::restore(
+                &ns,
+                m.restore().context("restore")?,
+                &scene::sidecar_rules(&self.golden, &[]),
+            )?,
+        }
         let out = prober.wait_with_output()?;
         let v: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim())
             .context("prober output")?;
         if v["captured"] != true {
             bail!("{}: the new namespace was never captured", mode.name());
+        }
+        if let Some((dir, _)) = &node {
+            self.istio_iptables(dir, &ns.path(), &["--cleanup-only"])?;
         }
         Ok((v["unix_us"].as_f64().unwrap_or(t0) - t0) / 1000.0)
     }
