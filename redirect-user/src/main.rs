@@ -2,6 +2,7 @@
 mod cli;
 mod istio;
 mod node_cmds;
+mod observe_cmds;
 
 use std::{
     io::Write as _,
@@ -90,21 +91,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             timeout_ms,
             bpffs,
             json,
-        } => node_cmds::validate(&netns, cgroup.as_deref(), timeout_ms, bpffs, json),
+        } => observe_cmds::validate(&netns, cgroup.as_deref(), timeout_ms, bpffs, json),
         Command::Vm {
             cluster_env,
             netns,
             args,
             cgroup,
         } => node_cmds::vm(&cluster_env, netns.as_deref(), args.as_deref(), cgroup),
-        Command::Stats { netns, bpffs, json } => node_cmds::stats(netns.as_deref(), bpffs, json),
+        Command::Stats { netns, bpffs, json } => observe_cmds::stats(netns.as_deref(), bpffs, json),
         Command::Trace {
             netns,
             count,
             seconds,
             bpffs,
             json,
-        } => node_cmds::trace(netns.as_deref(), count, seconds, bpffs, json),
+        } => observe_cmds::trace(netns.as_deref(), count, seconds, bpffs, json),
         Command::Explain {
             netns,
             uid,
@@ -115,7 +116,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cgroup,
             bpffs,
             json,
-        } => node_cmds::explain(
+        } => observe_cmds::explain(
             &netns,
             (uid, gid.unwrap_or(uid)),
             dst,

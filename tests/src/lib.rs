@@ -8,6 +8,7 @@ pub mod node;
 pub mod place;
 pub mod procs;
 pub mod server;
+pub mod world;
 
 pub use env::{bin_path, privileged_or_skip, unique_name};
 pub use netns::{Cgroup, HostLink, Netns, Topology};

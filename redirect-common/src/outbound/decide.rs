@@ -1,0 +1,243 @@
+//! istio-iptables' nat `OUTPUT` chain as one function, rule by rule, plus the two rules of ours
+//! layered on it (the proxy's cgroup, the proxy not listening yet).
+use super::*;
+use crate::{Counter, AF_INET, AF_INET6};
+
+#[inline(always)]
+fn is_loopback(family: u16, dst: &[u32; 4]) -> bool {
+    if family == AF_INET {
+        dst[0].to_ne_bytes()[0] == 127
+    } else {
+        dst[0] == 0 && dst[1] == 0 && dst[2] == 0 && dst[3] == u32::from_be(1)
+    }
+}
+
+/// `-d 127.0.0.1/32` (or the loopback CIDR) / `-d ::1/128`.
+#[inline(always)]
+fn is_loopback_dst(p: &OutboundPolicy, family: u16, dst: &[u32; 4]) -> bool {
+    if family == AF_INET {
+        dst[0] & p.loopback_v4_mask == p.loopback_v4 & p.loopback_v4_mask
+    } else {
+        is_loopback(family, dst)
+    }
+}
+
+#[inline(always)]
+fn is_dns_server(p: &OutboundPolicy, conn: &Conn) -> bool {
+    if p.has(OUT_DNS_ALL) {
+        return true;
+    }
+    let mut i = 0;
+    if conn.family == AF_INET {
+        while i < MAX_DNS {
+            if i >= p.n_dns_v4 as usize {
+                break;
+            }
+            if p.dns_v4[i] == conn.dst[0] {
+                return true;
+            }
+            i += 1;
+        }
+    } else {
+        while i < MAX_DNS {
+            if i >= p.n_dns_v6 as usize {
+                break;
+            }
+            if p.dns_v6[i] == conn.dst {
+                return true;
+            }
+            i += 1;
+        }
+    }
+    false
+}
+
+/// One owner triplet of `ISTIO_OUTPUT` (`--uid-owner` or `--gid-owner`):
+/// `-o lo ! -d LOOP -p tcp ! --dport TUNNEL[,53] -m owner X -j ISTIO_IN_REDIRECT`,
+/// `-o lo [-p tcp ! --dport 53] -m owner ! X -j RETURN` (unless omitted),
+/// `-m owner X -j RETURN`.
+#[inline(always)]
+fn owner_rule(
+    p: &OutboundPolicy,
+    conn: &Conn,
+    on_lo: bool,
+    matches: bool,
+    is_uid: bool,
+    no_lo_return: bool,
+) -> Option<Verdict> {
+    let dns = p.has(OUT_DNS);
+    let bypass = if is_uid {
+        Counter::BypassUid
+    } else {
+        Counter::BypassGid
+    };
+    if on_lo
+        && matches
+        && conn.tcp
+        && !is_loopback_dst(p, conn.family, &conn.dst)
+        && conn.dport != p.tunnel_port
+        && !(dns && is_uid && conn.dport == 53)
+    {
+        return Some(Verdict::Redirect(
+            p.inbound_port,
+            Counter::InboundRedirectLocal,
+        ));
+    }
+    if !no_lo_return && on_lo && !matches && (!dns || (conn.tcp && conn.dport != 53)) {
+        return Some(Verdict::Pass(Counter::Loopback));
+    }
+    if matches {
+        return Some(Verdict::Pass(bypass));
+    }
+    None
+}
+
+/// With a proxy cgroup, the owner match also needs the caller to be inside it.
+#[inline(always)]
+fn proxy_place(p: &OutboundPolicy, conn: &Conn) -> bool {
+    !p.has(OUT_PROXY_CGROUP) || conn.in_proxy_cgroup
+}
+
+/// True when the caller has a proxy uid or gid but runs outside the proxy's cgroup: it is
+/// captured like an application (and worth a warning: seed 1's silent bypass).
+#[inline(always)]
+pub fn proxy_id_elsewhere(p: &OutboundPolicy, conn: &Conn) -> bool {
+    if !p.has(OUT_PROXY_CGROUP) || conn.in_proxy_cgroup {
+        return false;
+    }
+    let mut i = 0;
+    while i < MAX_OWNERS {
+        if (i < p.n_uids as usize && p.uids[i] == conn.uid)
+            || (i < p.n_gids as usize && p.gids[i] == conn.gid)
+        {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Evaluates istio-iptables' `OUTPUT` chain (nat table, REDIRECT mode) for `conn`.
+#[inline(always)]
+pub fn decide<L: Lookups>(p: &OutboundPolicy, conn: &Conn, lk: &L) -> Verdict {
+    let v6 = conn.family == AF_INET6;
+    if !p.has(OUT_ENABLED) {
+        return Verdict::Pass(Counter::NoPolicy);
+    }
+    if v6 && !p.has(OUT_IPV6) {
+        return Verdict::Pass(Counter::Ipv6Untouched);
+    }
+    let on_lo = is_loopback(conn.family, &conn.dst) || lk.is_own_addr(conn);
+    // OUTPUT -o <excluded nic> -j RETURN
+    if !on_lo && p.has(OUT_HAS_EXCLUDED_NIC) && lk.via_excluded_nic(conn) {
+        return Verdict::Pass(Counter::ExcludedInterface);
+    }
+    let ports = if p.has(OUT_HAS_PORTS) {
+        lk.port_rule(conn)
+    } else {
+        0
+    };
+    // -p tcp|udp --dport P -j RETURN (-o), ahead of everything else in ISTIO_OUTPUT.
+    if ports & OUT_PORT_EXCLUDE != 0 {
+        return Verdict::Pass(Counter::ExcludedPort);
+    }
+    // -o lo -s 127.0.0.6/32 -j RETURN
+    if on_lo && conn.passthrough_src {
+        return Verdict::Pass(Counter::PassthroughSource);
+    }
+    let no_lo_return = p.has(if v6 {
+        OUT_NO_LO_RETURN_V6
+    } else {
+        OUT_NO_LO_RETURN_V4
+    });
+    let mut i = 0;
+    while i < MAX_OWNERS {
+        if i >= p.n_uids as usize {
+            break;
+        }
+        let matches = conn.uid == p.uids[i] && proxy_place(p, conn);
+        if let Some(v) = owner_rule(p, conn, on_lo, matches, true, no_lo_return) {
+            return v;
+        }
+        i += 1;
+    }
+    let mut i = 0;
+    while i < MAX_OWNERS {
+        if i >= p.n_gids as usize {
+            break;
+        }
+        let matches = conn.gid == p.gids[i] && proxy_place(p, conn);
+        if let Some(v) = owner_rule(p, conn, on_lo, matches, false, no_lo_return) {
+            return v;
+        }
+        i += 1;
+    }
+    if p.has(OUT_GROUPS_INCLUDE | OUT_GROUPS_EXCLUDE) {
+        let mut member = false;
+        let mut i = 0;
+        while i < MAX_OWNERS {
+            if i >= p.n_groups as usize {
+                break;
+            }
+            if conn.gid == p.groups[i] {
+                member = true;
+            }
+            i += 1;
+        }
+        if member == p.has(OUT_GROUPS_EXCLUDE) {
+            return Verdict::Pass(Counter::OwnerGroup);
+        }
+    }
+    // -j ISTIO_OUTPUT_DNS: -p tcp|udp --dport 53 [-d server] -j REDIRECT --to-ports 15053
+    if p.has(OUT_DNS) && conn.dport == 53 && is_dns_server(p, conn) {
+        return Verdict::Redirect(p.dns_port, Counter::DnsRedirected);
+    }
+    // -d 127.0.0.1/32 -j RETURN
+    if is_loopback_dst(p, conn.family, &conn.dst) {
+        return Verdict::Pass(Counter::Loopback);
+    }
+    if !conn.tcp {
+        // ISTIO_REDIRECT only rewrites TCP.
+        return Verdict::Pass(Counter::NotTcp);
+    }
+    // -d X -j RETURN (-x)
+    if lk.excluded_cidr(conn) {
+        return Verdict::Pass(Counter::ExcludedCidr);
+    }
+    // -p tcp --dport P -j ISTIO_REDIRECT (-q)
+    if conn.tcp && ports & OUT_PORT_INCLUDE != 0 {
+        return Verdict::Redirect(p.proxy_port, Counter::Redirected);
+    }
+    // -j ISTIO_REDIRECT (-i '*') or -d X -j ISTIO_REDIRECT (-i list)
+    let all = p.has(if v6 {
+        OUT_INCLUDE_ALL_V6
+    } else {
+        OUT_INCLUDE_ALL_V4
+    });
+    if all || lk.included_cidr(conn) {
+        return Verdict::Redirect(p.proxy_port, Counter::Redirected);
+    }
+    Verdict::Pass(Counter::NotIncluded)
+}
+
+/// The app-before-proxy rule on top of [`decide`]: a connect sent to the outbound port of a
+/// namespace (with a policy of its own) whose proxy does not listen yet is left alone with
+/// [`OUT_NO_PROXY_PASSTHROUGH`], else still sent there (and refused) and counted.
+#[inline(always)]
+pub fn when_proxy_down(
+    p: &OutboundPolicy,
+    v: Verdict,
+    own_policy: bool,
+    proxy_up: bool,
+) -> Verdict {
+    match v {
+        Verdict::Redirect(port, _) if own_policy && port == p.proxy_port && !proxy_up => {
+            if p.has(OUT_NO_PROXY_PASSTHROUGH) {
+                Verdict::Pass(Counter::NoProxyPassthrough)
+            } else {
+                Verdict::Redirect(port, Counter::NoProxyRefused)
+            }
+        }
+        v => v,
+    }
+}
