@@ -184,6 +184,32 @@ pub fn remove_inbound(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
     Ok(())
 }
 
+/// `INBOUND_PORTS` keys of namespace `cookie`.
+pub fn inbound_port_keys(store: &mut dyn MapStore, cookie: u64) -> Result<Vec<PortKey>> {
+    let ports = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?;
+    Ok(ports
+        .keys()
+        .filter_map(|k| k.ok())
+        .filter(|k| k.netns == cookie)
+        .collect())
+}
+
+/// Removes those of `keys` that `spec` no longer lists.
+pub fn remove_port_keys(
+    store: &mut dyn MapStore,
+    keys: &[PortKey],
+    spec: &InboundSpec,
+) -> Result<()> {
+    let mut ports = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?;
+    let listed = |p: u16| {
+        spec.exclude.contains(&p) || matches!(&spec.ports, InboundPorts::List(l) if l.contains(&p))
+    };
+    for k in keys.iter().filter(|k| !listed(k.port)) {
+        let _ = ports.remove(k);
+    }
+    Ok(())
+}
+
 /// The address of a `POD_ADDRS` key.
 pub fn addr_of_key(k: &AddrKey) -> IpAddr {
     crate::outbound::ip_of(k.family, k.addr)

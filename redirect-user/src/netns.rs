@@ -34,7 +34,14 @@ pub(crate) fn in_netns<T: Send + 'static>(
 /// The namespace's cookie, as BPF programs see it (`SO_NETNS_COOKIE` of a socket created in it).
 pub fn cookie(path: &Path) -> Result<u64> {
     in_netns(path, || {
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
+        // Unbound: binding would fail in a namespace whose loopback is down.
+        let socket = nix::sys::socket::socket(
+            nix::sys::socket::AddressFamily::Inet,
+            nix::sys::socket::SockType::Datagram,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .map_err(std::io::Error::from)?;
         let mut value: u64 = 0;
         let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
         // SAFETY: syscall edge: `value` is a valid u64 buffer of `len` bytes for the kernel to fill.
@@ -85,4 +92,37 @@ pub fn resolve(name: Option<&str>) -> std::path::PathBuf {
         Some(n) if n.contains('/') => std::path::PathBuf::from(n),
         Some(n) => Path::new("/run/netns").join(n),
     }
+}
+
+/// The inode of a namespace file (what `/proc/PID/ns/net` links name), identifying it for as
+/// long as it exists.
+pub fn inode(path: &Path) -> Result<u64> {
+    std::fs::metadata(path)
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .map_err(|e| Error::io("reading network namespace", path, e))
+}
+
+/// Inodes of every network namespace still alive that a process or a bind mount under
+/// `/run/netns` keeps (what `lsns -t net` lists).
+pub fn live_inodes() -> std::collections::HashSet<u64> {
+    let mut out = std::collections::HashSet::new();
+    let procs = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    let pinned = std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten();
+    for entry in procs {
+        let name = entry.file_name();
+        if name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            if let Ok(m) = std::fs::metadata(entry.path().join("ns/net")) {
+                out.insert(std::os::unix::fs::MetadataExt::ino(&m));
+            }
+        }
+    }
+    for entry in pinned {
+        if let Ok(m) = std::fs::metadata(entry.path()) {
+            out.insert(std::os::unix::fs::MetadataExt::ino(&m));
+        }
+    }
+    out
 }

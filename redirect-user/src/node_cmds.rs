@@ -179,7 +179,11 @@ pub fn vm(
         argv.extend(split_args(extra)?);
     }
     let policy = crate::istio::parse(&argv)?.policy;
-    let path = netns::resolve(netns_name);
+    // The host is init's namespace: a path the daemon can open too (not /proc/self).
+    let path = netns_name.map_or_else(
+        || PathBuf::from("/proc/1/ns/net"),
+        |n| netns::resolve(Some(n)),
+    );
     let source = format!("vm --cluster-env {}", cluster_env.display());
     if socket().exists() {
         let r = ask(&Request::Enroll {
@@ -263,6 +267,12 @@ pub fn uninstall(bpffs: Option<PathBuf>) -> anyhow::Result<()> {
                 return Ok(());
             }
         }
+    }
+    if server::running(&daemon::daemon_dir()) {
+        bail!(
+            "a redirect daemon is running ({}) but did not uninstall; stop it first, then run `redirect uninstall` again",
+            daemon::daemon_dir().display()
+        );
     }
     let _lock = node::lock(&dir)?;
     node::remove_dir(&dir)?;

@@ -96,3 +96,26 @@ impl Drop for Node {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+#[derive(Debug)]
+/// A pinned datapath directory of the test's own, removed on drop if a test failed half-way.
+pub struct Pins(pub PathBuf);
+
+impl Default for Pins {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Pins {
+    /// A unique directory under /sys/fs/bpf (not created: the first apply creates it).
+    pub fn new() -> Self {
+        Self(PathBuf::from("/sys/fs/bpf").join(unique_name("rib")))
+    }
+}
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

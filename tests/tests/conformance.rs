@@ -7,12 +7,12 @@
 //! their inbound path is mangle-table TPROXY with policy routing, which needs a transparent
 //! (IP_TRANSPARENT) proxy listener our probe does not emulate; their outbound nat rules are
 //! byte-identical to the REDIRECT rows', which the suite covers.
-use std::{collections::BTreeMap, path::PathBuf, process::Command};
+use std::{collections::BTreeMap, process::Command};
 
 use redirect_tests::{
     bin_path,
     conformance::{cases, golden, listen, outcome, probe, Case, World, POD4, POD6, WORLD4, WORLD6},
-    iptables, privileged_or_skip, unique_name, Cgroup, Child,
+    iptables, privileged_or_skip, Cgroup, Child,
 };
 
 /// Ports the pod's own application listens on (local destinations and inbound targets).
@@ -192,7 +192,8 @@ fn run_case(name: &str) {
     // Ours: the same arguments, through the pinned datapath in a cgroup of the test's own.
     let ours = World::new("rce", case.ipv6);
     let cgroup = Cgroup::new("rcc");
-    let bpffs = PathBuf::from("/sys/fs/bpf").join(unique_name("rcb"));
+    let pins = redirect_tests::node::Pins::new();
+    let bpffs = pins.0.clone();
     let mut args: Vec<String> = vec![
         "--netns".into(),
         ours.pod.path().display().to_string(),

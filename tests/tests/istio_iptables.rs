@@ -2,7 +2,7 @@
 //! one shared pinned datapath for many namespaces, `--cleanup-only`, `--dry-run`, and bad
 //! input that leaves nothing attached.
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output},
 };
 
@@ -12,7 +12,8 @@ use redirect_tests::{
         at, inbound_at, listen, probe, reach, sidecar_listeners, wait_detached, World, POD4,
     },
     iptables::reference_dir,
-    privileged_or_skip, unique_name, Cgroup,
+    node::Pins,
+    privileged_or_skip, Cgroup,
 };
 
 /// The istio-init container's args in inject/hello.yaml.injected, after `istio-iptables`.
@@ -29,21 +30,6 @@ fn hello_init_args() -> Vec<String> {
         .map_while(|l| l.trim().strip_prefix("- "))
         .map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_owned())
         .collect()
-}
-
-/// A pinned datapath directory of the test's own, removed on drop if a test failed half-way.
-struct Pins(PathBuf);
-
-impl Pins {
-    fn new() -> Self {
-        Self(PathBuf::from("/sys/fs/bpf").join(unique_name("rib")))
-    }
-}
-
-impl Drop for Pins {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn redirect(pins: &Path, cgroup: &Path, netns: &Path, args: &[&str]) -> Output {
@@ -437,4 +423,58 @@ fn a_vm_cluster_env_is_a_policy() {
         "cleanup",
     );
     assert!(!pins.0.exists());
+}
+
+#[test]
+fn a_gone_pods_policy_and_address_are_reclaimed() {
+    if !privileged_or_skip("a_gone_pods_policy_is_reclaimed") {
+        return;
+    }
+    let cgroup = Cgroup::new("ric");
+    let pins = Pins::new();
+    let first = World::new("rig", false);
+    ok(
+        &redirect(
+            &pins.0,
+            cgroup.path(),
+            &first.pod.path(),
+            &["-i", "*", "-b", "*"],
+        ),
+        "apply first",
+    );
+    // The pod goes away without --cleanup-only (istio-init never runs it).
+    drop(first);
+    // A new pod reuses its address: its apply reclaims the dead pod's entries.
+    let second = World::new("rih", false);
+    let out = ok(
+        &redirect(&pins.0, cgroup.path(), &second.pod.path(), &["-i", "*"]),
+        "apply second",
+    );
+    assert!(!out.contains("datapath created"), "{out}");
+    let _l = sidecar_listeners(&second, cgroup.path());
+    assert_eq!(
+        reach(&second, cgroup.path(), (1000, 1000), "192.0.2.10:80"),
+        "at=proxy/[::]:15001 orig=192.0.2.10:80"
+    );
+    assert!(
+        std::fs::read_dir(pins.0.join("netns"))
+            .expect("netns pins")
+            .next()
+            .is_none(),
+        "the dead pod's sk_lookup link is unpinned"
+    );
+    let out = ok(
+        &redirect(
+            &pins.0,
+            cgroup.path(),
+            &second.pod.path(),
+            &["--cleanup-only"],
+        ),
+        "cleanup",
+    );
+    assert!(
+        out.contains("datapath unpinned"),
+        "only one policy was left: {out}"
+    );
+    wait_detached(cgroup.path());
 }

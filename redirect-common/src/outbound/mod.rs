@@ -97,9 +97,11 @@ pub struct OutboundPolicy {
     /// With [`OUT_PROXY_CGROUP`]: the proxy's cgroup id; the uid/gid bypass only applies to
     /// processes inside it.
     pub proxy_cgroup: u64,
+    /// Inode of the namespace (user space only: finds policies of namespaces that are gone).
+    pub netns_ino: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<OutboundPolicy>() == 216);
+const _: () = assert!(core::mem::size_of::<OutboundPolicy>() == 224);
 
 impl OutboundPolicy {
     /// A policy that captures nothing (all counts zero); callers fill it in.
@@ -125,6 +127,7 @@ impl OutboundPolicy {
         proxy_cgroup_level: 0,
         _pad1: 0,
         proxy_cgroup: 0,
+        netns_ino: 0,
     };
 
     #[inline(always)]

@@ -67,6 +67,9 @@ pub fn spawn(
         .map_err(|e| Error::io("binding the metrics endpoint on", addr.to_string(), e))?;
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
+            // An idle client must not hold up the next scrape.
+            let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+            let _ = stream.set_write_timeout(Some(std::time::Duration::from_secs(2)));
             let mut line = String::new();
             if BufReader::new(&stream).read_line(&mut line).is_err() {
                 continue;

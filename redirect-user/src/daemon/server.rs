@@ -55,6 +55,14 @@ pub fn socket(dir: &Path) -> PathBuf {
     socket_path(dir)
 }
 
+/// True while a daemon holds the single-instance lock of daemon directory `dir`.
+pub fn running(dir: &Path) -> bool {
+    let Ok(file) = File::open(dir.join("daemon.lock")) else {
+        return false;
+    };
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock).is_err()
+}
+
 fn single_instance(dir: &Path) -> Result<nix::fcntl::Flock<File>> {
     let path = dir.join("daemon.lock");
     let file = std::fs::OpenOptions::new()
@@ -293,7 +301,11 @@ impl Daemon {
             let Some(e) = self.enrollments.get(&cookie).cloned() else {
                 continue;
             };
-            if !netns::cookie(&e.netns).is_ok_and(|c| c == cookie) {
+            let gone = match netns::cookie(&e.netns) {
+                Ok(c) => c != cookie,
+                Err(_) => !e.netns.exists(),
+            };
+            if gone {
                 tracing::info!(netns = %e.netns.display(), cookie, "enrolled namespace is gone: removing its policy");
                 let _ = self.dp.remove_policy(cookie, &e.netns);
                 self.enrollments.remove(&cookie);

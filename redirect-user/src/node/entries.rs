@@ -105,3 +105,23 @@ pub(super) fn seed_proxy_listeners(
             map_names::PROXY_LISTENERS,
         ))
 }
+
+/// Drops namespace `cookie`'s per-namespace decision counters.
+pub(super) fn remove_ns_counters(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
+    let mut map: aya::maps::PerCpuHashMap<
+        &mut aya::maps::MapData,
+        redirect_common::NsCounterKey,
+        u64,
+    > = aya::maps::PerCpuHashMap::try_from(store.map(map_names::NETNS_COUNTERS)?).map_err(
+        crate::store::map_error("opening", map_names::NETNS_COUNTERS),
+    )?;
+    let keys: Vec<redirect_common::NsCounterKey> = map
+        .keys()
+        .filter_map(|k| k.ok())
+        .filter(|k| k.netns == cookie)
+        .collect();
+    for k in keys {
+        let _ = map.remove(&k);
+    }
+    Ok(())
+}

@@ -19,7 +19,9 @@ use redirect_common::{map_names, prog_names};
 
 pub use self::pins::{lock, remove_dir};
 use self::{
-    entries::{owned_addresses, remove_ifaces, seed_proxy_listeners, write_ifaces},
+    entries::{
+        owned_addresses, remove_ifaces, remove_ns_counters, seed_proxy_listeners, write_ifaces,
+    },
     pins::pin_err,
 };
 use crate::{
@@ -160,7 +162,11 @@ impl NodeDatapath {
         } else {
             routes::via_interfaces(netns_path, &policy.exclude_interfaces)?
         };
-        let compiled = outbound::compile(policy, ipv6, routes)?;
+        let mut compiled = outbound::compile(policy, ipv6, routes)?;
+        compiled.policy.netns_ino = netns::inode(netns_path)?;
+        // Pods die without --cleanup-only (istio-init never runs it): their entries, and the
+        // addresses a new pod may reuse, go before this one is written.
+        self.remove_stale()?;
         let old = owned_addresses(&mut self.maps, cookie)?;
         enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old, &addrs)?;
         let inbound = !matches!(&policy.inbound_ports, InboundPorts::List(l) if l.is_empty());
@@ -181,8 +187,10 @@ impl NodeDatapath {
                 tunnel_port: policy.tunnel_port,
                 no_listener: NoListener::Refuse,
             };
-            enroll::remove_inbound(&mut self.maps, cookie)?;
+            // New rules first, stale ones after: a re-apply never leaves a moment without one.
+            let stale = enroll::inbound_port_keys(&mut self.maps, cookie)?;
             enroll::write_inbound(&mut self.maps, &spec, cookie)?;
+            enroll::remove_port_keys(&mut self.maps, &stale, &spec)?;
             self.attach_sk_lookup(netns_path, cookie)?;
             enroll::adopt_listeners(&mut self.maps, &spec, cookie)?;
         } else {
@@ -190,8 +198,10 @@ impl NodeDatapath {
             enroll::remove_inbound(&mut self.maps, cookie)?;
         }
         write_ifaces(&mut self.maps, netns_path, cookie, policy)?;
-        seed_proxy_listeners(&mut self.maps, netns_path, cookie, policy.proxy_port)?;
         outbound::write(&mut self.maps, cookie, &compiled)?;
+        // After the policy: from now on sock_ops counts listen() calls; this counts the
+        // listeners that were there before.
+        seed_proxy_listeners(&mut self.maps, netns_path, cookie, policy.proxy_port)?;
         tracing::info!(netns = %netns_path.display(), cookie, ipv6, inbound, addrs = ?addrs, "policy applied");
         Ok(Applied {
             cookie,
@@ -231,6 +241,11 @@ impl NodeDatapath {
     pub fn cleanup(&mut self, netns_path: &Path) -> Result<bool> {
         let cookie = netns::cookie(netns_path)?;
         self.remove_policy(cookie, netns_path)?;
+        self.remove_stale()?;
+        if crate::daemon::server::running(&crate::daemon::daemon_dir()) {
+            // The daemon owns the datapath and keeps it with no policy.
+            return Ok(false);
+        }
         if outbound::count(&mut self.maps)? == 0 {
             self.maps.0.clear();
             remove_dir(&self.dir)?;
@@ -247,6 +262,7 @@ impl NodeDatapath {
         self.detach_sk_lookup(cookie)?;
         enroll::remove_inbound(&mut self.maps, cookie)?;
         remove_ifaces(&mut self.maps, cookie)?;
+        remove_ns_counters(&mut self.maps, cookie)?;
         let _ = hash::<u64, u32>(&mut self.maps, map_names::PROXY_LISTENERS)?.remove(&cookie);
         let old = owned_addresses(&mut self.maps, cookie)?;
         enroll::sync_addresses(&mut self.maps, shown, cookie, &old, &[])?;
@@ -283,6 +299,34 @@ impl NodeDatapath {
     pub fn proxy_listening(&mut self, cookie: u64) -> bool {
         hash::<u64, u32>(&mut self.maps, map_names::PROXY_LISTENERS)
             .is_ok_and(|m| m.get(&cookie, 0).is_ok_and(|n| n > 0))
+    }
+
+    /// Removes the policies of namespaces that no longer exist (matched by the inode recorded
+    /// in each policy against every namespace a process or /run/netns keeps). Returns their
+    /// cookies.
+    pub fn remove_stale(&mut self) -> Result<Vec<u64>> {
+        let policies: Vec<(u64, u64)> = {
+            let map = hash::<u64, redirect_common::outbound::OutboundPolicy>(
+                &mut self.maps,
+                map_names::NETNS_OUTBOUND,
+            )?;
+            map.iter()
+                .filter_map(|e| e.ok())
+                .map(|(k, v)| (k, v.netns_ino))
+                .collect()
+        };
+        if policies.iter().all(|(k, ino)| *k == 0 || *ino == 0) {
+            return Ok(Vec::new());
+        }
+        let live = netns::live_inodes();
+        let mut gone = Vec::new();
+        for (cookie, ino) in policies {
+            if cookie != 0 && ino != 0 && !live.contains(&ino) {
+                self.remove_policy(cookie, Path::new("(a namespace that is gone)"))?;
+                gone.push(cookie);
+            }
+        }
+        Ok(gone)
     }
 
     /// Number of namespaces with a policy.
