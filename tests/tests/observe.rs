@@ -43,7 +43,8 @@ fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
         c.env("RUST_LOG", "warn");
         c
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // The tracer switches the stream on within milliseconds of starting; leave it ample time.
+    std::thread::sleep(Duration::from_millis(1500));
 
     // The real proxy (uid 1337 in its cgroup) leaves directly; an app that happens to run as
     // uid 1337 in another container is captured like any app.

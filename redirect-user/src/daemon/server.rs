@@ -174,8 +174,11 @@ impl Daemon {
     }
 
     fn reconcile(&mut self, e: Enrollment) {
-        let alive = netns::cookie(&e.netns).is_ok_and(|c| c == e.cookie);
-        if !alive {
+        let gone = match netns::cookie(&e.netns) {
+            Ok(c) => c != e.cookie,
+            Err(_) => !e.netns.exists(),
+        };
+        if gone {
             tracing::info!(netns = %e.netns.display(), cookie = e.cookie, "enrolled namespace is gone: removing its policy");
             if let Err(err) = self.dp.remove_policy(e.cookie, &e.netns) {
                 tracing::warn!(error = %err, "removing a stale policy");
@@ -186,7 +189,10 @@ impl Daemon {
         match self.enroll(&e.netns, e.policy.clone(), e.source.clone()) {
             Ok(_) => tracing::info!(netns = %e.netns.display(), "enrollment re-adopted"),
             Err(err) => {
-                tracing::warn!(netns = %e.netns.display(), error = %err, "re-applying an enrollment failed; the previous policy stays")
+                // Its previous policy is still in the maps: keep it listed and followed, so
+                // `unenroll` and the namespace-gone check still reach it.
+                tracing::warn!(netns = %e.netns.display(), error = %err, "re-applying an enrollment failed; the previous policy stays");
+                self.enrollments.insert(e.cookie, e);
             }
         }
     }
