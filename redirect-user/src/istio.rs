@@ -52,6 +52,10 @@ redirect's own flags:
       --bpffs DIR          pin directory [/sys/fs/bpf/redirect]
       --cluster-env FILE   a VM's cluster.env, read under the environment
       --dns-servers LIST   DNS servers instead of resolv.conf's
+      --proxy-cgroup PATH  bypass only the proxy uid/gid *inside* this cgroup (uid 1337 elsewhere
+                           is captured like an app)
+      --no-proxy refuse|passthrough
+                           outbound while nothing listens on the proxy port [refuse]
       --cleanup-only       remove the namespace's policy
   -n, --dry-run            print the resolved policy and istio-iptables' rules; change nothing
 
