@@ -34,8 +34,8 @@ pub struct Cli {
 pub enum Command {
     /// Load and attach the capture programs, stay in the foreground, detach on SIGINT/SIGTERM.
     ///
-    /// connect4/6, sendmsg, recvmsg and getpeername are attached at --cgroup; the getsockopt (SO_ORIGINAL_DST) and sock_ops
-    /// programs are attached at --proxy-cgroup (default: the cgroup v2 root), because a
+    /// connect4/6, sendmsg, recvmsg and getpeername are attached at --cgroup; the getsockopt
+    /// (SO_ORIGINAL_DST) and sock_ops programs at --proxy-cgroup (default: the cgroup v2 root), because a
     /// socket's cgroup is fixed when it is created and the proxy's accepted sockets inherit
     /// its listener's cgroup. Nothing stays attached after this command exits, even on
     /// SIGKILL (the kernel drops the links with the process).
