@@ -17,7 +17,7 @@ use crate::{
     error::{Error, Result},
     inbound::{InboundPorts, InboundSpec, NoListener},
     netns,
-    store::{hash, map_error, MapStore},
+    store::{hash, keys_where, map_error, remove_where, MapStore},
 };
 
 /// A namespace whose inbound connections are steered.
@@ -170,28 +170,12 @@ pub fn remove_inbound(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
         let mut policies = hash::<u64, InboundPolicy>(store, map_names::NETNS_INBOUND)?;
         let _ = policies.remove(&cookie);
     }
-    {
-        let mut ports = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?;
-        let keys: Vec<PortKey> = ports
-            .keys()
-            .filter_map(|k| k.ok())
-            .filter(|k| k.netns == cookie)
-            .collect();
-        for k in keys {
-            let _ = ports.remove(&k);
-        }
-    }
-    Ok(())
+    remove_where::<PortKey, u8>(store, map_names::INBOUND_PORTS, |k| k.netns == cookie)
 }
 
 /// `INBOUND_PORTS` keys of namespace `cookie`.
 pub fn inbound_port_keys(store: &mut dyn MapStore, cookie: u64) -> Result<Vec<PortKey>> {
-    let ports = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?;
-    Ok(ports
-        .keys()
-        .filter_map(|k| k.ok())
-        .filter(|k| k.netns == cookie)
-        .collect())
+    keys_where::<PortKey, u8>(store, map_names::INBOUND_PORTS, |k| k.netns == cookie)
 }
 
 /// Removes those of `keys` that `spec` no longer lists.

@@ -123,9 +123,12 @@ pub enum Error {
         /// The namespace being enrolled.
         netns: PathBuf,
     },
-    /// `redirect exec` could not decide which cgroup to use.
-    #[error("{0}")]
-    Ambiguous(String),
+    /// A namespace path the daemon cannot keep using (relative, or another process's view).
+    #[error("--netns {path}: the daemon opens the namespace itself and keeps following it, so give a path that names it from any process and stays valid: /run/netns/NAME, or /proc/PID/ns/net of a long-lived process of the pod")]
+    NetnsPath {
+        /// The path given.
+        path: PathBuf,
+    },
     /// A policy list is longer than the kernel-side policy can hold.
     #[error("{count} {what} given, at most {max} are supported per namespace")]
     PolicyLimit {

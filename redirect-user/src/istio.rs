@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use redirect_user::{
     netns,
     node::{self, NodeAttach, NodeDatapath},
-    policy::{self, EnvSource, Invocation, Policy, RealSystem},
+    policy::{self, Invocation, Policy, RealSystem},
 };
 
 const HELP: &str = "\
@@ -65,19 +65,6 @@ Examples:
   redirect istio-iptables --netns pod1 --cleanup-only
 ";
 
-/// The process environment layered over a cluster.env.
-struct Layered {
-    cluster: HashMap<String, String>,
-}
-
-impl EnvSource for Layered {
-    fn get(&self, name: &str) -> Option<String> {
-        std::env::var(name)
-            .ok()
-            .or_else(|| self.cluster.get(name).cloned())
-    }
-}
-
 fn resolv_conf(netns: Option<&str>) -> PathBuf {
     if let Some(n) = netns.filter(|n| !n.contains('/')) {
         let p = Path::new("/etc/netns").join(n).join("resolv.conf");
@@ -118,7 +105,9 @@ pub fn parse(args: &[String]) -> anyhow::Result<Invocation> {
         }
         None => HashMap::new(),
     };
-    Ok(policy::parse_invocation(args, &Layered { cluster }, &sys)?)
+    // The process environment over the cluster.env.
+    let env = policy::LayeredEnv(policy::std_env(), cluster);
+    Ok(policy::parse_invocation(args, &env, &sys)?)
 }
 
 /// Runs `redirect istio-iptables ARGS`.

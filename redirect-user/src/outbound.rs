@@ -7,9 +7,9 @@ use ipnet::IpNet;
 use redirect_common::{
     map_names,
     outbound::{
-        CidrKey, OutboundPolicy, MAX_DNS, MAX_OWNERS, OUT_DNS, OUT_DNS_ALL, OUT_ENABLED,
-        OUT_GROUPS_EXCLUDE, OUT_GROUPS_INCLUDE, OUT_HAS_EXCLUDED_NIC, OUT_HAS_PORTS,
-        OUT_INCLUDE_ALL_V4, OUT_INCLUDE_ALL_V6, OUT_IPV6, OUT_NO_LO_RETURN_V4, OUT_NO_LO_RETURN_V6,
+        CidrKey, OutboundPolicy, OUT_DNS, OUT_DNS_ALL, OUT_ENABLED, OUT_GROUPS_EXCLUDE,
+        OUT_GROUPS_INCLUDE, OUT_HAS_EXCLUDED_NIC, OUT_HAS_PORTS, OUT_INCLUDE_ALL_V4,
+        OUT_INCLUDE_ALL_V6, OUT_IPV6, OUT_NO_LO_RETURN_V4, OUT_NO_LO_RETURN_V6,
         OUT_NO_PROXY_PASSTHROUGH, OUT_PORT_EXCLUDE, OUT_PORT_INCLUDE, OUT_PROXY_CGROUP,
     },
     PortKey, AF_INET, AF_INET6,
@@ -18,7 +18,7 @@ use redirect_common::{
 use crate::{
     error::{Error, Result},
     policy::{Cidrs, OwnerGroups, Policy},
-    store::{hash, lpm, map_error, MapStore},
+    store::{hash, keys_where, lpm, map_error, remove_where, MapStore},
 };
 
 /// The DNS capture port istio-iptables hard-codes.
@@ -238,12 +238,7 @@ fn trie_keys(
 }
 
 fn port_keys(store: &mut dyn MapStore, netns: u64) -> Result<Vec<PortKey>> {
-    let ports = hash::<PortKey, u8>(store, map_names::OUT_PORTS)?;
-    Ok(ports
-        .keys()
-        .filter_map(|k| k.ok())
-        .filter(|k| k.netns == netns)
-        .collect())
+    keys_where::<PortKey, u8>(store, map_names::OUT_PORTS, |k| k.netns == netns)
 }
 
 /// Writes `c` under `netns` (the cookie, or 0 for the default policy): rules first, the policy
@@ -313,12 +308,7 @@ pub fn remove(store: &mut dyn MapStore, netns: u64) -> Result<()> {
             let _ = trie.remove(&key);
         }
     }
-    let keys = port_keys(store, netns)?;
-    let mut ports = hash::<PortKey, u8>(store, map_names::OUT_PORTS)?;
-    for key in keys {
-        let _ = ports.remove(&key);
-    }
-    Ok(())
+    remove_where::<PortKey, u8>(store, map_names::OUT_PORTS, |k| k.netns == netns)
 }
 
 fn port_key(netns: u64, port: u16) -> PortKey {
@@ -345,6 +335,3 @@ pub fn count(store: &mut dyn MapStore) -> Result<usize> {
     let policies = hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?;
     Ok(policies.keys().filter(|k| k.is_ok()).count())
 }
-
-/// Constant re-exports for callers that fill policies by hand.
-pub const LIMITS: (usize, usize) = (MAX_OWNERS, MAX_DNS);

@@ -60,3 +60,31 @@ pub fn lpm<'a, K: Pod, V: Pod>(
 ) -> Result<LpmTrie<&'a mut MapData, K, V>> {
     LpmTrie::try_from(store.map(name)?).map_err(map_error("opening", name))
 }
+
+/// Keys of hash map `name` (key `K`, value `V`) that `pred` selects.
+pub fn keys_where<K: Pod, V: Pod>(
+    store: &mut dyn MapStore,
+    name: &'static str,
+    pred: impl Fn(&K) -> bool,
+) -> Result<Vec<K>> {
+    let map = hash::<K, V>(store, name)?;
+    Ok(map
+        .keys()
+        .filter_map(|k| k.ok())
+        .filter(|k| pred(k))
+        .collect())
+}
+
+/// Removes the keys of hash map `name` that `pred` selects (a namespace's entries).
+pub fn remove_where<K: Pod, V: Pod>(
+    store: &mut dyn MapStore,
+    name: &'static str,
+    pred: impl Fn(&K) -> bool,
+) -> Result<()> {
+    let keys = keys_where::<K, V>(store, name, pred)?;
+    let mut map = hash::<K, V>(store, name)?;
+    for k in keys {
+        let _ = map.remove(&k);
+    }
+    Ok(())
+}

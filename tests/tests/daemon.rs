@@ -41,6 +41,20 @@ fn daemon_enrolls_follows_addresses_and_is_alone() {
         "{second:?}"
     );
 
+    // The daemon would open /proc/self as itself (the host): refused, naming the path.
+    let refused = node.run(&[
+        "enroll",
+        "--netns",
+        "/proc/self/ns/net",
+        "--istio-args",
+        "-i '*'",
+    ]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--netns /proc/self/ns/net"),
+        "{refused:?}"
+    );
+
     let netns = w.pod.path().display().to_string();
     let out = node.ok(&[
         "enroll",

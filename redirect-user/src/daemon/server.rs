@@ -203,6 +203,14 @@ impl Daemon {
         policy: crate::policy::Policy,
         source: String,
     ) -> Result<Enrollment> {
+        if !netns.is_absolute()
+            || netns.starts_with("/proc/self")
+            || netns.starts_with("/proc/thread-self")
+        {
+            return Err(Error::NetnsPath {
+                path: netns.to_path_buf(),
+            });
+        }
         let applied = self.dp.apply(netns, &policy)?;
         let e = Enrollment {
             netns: netns.to_path_buf(),

@@ -9,7 +9,7 @@ use crate::{
     error::Result,
     netns,
     policy::Policy,
-    store::{hash, MapStore},
+    store::{hash, remove_where, MapStore},
 };
 
 pub(super) fn owned_addresses(
@@ -77,16 +77,7 @@ pub(super) fn write_ifaces(
 }
 
 pub(super) fn remove_ifaces(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
-    let mut map = hash::<redirect_common::IfKey, u8>(store, map_names::IFACES)?;
-    let keys: Vec<redirect_common::IfKey> = map
-        .keys()
-        .filter_map(|k| k.ok())
-        .filter(|k| k.netns == cookie)
-        .collect();
-    for k in keys {
-        let _ = map.remove(&k);
-    }
-    Ok(())
+    remove_where::<redirect_common::IfKey, u8>(store, map_names::IFACES, |k| k.netns == cookie)
 }
 
 /// Counts the sockets already listening on the outbound port (sock_ops only sees listen()
