@@ -1,7 +1,7 @@
 //! The differential conformance suite's cases and goldens (topology and probes: `world`): one row of Istio's
 //! `capture-cases.tsv` becomes two identical pods, one behind the golden iptables rules and one
 //! behind `redirect istio-iptables` with the same arguments, probed with the same connections.
-use crate::iptables::reference_dir;
+use redirect_testkit::reference;
 
 /// Public ranges the cases name, mapped (in goldens and arguments alike) into 198.18.0.0/15 so
 /// that every destination lives in a test namespace.
@@ -45,55 +45,35 @@ fn map_text(s: &str) -> String {
     out
 }
 
-/// Every case of capture-cases.tsv.
+/// Every case of capture-cases.tsv, mapped.
 pub fn cases() -> Vec<Case> {
-    let path = reference_dir().join("capture-cases.tsv");
-    let text =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    let base = "-p 15001 -z 15006 -e 15008 -u 1337 -g 1337 -m REDIRECT";
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|line| {
-            let cols: Vec<&str> = line.split('\t').collect();
-            let (name, args, env, notes) = (
-                cols[0],
-                cols.get(1).copied().unwrap_or(""),
-                cols.get(2).copied().unwrap_or("-"),
-                cols.get(3).copied().unwrap_or(""),
-            );
-            let row_args = if args == "(none)" {
-                String::new()
-            } else {
-                map_text(args)
-            };
-            let mut all: Vec<String> = base.split(' ').map(str::to_owned).collect();
-            all.extend(row_args.split_whitespace().map(str::to_owned));
-            let env = if env == "-" {
-                Vec::new()
-            } else {
-                let mapped = map_text(&format!("{env},"));
-                let mapped = mapped.trim_end_matches(',');
-                let (k, v) = mapped.split_once('=').expect("KEY=VALUE");
-                vec![(k.to_owned(), v.to_owned())]
-            };
-            let dns = notes
-                .split(';')
-                .filter_map(|n| n.trim().strip_prefix("dns server"))
-                .flat_map(|rest| {
-                    rest.trim_start_matches('s')
-                        .split(" and ")
-                        .map(|s| s.trim().to_owned())
-                        .collect::<Vec<_>>()
+    reference::cases()
+        .into_iter()
+        .map(|row| {
+            let args = reference::CASE_BASE_ARGS
+                .split_whitespace()
+                .map(str::to_owned)
+                .chain(
+                    map_text(&row.row_args)
+                        .split_whitespace()
+                        .map(str::to_owned),
+                )
+                .collect();
+            let env = row
+                .env
+                .iter()
+                .map(|(k, v)| {
+                    let mapped = map_text(&format!("{v},"));
+                    (k.clone(), mapped.trim_end_matches(',').to_owned())
                 })
-                .filter(|s| !s.is_empty())
                 .collect();
             Case {
-                name: name.to_owned(),
-                args: all,
+                args,
                 env,
-                dns,
-                ipv6: notes.contains("ipv6=1"),
-                tproxy: args.contains("TPROXY"),
+                dns: row.dns.iter().map(ToString::to_string).collect(),
+                ipv6: row.ipv6,
+                tproxy: row.tproxy,
+                name: row.name,
             }
         })
         .collect()
@@ -101,39 +81,11 @@ pub fn cases() -> Vec<Case> {
 
 /// The golden of `case`, mapped: (IPv4 restore text, IPv6 restore text when dual-stack).
 pub fn golden(case: &Case) -> (String, Option<String>) {
-    let path = reference_dir()
-        .join("capture-golden")
-        .join(format!("{}.golden", case.name));
-    let text = map_text(
-        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display())),
-    );
-    let mut blocks: Vec<String> = vec![String::new()];
-    let mut seen: Vec<String> = Vec::new();
-    let mut inside = false;
-    for line in text.lines() {
-        if let Some(table) = line.strip_prefix("* ") {
-            if seen.contains(&table.to_owned()) {
-                blocks.push(String::new());
-                seen.clear();
-            }
-            seen.push(table.to_owned());
-            inside = true;
-        }
-        if inside {
-            let b = blocks.last_mut().expect("block");
-            b.push_str(line);
-            b.push('\n');
-        }
-        if line == "COMMIT" {
-            inside = false;
-        }
-    }
-    let v6 = if case.ipv6 {
-        blocks.get(1).cloned().filter(|b| !b.is_empty())
-    } else {
-        None
-    };
-    (blocks.swap_remove(0), v6)
+    let g = reference::split_golden(&map_text(&reference::read(&format!(
+        "capture-golden/{}.golden",
+        case.name
+    ))));
+    (g.v4, if case.ipv6 { g.v6 } else { None })
 }
 
 pub use crate::world::*;

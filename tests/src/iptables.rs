@@ -7,40 +7,14 @@ use std::{
 
 use crate::netns::Netns;
 
-/// `<repo>/../shared/istio-reference`, where the goldens live.
+/// `tests/data/istio`, where the vendored reference data lives.
 pub fn reference_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/istio-reference")
+    redirect_testkit::reference::dir()
 }
 
-/// The IPv4 `iptables-restore` input of golden `name`: the first run of `* table ... COMMIT`
-/// blocks (a dual-stack golden repeats the tables for ip6tables after them).
+/// The IPv4 `iptables-restore` input of golden `name`.
 pub fn golden_v4(name: &str) -> String {
-    let path = reference_dir()
-        .join("capture-golden")
-        .join(format!("{name}.golden"));
-    let text =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    let mut out = String::new();
-    let mut seen = Vec::new();
-    let mut inside = false;
-    for line in text.lines() {
-        if let Some(table) = line.strip_prefix("* ") {
-            if seen.contains(&table.to_owned()) {
-                break;
-            }
-            seen.push(table.to_owned());
-            inside = true;
-        }
-        if inside {
-            out.push_str(line);
-            out.push('\n');
-        }
-        if line == "COMMIT" {
-            inside = false;
-        }
-    }
-    assert!(!out.is_empty(), "no IPv4 rules in {}", path.display());
-    out
+    redirect_testkit::reference::golden(name).v4
 }
 
 /// Runs `iptables-restore` with `rules` inside `ns`.

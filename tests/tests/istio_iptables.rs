@@ -6,30 +6,19 @@ use std::{
     process::{Command, Output},
 };
 
+use redirect_testkit::reference;
 use redirect_tests::{
     attached_program_ids, bin_path,
     conformance::{
         at, inbound_at, listen, probe, reach, sidecar_listeners, wait_detached, World, POD4,
     },
-    iptables::reference_dir,
     node::Pins,
     privileged_or_skip, Cgroup,
 };
 
 /// The istio-init container's args in inject/hello.yaml.injected, after `istio-iptables`.
 fn hello_init_args() -> Vec<String> {
-    let path = reference_dir().join("inject/hello.yaml.injected");
-    let text = std::fs::read_to_string(&path).expect("read hello.yaml.injected");
-    let lines: Vec<&str> = text.lines().collect();
-    let start = lines
-        .iter()
-        .position(|l| l.trim() == "- istio-iptables")
-        .expect("istio-init args");
-    lines[start + 1..]
-        .iter()
-        .map_while(|l| l.trim().strip_prefix("- "))
-        .map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_owned())
-        .collect()
+    reference::istio_init_args(&reference::inject("hello.yaml"))
 }
 
 fn redirect(pins: &Path, cgroup: &Path, netns: &Path, args: &[&str]) -> Output {
@@ -364,7 +353,7 @@ fn a_vm_cluster_env_is_a_policy() {
     let w = World::new("riv", false);
     let cgroup = Cgroup::new("ric");
     let pins = Pins::new();
-    let env = reference_dir().join("vm-cluster.env");
+    let env = reference::dir().join("vm-cluster.env");
     let env = env.to_str().expect("utf8");
     // cluster.env names no proxy uid: istio-iptables' default (istio-proxy, else 1337).
     let out = ok(

@@ -7,7 +7,6 @@ use redirect_tests::{
     conformance::{
         at, inbound_at, listen, probe, reach, sidecar_listeners, wait_detached, World, POD4,
     },
-    iptables::reference_dir,
     node::Node,
     privileged_or_skip, HostLink,
 };
@@ -33,7 +32,7 @@ fn a_namespace_plays_the_vm_and_no_iptables_rule_exists() {
     let node = Node::new();
     let vm = World::new("rvm", false);
     let link = HostLink::new(&vm.pod, "10.250.0.1", "10.250.0.2");
-    let env = reference_dir().join("vm-cluster.env");
+    let env = redirect_testkit::reference::dir().join("vm-cluster.env");
     let cgroup = node.cgroup.path().display().to_string();
     let out = node.ok(&[
         "vm",

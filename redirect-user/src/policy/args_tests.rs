@@ -1,28 +1,15 @@
 //! Tests of istio-iptables argument and env parsing: syntax, precedence, defaults.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use super::test_support::*;
 use super::*;
 
-/// The istio-init args of inject/hello.yaml.injected, read from the file.
+/// The istio-init command line of inject/hello.yaml.injected (argv0 included).
 fn hello_init_args() -> Vec<String> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/istio-reference/inject/hello.yaml.injected");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let start = lines
-        .iter()
-        .position(|l| l.trim() == "- istio-iptables")
-        .unwrap();
-    lines[start..]
-        .iter()
-        .map_while(|l| l.trim().strip_prefix("- "))
-        .map(|v| {
-            let quoted = v.len() >= 2 && (v.starts_with('\'') || v.starts_with('"'));
-            if quoted { &v[1..v.len() - 1] } else { v }.to_string()
-        })
+    let manifest = redirect_testkit::reference::inject("hello.yaml");
+    std::iter::once("istio-iptables".to_owned())
+        .chain(redirect_testkit::reference::istio_init_args(&manifest))
         .collect()
 }
 

@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::PathBuf;
 
 use super::test_support::*;
 use super::*;
@@ -227,9 +226,7 @@ fn errors_name_flag_and_value() {
 
 #[test]
 fn vm_cluster_env() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/istio-reference/vm-cluster.env");
-    let env = parse_cluster_env(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let env = parse_cluster_env(&redirect_testkit::reference::vm_cluster_env()).unwrap();
     assert_eq!(
         env["ISTIO_METAJSON_LABELS"],
         r#"{"service.istio.io/canonical-name":"foo","service.istio.io/canonical-revision":"latest"}"#

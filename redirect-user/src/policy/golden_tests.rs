@@ -1,19 +1,13 @@
 //! Conformance of [`iptables_restore_text`] with every case of Istio's capture goldens.
 
+use redirect_testkit::reference;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::PathBuf;
 
 use super::test_support::Stub;
 use super::{iptables_restore_text, parse_invocation};
 
-const BASE: &str = "-p 15001 -z 15006 -e 15008 -u 1337 -g 1337 -m REDIRECT";
-
-fn reference_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/istio-reference")
-}
-
-/// One row of capture-cases.tsv.
+/// One row of capture-cases.tsv in the form `parse_invocation` takes.
 #[derive(Debug)]
 struct Case {
     name: String,
@@ -24,73 +18,22 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let path = reference_dir().join("capture-cases.tsv");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|line| {
-            let cols: Vec<&str> = line.split('\t').collect();
-            let col = |i: usize| cols.get(i).copied().unwrap_or("");
-            let mut args: Vec<String> = BASE.split(' ').map(String::from).collect();
-            if col(1) != "(none)" {
-                args.extend(col(1).split(' ').map(String::from));
-            }
-            let env = match col(2) {
-                "-" | "" => HashMap::new(),
-                e => e
-                    .split(' ')
-                    .map(|kv| {
-                        let (k, v) = kv.split_once('=').expect("env column is KEY=value");
-                        (k.to_string(), v.to_string())
-                    })
-                    .collect(),
-            };
-            let notes = col(3);
-            let dns = notes
-                .split([' ', ';', ','])
-                .filter_map(|w| w.parse().ok())
-                .collect();
-            Case {
-                name: col(0).to_string(),
-                args,
-                env,
-                dns,
-                ipv6: notes.contains("ipv6=1"),
-            }
+    reference::cases()
+        .into_iter()
+        .map(|row| Case {
+            args: row.args(),
+            env: row.env.into_iter().collect(),
+            dns: row.dns,
+            ipv6: row.ipv6,
+            name: row.name,
         })
         .collect()
 }
 
-/// The golden's iptables-restore blocks split into the v4 half and the v6 half (the v6 half
-/// starts where the table names stop increasing); harness markers are dropped.
+/// The golden's (IPv4, IPv6) iptables-restore halves.
 fn golden(name: &str) -> (String, Option<String>) {
-    let path = reference_dir()
-        .join("capture-golden")
-        .join(format!("{name}.golden"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut halves: Vec<String> = vec![String::new()];
-    let mut last_table = String::new();
-    let mut in_block = false;
-    for line in text.lines() {
-        if let Some(table) = line.strip_prefix("* ") {
-            if table <= last_table.as_str() {
-                halves.push(String::new());
-            }
-            last_table = table.to_string();
-            in_block = true;
-        }
-        if in_block {
-            let half = halves.last_mut().expect("one half at least");
-            half.push_str(line);
-            half.push('\n');
-        }
-        if line == "COMMIT" {
-            in_block = false;
-        }
-    }
-    assert!(halves.len() <= 2, "{name}: more than two families");
-    let v6 = halves.get(1).cloned();
-    (halves.swap_remove(0), v6)
+    let g = reference::golden(name);
+    (g.v4, g.v6)
 }
 
 fn diff(want: &str, got: &str) -> String {

@@ -169,8 +169,8 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
     } else {
         "target/debug"
     });
-    let golden_path = util::workspace_root()
-        .join("../shared/istio-reference/capture-golden/inbound-ports-wildcard.golden");
+    let golden_path =
+        redirect_testkit::reference::dir().join("capture-golden/inbound-ports-wildcard.golden");
     let golden = std::fs::read_to_string(&golden_path)
         .with_context(|| format!("reading {}", golden_path.display()))?;
     let p = Params::of(size);
