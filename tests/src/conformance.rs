@@ -63,8 +63,13 @@ pub fn cases() -> Vec<Case> {
                 .env
                 .iter()
                 .map(|(k, v)| {
-                    let mapped = map_text(&format!("{v},"));
-                    (k.clone(), mapped.trim_end_matches(',').to_owned())
+                    // Mapped as written, `KEY=a,b,`, so that the group patterns see their context.
+                    let mapped = map_text(&format!("{k}={v},"));
+                    let (_, v) = mapped
+                        .trim_end_matches(',')
+                        .split_once('=')
+                        .expect("KEY=VALUE");
+                    (k.clone(), v.to_owned())
                 })
                 .collect();
             Case {

@@ -246,6 +246,22 @@ fn app_before_proxy_is_refused_or_passed_through_until_the_proxy_listens() {
         "a: passthrough again once its proxy stopped listening"
     );
 
+    // explain says what happens, not where the rewrite points: b's connect is refused.
+    let explained = node.ok(&[
+        "explain",
+        "--netns",
+        &b.pod.path().display().to_string(),
+        "--uid",
+        "1000",
+        "--dst",
+        "192.0.2.10:80",
+    ]);
+    assert!(
+        explained.contains("refused (nothing listens on proxy:15001)")
+            && explained.contains("no_proxy_refused"),
+        "{explained}"
+    );
+
     for (w, name, n) in [(&a, "no_proxy_passthrough", 2), (&b, "no_proxy_refused", 1)] {
         let stats = node.ok(&[
             "stats",

@@ -1,0 +1,451 @@
+//! Command-line definition of `redirect` (clap), with value parsers that explain bad input.
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// eBPF traffic capture for sidecar meshes: replaces istio-init's iptables rules.
+///
+/// Outbound TCP connects from processes in a cgroup are rewritten to the sidecar proxy on
+/// 127.0.0.1:15001; the proxy's own traffic (uid/gid 1337) and loopback destinations are left
+/// alone. The proxy reads the original destination with getsockopt(SOL_IP, SO_ORIGINAL_DST),
+/// exactly as behind iptables, so Envoy and HAProxy work unchanged.
+///
+/// Typical session (as root):
+///
+///   mkdir /sys/fs/cgroup/unified/app            # a cgroup v2 directory (see /proc/self/mountinfo)
+///   redirect attach --cgroup /sys/fs/cgroup/unified/app &
+///   redirect exec --cgroup /sys/fs/cgroup/unified/app -- curl http://198.18.0.10/
+///   redirect status
+#[derive(Debug, Parser)]
+#[command(
+    name = "redirect",
+    version,
+    propagate_version = true,
+    verbatim_doc_comment
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Load and attach the capture programs, stay in the foreground, detach on SIGINT/SIGTERM.
+    ///
+    /// connect4/6, sendmsg, recvmsg and getpeername are attached at --cgroup; the getsockopt
+    /// (SO_ORIGINAL_DST) and sock_ops programs at --proxy-cgroup (default: the cgroup v2 root), because a
+    /// socket's cgroup is fixed when it is created and the proxy's accepted sockets inherit
+    /// its listener's cgroup. Nothing stays attached after this command exits, even on
+    /// SIGKILL (the kernel drops the links with the process).
+    Attach {
+        /// Cgroup v2 directory whose processes are captured.
+        #[arg(long, value_name = "PATH")]
+        cgroup: PathBuf,
+        /// Cgroup v2 directory containing the proxy's listener [default: the cgroup v2 root].
+        #[arg(long, value_name = "PATH")]
+        proxy_cgroup: Option<PathBuf>,
+        /// Connects by this uid are never captured (istio-iptables -u).
+        #[arg(long, value_name = "UID", default_value = "1337", value_parser = parse_id)]
+        proxy_uid: u32,
+        /// Connects by this gid are never captured (istio-iptables -g).
+        #[arg(long, value_name = "GID", default_value = "1337", value_parser = parse_id)]
+        proxy_gid: u32,
+        /// Captured connects go to 127.0.0.1 on this port (istio-iptables -p).
+        #[arg(long, value_name = "PORT", default_value = "15001", value_parser = parse_port)]
+        outbound_port: u16,
+        /// Most verbose log level the BPF programs emit (off, error, warn, info, debug, trace).
+        /// Records appear in this process's log; also raise RUST_LOG to see debug/trace.
+        #[arg(long, value_name = "LEVEL", default_value = "warn", value_parser = parse_bpf_log)]
+        bpf_log: u8,
+        /// Also write the counters as Prometheus text to FILE every second (atomically, mode
+        /// 0644), for `redirect-proxy --bpf-metrics-file FILE` to merge into port 15020.
+        #[arg(long, value_name = "FILE")]
+        metrics_file: Option<PathBuf>,
+        /// Steer inbound TCP of a network namespace (a pod) to its proxy's inbound
+        /// listener with sk_lookup (no NAT). Repeatable. Istio's flags as keys:
+        ///   NETNS[:b=PORTS|*][:d=PORTS][:z=PORT][:e=PORT][:no-listener=refuse|passthrough]
+        ///   NETNS        a name in /run/netns or a path (/proc/PID/ns/net)
+        ///   b            captured ports, * for all, empty to disable        [*]
+        ///   d            ports never captured                 [15090,15021,15020]
+        ///   z            the proxy's inbound listener port                [15006]
+        ///   e            the tunnel port, never captured                  [15008]
+        ///   no-listener  with nothing listening on z: refuse, like iptables, or
+        ///                passthrough to the app                          [refuse]
+        /// The listener is found when the proxy calls listen(), or at enrollment if it
+        /// already listens. Example: --inbound pod1:b=*:d=22,15090,15021,15020
+        #[arg(long, value_name = "SPEC", value_parser = parse_inbound, verbatim_doc_comment)]
+        inbound: Vec<redirect_policy::inbound_spec::InboundSpec>,
+        /// Outbound IPv4 destinations never captured (istio-iptables -x), comma-separated
+        /// CIDRs; repeatable.
+        #[arg(long, value_name = "CIDRS", value_delimiter = ',', value_parser = parse_cidr)]
+        exclude_cidr: Vec<ipnet::Ipv4Net>,
+        /// File with one excluded CIDR per line (# comments allowed), for long lists.
+        #[arg(long, value_name = "FILE")]
+        exclude_cidr_file: Option<PathBuf>,
+    },
+    /// Run a command inside a captured cgroup (moves itself there, then execs CMD).
+    ///
+    /// Without --cgroup, uses the cgroup of the one running `redirect attach`.
+    Exec {
+        /// Cgroup v2 directory to run in [default: the running attach's cgroup].
+        #[arg(long, value_name = "PATH")]
+        cgroup: Option<PathBuf>,
+        /// The command and its arguments (after `--`).
+        #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Drop-in for istio-init's `istio-iptables`: apply a pod's capture policy and exit.
+    ///
+    /// Takes exactly the arguments (and ISTIO_* environment) istio-iptables takes, e.g. the
+    /// args of an istio-init container, and applies them to the network namespace it runs in
+    /// (or --netns) using the node's shared, pinned datapath. Capture stays active after it
+    /// exits. --cleanup-only removes the namespace's policy; --dry-run prints the resolved
+    /// policy beside the iptables rules istio-iptables would install. Run
+    /// `redirect istio-iptables --help` for every flag.
+    #[command(name = "istio-iptables", disable_help_flag = true)]
+    IstioIptables {
+        /// istio-iptables arguments, passed through unchanged.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<String>,
+    },
+    /// Run the node daemon: owns the pinned datapath and enrolls namespaces on request.
+    ///
+    /// Creates the datapath when none is pinned, adopts it when one is (nothing is attached
+    /// twice), re-applies the enrollments recorded in its directory, and follows each enrolled
+    /// namespace's addresses. Stopped or killed, capture goes on (the pins hold it); started
+    /// again, it adopts. A second daemon refuses to start.
+    Daemon {
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
+        /// Cgroup to attach at when the datapath is created [default: the cgroup v2 root].
+        #[arg(long, value_name = "PATH")]
+        cgroup: Option<PathBuf>,
+        /// Serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9967.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
+    },
+    /// Enroll a namespace (a pod, or a VM) with a policy, through the daemon.
+    Enroll {
+        /// Network namespace name (under /run/netns) or path.
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: String,
+        /// istio-iptables arguments, as one string (e.g. "-i '*' -b '*' -d 15090,15021,15020").
+        #[arg(
+            long,
+            value_name = "ARGS",
+            group = "source",
+            allow_hyphen_values = true
+        )]
+        istio_args: Option<String>,
+        /// A cluster.env (a VM's istio settings).
+        #[arg(long, value_name = "FILE", group = "source")]
+        cluster_env: Option<PathBuf>,
+        /// A policy as JSON (the shape `redirect list --json` prints).
+        #[arg(long, value_name = "FILE", group = "source")]
+        policy: Option<PathBuf>,
+    },
+    /// Remove a namespace's policy, through the daemon.
+    Unenroll {
+        /// Network namespace name (under /run/netns) or path.
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: String,
+    },
+    /// List the daemon's enrollments.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove every pin, attachment and enrollment (through the daemon when it runs).
+    Uninstall {
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
+    },
+    /// Enroll a VM: the host (or a namespace playing the VM) with the policy of Istio's
+    /// cluster.env (ISTIO_INBOUND_PORTS, ISTIO_SERVICE_CIDR, ISTIO_LOCAL_EXCLUDE_PORTS,
+    /// ISTIO_META_DNS_CAPTURE, ...). Through the daemon when it runs, else straight into the
+    /// pinned datapath (created when absent). No iptables rule is written anywhere.
+    Vm {
+        /// The VM's cluster.env.
+        #[arg(long, value_name = "FILE")]
+        cluster_env: PathBuf,
+        /// A namespace playing the VM [default: the host's own namespace].
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: Option<String>,
+        /// Extra istio-iptables arguments on top of cluster.env (e.g. "-u 999 --dns-servers 10.0.0.2").
+        #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+        args: Option<String>,
+        /// Cgroup to attach at when the datapath is created [default: the cgroup v2 root].
+        #[arg(long, value_name = "PATH")]
+        cgroup: Option<PathBuf>,
+    },
+    /// Prove capture works in a namespace before its proxy starts (istio-validation's job):
+    /// listens on the proxy's ports, dials a test address as an application and its own pod
+    /// as the proxy, checks where each arrives and with which original destination. Exits 0
+    /// when both checks pass, 1 otherwise.
+    Validate {
+        /// Network namespace name (under /run/netns) or path.
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: String,
+        /// The pod's cgroup (where its processes run) [default: stay where this runs].
+        #[arg(long, value_name = "PATH")]
+        cgroup: Option<PathBuf>,
+        /// How long to wait for each arrival, in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 2000)]
+        timeout_ms: u64,
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decision counters per enrolled namespace, like `iptables -L -v` counters.
+    Stats {
+        /// Only this namespace (name under /run/netns, or path).
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: Option<String>,
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Live stream of capture decisions: pid, command, uid, namespace, original destination,
+    /// decision and the istio-iptables rule that made it. Stops on Ctrl-C, or after --count.
+    Trace {
+        /// Only this namespace (name under /run/netns, or path).
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: Option<String>,
+        /// Stop after this many decisions.
+        #[arg(long, value_name = "N")]
+        count: Option<usize>,
+        /// Stop after this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        seconds: Option<u64>,
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What would happen to one connection, and which istio-iptables rule decides it.
+    ///
+    /// Reads the namespace's policy from the pinned maps and runs the same decision code as
+    /// the kernel programs, e.g. `redirect explain --netns pod1 --uid 1337 --dst 10.244.1.7:8080`.
+    Explain {
+        /// Network namespace name (under /run/netns) or path.
+        #[arg(long, value_name = "NAME|PATH")]
+        netns: String,
+        /// The caller's uid.
+        #[arg(long, value_name = "UID", value_parser = parse_id)]
+        uid: u32,
+        /// The caller's gid [default: the uid].
+        #[arg(long, value_name = "GID", value_parser = parse_id)]
+        gid: Option<u32>,
+        /// Destination address and port.
+        #[arg(long, value_name = "IP:PORT")]
+        dst: std::net::SocketAddr,
+        /// A UDP datagram instead of a TCP connect.
+        #[arg(long)]
+        udp: bool,
+        /// Source address the socket is bound to (127.0.0.6 is the proxy's passthrough).
+        #[arg(long, value_name = "IP")]
+        src: Option<std::net::IpAddr>,
+        /// The caller's cgroup (matters when the policy binds the proxy to its cgroup).
+        #[arg(long, value_name = "PATH")]
+        cgroup: Option<PathBuf>,
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what is attached where (checked against the kernel) and the decision counters.
+    Status {
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Parses a TCP port, 1..=65535.
+pub fn parse_port(s: &str) -> Result<u16, String> {
+    let n: u64 = s.trim().parse().map_err(|_| {
+        format!("'{s}' is not a port number: use a number from 1 to 65535, e.g. 15001")
+    })?;
+    match u16::try_from(n) {
+        Ok(0) => {
+            Err("port 0 cannot be connected to: use a number from 1 to 65535, e.g. 15001".into())
+        }
+        Ok(p) => Ok(p),
+        Err(_) => Err(format!(
+            "port {n} is above 65535: use a number from 1 to 65535, e.g. 15001"
+        )),
+    }
+}
+
+/// Parses an IPv4 CIDR (a bare address is a /32).
+pub fn parse_cidr(s: &str) -> Result<ipnet::Ipv4Net, String> {
+    let s = s.trim();
+    s.parse::<ipnet::Ipv4Net>()
+        .or_else(|_| s.parse::<std::net::Ipv4Addr>().map(ipnet::Ipv4Net::from))
+        .map(|n| n.trunc())
+        .map_err(|_| format!("'{s}' is not an IPv4 CIDR such as 10.96.0.0/12"))
+}
+
+/// Parses an `--inbound` spec.
+pub fn parse_inbound(s: &str) -> Result<redirect_policy::inbound_spec::InboundSpec, String> {
+    s.parse()
+}
+
+/// Parses an aya-log level name into its number.
+pub fn parse_bpf_log(s: &str) -> Result<u8, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "off" => Ok(0),
+        "error" => Ok(1),
+        "warn" => Ok(2),
+        "info" => Ok(3),
+        "debug" => Ok(4),
+        "trace" => Ok(5),
+        _ => Err(format!(
+            "'{s}' is not a log level: use off, error, warn, info, debug or trace"
+        )),
+    }
+}
+
+/// Parses a numeric uid or gid.
+pub fn parse_id(s: &str) -> Result<u32, String> {
+    s.trim().parse().map_err(|_| {
+        format!("'{s}' is not a numeric id: give the number (e.g. 1337); for a user name, look it up with `id -u {s}`")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn ports() {
+        assert_eq!(parse_port("15001"), Ok(15001));
+        assert_eq!(parse_port("65535"), Ok(65535));
+        assert!(parse_port("0").unwrap_err().contains("port 0"));
+        assert!(parse_port("65536").unwrap_err().contains("above 65535"));
+        assert!(parse_port("99999999999")
+            .unwrap_err()
+            .contains("above 65535"));
+        assert!(parse_port("http")
+            .unwrap_err()
+            .contains("'http' is not a port"));
+        assert!(parse_port("-1").is_err());
+    }
+
+    #[test]
+    fn bpf_log_levels() {
+        assert_eq!(parse_bpf_log("off"), Ok(0));
+        assert_eq!(parse_bpf_log("DEBUG"), Ok(4));
+        assert!(parse_bpf_log("loud").is_err());
+    }
+
+    #[test]
+    fn cidrs() {
+        assert_eq!(
+            parse_cidr("10.96.0.0/12").map(|n| n.to_string()),
+            Ok("10.96.0.0/12".into())
+        );
+        assert_eq!(
+            parse_cidr("10.1.2.3").map(|n| n.to_string()),
+            Ok("10.1.2.3/32".into())
+        );
+        assert_eq!(
+            parse_cidr("10.1.2.3/8").map(|n| n.to_string()),
+            Ok("10.0.0.0/8".into())
+        );
+        assert!(parse_cidr("10.0.0.0/33")
+            .unwrap_err()
+            .contains("10.0.0.0/33"));
+    }
+
+    #[test]
+    fn ids() {
+        assert_eq!(parse_id("1337"), Ok(1337));
+        assert_eq!(parse_id("0"), Ok(0));
+        assert!(parse_id("istio-proxy")
+            .unwrap_err()
+            .contains("id -u istio-proxy"));
+        assert!(parse_id("-5").is_err());
+    }
+
+    #[test]
+    fn attach_defaults_are_istios() {
+        let cli = Cli::try_parse_from(["redirect", "attach", "--cgroup", "/x"]).expect("parse");
+        match cli.command {
+            Command::Attach {
+                proxy_uid,
+                proxy_gid,
+                outbound_port,
+                proxy_cgroup,
+                ..
+            } => {
+                assert_eq!((proxy_uid, proxy_gid, outbound_port), (1337, 1337, 15001));
+                assert_eq!(proxy_cgroup, None);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let err = Cli::try_parse_from([
+            "redirect",
+            "attach",
+            "--cgroup",
+            "/x",
+            "--outbound-port",
+            "0",
+        ])
+        .expect_err("must fail")
+        .to_string();
+        assert!(err.contains("--outbound-port"), "{err}");
+        let err = Cli::try_parse_from([
+            "redirect",
+            "attach",
+            "--cgroup",
+            "/x",
+            "--proxy-uid",
+            "istio",
+        ])
+        .expect_err("must fail")
+        .to_string();
+        assert!(
+            err.contains("--proxy-uid") && err.contains("numeric"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn exec_takes_trailing_command() {
+        let cli = Cli::try_parse_from(["redirect", "exec", "--", "curl", "-s", "http://x/"])
+            .expect("parse");
+        match cli.command {
+            Command::Exec { command, cgroup } => {
+                assert_eq!(command, ["curl", "-s", "http://x/"]);
+                assert!(cgroup.is_none());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

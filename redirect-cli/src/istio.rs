@@ -1,0 +1,207 @@
+//! `redirect istio-iptables`: parse istio-iptables' arguments and environment, then apply the
+//! policy to one namespace through the pinned node datapath (or print it with --dry-run).
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context as _;
+use redirect_datapath::{
+    netns,
+    node::{self, NodeAttach, NodeDatapath},
+};
+use redirect_policy::{self as policy, Invocation, Policy, RealSystem};
+
+const HELP: &str = "\
+redirect istio-iptables: drop-in for istio-init's istio-iptables, backed by eBPF.
+
+Usage: redirect istio-iptables [ISTIO-IPTABLES FLAGS] [--netns NAME|PATH] [--cgroup PATH]
+                               [--bpffs DIR] [--cluster-env FILE] [--dns-servers LIST]
+                               [--cleanup-only] [--dry-run]
+
+Applies the capture policy to the network namespace it runs in (or --netns) and exits;
+capture stays active. The first use on a node loads the programs, attaches them at the
+cgroup (default: the cgroup v2 root) and pins programs, links and maps under --bpffs
+(default /sys/fs/bpf/redirect, or $REDIRECT_BPFFS); later uses only add their namespace's
+policy. --cleanup-only removes it; the datapath goes with the last policy.
+
+istio-iptables flags (each also read from the environment under the name shown; a flag
+on the command line wins over the environment, which wins over --cluster-env):
+  -p, --envoy-port PORT                  outbound capture port [15001]
+  -z, --inbound-capture-port PORT        inbound capture port [15006]    INBOUND_CAPTURE_PORT
+  -e, --inbound-tunnel-port PORT         tunnel port, never captured [15008]  INBOUND_TUNNEL_PORT
+  -u, --proxy-uid UIDS                   proxy uids, never captured [istio-proxy's or 1337]  PROXY_UID
+  -g, --proxy-gid GIDS                   proxy gids [same as -u]         PROXY_GID
+  -m, --istio-inbound-interception-mode  REDIRECT or TPROXY (same capture; no mangle rules needed)
+  -b, --istio-inbound-ports PORTS|*      inbound ports captured; empty: none  ISTIO_INBOUND_PORTS
+  -d, --istio-local-exclude-ports PORTS  inbound ports never captured (with -b *)  ISTIO_LOCAL_EXCLUDE_PORTS
+  -i, --istio-service-cidr CIDRS|*       outbound CIDRs captured; empty: none  ISTIO_SERVICE_CIDR
+  -x, --istio-service-exclude-cidr CIDRS outbound CIDRs never captured   ISTIO_SERVICE_EXCLUDE_CIDR
+  -q, --istio-outbound-ports PORTS       outbound ports always captured  ISTIO_OUTBOUND_PORTS
+  -o, --istio-local-outbound-ports-exclude PORTS  outbound ports never captured
+  -c, --istio-exclude-interfaces NICS    traffic through these interfaces is left alone
+  -k, --kube-virt-interfaces NICS        accepted (KubeVirt inbound redirect is not applied)
+      --redirect-dns                     DNS (UDP/TCP 53) to the resolv.conf servers -> 15053
+      --capture-all-dns                  with --redirect-dns: DNS to any server
+      --drop-invalid, --dual-stack, --run-validation, --log_* ...  accepted
+  ISTIO_OUTBOUND_OWNER_GROUPS / _EXCLUDE, ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR: as istio-iptables.
+
+redirect's own flags:
+      --netns NAME|PATH    namespace to apply to (/run/netns/NAME) [the current one]
+      --cgroup PATH        cgroup to attach at when the datapath is created [cgroup v2 root]
+      --bpffs DIR          pin directory [/sys/fs/bpf/redirect]
+      --cluster-env FILE   a VM's cluster.env, read under the environment
+      --dns-servers LIST   DNS servers instead of resolv.conf's
+      --proxy-cgroup PATH  bypass only the proxy uid/gid *inside* this cgroup (uid 1337 elsewhere
+                           is captured like an app)
+      --no-proxy refuse|passthrough
+                           outbound while nothing listens on the proxy port [refuse]
+      --cleanup-only       remove the namespace's policy
+  -n, --dry-run            print the resolved policy and istio-iptables' rules; change nothing
+
+Examples:
+  redirect istio-iptables -p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x \"\" -b '*' -d 15090,15021,15020
+  redirect istio-iptables --netns pod1 --dry-run -i 10.0.0.0/8 --redirect-dns
+  redirect istio-iptables --netns pod1 --cleanup-only
+";
+
+fn resolv_conf(netns: Option<&str>) -> PathBuf {
+    if let Some(n) = netns.filter(|n| !n.contains('/')) {
+        let p = Path::new("/etc/netns").join(n).join("resolv.conf");
+        if p.exists() {
+            return p;
+        }
+    }
+    PathBuf::from("/etc/resolv.conf")
+}
+
+/// Finds our own `--netns` / `--cluster-env` values before the full parse (they decide which
+/// resolv.conf and environment that parse sees).
+fn pre_scan(args: &[String], flag: &str) -> Option<String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == flag {
+            return it.next().cloned();
+        }
+        if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+            return Some(v.to_owned());
+        }
+    }
+    None
+}
+
+/// Parses istio-iptables arguments the way `redirect istio-iptables` does (cluster.env and
+/// resolv.conf of the namespace included).
+pub fn parse(args: &[String]) -> anyhow::Result<Invocation> {
+    let netns = pre_scan(args, "--netns");
+    let sys = RealSystem {
+        resolv_conf: resolv_conf(netns.as_deref()),
+    };
+    let cluster = match pre_scan(args, "--cluster-env") {
+        Some(file) => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("--cluster-env: reading {file}"))?;
+            policy::parse_cluster_env(&text).with_context(|| format!("--cluster-env {file}"))?
+        }
+        None => HashMap::new(),
+    };
+    // The process environment over the cluster.env.
+    let env = policy::LayeredEnv(policy::std_env(), cluster);
+    Ok(policy::parse_invocation(args, &env, &sys)?)
+}
+
+/// Runs `redirect istio-iptables ARGS`.
+pub fn run(args: &[String]) -> anyhow::Result<()> {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{HELP}");
+        return Ok(());
+    }
+    let inv = parse(args)?;
+    for flag in &inv.ignored {
+        tracing::debug!(flag = %flag, "accepted and ignored");
+    }
+    let ns = netns::resolve(inv.netns.as_deref());
+    let dir = inv
+        .bpffs
+        .clone()
+        .or_else(|| std::env::var_os("REDIRECT_BPFFS").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(node::DEFAULT_DIR));
+    if inv.dry_run {
+        let addrs = netns::addresses(&ns).unwrap_or_default();
+        let ipv6 = node::ipv6_follows(&inv.policy, &addrs);
+        print!("{}", side_by_side(&inv.policy, ipv6));
+        return Ok(());
+    }
+    let _lock = node::lock(&dir)?;
+    if inv.cleanup_only {
+        if !NodeDatapath::exists(&dir) {
+            println!(
+                "nothing to clean up: no datapath pinned at {}",
+                dir.display()
+            );
+            return Ok(());
+        }
+        let mut dp = NodeDatapath::open(&dir)?;
+        // A running daemon owns the datapath (whatever its directory) and keeps it empty.
+        let daemon_owned = dp.layout()?.owner.is_live_daemon();
+        let removed = dp.cleanup(&ns, daemon_owned)?;
+        println!(
+            "policy removed for {}{}",
+            ns.display(),
+            if removed {
+                "; datapath unpinned (last policy)"
+            } else {
+                ""
+            }
+        );
+        return Ok(());
+    }
+    let attach = NodeAttach {
+        cgroup: inv.cgroup.clone(),
+        proxy_cgroup: None,
+    };
+    let (applied, created) = NodeDatapath::apply_at(&dir, &attach, &ns, &inv.policy)?;
+    let inbound = if applied.inbound {
+        format!(", inbound capture to :{}", inv.policy.inbound_capture_port)
+    } else {
+        String::new()
+    };
+    println!(
+        "applied to {} (netns cookie {}){}: outbound capture to :{}{inbound}",
+        ns.display(),
+        applied.cookie,
+        if created { ", datapath created" } else { "" },
+        inv.policy.proxy_port,
+    );
+    Ok(())
+}
+
+/// The resolved policy and istio-iptables' rules in two columns.
+fn side_by_side(p: &Policy, ipv6: bool) -> String {
+    let left = redirect_policy::describe::policy_lines(p, ipv6);
+    let (v4, v6) = policy::iptables_restore_text(p, ipv6);
+    let mut right: Vec<String> = vec!["# iptables-restore (IPv4)".into()];
+    right.extend(v4.lines().map(str::to_owned));
+    if let Some(v6) = v6 {
+        right.push("# ip6tables-restore (IPv6)".into());
+        right.extend(v6.lines().map(str::to_owned));
+    }
+    let width = left
+        .iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(30)
+        + 2;
+    let mut out = format!(
+        "{:width$}| {}\n",
+        "resolved policy (redirect)", "rules istio-iptables would install"
+    );
+    out.push_str(&format!("{}+{}\n", "-".repeat(width), "-".repeat(40)));
+    for i in 0..left.len().max(right.len()) {
+        let l = left.get(i).map_or("", String::as_str);
+        let r = right.get(i).map_or("", String::as_str);
+        out.push_str(&format!("{l:width$}| {r}\n"));
+    }
+    out
+}

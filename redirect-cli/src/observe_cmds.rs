@@ -1,0 +1,211 @@
+//! `redirect explain | stats | trace | validate`: read-only views of the pinned datapath.
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::{Path, PathBuf},
+    sync::{atomic::AtomicBool, Arc},
+};
+
+use anyhow::{bail, Context as _};
+use nix::sys::signal::{SigSet, Signal};
+use redirect_daemon::{self as daemon, server};
+use redirect_datapath::{explain, netns, node::NodeDatapath};
+
+use crate::node_cmds::bpffs_or_default;
+
+/// Explains one connection from the pinned maps.
+#[allow(clippy::too_many_arguments)] // one per CLI flag
+pub fn explain(
+    netns_name: &str,
+    (uid, gid): (u32, u32),
+    dst: SocketAddr,
+    tcp: bool,
+    src: Option<IpAddr>,
+    cgroup: Option<&Path>,
+    bpffs: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let dir = bpffs_or_default(bpffs);
+    if !NodeDatapath::exists(&dir) {
+        bail!("no datapath is pinned at {} (start `redirect daemon` or run `redirect istio-iptables`)", dir.display());
+    }
+    let path = netns::resolve(Some(netns_name));
+    let cookie = netns::cookie(&path)?;
+    let mut dp = NodeDatapath::open(&dir)?;
+    let query = explain::Query {
+        uid,
+        gid,
+        dst,
+        tcp,
+        src,
+        caller_cgroup: cgroup,
+    };
+    let e = explain::explain(dp.maps(), cookie, &query)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&e)?);
+    } else {
+        println!(
+            "{} {dst} from uid {uid} gid {gid} in {}: {} ({}; rule: {}){}",
+            if tcp { "TCP" } else { "UDP" },
+            path.display(),
+            e.outcome,
+            e.counter,
+            e.rule,
+            if e.own_policy {
+                ""
+            } else {
+                " [the namespace has no policy of its own]"
+            }
+        );
+    }
+    Ok(())
+}
+
+fn open_pinned(bpffs: Option<PathBuf>) -> anyhow::Result<NodeDatapath> {
+    let dir = bpffs_or_default(bpffs);
+    if !NodeDatapath::exists(&dir) {
+        bail!("no datapath is pinned at {} (start `redirect daemon` or run `redirect istio-iptables`)", dir.display());
+    }
+    Ok(NodeDatapath::open(&dir)?)
+}
+
+/// Names of enrolled namespaces by cookie, from the daemon's state files when there are any.
+fn names_by_cookie() -> std::collections::BTreeMap<u64, String> {
+    server::enrolled_names(&daemon::daemon_dir())
+}
+
+fn cookie_filter(netns_name: Option<&str>) -> anyhow::Result<Option<u64>> {
+    netns_name
+        .map(|n| netns::cookie(&netns::resolve(Some(n))).map_err(anyhow::Error::from))
+        .transpose()
+}
+
+/// Validates capture in a namespace; exits 1 when a check fails.
+pub fn validate(
+    netns_name: &str,
+    cgroup: Option<&Path>,
+    timeout_ms: u64,
+    bpffs: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut dp = open_pinned(bpffs)?;
+    let path = netns::resolve(Some(netns_name));
+    if let Some(cg) = cgroup {
+        redirect_datapath::cgroup::enter(cg)?;
+    }
+    let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
+        .with_context(|| format!("entering {}", path.display()))?;
+    let report = redirect_datapath::validate::run(
+        dp.maps(),
+        &path,
+        std::time::Duration::from_millis(timeout_ms),
+    )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for c in &report.checks {
+            println!(
+                "{:<9} {}  {}",
+                c.name,
+                if c.ok { "OK  " } else { "FAIL" },
+                c.detail
+            );
+        }
+    }
+    if !report.ok {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// Per-namespace decision counters.
+pub fn stats(netns_name: Option<&str>, bpffs: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    let only = cookie_filter(netns_name)?;
+    let mut dp = open_pinned(bpffs)?;
+    let all = redirect_datapath::observe::ns_counters(dp.maps())?;
+    let names = names_by_cookie();
+    let selected: Vec<(u64, &Vec<(&str, u64)>)> = all
+        .iter()
+        .filter(|(ns, _)| only.is_none_or(|c| c == **ns))
+        .map(|(ns, c)| (*ns, c))
+        .collect();
+    if json {
+        let v: Vec<serde_json::Value> = selected
+            .iter()
+            .map(|(ns, c)| {
+                let counters: serde_json::Map<String, serde_json::Value> =
+                    c.iter().map(|(k, v)| ((*k).to_owned(), (*v).into())).collect();
+                serde_json::json!({"netns_cookie": ns, "netns": names.get(ns), "counters": counters})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    for (ns, counters) in selected {
+        let name = names.get(&ns).cloned().unwrap_or_default();
+        println!("netns {ns} {name}");
+        for (counter, n) in counters {
+            let rule = redirect_common::Counter::ALL
+                .iter()
+                .find(|c| c.name() == *counter)
+                .map_or("-", |c| explain::rule_of(*c));
+            println!("  {n:>10}  {counter:<24} {rule}");
+        }
+    }
+    Ok(())
+}
+
+/// Streams decisions until Ctrl-C, `count` or `seconds`.
+pub fn trace(
+    netns_name: Option<&str>,
+    count: Option<usize>,
+    seconds: Option<u64>,
+    bpffs: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let only = cookie_filter(netns_name)?;
+    let mut dp = open_pinned(bpffs)?;
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM] {
+        signals.add(s);
+    }
+    signals.thread_block().context("blocking SIGINT/SIGTERM")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let _ = signals.wait();
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let mut tracer = redirect_datapath::observe::Tracer::start(
+        dp.take_map(redirect_common::map_names::TRACE)?,
+        dp.take_map(redirect_common::map_names::TRACE_ON)?,
+    )?;
+    let names = names_by_cookie();
+    let deadline = seconds.map(|s| std::time::Instant::now() + std::time::Duration::from_secs(s));
+    let mut seen = 0;
+    eprintln!("tracing decisions (Ctrl-C to stop)");
+    while !stop.load(std::sync::atomic::Ordering::Relaxed)
+        && deadline.is_none_or(|d| std::time::Instant::now() < d)
+        && count.is_none_or(|n| seen < n)
+    {
+        for d in tracer.next_batch(200)? {
+            if only.is_some_and(|c| c != d.netns) || count.is_some_and(|n| seen >= n) {
+                continue;
+            }
+            seen += 1;
+            if json {
+                println!("{}", serde_json::to_string(&d)?);
+            } else {
+                let ns = names
+                    .get(&d.netns)
+                    .cloned()
+                    .unwrap_or_else(|| d.netns.to_string());
+                println!(
+                    "pid={} comm={} uid={} gid={} netns={} {} {} -> {} ({}: {})",
+                    d.pid, d.comm, d.uid, d.gid, ns, d.proto, d.dst, d.decision, d.counter, d.rule
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! The node daemon: owns the pinned datapath, enrolls namespaces on request over a root-only
+//! unix socket, keeps one state file per enrollment so a restart re-adopts them, and follows
+//! each namespace's addresses.
+pub mod client;
+pub mod metrics;
+pub mod proto;
+pub mod server;
+
+use std::path::PathBuf;
+
+/// Default daemon directory (socket, lock, enrollment files); `REDIRECT_DAEMON_DIR` overrides.
+pub const DEFAULT_DIR: &str = "/run/redirect/daemon";
+
+/// The daemon directory in effect.
+pub fn daemon_dir() -> PathBuf {
+    std::env::var_os("REDIRECT_DAEMON_DIR")
+        .map_or_else(|| PathBuf::from(DEFAULT_DIR), PathBuf::from)
+}
+
+/// The pin directory in effect (`REDIRECT_BPFFS`, else the node default).
+pub fn default_bpffs() -> PathBuf {
+    std::env::var_os("REDIRECT_BPFFS").map_or_else(
+        || PathBuf::from(redirect_datapath::node::DEFAULT_DIR),
+        PathBuf::from,
+    )
+}
+
+/// The node status of the datapath pinned at `bpffs`, with the enrollments recorded in the
+/// daemon directory `dir`.
+pub fn node_status(
+    bpffs: &std::path::Path,
+    dir: &std::path::Path,
+) -> redirect_datapath::Result<redirect_datapath::node_status::NodeStatus> {
+    let mut status = redirect_datapath::node_status::collect(bpffs)?;
+    status.enrolled = server::enrollments(dir)
+        .into_iter()
+        .map(|e| (e.cookie, e.netns.display().to_string(), e.source))
+        .collect();
+    Ok(status)
+}

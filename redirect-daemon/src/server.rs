@@ -1,0 +1,423 @@
+//! The daemon's loop: single-instance lock, adopt-or-create the datapath, reconcile enrollment
+//! files, serve the socket, follow addresses every second.
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    io::{BufRead as _, BufReader, Read as _, Seek as _, Write as _},
+    os::unix::{
+        fs::PermissionsExt as _,
+        net::{UnixListener, UnixStream},
+    },
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
+
+use crate::proto::{Enrollment, Request, Response};
+use redirect_datapath::{
+    error::{Error, Result},
+    netns,
+    node::{
+        self,
+        layout::{self, Owner},
+        NodeAttach, NodeDatapath,
+    },
+};
+
+/// How the daemon was started.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Pin directory of the datapath.
+    pub bpffs: PathBuf,
+    /// Socket, lock and enrollment files.
+    pub dir: PathBuf,
+    /// Where to attach if the datapath has to be created.
+    pub attach: NodeAttach,
+}
+
+/// A running daemon.
+#[derive(Debug)]
+pub struct Daemon {
+    opts: Options,
+    dp: NodeDatapath,
+    enrollments: BTreeMap<u64, Enrollment>,
+    listener: UnixListener,
+    _lock: nix::fcntl::Flock<File>,
+    uninstalled: bool,
+}
+
+fn socket_path(dir: &Path) -> PathBuf {
+    dir.join("daemon.sock")
+}
+
+fn enrollment_dir(dir: &Path) -> PathBuf {
+    dir.join("enrollments")
+}
+
+/// The socket of the daemon whose directory is `dir`.
+pub fn socket(dir: &Path) -> PathBuf {
+    socket_path(dir)
+}
+
+/// True while a daemon holds the single-instance lock of daemon directory `dir`.
+pub fn running(dir: &Path) -> bool {
+    let Ok(file) = File::open(dir.join("daemon.lock")) else {
+        return false;
+    };
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock).is_err()
+}
+
+/// The pin directory is the unit of ownership: a live daemon recorded there (another daemon
+/// directory, another mount namespace) refuses this one; otherwise this daemon records itself.
+fn take_ownership(dp: &NodeDatapath) -> Result<()> {
+    let mut record = dp.layout()?;
+    if let Owner::Daemon { pid, .. } = record.owner {
+        if pid != std::process::id() && record.owner.is_live_daemon() {
+            return Err(Error::OwnedByDaemon {
+                dir: dp.dir().to_path_buf(),
+                pid,
+            });
+        }
+    }
+    record.owner = Owner::this_daemon()?;
+    layout::write(dp.dir(), &record)
+}
+
+fn single_instance(dir: &Path) -> Result<nix::fcntl::Flock<File>> {
+    let path = dir.join("daemon.lock");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io("opening", &path, e))?;
+    let mut locked =
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(l) => l,
+            Err((mut file, _)) => {
+                let mut pid = String::new();
+                let _ = file.read_to_string(&mut pid);
+                return Err(Error::AlreadyRunning {
+                    pid: pid.trim().to_owned(),
+                    lock: path,
+                });
+            }
+        };
+    locked
+        .set_len(0)
+        .map_err(|e| Error::io("writing", &path, e))?;
+    locked
+        .rewind()
+        .map_err(|e| Error::io("writing", &path, e))?;
+    write!(locked, "{}", std::process::id()).map_err(|e| Error::io("writing", &path, e))?;
+    Ok(locked)
+}
+
+fn write_enrollment(dir: &Path, e: &Enrollment) -> Result<()> {
+    let dir = enrollment_dir(dir);
+    std::fs::create_dir_all(&dir).map_err(|err| Error::io("creating", &dir, err))?;
+    let path = dir.join(format!("{}.json", e.cookie));
+    let tmp = dir.join(format!(".{}.json.tmp", e.cookie));
+    let text = serde_json::to_vec_pretty(e).map_err(|err| Error::State {
+        path: path.clone(),
+        source: err,
+    })?;
+    std::fs::write(&tmp, text).map_err(|err| Error::io("writing", &tmp, err))?;
+    std::fs::rename(&tmp, &path).map_err(|err| Error::io("renaming", &path, err))
+}
+
+fn remove_enrollment(dir: &Path, cookie: u64) {
+    let _ = std::fs::remove_file(enrollment_dir(dir).join(format!("{cookie}.json")));
+}
+
+/// Netns cookie -> namespace path of the enrollments recorded in `dir`.
+pub fn enrolled_names(dir: &Path) -> BTreeMap<u64, String> {
+    read_enrollments(dir)
+        .into_iter()
+        .map(|e| (e.cookie, e.netns.display().to_string()))
+        .collect()
+}
+
+/// The enrollments recorded in daemon directory `dir`.
+pub fn enrollments(dir: &Path) -> Vec<Enrollment> {
+    read_enrollments(dir)
+}
+
+fn read_enrollments(dir: &Path) -> Vec<Enrollment> {
+    let Ok(entries) = std::fs::read_dir(enrollment_dir(dir)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        match std::fs::read(&path).map(|b| serde_json::from_slice::<Enrollment>(&b)) {
+            Ok(Ok(e)) => out.push(e),
+            _ => tracing::warn!(file = %path.display(), "unreadable enrollment file skipped"),
+        }
+    }
+    out
+}
+
+impl Daemon {
+    /// Takes the single-instance lock, adopts (or creates) the pinned datapath, re-applies the
+    /// enrollments found on disk and binds the root-only socket.
+    pub fn start(opts: Options) -> Result<Self> {
+        redirect_datapath::preflight::require_root()?;
+        std::fs::create_dir_all(&opts.dir).map_err(|e| Error::io("creating", &opts.dir, e))?;
+        let _ = std::fs::set_permissions(&opts.dir, std::fs::Permissions::from_mode(0o700));
+        let lock = single_instance(&opts.dir)?;
+        let guard = node::lock(&opts.bpffs)?;
+        let (dp, created) = NodeDatapath::open_or_create(&opts.bpffs, &opts.attach)?;
+        take_ownership(&dp)?;
+        let links = std::fs::read_dir(opts.bpffs.join("links")).map_or(0, |d| d.count());
+        if created {
+            tracing::info!(dir = %opts.bpffs.display(), links, "created and pinned the node datapath");
+        } else {
+            tracing::info!(dir = %opts.bpffs.display(), links, "adopted the pinned node datapath (nothing attached again)");
+        }
+        let mut daemon = Self {
+            listener: bind(&opts.dir)?,
+            opts,
+            dp,
+            enrollments: BTreeMap::new(),
+            _lock: lock,
+            uninstalled: false,
+        };
+        for e in read_enrollments(&daemon.opts.dir) {
+            daemon.reconcile(e);
+        }
+        drop(guard);
+        Ok(daemon)
+    }
+
+    fn reconcile(&mut self, e: Enrollment) {
+        let gone = match netns::cookie(&e.netns) {
+            Ok(c) => c != e.cookie,
+            Err(_) => !e.netns.exists(),
+        };
+        if gone {
+            tracing::info!(netns = %e.netns.display(), cookie = e.cookie, "enrolled namespace is gone: removing its policy");
+            if let Err(err) = self.dp.remove_policy(e.cookie, &e.netns) {
+                tracing::warn!(error = %err, "removing a stale policy");
+            }
+            remove_enrollment(&self.opts.dir, e.cookie);
+            return;
+        }
+        match self.enroll(&e.netns, e.policy.clone(), e.source.clone()) {
+            Ok(_) => tracing::info!(netns = %e.netns.display(), "enrollment re-adopted"),
+            Err(err) => {
+                // Its previous policy is still in the maps: keep it listed and followed, so
+                // `unenroll` and the namespace-gone check still reach it.
+                tracing::warn!(netns = %e.netns.display(), error = %err, "re-applying an enrollment failed; the previous policy stays");
+                self.enrollments.insert(e.cookie, e);
+            }
+        }
+    }
+
+    fn enroll(
+        &mut self,
+        netns: &Path,
+        policy: redirect_policy::Policy,
+        source: String,
+    ) -> Result<Enrollment> {
+        if !netns.is_absolute()
+            || netns.starts_with("/proc/self")
+            || netns.starts_with("/proc/thread-self")
+        {
+            return Err(Error::NetnsPath {
+                path: netns.to_path_buf(),
+            });
+        }
+        let applied = self.dp.apply(netns, &policy)?;
+        let e = Enrollment {
+            netns: netns.to_path_buf(),
+            cookie: applied.cookie,
+            source,
+            policy,
+            addrs: applied.addrs,
+            ipv6: applied.ipv6,
+            inbound: applied.inbound,
+            proxy_listening: false,
+        };
+        write_enrollment(&self.opts.dir, &e)?;
+        self.enrollments.insert(e.cookie, e.clone());
+        Ok(e)
+    }
+
+    /// Carries out one request.
+    pub fn handle(&mut self, req: Request) -> Response {
+        let _guard = match node::lock(&self.opts.bpffs) {
+            Ok(g) => g,
+            Err(e) => return Response::failed(e),
+        };
+        match req {
+            Request::Enroll {
+                netns,
+                policy,
+                source,
+            } => match self.enroll(&netns, *policy, source) {
+                Ok(e) => Response {
+                    ok: true,
+                    message: format!("enrolled {} (netns cookie {})", netns.display(), e.cookie),
+                    enrollments: vec![e],
+                    ..Response::default()
+                },
+                Err(e) => Response::failed(e),
+            },
+            Request::Unenroll { netns } => {
+                let found = self
+                    .enrollments
+                    .values()
+                    .find(|e| e.netns == netns)
+                    .map(|e| e.cookie)
+                    .or_else(|| {
+                        netns::cookie(&netns)
+                            .ok()
+                            .filter(|c| self.enrollments.contains_key(c))
+                    });
+                let Some(cookie) = found else {
+                    return Response::failed(format!("{} is not enrolled", netns.display()));
+                };
+                match self.dp.remove_policy(cookie, &netns) {
+                    Ok(()) => {
+                        self.enrollments.remove(&cookie);
+                        remove_enrollment(&self.opts.dir, cookie);
+                        Response {
+                            ok: true,
+                            message: format!("unenrolled {}", netns.display()),
+                            ..Response::default()
+                        }
+                    }
+                    Err(e) => Response::failed(e),
+                }
+            }
+            Request::List => {
+                let mut list: Vec<Enrollment> = self.enrollments.values().cloned().collect();
+                for e in &mut list {
+                    e.proxy_listening = self.dp.proxy_listening(e.cookie);
+                }
+                Response {
+                    ok: true,
+                    message: format!("{} enrolled", list.len()),
+                    enrollments: list,
+                    ..Response::default()
+                }
+            }
+            Request::Uninstall => match node::remove_dir(&self.opts.bpffs) {
+                Ok(()) => {
+                    let _ = std::fs::remove_dir_all(enrollment_dir(&self.opts.dir));
+                    self.enrollments.clear();
+                    self.uninstalled = true;
+                    Response {
+                        ok: true,
+                        message: format!(
+                            "uninstalled: {} unpinned, every program detached; the daemon (pid {}) stops",
+                            self.opts.bpffs.display(),
+                            std::process::id()
+                        ),
+                        ..Response::default()
+                    }
+                }
+                Err(e) => Response::failed(e),
+            },
+        }
+    }
+
+    /// Follows every enrolled namespace's addresses; drops namespaces that are gone.
+    pub fn tick(&mut self) {
+        let Ok(_guard) = node::lock(&self.opts.bpffs) else {
+            return;
+        };
+        let cookies: Vec<u64> = self.enrollments.keys().copied().collect();
+        for cookie in cookies {
+            let Some(e) = self.enrollments.get(&cookie).cloned() else {
+                continue;
+            };
+            let gone = match netns::cookie(&e.netns) {
+                Ok(c) => c != cookie,
+                Err(_) => !e.netns.exists(),
+            };
+            if gone {
+                tracing::info!(netns = %e.netns.display(), cookie, "enrolled namespace is gone: removing its policy");
+                let _ = self.dp.remove_policy(cookie, &e.netns);
+                self.enrollments.remove(&cookie);
+                remove_enrollment(&self.opts.dir, cookie);
+                continue;
+            }
+            match self.dp.refresh(&e.netns, cookie, &e.policy) {
+                Ok(addrs) if addrs != e.addrs => {
+                    let mut updated = e;
+                    updated.addrs = addrs;
+                    let _ = write_enrollment(&self.opts.dir, &updated);
+                    self.enrollments.insert(cookie, updated);
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::warn!(netns = %e.netns.display(), error = %err, "following addresses")
+                }
+            }
+        }
+    }
+
+    /// Serves until `stop` is set or an uninstall completes. The pins stay (capture goes on)
+    /// unless uninstalled.
+    pub fn run(mut self, stop: &AtomicBool) -> Result<()> {
+        self.listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("configuring", socket_path(&self.opts.dir), e))?;
+        let mut last_tick = Instant::now();
+        while !stop.load(Ordering::Relaxed) && !self.uninstalled {
+            match self.listener.accept() {
+                Ok((stream, _)) => self.serve(stream),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => tracing::warn!(error = %e, "accept"),
+            }
+            if last_tick.elapsed() >= Duration::from_secs(1) {
+                self.tick();
+                last_tick = Instant::now();
+            }
+        }
+        let _ = std::fs::remove_file(socket_path(&self.opts.dir));
+        if self.uninstalled {
+            let _ = std::fs::remove_file(self.opts.dir.join("daemon.lock"));
+        }
+        tracing::info!(
+            uninstalled = self.uninstalled,
+            "daemon stopped; capture stays pinned unless uninstalled"
+        );
+        Ok(())
+    }
+
+    fn serve(&mut self, stream: UnixStream) {
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut line = String::new();
+        let response = match BufReader::new(&stream).read_line(&mut line) {
+            Ok(_) => match serde_json::from_str::<Request>(&line) {
+                Ok(req) => self.handle(req),
+                Err(e) => Response::failed(format!("bad request: {e}")),
+            },
+            Err(e) => Response::failed(format!("reading the request: {e}")),
+        };
+        if let Ok(mut text) = serde_json::to_string(&response) {
+            text.push('\n');
+            let _ = (&stream).write_all(text.as_bytes());
+        }
+    }
+}
+
+fn bind(dir: &Path) -> Result<UnixListener> {
+    let path = socket_path(dir);
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).map_err(|e| Error::io("binding", &path, e))?;
+    // Root only: enrolling changes what every process of a pod may reach.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io("restricting", &path, e))?;
+    Ok(listener)
+}

@@ -1,0 +1,126 @@
+//! The few bpf(2) commands aya does not expose for every program type: `BPF_MAP_CREATE` (of the
+//! layout record), `BPF_LINK_CREATE`, `BPF_OBJ_PIN` and `BPF_OBJ_GET`. This is the loader's
+//! syscall edge; nothing else here.
+use std::{
+    ffi::CString,
+    io,
+    os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
+    os::unix::ffi::OsStrExt as _,
+    path::Path,
+};
+
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_OBJ_PIN: libc::c_long = 6;
+const BPF_OBJ_GET: libc::c_long = 7;
+const BPF_LINK_CREATE: libc::c_long = 28;
+
+/// `enum bpf_attach_type` values used by the datapath.
+pub mod attach_type {
+    /// `BPF_CGROUP_SOCK_OPS`.
+    pub const SOCK_OPS: u32 = 3;
+    /// `BPF_CGROUP_INET4_CONNECT`.
+    pub const CONNECT4: u32 = 10;
+    /// `BPF_CGROUP_INET6_CONNECT`.
+    pub const CONNECT6: u32 = 11;
+    /// `BPF_CGROUP_UDP4_SENDMSG`.
+    pub const SENDMSG4: u32 = 14;
+    /// `BPF_CGROUP_UDP6_SENDMSG`.
+    pub const SENDMSG6: u32 = 15;
+    /// `BPF_CGROUP_UDP4_RECVMSG`.
+    pub const RECVMSG4: u32 = 19;
+    /// `BPF_CGROUP_UDP6_RECVMSG`.
+    pub const RECVMSG6: u32 = 20;
+    /// `BPF_CGROUP_GETSOCKOPT`.
+    pub const GETSOCKOPT: u32 = 21;
+    /// `BPF_CGROUP_INET4_GETPEERNAME`.
+    pub const GETPEERNAME4: u32 = 29;
+    /// `BPF_CGROUP_INET6_GETPEERNAME`.
+    pub const GETPEERNAME6: u32 = 30;
+    /// `BPF_SK_LOOKUP`.
+    pub const SK_LOOKUP: u32 = 36;
+}
+
+/// `union bpf_attr`, as large as any command here uses (the kernel wants the rest zeroed).
+#[repr(C, align(8))]
+struct Attr([u32; 16]);
+
+fn bpf(cmd: libc::c_long, attr: &Attr) -> io::Result<libc::c_long> {
+    // SAFETY: syscall edge: `attr` is a valid, fully initialised bpf_attr of the size passed.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            std::ptr::from_ref(attr),
+            std::mem::size_of::<Attr>(),
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn owned(fd: libc::c_long) -> io::Result<OwnedFd> {
+    let fd = i32::try_from(fd).map_err(|_| io::Error::other("fd out of range"))?;
+    // SAFETY: the kernel just returned this new file descriptor; we are its only owner.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Creates a one-entry `BPF_MAP_TYPE_ARRAY` named `name` (at most 15 bytes) whose value has
+/// `value_size` bytes.
+pub fn array_map_create(name: &str, value_size: u32) -> io::Result<OwnedFd> {
+    const BPF_MAP_TYPE_ARRAY: u32 = 2;
+    let mut attr = Attr([0; 16]);
+    attr.0[0] = BPF_MAP_TYPE_ARRAY;
+    attr.0[1] = 4; // key: u32 index
+    attr.0[2] = value_size;
+    attr.0[3] = 1; // max_entries
+                   // map_name: char[16] at byte offset 28 (words 7..11), NUL-terminated.
+    let bytes = name.as_bytes();
+    if bytes.len() > 15 {
+        return Err(io::Error::other("map name longer than 15 bytes"));
+    }
+    let mut buf = [0u8; 16];
+    buf[..bytes.len()].copy_from_slice(bytes);
+    for (i, chunk) in buf.chunks_exact(4).enumerate() {
+        attr.0[7 + i] = u32::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+    }
+    owned(bpf(BPF_MAP_CREATE, &attr)?)
+}
+
+/// Creates a bpf_link of `prog` at `target` (a cgroup directory or netns file).
+pub fn link_create(
+    prog: BorrowedFd<'_>,
+    target: BorrowedFd<'_>,
+    attach: u32,
+) -> io::Result<OwnedFd> {
+    let mut attr = Attr([0; 16]);
+    attr.0[0] = prog.as_raw_fd() as u32;
+    attr.0[1] = target.as_raw_fd() as u32;
+    attr.0[2] = attach;
+    owned(bpf(BPF_LINK_CREATE, &attr)?)
+}
+
+fn path_attr(path: &Path, fd: u32) -> io::Result<(Attr, CString)> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::other("path contains a NUL byte"))?;
+    let mut attr = Attr([0; 16]);
+    let ptr = c.as_ptr() as u64;
+    attr.0[0] = ptr as u32;
+    attr.0[1] = (ptr >> 32) as u32;
+    attr.0[2] = fd;
+    Ok((attr, c))
+}
+
+/// Pins `fd` (a program, map or link) at `path` in a bpffs.
+pub fn obj_pin(fd: BorrowedFd<'_>, path: &Path) -> io::Result<()> {
+    let (attr, _keep) = path_attr(path, fd.as_raw_fd() as u32)?;
+    bpf(BPF_OBJ_PIN, &attr).map(|_| ())
+}
+
+/// Opens the object pinned at `path`.
+pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
+    let (attr, _keep) = path_attr(path, 0)?;
+    owned(bpf(BPF_OBJ_GET, &attr)?)
+}

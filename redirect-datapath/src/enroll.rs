@@ -1,0 +1,294 @@
+//! Inbound enrollment of a network namespace: policy maps, its addresses, and sk_lookup.
+use std::{fs::File, net::IpAddr, path::Path};
+
+use aya::{
+    maps::{MapData, SockHash},
+    programs::SkLookup,
+};
+use redirect_common::{
+    map_names, prog_names, AddrKey, InboundPolicy, ListenerKey, PortKey, AF_INET, AF_INET6,
+    INBOUND_ALL_PORTS, INBOUND_NO_LISTENER_PASSTHROUGH, PORT_EXCLUDED, PORT_INCLUDED,
+};
+use serde::Serialize;
+
+use redirect_policy::inbound_spec::{InboundPorts, InboundSpec, NoListener};
+
+use crate::{
+    adopt,
+    datapath::{program, Datapath},
+    error::{Error, Result},
+    netns,
+    store::{hash, keys_where, map_error, remove_where, MapStore},
+};
+
+/// A namespace whose inbound connections are steered.
+#[derive(Debug, Clone, Serialize)]
+pub struct Enrolled {
+    /// What was asked.
+    pub spec: InboundSpec,
+    /// Its netns cookie.
+    pub cookie: u64,
+    /// Its own addresses, as last synchronised into `POD_ADDRS`.
+    pub addrs: Vec<IpAddr>,
+}
+
+/// `POD_ADDRS` key of an address.
+pub fn addr_key(ip: IpAddr) -> AddrKey {
+    let (addr, family) = match ip {
+        IpAddr::V4(v4) => ([u32::from_ne_bytes(v4.octets()), 0, 0, 0], AF_INET),
+        IpAddr::V6(v6) => {
+            let o = v6.octets();
+            let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+            ([word(0), word(4), word(8), word(12)], AF_INET6)
+        }
+    };
+    AddrKey {
+        addr,
+        family,
+        _pad: [0; 6],
+    }
+}
+
+/// The map value for a spec.
+pub fn policy_of(spec: &InboundSpec) -> InboundPolicy {
+    let mut flags = 0;
+    if spec.ports == InboundPorts::All {
+        flags |= INBOUND_ALL_PORTS;
+    }
+    if spec.no_listener == NoListener::Passthrough {
+        flags |= INBOUND_NO_LISTENER_PASSTHROUGH;
+    }
+    InboundPolicy {
+        inbound_port: spec.inbound_port,
+        tunnel_port: spec.tunnel_port,
+        flags,
+        _pad: 0,
+    }
+}
+
+impl Datapath {
+    /// Enrolls `spec`'s namespace: policy, port rules and addresses first, then sk_lookup.
+    pub(crate) fn enroll(&mut self, spec: &InboundSpec) -> Result<()> {
+        if spec.ports == InboundPorts::None {
+            tracing::info!(netns = %spec.netns.display(), "inbound capture disabled (empty -b)");
+            return Ok(());
+        }
+        let cookie = netns::cookie(&spec.netns)?;
+        let addrs = netns::addresses(&spec.netns)?;
+        write_inbound(&mut self.ebpf, spec, cookie)?;
+        sync_addresses(&mut self.ebpf, &spec.netns, cookie, &[], &addrs)?;
+
+        let name = prog_names::SK_LOOKUP;
+        let prog: &mut SkLookup = program(&mut self.ebpf, name)?;
+        if prog.info().is_err() {
+            prog.load().map_err(|source| Error::Verify {
+                name,
+                source: Box::new(source),
+            })?;
+        }
+        let file = File::open(&spec.netns)
+            .map_err(|e| Error::io("opening network namespace", &spec.netns, e))?;
+        let id = prog.attach(file).map_err(|source| Error::Attach {
+            action: "attaching",
+            name,
+            cgroup: spec.netns.clone(),
+            source: Box::new(source),
+        })?;
+        self.sk_lookup.push(id);
+        self.record(name, "sk_lookup", &spec.netns);
+        adopt_listeners(&mut self.ebpf, spec, cookie)?;
+        tracing::info!(netns = %spec.netns.display(), cookie, addrs = ?addrs, "inbound capture enrolled");
+        self.ebpf_enrolled.push(Enrolled {
+            spec: spec.clone(),
+            cookie,
+            addrs,
+        });
+        Ok(())
+    }
+
+    /// Re-reads every enrolled namespace's addresses and updates `POD_ADDRS` (addresses may
+    /// be added after enrollment, e.g. by a CNI). Returns how many namespaces changed.
+    pub fn refresh_addresses(&mut self) -> Result<usize> {
+        let mut changed = 0;
+        for i in 0..self.ebpf_enrolled.len() {
+            let (path, cookie, old) = {
+                let e = &self.ebpf_enrolled[i];
+                (e.spec.netns.clone(), e.cookie, e.addrs.clone())
+            };
+            let new = netns::addresses(&path)?;
+            if new != old {
+                sync_addresses(&mut self.ebpf, &path, cookie, &old, &new)?;
+                tracing::info!(netns = %path.display(), addrs = ?new, "pod addresses changed");
+                self.ebpf_enrolled[i].addrs = new;
+                changed += 1;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Enrolled namespaces.
+    pub fn enrolled(&self) -> &[Enrolled] {
+        &self.ebpf_enrolled
+    }
+}
+
+/// Writes `spec`'s inbound policy and port rules for namespace `cookie`.
+pub fn write_inbound(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64) -> Result<()> {
+    {
+        let mut ports = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?;
+        let mut put = |port: u16, rule: u8| {
+            ports
+                .insert(
+                    PortKey {
+                        netns: cookie,
+                        port,
+                        _pad: [0; 6],
+                    },
+                    rule,
+                    0,
+                )
+                .map_err(map_error("writing", map_names::INBOUND_PORTS))
+        };
+        if let InboundPorts::List(list) = &spec.ports {
+            for p in list {
+                put(*p, PORT_INCLUDED)?;
+            }
+        }
+        for p in &spec.exclude {
+            put(*p, PORT_EXCLUDED)?;
+        }
+    }
+    // The policy last: it is what makes sk_lookup act on the namespace.
+    hash::<u64, InboundPolicy>(store, map_names::NETNS_INBOUND)?
+        .insert(cookie, policy_of(spec), 0)
+        .map_err(map_error("writing", map_names::NETNS_INBOUND))
+}
+
+/// Removes namespace `cookie`'s inbound policy and port rules (its addresses stay: the
+/// outbound rules use them too).
+pub fn remove_inbound(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
+    {
+        let mut policies = hash::<u64, InboundPolicy>(store, map_names::NETNS_INBOUND)?;
+        let _ = policies.remove(&cookie);
+    }
+    remove_where::<PortKey, u8>(store, map_names::INBOUND_PORTS, |k| k.netns == cookie)
+}
+
+/// `INBOUND_PORTS` keys of namespace `cookie`.
+pub fn inbound_port_keys(store: &mut dyn MapStore, cookie: u64) -> Result<Vec<PortKey>> {
+    keys_where::<PortKey, u8>(store, map_names::INBOUND_PORTS, |k| k.netns == cookie)
+}
+
+/// Removes those of `keys` that `spec` no longer lists.
+pub fn remove_port_keys(
+    store: &mut dyn MapStore,
+    keys: &[PortKey],
+    spec: &InboundSpec,
+) -> Result<()> {
+    let mut ports = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?;
+    let listed = |p: u16| {
+        spec.exclude.contains(&p) || matches!(&spec.ports, InboundPorts::List(l) if l.contains(&p))
+    };
+    for k in keys.iter().filter(|k| !listed(k.port)) {
+        let _ = ports.remove(k);
+    }
+    Ok(())
+}
+
+/// The address of a `POD_ADDRS` key.
+pub fn addr_of_key(k: &AddrKey) -> IpAddr {
+    crate::outbound::ip_of(k.family, k.addr)
+}
+
+/// Makes `POD_ADDRS` hold `new` instead of `old` for namespace `cookie`; an address owned by
+/// another namespace is refused.
+pub fn sync_addresses(
+    store: &mut dyn MapStore,
+    netns: &Path,
+    cookie: u64,
+    old: &[IpAddr],
+    new: &[IpAddr],
+) -> Result<()> {
+    let mut map = hash::<AddrKey, u64>(store, map_names::POD_ADDRS)?;
+    for ip in old.iter().filter(|ip| !new.contains(ip)) {
+        let key = addr_key(*ip);
+        if map.get(&key, 0).is_ok_and(|owner| owner == cookie) {
+            let _ = map.remove(&key);
+        }
+    }
+    for ip in new.iter().filter(|ip| !old.contains(ip)) {
+        let key = addr_key(*ip);
+        if map.get(&key, 0).is_ok_and(|owner| owner != cookie) {
+            return Err(Error::AddressConflict {
+                addr: *ip,
+                netns: netns.to_path_buf(),
+            });
+        }
+        map.insert(key, cookie, 0)
+            .map_err(map_error("writing", map_names::POD_ADDRS))?;
+    }
+    Ok(())
+}
+
+/// Hands a proxy that already listens on the inbound port to `LISTENERS` (sock_ops only
+/// sees `listen()` calls made after it was attached).
+pub fn adopt_listeners(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64) -> Result<()> {
+    let found = adopt::listeners(&spec.netns, spec.inbound_port)?;
+    if found.is_empty() {
+        return Ok(());
+    }
+    let map = store.map(map_names::LISTENERS)?;
+    let mut hash: SockHash<&mut MapData, ListenerKey> =
+        SockHash::try_from(map).map_err(map_error("opening", map_names::LISTENERS))?;
+    for l in found {
+        let Some(sock) = adopt::take_socket(l.inode) else {
+            tracing::warn!(
+                inode = l.inode,
+                "inbound listener found but its socket could not be taken"
+            );
+            continue;
+        };
+        let family = u32::from(if l.ipv6 { AF_INET6 } else { AF_INET });
+        hash.insert(
+            ListenerKey {
+                netns: cookie,
+                family,
+                _pad: 0,
+            },
+            std::os::fd::AsRawFd::as_raw_fd(&sock),
+            0,
+        )
+        .map_err(map_error(
+            "adopting the inbound listener into",
+            map_names::LISTENERS,
+        ))?;
+        tracing::info!(netns = %spec.netns.display(), port = spec.inbound_port, ipv6 = l.ipv6, "adopted a running inbound listener");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_flags() {
+        let spec: InboundSpec = "p:no-listener=passthrough".parse().expect("spec");
+        let p = policy_of(&spec);
+        assert_eq!(p.flags, INBOUND_ALL_PORTS | INBOUND_NO_LISTENER_PASSTHROUGH);
+        assert_eq!((p.inbound_port, p.tunnel_port), (15006, 15008));
+        let list: InboundSpec = "p:b=80".parse().expect("spec");
+        assert_eq!(policy_of(&list).flags, 0);
+    }
+
+    #[test]
+    fn address_keys_are_network_order() {
+        let k = addr_key("198.18.0.1".parse().expect("ip"));
+        assert_eq!(k.addr[0].to_ne_bytes(), [198, 18, 0, 1]);
+        assert_eq!(k.family, AF_INET);
+        let k = addr_key("2001:db8::1".parse().expect("ip"));
+        assert_eq!(k.addr[0].to_ne_bytes(), [0x20, 0x01, 0x0d, 0xb8]);
+        assert_eq!(k.addr[3].to_ne_bytes(), [0, 0, 0, 1]);
+        assert_eq!(k.family, AF_INET6);
+    }
+}

@@ -1,0 +1,207 @@
+//! Error type of the library: each variant names the failing call and the value involved.
+use std::{io, path::PathBuf};
+
+/// Everything that can go wrong while validating, loading, attaching or inspecting.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The cgroup directory does not exist.
+    #[error("cgroup {path} does not exist: create it (mkdir {path}) or pass an existing directory under the cgroup v2 mount {mount}")]
+    CgroupMissing {
+        /// The path given.
+        path: PathBuf,
+        /// Where cgroup v2 is mounted on this host.
+        mount: PathBuf,
+    },
+    /// The path exists but is not a cgroup v2 directory.
+    #[error("{path} is not a cgroup v2 directory (its filesystem is {fstype}); BPF programs attach only to cgroup v2, which is mounted at {mount} here: pass a directory under it")]
+    NotCgroup2 {
+        /// The path given.
+        path: PathBuf,
+        /// The filesystem the path is on, from /proc/self/mountinfo.
+        fstype: String,
+        /// Where cgroup v2 is mounted on this host.
+        mount: PathBuf,
+    },
+    /// No cgroup2 filesystem is mounted.
+    #[error("no cgroup v2 filesystem is mounted (none in /proc/self/mountinfo); mount one, e.g. `mkdir -p /sys/fs/cgroup/unified && mount -t cgroup2 none /sys/fs/cgroup/unified`")]
+    NoCgroup2Mount,
+    /// Not running with the privileges BPF needs.
+    #[error("redirect must run as root (effective uid is {euid}): loading and attaching BPF programs needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN; rerun it with sudo")]
+    NotRoot {
+        /// The effective uid we run as.
+        euid: u32,
+    },
+    /// The kernel lacks a program type we need.
+    #[error("this kernel cannot load {program_type} programs{detail}; redirect needs Linux 5.10 or newer built with CONFIG_CGROUP_BPF and CONFIG_BPF_SYSCALL")]
+    Unsupported {
+        /// The program type that is missing.
+        program_type: &'static str,
+        /// Extra detail from the probe, with a leading separator, or empty.
+        detail: String,
+    },
+    /// The binary was built with the empty stub object.
+    #[error("this build of redirect has no BPF object embedded: run `cargo xtask build-ebpf` and rebuild (or use `cargo xtask run`)")]
+    NoObject,
+    /// Parsing or loading the BPF object failed.
+    #[error("loading the BPF object")]
+    Load(#[source] Box<aya::EbpfError>),
+    /// The object lacks a program or map we expect.
+    #[error("the BPF object has no {kind} named {name}: rebuild with `cargo xtask build-ebpf`")]
+    Missing {
+        /// "program" or "map".
+        kind: &'static str,
+        /// Its name.
+        name: &'static str,
+    },
+    /// Loading (verifying) a program failed.
+    #[error("the kernel rejected program {name}")]
+    Verify {
+        /// Program name.
+        name: &'static str,
+        /// The loader's error, including the verifier log.
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
+    /// Attaching or detaching a program failed.
+    #[error("{action} {name} at {cgroup}")]
+    Attach {
+        /// "attaching" or "detaching".
+        action: &'static str,
+        /// Program name.
+        name: &'static str,
+        /// The cgroup directory.
+        cgroup: PathBuf,
+        /// The loader's error.
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
+    /// A map operation failed.
+    #[error("{op} on map {name}")]
+    Map {
+        /// What was being done.
+        op: &'static str,
+        /// Map name or id.
+        name: String,
+        /// The loader's error.
+        #[source]
+        source: Box<aya::maps::MapError>,
+    },
+    /// A program or link query failed.
+    #[error("{op}")]
+    Query {
+        /// What was being queried.
+        op: String,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A file operation failed.
+    #[error("{op} {path}")]
+    Io {
+        /// What was being done ("reading", "writing", ...).
+        op: &'static str,
+        /// The file involved.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A state file could not be parsed.
+    #[error("parsing state file {path}")]
+    State {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Two enrolled namespaces claim the same address (sk_lookup finds a pod by address).
+    #[error("address {addr} of network namespace {netns} is already enrolled for another namespace: pod addresses must be unique within one datapath")]
+    AddressConflict {
+        /// The address.
+        addr: std::net::IpAddr,
+        /// The namespace being enrolled.
+        netns: PathBuf,
+    },
+    /// A namespace path the daemon cannot keep using (relative, or another process's view).
+    #[error("--netns {path}: the daemon opens the namespace itself and keeps following it, so give a path that names it from any process and stays valid: /run/netns/NAME, or /proc/PID/ns/net of a long-lived process of the pod")]
+    NetnsPath {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// A policy list is longer than the kernel-side policy can hold.
+    #[error("{count} {what} given, at most {max} are supported per namespace")]
+    PolicyLimit {
+        /// Which list.
+        what: &'static str,
+        /// How many were given.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A bpffs operation on the pinned datapath failed.
+    #[error("{op} {path}")]
+    Pin {
+        /// What was being done.
+        op: &'static str,
+        /// The pin path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Another daemon holds the single-instance lock.
+    #[error("another redirect daemon is running (pid {pid}, lock {lock}): one datapath per node, never two; stop it first or talk to it with `redirect enroll/list`")]
+    AlreadyRunning {
+        /// Pid recorded in the lock file.
+        pid: String,
+        /// The lock file.
+        lock: PathBuf,
+    },
+    /// The pinned datapath has another layout than this build reads and writes.
+    #[error("the datapath pinned at {dir} has layout v{found}, this redirect reads and writes layout v{expected}: remove it with `redirect uninstall --bpffs {dir}` (every namespace loses capture until it is enrolled again) or use the redirect that created it")]
+    Layout {
+        /// The pin directory.
+        dir: PathBuf,
+        /// The version found (0: no layout record).
+        found: u32,
+        /// This build's version.
+        expected: u32,
+    },
+    /// A running daemon owns the pinned datapath.
+    #[error("the datapath pinned at {dir} is owned by the redirect daemon pid {pid}, which is running: one owner per datapath; stop it first, or talk to it (`redirect list`, `redirect enroll` with its REDIRECT_DAEMON_DIR)")]
+    OwnedByDaemon {
+        /// The pin directory.
+        dir: PathBuf,
+        /// The owner's pid.
+        pid: u32,
+    },
+    /// The pinned datapath is attached at another cgroup than the one asked for.
+    #[error("the datapath pinned at {dir} is attached at {recorded} (cgroup id {recorded_id}), not at {asked} as --cgroup asks: it is never moved silently; run `redirect uninstall --bpffs {dir}` first to attach it elsewhere")]
+    AttachedElsewhere {
+        /// The pin directory.
+        dir: PathBuf,
+        /// Where it is attached (a path when found under the cgroup v2 mount).
+        recorded: String,
+        /// The recorded cgroup id.
+        recorded_id: u64,
+        /// The cgroup asked for.
+        asked: PathBuf,
+    },
+    /// The istio-iptables arguments, environment or cluster.env were invalid.
+    #[error(transparent)]
+    Policy(#[from] redirect_policy::PolicyError),
+}
+
+/// Result alias for the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Self::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! `redirect explain`: what the kernel would do with one connection in one namespace, and why,
+//! from the same `outbound::decide` the BPF programs run, fed from the pinned maps.
+use std::net::{IpAddr, SocketAddr};
+
+use aya::maps::lpm_trie::Key;
+use redirect_common::{
+    map_names,
+    outbound::{decide, when_proxy_down, CidrKey, Conn, Lookups, OutboundPolicy, Verdict},
+    AddrKey, Counter, PortKey, AF_INET, AF_INET6,
+};
+use serde::Serialize;
+
+use crate::{
+    error::Result,
+    outbound::words,
+    store::{hash, lpm, MapStore},
+};
+
+/// The answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Explained {
+    /// Where the connection goes: `proxy:15001`, `proxy:15006`, `dns:15053`, `untouched`, or
+    /// `refused (...)` when the proxy does not listen yet under `--no-proxy refuse`.
+    pub outcome: String,
+    /// The decision counter (as in `redirect status` / metrics).
+    pub counter: &'static str,
+    /// The istio-iptables rule that decided.
+    pub rule: &'static str,
+    /// Whether the namespace has a policy of its own (else the default of `attach`, or none).
+    pub own_policy: bool,
+}
+
+/// Answers each lookup from values read once from the maps.
+struct Snapshot {
+    own: bool,
+    nic: bool,
+    exclude: bool,
+    include: bool,
+    ports: u8,
+}
+
+impl Lookups for Snapshot {
+    fn is_own_addr(&self, _: &Conn) -> bool {
+        self.own
+    }
+    fn via_excluded_nic(&self, _: &Conn) -> bool {
+        self.nic
+    }
+    fn excluded_cidr(&self, _: &Conn) -> bool {
+        self.exclude
+    }
+    fn included_cidr(&self, _: &Conn) -> bool {
+        self.include
+    }
+    fn port_rule(&self, _: &Conn) -> u8 {
+        self.ports
+    }
+}
+
+/// The istio-iptables rule a decision counter stands for.
+pub fn rule_of(counter: Counter) -> &'static str {
+    match counter {
+        Counter::Redirected => "-j ISTIO_REDIRECT (-i, or -p tcp --dport <-q>)",
+        Counter::BypassUid => "-m owner --uid-owner <-u> -j RETURN",
+        Counter::BypassGid => "-m owner --gid-owner <-g> -j RETURN",
+        Counter::Loopback => "-o lo -m owner ! --uid-owner <-u> -j RETURN, or -d 127.0.0.1/32 -j RETURN",
+        Counter::NotTcp => "ISTIO_REDIRECT only rewrites -p tcp",
+        Counter::ExcludedCidr => "-d <-x> -j RETURN",
+        Counter::Ipv6Untouched => "no ip6tables rules (the namespace is not dual-stack)",
+        Counter::NoPolicy => "no rules in this namespace",
+        Counter::InboundRedirectLocal => "-o lo ! -d 127.0.0.1/32 -p tcp ! --dport <-e> -m owner --uid-owner <-u> -j ISTIO_IN_REDIRECT",
+        Counter::PassthroughSource => "-o lo -s 127.0.0.6/32 -j RETURN",
+        Counter::OwnerGroup => "-m owner [!] --gid-owner <owner groups> -j RETURN",
+        Counter::DnsRedirected => "ISTIO_OUTPUT_DNS: --dport 53 -j REDIRECT --to-ports 15053",
+        Counter::NotIncluded => "end of ISTIO_OUTPUT (outside -i and -q)",
+        Counter::ExcludedPort => "-p tcp|udp --dport <-o> -j RETURN",
+        Counter::ExcludedInterface => "OUTPUT -o <-c> -j RETURN",
+        Counter::NoProxyPassthrough => "(redirect) the proxy does not listen yet: --no-proxy passthrough",
+        Counter::NoProxyRefused => "(redirect) the proxy does not listen yet: --no-proxy refuse",
+        Counter::ProxyIdElsewhere => "(redirect) proxy uid/gid outside --proxy-cgroup: not the proxy",
+        _ => "-",
+    }
+}
+
+/// The id of `path`'s ancestor at depth `level` below the cgroup v2 root (itself when as deep).
+fn ancestor_id(path: &std::path::Path, level: u16) -> Result<u64> {
+    let dir = crate::cgroup::validate(path)?;
+    let root = crate::cgroup::cgroup2_root()?;
+    let mut at = root.clone();
+    if let Ok(rel) = dir.strip_prefix(&root) {
+        for c in rel.components().take(usize::from(level)) {
+            at.push(c);
+        }
+    }
+    Ok(crate::outbound::cgroup_id_level(&at)?.0)
+}
+
+/// The connection to explain.
+#[derive(Debug, Clone)]
+pub struct Query<'a> {
+    /// Caller's uid.
+    pub uid: u32,
+    /// Caller's gid.
+    pub gid: u32,
+    /// Destination.
+    pub dst: SocketAddr,
+    /// TCP (else a UDP datagram).
+    pub tcp: bool,
+    /// Source the socket is bound to, if any.
+    pub src: Option<IpAddr>,
+    /// The caller's cgroup, if known.
+    pub caller_cgroup: Option<&'a std::path::Path>,
+}
+
+/// Explains `q` in namespace `cookie`.
+pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<Explained> {
+    let Query {
+        uid,
+        gid,
+        dst,
+        tcp,
+        src,
+        caller_cgroup,
+    } = q.clone();
+    let (family, ip) = match dst.ip() {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => (AF_INET, IpAddr::V4(v4)),
+            None => (AF_INET6, dst.ip()),
+        },
+        ip => (AF_INET, ip),
+    };
+    let addr = words(ip);
+    let (policy, key) = {
+        let policies = hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?;
+        match policies.get(&cookie, 0) {
+            Ok(p) => (p, cookie),
+            Err(_) => (policies.get(&0, 0).unwrap_or(OutboundPolicy::ZERO), 0),
+        }
+    };
+    let own = hash::<AddrKey, u64>(store, map_names::POD_ADDRS)?
+        .get(
+            &AddrKey {
+                addr,
+                family,
+                _pad: [0; 6],
+            },
+            0,
+        )
+        .is_ok_and(|owner| owner == cookie);
+    let lookup_key = Key::new(CidrKey::LOOKUP_LEN, CidrKey::new(key, family, addr));
+    let mut trie = |name| -> Result<Option<u8>> {
+        Ok(lpm::<CidrKey, u8>(store, name)?.get(&lookup_key, 0).ok())
+    };
+    let nic = trie(map_names::OUT_ROUTES)?.is_some_and(|v| v != 0);
+    let exclude = trie(map_names::OUT_EXCLUDE)?.is_some();
+    let include = trie(map_names::OUT_INCLUDE)?.is_some();
+    let ports = hash::<PortKey, u8>(store, map_names::OUT_PORTS)?
+        .get(
+            &PortKey {
+                netns: key,
+                port: dst.port(),
+                _pad: [0; 6],
+            },
+            0,
+        )
+        .unwrap_or(0);
+    let passthrough_src = src.is_some_and(|s| {
+        s == IpAddr::from([127, 0, 0, 6])
+            || s == IpAddr::from(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6))
+    });
+    let conn = Conn {
+        family,
+        tcp,
+        dst: addr,
+        dport: dst.port(),
+        uid,
+        gid,
+        passthrough_src,
+        in_proxy_cgroup: match caller_cgroup {
+            Some(path) if policy.proxy_cgroup != 0 => {
+                ancestor_id(path, policy.proxy_cgroup_level)? == policy.proxy_cgroup
+            }
+            _ => false,
+        },
+    };
+    let verdict = decide(
+        &policy,
+        &conn,
+        &Snapshot {
+            own,
+            nic,
+            exclude,
+            include,
+            ports,
+        },
+    );
+    let proxy_up = hash::<u64, u32>(store, map_names::PROXY_LISTENERS)?
+        .get(&cookie, 0)
+        .is_ok_and(|n| n > 0);
+    let verdict = when_proxy_down(&policy, verdict, key == cookie && key != 0, proxy_up);
+    let (outcome, counter) = match verdict {
+        Verdict::Pass(c) => ("untouched".to_owned(), c),
+        // Sent to the closed outbound port: the application's connect is refused.
+        Verdict::Redirect(port, c @ Counter::NoProxyRefused) => {
+            (format!("refused (nothing listens on proxy:{port})"), c)
+        }
+        Verdict::Redirect(port, c) => {
+            let who = if c == Counter::DnsRedirected {
+                "dns"
+            } else {
+                "proxy"
+            };
+            (format!("{who}:{port}"), c)
+        }
+    };
+    Ok(Explained {
+        outcome,
+        counter: counter.name(),
+        rule: rule_of(counter),
+        own_policy: key == cookie && key != 0,
+    })
+}

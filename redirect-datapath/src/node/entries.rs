@@ -1,0 +1,119 @@
+//! One namespace's entries outside the policy value: its addresses, its interfaces (`-c`,
+//! `-k`) and the count of listeners on its outbound port.
+use std::path::Path;
+
+use redirect_common::map_names;
+
+use redirect_policy::Policy;
+
+use crate::{
+    enroll,
+    error::Result,
+    netns,
+    store::{hash, remove_where, MapStore},
+};
+
+pub(super) fn owned_addresses(
+    store: &mut dyn MapStore,
+    cookie: u64,
+) -> Result<Vec<std::net::IpAddr>> {
+    let map = hash::<redirect_common::AddrKey, u64>(store, map_names::POD_ADDRS)?;
+    Ok(map
+        .iter()
+        .filter_map(|e| e.ok())
+        .filter(|(_, owner)| *owner == cookie)
+        .map(|(k, _)| enroll::addr_of_key(&k))
+        .collect())
+}
+
+/// Interfaces whose arriving traffic istio-iptables RETURNs in PREROUTING (`-c`, `-k`), by
+/// index in the namespace; names that do not exist (yet) are skipped with a warning.
+pub(super) fn write_ifaces(
+    store: &mut dyn MapStore,
+    netns_path: &Path,
+    cookie: u64,
+    policy: &Policy,
+) -> Result<()> {
+    let mut wanted: Vec<(String, u8)> = Vec::new();
+    for (names, bit) in [
+        (&policy.exclude_interfaces, redirect_common::IFACE_EXCLUDED),
+        (
+            &policy.kube_virt_interfaces,
+            redirect_common::IFACE_KUBEVIRT,
+        ),
+    ] {
+        for n in names {
+            match wanted.iter_mut().find(|(w, _)| w == n) {
+                Some((_, b)) => *b |= bit,
+                None => wanted.push((n.clone(), bit)),
+            }
+        }
+    }
+    let names: Vec<String> = wanted.iter().map(|(n, _)| n.clone()).collect();
+    let indexes = netns::in_netns(netns_path, move || {
+        Ok(names
+            .iter()
+            .map(|n| nix::net::if_::if_nametoindex(n.as_str()).ok())
+            .collect::<Vec<_>>())
+    })?;
+    remove_ifaces(store, cookie)?;
+    let mut map = hash::<redirect_common::IfKey, u8>(store, map_names::IFACES)?;
+    for ((name, bits), index) in wanted.iter().zip(indexes) {
+        let Some(ifindex) = index else {
+            tracing::warn!(interface = %name, netns = %netns_path.display(), "interface not found; its inbound traffic is not exempted");
+            continue;
+        };
+        map.insert(
+            redirect_common::IfKey {
+                netns: cookie,
+                ifindex,
+                _pad: 0,
+            },
+            *bits,
+            0,
+        )
+        .map_err(crate::store::map_error("writing", map_names::IFACES))?;
+    }
+    Ok(())
+}
+
+pub(super) fn remove_ifaces(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
+    remove_where::<redirect_common::IfKey, u8>(store, map_names::IFACES, |k| k.netns == cookie)
+}
+
+/// Counts the sockets already listening on the outbound port (sock_ops only sees listen()
+/// calls made after the policy exists), so a proxy that started first is known to be up.
+pub(super) fn seed_proxy_listeners(
+    store: &mut dyn MapStore,
+    netns_path: &Path,
+    cookie: u64,
+    port: u16,
+) -> Result<()> {
+    let found = crate::adopt::listeners(netns_path, port)?.len();
+    let mut map = hash::<u64, u32>(store, map_names::PROXY_LISTENERS)?;
+    map.insert(cookie, u32::try_from(found).unwrap_or(u32::MAX), 0)
+        .map_err(crate::store::map_error(
+            "writing",
+            map_names::PROXY_LISTENERS,
+        ))
+}
+
+/// Drops namespace `cookie`'s per-namespace decision counters.
+pub(super) fn remove_ns_counters(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
+    let mut map: aya::maps::PerCpuHashMap<
+        &mut aya::maps::MapData,
+        redirect_common::NsCounterKey,
+        u64,
+    > = aya::maps::PerCpuHashMap::try_from(store.map(map_names::NETNS_COUNTERS)?).map_err(
+        crate::store::map_error("opening", map_names::NETNS_COUNTERS),
+    )?;
+    let keys: Vec<redirect_common::NsCounterKey> = map
+        .keys()
+        .filter_map(|k| k.ok())
+        .filter(|k| k.netns == cookie)
+        .collect();
+    for k in keys {
+        let _ = map.remove(&k);
+    }
+    Ok(())
+}

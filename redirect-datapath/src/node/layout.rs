@@ -1,0 +1,227 @@
+//! The pinned layout's version and owner record (`DIR/layout`, a one-entry array map): which
+//! layout of pins and maps a datapath has, who owns it (the daemon, by pid and start time, or
+//! the CLI) and the cgroups it is attached at. A datapath pinned before records existed has
+//! none: layout v0.
+use std::{os::fd::AsFd as _, path::Path};
+
+use aya::maps::{Array, Map, MapData};
+
+use crate::{
+    bpfsys,
+    error::{Error, Result},
+};
+
+/// The layout this build reads and writes. v0: no record (before versions); v1: this record.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Name of the record's pin and of the map in the kernel.
+pub const PIN: &str = "layout";
+const MAGIC: u64 = 0x7265_6469_7265_6374; // "redirect"
+/// The record as stored: [magic, layout, mode, owner pid, owner start time, app cgroup id,
+/// proxy cgroup id, reserved].
+type Raw = [u64; 8];
+
+/// Who owns a pinned datapath.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// Created by a command (`redirect istio-iptables`, `vm`), no process keeps it.
+    Cli,
+    /// A daemon: its pid and start time (clock ticks after boot, `/proc/PID/stat` field 22).
+    Daemon {
+        /// The daemon's pid.
+        pid: u32,
+        /// Its start time, so a reused pid is not taken for it.
+        start: u64,
+    },
+}
+
+impl Owner {
+    /// A daemon owner that is this process.
+    pub fn this_daemon() -> Result<Self> {
+        let pid = std::process::id();
+        Ok(Self::Daemon {
+            pid,
+            start: start_time(pid).ok_or_else(|| {
+                Error::io(
+                    "reading the start time in",
+                    format!("/proc/{pid}/stat"),
+                    std::io::Error::other("unreadable"),
+                )
+            })?,
+        })
+    }
+
+    /// Whether the owner is a daemon that is still running (same pid, same start time).
+    pub fn is_live_daemon(&self) -> bool {
+        match *self {
+            Self::Cli => false,
+            Self::Daemon { pid, start } => start_time(pid) == Some(start),
+        }
+    }
+}
+
+/// The record of a pinned datapath.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Layout version.
+    pub version: u32,
+    /// Who owns it.
+    pub owner: Owner,
+    /// Cgroup id (inode) of the capture attach point.
+    pub app_cgroup: u64,
+    /// Cgroup id of the proxy attach point (getsockopt, sock_ops).
+    pub proxy_cgroup: u64,
+}
+
+impl Layout {
+    fn encode(&self) -> Raw {
+        let (mode, pid, start) = match self.owner {
+            Owner::Cli => (1, 0, 0),
+            Owner::Daemon { pid, start } => (2, u64::from(pid), start),
+        };
+        [
+            MAGIC,
+            u64::from(self.version),
+            mode,
+            pid,
+            start,
+            self.app_cgroup,
+            self.proxy_cgroup,
+            0,
+        ]
+    }
+
+    fn decode(raw: &Raw) -> Option<Self> {
+        if raw[0] != MAGIC {
+            return None;
+        }
+        let owner = match raw[2] {
+            2 => Owner::Daemon {
+                pid: u32::try_from(raw[3]).ok()?,
+                start: raw[4],
+            },
+            _ => Owner::Cli,
+        };
+        Some(Self {
+            version: u32::try_from(raw[1]).ok()?,
+            owner,
+            app_cgroup: raw[5],
+            proxy_cgroup: raw[6],
+        })
+    }
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // comm may contain spaces and parentheses: the fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn map_err(op: &'static str, dir: &Path) -> impl FnOnce(aya::maps::MapError) -> Error {
+    let name = dir.join(PIN).display().to_string();
+    move |source| Error::Map {
+        op,
+        name,
+        source: Box::new(source),
+    }
+}
+
+fn open(dir: &Path) -> Result<Option<Array<MapData, Raw>>> {
+    let path = dir.join(PIN);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let data = MapData::from_pin(&path).map_err(map_err("opening the layout record", dir))?;
+    let array =
+        Array::try_from(Map::Array(data)).map_err(map_err("reading the layout record", dir))?;
+    Ok(Some(array))
+}
+
+/// Creates and pins the record of a new datapath.
+pub fn create(dir: &Path, layout: &Layout) -> Result<()> {
+    let path = dir.join(PIN);
+    let fd = bpfsys::array_map_create(
+        "redirect_layout",
+        u32::try_from(std::mem::size_of::<Raw>()).unwrap_or(u32::MAX),
+    )
+    .map_err(|e| Error::Pin {
+        op: "creating the layout record for",
+        path: path.clone(),
+        source: e,
+    })?;
+    bpfsys::obj_pin(fd.as_fd(), &path).map_err(|e| Error::Pin {
+        op: "pinning the layout record at",
+        path: path.clone(),
+        source: e,
+    })?;
+    write(dir, layout)
+}
+
+/// Rewrites the record (e.g. a daemon taking ownership).
+pub fn write(dir: &Path, layout: &Layout) -> Result<()> {
+    let mut array = open(dir)?.ok_or_else(|| Error::Layout {
+        dir: dir.to_path_buf(),
+        found: 0,
+        expected: LAYOUT_VERSION,
+    })?;
+    array
+        .set(0, layout.encode(), 0)
+        .map_err(map_err("writing the layout record", dir))
+}
+
+/// The record of the datapath at `dir`: `None` for a layout v0 datapath (no record).
+pub fn read(dir: &Path) -> Result<Option<Layout>> {
+    let Some(array) = open(dir)? else {
+        return Ok(None);
+    };
+    let raw = array
+        .get(&0, 0)
+        .map_err(map_err("reading the layout record", dir))?;
+    Ok(Layout::decode(&raw))
+}
+
+/// The record, checked: a datapath of another layout is an error naming both versions.
+pub fn check(dir: &Path) -> Result<Layout> {
+    match read(dir)? {
+        Some(l) if l.version == LAYOUT_VERSION => Ok(l),
+        other => Err(Error::Layout {
+            dir: dir.to_path_buf(),
+            found: other.map_or(0, |l| l.version),
+            expected: LAYOUT_VERSION,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips() {
+        for owner in [Owner::Cli, Owner::Daemon { pid: 42, start: 7 }] {
+            let l = Layout {
+                version: LAYOUT_VERSION,
+                owner,
+                app_cgroup: 1,
+                proxy_cgroup: 2,
+            };
+            assert_eq!(Layout::decode(&l.encode()), Some(l));
+        }
+        assert_eq!(Layout::decode(&[0; 8]), None);
+    }
+
+    #[test]
+    fn this_process_is_a_live_owner() {
+        let me = Owner::this_daemon().unwrap();
+        assert!(me.is_live_daemon());
+        let Owner::Daemon { pid, start } = me else {
+            panic!("{me:?}")
+        };
+        let reborn = Owner::Daemon {
+            pid,
+            start: start + 1,
+        };
+        assert!(!reborn.is_live_daemon(), "a reused pid is not the owner");
+        assert!(!Owner::Cli.is_live_daemon());
+    }
+}

@@ -1,0 +1,376 @@
+//! The persistent node datapath of `redirect istio-iptables`: programs, links and maps pinned
+//! in bpffs so capture outlives the command, shared by every namespace that has a policy.
+//!
+//! Layout under the pin directory (default `/sys/fs/bpf/redirect`): `maps/NAME`,
+//! `progs/redirect_sk_lookup`, `links/HOOK-N` (cgroup links), `netns/COOKIE` (a namespace's
+//! sk_lookup link). Removing the directory detaches everything.
+mod entries;
+pub mod layout;
+mod pins;
+
+use std::{
+    collections::HashMap as StdHashMap,
+    fs::File,
+    os::fd::AsFd as _,
+    path::{Path, PathBuf},
+};
+
+use aya::maps::{Map, MapData};
+use redirect_common::{map_names, prog_names};
+
+pub use self::pins::{lock, remove_dir};
+use self::{
+    entries::{
+        owned_addresses, remove_ifaces, remove_ns_counters, seed_proxy_listeners, write_ifaces,
+    },
+    pins::pin_err,
+};
+use redirect_policy::{
+    inbound_spec::{InboundPorts as SpecPorts, InboundSpec, NoListener},
+    InboundPorts, Policy,
+};
+
+use crate::{
+    bpfsys::{self, attach_type},
+    enroll,
+    error::{Error, Result},
+    netns, outbound, routes,
+    store::{hash, MapStore, PinnedMaps},
+};
+
+/// Where the node datapath is pinned unless `--bpffs` or `REDIRECT_BPFFS` says otherwise.
+pub const DEFAULT_DIR: &str = "/sys/fs/bpf/redirect";
+
+/// Where the programs attach when the datapath is created.
+#[derive(Debug, Clone)]
+pub struct NodeAttach {
+    /// Cgroup whose processes are captured (default: the cgroup v2 root).
+    pub cgroup: Option<PathBuf>,
+    /// Cgroup of the proxies' listeners (default: the same as `cgroup`).
+    pub proxy_cgroup: Option<PathBuf>,
+}
+
+/// The pinned datapath, opened.
+#[derive(Debug)]
+pub struct NodeDatapath {
+    dir: PathBuf,
+    maps: PinnedMaps,
+}
+
+/// What `apply` did for a namespace.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// Netns cookie.
+    pub cookie: u64,
+    /// The namespace's own addresses (routed via `lo`).
+    pub addrs: Vec<std::net::IpAddr>,
+    /// Whether IPv6 follows the policy.
+    pub ipv6: bool,
+    /// Whether inbound capture (sk_lookup) is on.
+    pub inbound: bool,
+    /// The kernel form written.
+    pub compiled: outbound::Compiled,
+}
+
+impl NodeDatapath {
+    /// True when a datapath is pinned at `dir`.
+    pub fn exists(dir: &Path) -> bool {
+        dir.join("maps").join(map_names::NETNS_OUTBOUND).exists()
+    }
+
+    /// Opens the datapath pinned at `dir`; one of another layout is an error naming both.
+    pub fn open(dir: &Path) -> Result<Self> {
+        layout::check(dir)?;
+        let mut maps = StdHashMap::new();
+        for name in map_names::ALL {
+            let path = dir.join("maps").join(name);
+            if !path.exists() {
+                continue;
+            }
+            let data = MapData::from_pin(&path).map_err(|source| Error::Map {
+                op: "opening the pinned",
+                name: path.display().to_string(),
+                source: Box::new(source),
+            })?;
+            let map = Map::from_map_data(data).map_err(|source| Error::Map {
+                op: "opening the pinned",
+                name: path.display().to_string(),
+                source: Box::new(source),
+            })?;
+            maps.insert(name, map);
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            maps: PinnedMaps(maps),
+        })
+    }
+
+    /// Opens the datapath at `dir`, creating (loading, attaching, pinning) it when absent.
+    /// Returns whether it was created.
+    pub fn open_or_create(dir: &Path, attach: &NodeAttach) -> Result<(Self, bool)> {
+        if Self::exists(dir) {
+            let dp = Self::open(dir)?;
+            dp.check_attach(attach)?;
+            return Ok((dp, false));
+        }
+        Self::create(dir, attach)?;
+        Ok((Self::open(dir)?, true))
+    }
+
+    /// Applies `policy` to one namespace, creating the datapath first when none is pinned; a
+    /// datapath created for a call that then fails is removed again (nothing half-applied).
+    /// Returns what was applied and whether the datapath was created.
+    pub fn apply_at(
+        dir: &Path,
+        attach: &NodeAttach,
+        netns_path: &Path,
+        policy: &Policy,
+    ) -> Result<(Applied, bool)> {
+        let (mut dp, created) = Self::open_or_create(dir, attach)?;
+        match dp.apply(netns_path, policy) {
+            Ok(applied) => Ok((applied, created)),
+            Err(e) => {
+                if created {
+                    drop(dp);
+                    remove_dir(dir)?;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// An explicit `--cgroup` must name the cgroup the datapath is attached at: it is never
+    /// moved, nor silently left elsewhere.
+    fn check_attach(&self, attach: &NodeAttach) -> Result<()> {
+        let Some(asked) = &attach.cgroup else {
+            return Ok(());
+        };
+        let recorded = layout::check(&self.dir)?.app_cgroup;
+        if crate::cgroup::id(asked)? == recorded {
+            return Ok(());
+        }
+        Err(Error::AttachedElsewhere {
+            dir: self.dir.clone(),
+            recorded: crate::cgroup::path_of_id(recorded)
+                .map_or_else(|| "a cgroup".to_owned(), |p| p.display().to_string()),
+            recorded_id: recorded,
+            asked: asked.clone(),
+        })
+    }
+
+    /// The datapath's layout record.
+    pub fn layout(&self) -> Result<layout::Layout> {
+        layout::check(&self.dir)
+    }
+
+    /// The pin directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Takes one pinned map out (for users that need it owned, such as the trace reader).
+    pub fn take_map(&mut self, name: &'static str) -> Result<Map> {
+        self.maps
+            .0
+            .remove(name)
+            .ok_or(Error::Missing { kind: "map", name })
+    }
+
+    /// The pinned maps.
+    pub fn maps(&mut self) -> &mut dyn MapStore {
+        &mut self.maps
+    }
+
+    /// Applies `policy` to the namespace at `netns_path`, replacing a previous one. Nothing is
+    /// active for the namespace until its outbound policy value is written (last).
+    pub fn apply(&mut self, netns_path: &Path, policy: &Policy) -> Result<Applied> {
+        let cookie = netns::cookie(netns_path)?;
+        let addrs = netns::addresses(netns_path)?;
+        let ipv6 = ipv6_follows(policy, &addrs);
+        let routes = if policy.exclude_interfaces.is_empty() {
+            Vec::new()
+        } else {
+            routes::via_interfaces(netns_path, &policy.exclude_interfaces)?
+        };
+        let mut compiled = outbound::compile(policy, ipv6, routes)?;
+        compiled.policy.netns_ino = netns::inode(netns_path)?;
+        // Pods die without --cleanup-only (istio-init never runs it): their entries, and the
+        // addresses a new pod may reuse, go before this one is written.
+        self.remove_stale()?;
+        let old = owned_addresses(&mut self.maps, cookie)?;
+        enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old, &addrs)?;
+        let inbound = !matches!(&policy.inbound_ports, InboundPorts::List(l) if l.is_empty());
+        if inbound {
+            let spec = InboundSpec {
+                netns: netns_path.to_path_buf(),
+                ports: match &policy.inbound_ports {
+                    InboundPorts::All => SpecPorts::All,
+                    InboundPorts::List(l) => SpecPorts::List(l.clone()),
+                },
+                // istio-iptables only uses -d with -b '*'.
+                exclude: if policy.inbound_ports == InboundPorts::All {
+                    policy.inbound_exclude_ports.clone()
+                } else {
+                    Vec::new()
+                },
+                inbound_port: policy.inbound_capture_port,
+                tunnel_port: policy.tunnel_port,
+                no_listener: NoListener::Refuse,
+            };
+            // New rules first, stale ones after: a re-apply never leaves a moment without one.
+            let stale = enroll::inbound_port_keys(&mut self.maps, cookie)?;
+            enroll::write_inbound(&mut self.maps, &spec, cookie)?;
+            enroll::remove_port_keys(&mut self.maps, &stale, &spec)?;
+            self.attach_sk_lookup(netns_path, cookie)?;
+            enroll::adopt_listeners(&mut self.maps, &spec, cookie)?;
+        } else {
+            self.detach_sk_lookup(cookie)?;
+            enroll::remove_inbound(&mut self.maps, cookie)?;
+        }
+        write_ifaces(&mut self.maps, netns_path, cookie, policy)?;
+        outbound::write(&mut self.maps, cookie, &compiled)?;
+        // After the policy: from now on sock_ops counts listen() calls; this counts the
+        // listeners that were there before.
+        seed_proxy_listeners(&mut self.maps, netns_path, cookie, policy.proxy_port)?;
+        tracing::info!(netns = %netns_path.display(), cookie, ipv6, inbound, addrs = ?addrs, "policy applied");
+        Ok(Applied {
+            cookie,
+            addrs,
+            ipv6,
+            inbound,
+            compiled,
+        })
+    }
+
+    fn attach_sk_lookup(&mut self, netns_path: &Path, cookie: u64) -> Result<()> {
+        let pin = self.dir.join("netns").join(cookie.to_string());
+        if pin.exists() {
+            return Ok(());
+        }
+        let prog_path = self.dir.join("progs").join(prog_names::SK_LOOKUP);
+        let prog =
+            bpfsys::obj_get(&prog_path).map_err(pin_err("opening pinned program", &prog_path))?;
+        let ns = File::open(netns_path)
+            .map_err(|e| Error::io("opening network namespace", netns_path, e))?;
+        let link = bpfsys::link_create(prog.as_fd(), ns.as_fd(), attach_type::SK_LOOKUP)
+            .map_err(pin_err("attaching sk_lookup to", netns_path))?;
+        bpfsys::obj_pin(link.as_fd(), &pin).map_err(pin_err("pinning link", &pin))
+    }
+
+    fn detach_sk_lookup(&mut self, cookie: u64) -> Result<()> {
+        let pin = self.dir.join("netns").join(cookie.to_string());
+        match std::fs::remove_file(&pin) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(pin_err("unpinning", &pin)(e)),
+        }
+    }
+
+    /// Removes the namespace's policy (`--cleanup-only`). When no namespace has a policy any
+    /// more, the whole datapath is unpinned (and so detached) unless `keep_empty` (a daemon
+    /// owns it and keeps it with no policy). Returns whether it was unpinned.
+    pub fn cleanup(&mut self, netns_path: &Path, keep_empty: bool) -> Result<bool> {
+        let cookie = netns::cookie(netns_path)?;
+        self.remove_policy(cookie, netns_path)?;
+        self.remove_stale()?;
+        if keep_empty {
+            return Ok(false);
+        }
+        if outbound::count(&mut self.maps)? == 0 {
+            self.maps.0.clear();
+            remove_dir(&self.dir)?;
+            tracing::info!(dir = %self.dir.display(), "last policy removed: node datapath unpinned");
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Removes everything stored for namespace `cookie` (which may no longer exist; `shown`
+    /// only names it in logs and errors). The datapath itself stays.
+    pub fn remove_policy(&mut self, cookie: u64, shown: &Path) -> Result<()> {
+        outbound::remove(&mut self.maps, cookie)?;
+        self.detach_sk_lookup(cookie)?;
+        enroll::remove_inbound(&mut self.maps, cookie)?;
+        remove_ifaces(&mut self.maps, cookie)?;
+        remove_ns_counters(&mut self.maps, cookie)?;
+        let _ = hash::<u64, u32>(&mut self.maps, map_names::PROXY_LISTENERS)?.remove(&cookie);
+        let old = owned_addresses(&mut self.maps, cookie)?;
+        enroll::sync_addresses(&mut self.maps, shown, cookie, &old, &[])?;
+        tracing::info!(netns = %shown.display(), cookie, "policy removed");
+        Ok(())
+    }
+
+    /// Re-reads the namespace's addresses (and, with `-c`, its routes) and updates the maps
+    /// when they changed. Returns the addresses now stored.
+    pub fn refresh(
+        &mut self,
+        netns_path: &Path,
+        cookie: u64,
+        policy: &Policy,
+    ) -> Result<Vec<std::net::IpAddr>> {
+        let addrs = netns::addresses(netns_path)?;
+        let old = owned_addresses(&mut self.maps, cookie)?;
+        let (mut a, mut b) = (addrs.clone(), old.clone());
+        a.sort();
+        b.sort();
+        if a != b {
+            enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old, &addrs)?;
+            tracing::info!(netns = %netns_path.display(), addrs = ?addrs, "pod addresses changed");
+            if !policy.exclude_interfaces.is_empty() {
+                let routes = routes::via_interfaces(netns_path, &policy.exclude_interfaces)?;
+                let compiled = outbound::compile(policy, ipv6_follows(policy, &addrs), routes)?;
+                outbound::write(&mut self.maps, cookie, &compiled)?;
+            }
+        }
+        Ok(addrs)
+    }
+
+    /// Whether something listens on the namespace's outbound port (the proxy is up).
+    pub fn proxy_listening(&mut self, cookie: u64) -> bool {
+        hash::<u64, u32>(&mut self.maps, map_names::PROXY_LISTENERS)
+            .is_ok_and(|m| m.get(&cookie, 0).is_ok_and(|n| n > 0))
+    }
+
+    /// Removes the policies of namespaces that no longer exist (matched by the inode recorded
+    /// in each policy against every namespace a process or /run/netns keeps). Returns their
+    /// cookies.
+    pub fn remove_stale(&mut self) -> Result<Vec<u64>> {
+        let policies: Vec<(u64, u64)> = {
+            let map = hash::<u64, redirect_common::outbound::OutboundPolicy>(
+                &mut self.maps,
+                map_names::NETNS_OUTBOUND,
+            )?;
+            map.iter()
+                .filter_map(|e| e.ok())
+                .map(|(k, v)| (k, v.netns_ino))
+                .collect()
+        };
+        if policies.iter().all(|(k, ino)| *k == 0 || *ino == 0) {
+            return Ok(Vec::new());
+        }
+        let live = netns::live_inodes();
+        let mut gone = Vec::new();
+        for (cookie, ino) in policies {
+            if cookie != 0 && ino != 0 && !live.contains(&ino) {
+                self.remove_policy(cookie, Path::new("(a namespace that is gone)"))?;
+                gone.push(cookie);
+            }
+        }
+        Ok(gone)
+    }
+
+    /// Number of namespaces with a policy.
+    pub fn policies(&mut self) -> Result<usize> {
+        outbound::count(&mut self.maps)
+    }
+}
+
+/// Whether a namespace's IPv6 traffic follows the policy: istio-iptables writes ip6tables rules
+/// when the pod has a usable (not link-local) IPv6 address, or dual stack is asked for.
+pub fn ipv6_follows(policy: &Policy, addrs: &[std::net::IpAddr]) -> bool {
+    policy.dual_stack
+        || addrs.iter().any(|ip| match ip {
+            std::net::IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) != 0xfe80,
+            std::net::IpAddr::V4(_) => false,
+        })
+}

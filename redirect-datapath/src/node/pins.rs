@@ -1,0 +1,210 @@
+//! Creating the pinned datapath (load, attach by bpf_link, pin) and the bpffs it lives on:
+//! mounting, locking, removing.
+use std::{fs::File, os::fd::AsFd as _, path::Path};
+
+use aya::{
+    programs::{CgroupSockAddr, CgroupSockopt, SkLookup, SockOps},
+    Ebpf, EbpfLoader,
+};
+use redirect_common::{map_names, prog_names};
+
+use super::{
+    layout::{self, Layout, Owner, LAYOUT_VERSION},
+    NodeAttach, NodeDatapath,
+};
+use crate::{
+    bpfsys::{self, attach_type},
+    cgroup,
+    datapath::PEER_HOOKS,
+    error::{Error, Result},
+    object, preflight,
+};
+
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+pub(super) fn pin_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Pin { op, path, source }
+}
+
+fn is_bpffs(path: &Path) -> bool {
+    nix::sys::statfs::statfs(path).is_ok_and(|s| s.filesystem_type().0 == BPF_FS_MAGIC)
+}
+
+/// Makes sure `dir`'s parent is a bpffs; mounts one at `/sys/fs/bpf` when that is the parent
+/// and nothing is mounted there yet (what systemd does on most distributions).
+fn ensure_bpffs(dir: &Path) -> Result<()> {
+    let parent = dir.parent().unwrap_or(Path::new("/"));
+    if is_bpffs(parent) {
+        return Ok(());
+    }
+    if parent == Path::new("/sys/fs/bpf") {
+        nix::mount::mount(
+            Some("bpf"),
+            parent,
+            Some("bpf"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .map_err(|e| pin_err("mounting a bpf filesystem at", parent)(e.into()))?;
+        tracing::info!(path = %parent.display(), "mounted a bpf filesystem");
+        return Ok(());
+    }
+    Err(Error::Pin {
+        op: "the pin directory must be inside a bpf filesystem (mount -t bpf bpf DIR):",
+        path: dir.to_path_buf(),
+        source: std::io::Error::other("not on bpffs"),
+    })
+}
+
+impl NodeDatapath {
+    pub(super) fn create(dir: &Path, attach: &NodeAttach) -> Result<()> {
+        preflight::require_root()?;
+        let app = match &attach.cgroup {
+            Some(p) => cgroup::validate(p)?,
+            None => cgroup::validate(&cgroup::cgroup2_root()?)?,
+        };
+        let proxy = match &attach.proxy_cgroup {
+            Some(p) => cgroup::validate(p)?,
+            None => app.clone(),
+        };
+        preflight::require_kernel_support()?;
+        ensure_bpffs(dir)?;
+        let object = object::bpf_object().ok_or(Error::NoObject)?;
+        let mut ebpf = EbpfLoader::new()
+            .override_global("AYA_LOG_LEVEL", &0u8, false)
+            .load(object)
+            .map_err(|e| Error::Load(Box::new(e)))?;
+        let result = Self::pin_all(&mut ebpf, dir, &app, &proxy);
+        if result.is_err() {
+            // Nothing half-applied: the pins are the only thing that outlives this process.
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        result?;
+        tracing::info!(dir = %dir.display(), cgroup = %app.display(), proxy_cgroup = %proxy.display(), "node datapath created and pinned");
+        Ok(())
+    }
+
+    fn pin_all(ebpf: &mut Ebpf, dir: &Path, app: &Path, proxy: &Path) -> Result<()> {
+        for sub in ["maps", "progs", "links", "netns"] {
+            let p = dir.join(sub);
+            std::fs::create_dir_all(&p).map_err(pin_err("creating", &p))?;
+        }
+        layout::create(
+            dir,
+            &Layout {
+                version: LAYOUT_VERSION,
+                owner: Owner::Cli,
+                app_cgroup: cgroup::id(app)?,
+                proxy_cgroup: cgroup::id(proxy)?,
+            },
+        )?;
+        for (name, map) in ebpf.maps().filter(|(n, _)| map_names::ALL.contains(n)) {
+            let path = dir.join("maps").join(name);
+            map.pin(&path).map_err(|e| Error::Pin {
+                op: "pinning map",
+                path: path.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        }
+        let mut n = 0;
+        let mut link =
+            |ebpf: &mut Ebpf, name: &'static str, hook: u32, target: &Path| -> Result<()> {
+                let prog = ebpf.program_mut(name).ok_or(Error::Missing {
+                    kind: "program",
+                    name,
+                })?;
+                if prog.fd().is_err() {
+                    load(prog, name)?;
+                }
+                let fd = prog.fd().map_err(|source| Error::Verify {
+                    name,
+                    source: Box::new(source),
+                })?;
+                let file =
+                    File::open(target).map_err(|e| Error::io("opening cgroup", target, e))?;
+                let link = bpfsys::link_create(fd.as_fd(), file.as_fd(), hook).map_err(|e| {
+                    Error::Pin {
+                        op: "attaching (bpf_link_create) at",
+                        path: target.to_path_buf(),
+                        source: e,
+                    }
+                })?;
+                n += 1;
+                let path = dir.join("links").join(format!("{name}-{n}"));
+                bpfsys::obj_pin(link.as_fd(), &path).map_err(pin_err("pinning link", &path))
+            };
+        // Tracking first, capture last: a connect is only rewritten once its answer can be found.
+        link(ebpf, prog_names::GETSOCKOPT, attach_type::GETSOCKOPT, proxy)?;
+        link(ebpf, prog_names::SOCK_OPS, attach_type::SOCK_OPS, proxy)?;
+        if !cgroup::contains(proxy, app) {
+            link(ebpf, prog_names::SOCK_OPS, attach_type::SOCK_OPS, app)?;
+        }
+        for (name, _, hook) in PEER_HOOKS {
+            link(ebpf, name, hook, app)?;
+        }
+        link(ebpf, prog_names::CONNECT4, attach_type::CONNECT4, app)?;
+        link(ebpf, prog_names::CONNECT6, attach_type::CONNECT6, app)?;
+        let prog = ebpf
+            .program_mut(prog_names::SK_LOOKUP)
+            .ok_or(Error::Missing {
+                kind: "program",
+                name: prog_names::SK_LOOKUP,
+            })?;
+        load(prog, prog_names::SK_LOOKUP)?;
+        let path = dir.join("progs").join(prog_names::SK_LOOKUP);
+        prog.pin(&path).map_err(|e| Error::Pin {
+            op: "pinning program",
+            path: path.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    }
+}
+
+/// Unpins everything under `dir` (detaching the programs), if it exists.
+pub fn remove_dir(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(pin_err("removing", dir)(e)),
+    }
+}
+
+fn load(prog: &mut aya::programs::Program, name: &'static str) -> Result<()> {
+    let r = match prog {
+        aya::programs::Program::CgroupSockAddr(p) => CgroupSockAddr::load(p),
+        aya::programs::Program::CgroupSockopt(p) => CgroupSockopt::load(p),
+        aya::programs::Program::SockOps(p) => SockOps::load(p),
+        aya::programs::Program::SkLookup(p) => SkLookup::load(p),
+        _ => {
+            return Err(Error::Missing {
+                kind: "program",
+                name,
+            })
+        }
+    };
+    r.map_err(|source| Error::Verify {
+        name,
+        source: Box::new(source),
+    })
+}
+
+fn flock_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>> {
+    let file = File::open(dir).map_err(|e| Error::io("opening", dir, e))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| Error::io("locking", dir, e.into()))
+}
+
+/// Serialises changes to pinned datapaths (`redirect istio-iptables` runs, the daemon): an
+/// exclusive flock on the bpffs directory that holds the pin directory, released on drop.
+/// Mounts the bpffs first when needed (under a lock on the mount point, so two first runs
+/// cannot stack two mounts). Leaves no file behind.
+pub fn lock(dir: &Path) -> Result<nix::fcntl::Flock<File>> {
+    preflight::require_root()?;
+    let parent = dir.parent().unwrap_or(Path::new("/"));
+    if !is_bpffs(parent) {
+        let _mounting = flock_dir(parent)?;
+        ensure_bpffs(dir)?;
+    }
+    flock_dir(parent)
+}

@@ -1,0 +1,184 @@
+//! What `redirect status` shows about the pinned node datapath: links, per-namespace links,
+//! map fill levels, decision counters and warnings.
+use std::path::{Path, PathBuf};
+
+use aya::maps::{HashMap, MapData, PerCpuArray};
+use redirect_common::{
+    map_names, outbound::OutboundPolicy, AddrKey, ConnKey, Counter, InboundPolicy, Tracked,
+};
+use serde::Serialize;
+
+use crate::{
+    error::Result,
+    node::{layout::Owner, NodeDatapath},
+    store::{map_error, MapStore},
+};
+
+/// The node datapath, as pinned.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeStatus {
+    /// Pin directory.
+    pub dir: PathBuf,
+    /// Layout version of the pins.
+    pub layout: u32,
+    /// `daemon` or `cli`.
+    pub owner: &'static str,
+    /// The owning daemon's pid, when a daemon owns it.
+    pub owner_pid: Option<u32>,
+    /// Whether that daemon is running.
+    pub owner_up: bool,
+    /// The capture attach cgroup (path when found, else `cgroup id N`).
+    pub cgroup: String,
+    /// The proxy attach cgroup (getsockopt, sock_ops).
+    pub proxy_cgroup: String,
+    /// Pinned cgroup links (program-n).
+    pub links: Vec<String>,
+    /// Namespaces (cookies) with an sk_lookup link.
+    pub inbound_netns: Vec<String>,
+    /// Entries per map, for the maps whose fill matters.
+    pub fill: Vec<(&'static str, usize)>,
+    /// Decision counters summed over CPUs (non-zero).
+    pub counters: Vec<(&'static str, u64)>,
+    /// Namespaces enrolled through the daemon: (cookie, namespace, policy source); filled by
+    /// the caller, which knows the daemon's directory (empty from [`collect`]).
+    pub enrolled: Vec<(u64, String, String)>,
+    /// Things an operator should look at.
+    pub warnings: Vec<String>,
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn entries(store: &mut dyn MapStore, name: &'static str) -> usize {
+    let Ok(map) = store.map(name) else { return 0 };
+    match name {
+        map_names::NETNS_OUTBOUND => HashMap::<&mut MapData, u64, OutboundPolicy>::try_from(map)
+            .map_or(0, |m| m.keys().count()),
+        map_names::NETNS_INBOUND => HashMap::<&mut MapData, u64, InboundPolicy>::try_from(map)
+            .map_or(0, |m| m.keys().count()),
+        map_names::TRACKED => {
+            HashMap::<&mut MapData, ConnKey, Tracked>::try_from(map).map_or(0, |m| m.keys().count())
+        }
+        map_names::INBOUND => aya::maps::HashMap::<&mut MapData, ConnKey, Tracked>::try_from(map)
+            .map_or(0, |m| m.keys().count()),
+        map_names::POD_ADDRS => {
+            HashMap::<&mut MapData, AddrKey, u64>::try_from(map).map_or(0, |m| m.keys().count())
+        }
+        _ => 0,
+    }
+}
+
+/// Reads the datapath pinned at `dir`.
+pub fn collect(dir: &Path) -> Result<NodeStatus> {
+    let mut dp = NodeDatapath::open(dir)?;
+    let layout = dp.layout()?;
+    let (owner, owner_pid) = match layout.owner {
+        Owner::Cli => ("cli", None),
+        Owner::Daemon { pid, .. } => ("daemon", Some(pid)),
+    };
+    let cgroup_name = |id: u64| {
+        crate::cgroup::path_of_id(id).map_or_else(
+            || format!("cgroup id {id} (gone)"),
+            |p| p.display().to_string(),
+        )
+    };
+    let store = dp.maps();
+    let mut fill = Vec::new();
+    for name in [
+        map_names::NETNS_OUTBOUND,
+        map_names::NETNS_INBOUND,
+        map_names::POD_ADDRS,
+        map_names::TRACKED,
+        map_names::INBOUND,
+    ] {
+        fill.push((name, entries(store, name)));
+    }
+    let counters: PerCpuArray<&mut MapData, u64> =
+        PerCpuArray::try_from(store.map(map_names::COUNTERS)?)
+            .map_err(map_error("opening", map_names::COUNTERS))?;
+    let mut totals = Vec::new();
+    for c in Counter::ALL {
+        let n: u64 = counters.get(&(c as u32), 0).map_or(0, |v| v.iter().sum());
+        if n > 0 {
+            totals.push((c.name(), n));
+        }
+    }
+    let mut warnings = Vec::new();
+    if let Some((_, n)) = totals
+        .iter()
+        .find(|(name, _)| *name == Counter::ProxyIdElsewhere.name())
+    {
+        warnings.push(format!(
+            "{n} connects came from a process with the proxy's uid/gid outside the proxy's cgroup; they were captured as applications (see `redirect trace`)"
+        ));
+    }
+    Ok(NodeStatus {
+        dir: dir.to_path_buf(),
+        layout: layout.version,
+        owner,
+        owner_pid,
+        owner_up: layout.owner.is_live_daemon(),
+        cgroup: cgroup_name(layout.app_cgroup),
+        proxy_cgroup: cgroup_name(layout.proxy_cgroup),
+        links: names(&dir.join("links")),
+        inbound_netns: names(&dir.join("netns")),
+        fill,
+        counters: totals,
+        enrolled: Vec::new(),
+        warnings,
+    })
+}
+
+/// Text form.
+pub fn render(s: &NodeStatus) -> String {
+    let owner = match (s.owner_pid, s.owner_up) {
+        (Some(pid), true) => format!("the redirect daemon, pid {pid} (up)"),
+        (Some(pid), false) => {
+            format!(
+                "the redirect daemon, pid {pid} (down: capture stays, nothing follows addresses)"
+            )
+        }
+        (None, _) => "the CLI (redirect istio-iptables / vm; no daemon)".to_owned(),
+    };
+    let mut out = format!(
+        "node datapath pinned at {} (layout v{})\n  owner: {owner}\n  attached at cgroup {}, proxy cgroup {}\n",
+        s.dir.display(),
+        s.layout,
+        s.cgroup,
+        s.proxy_cgroup
+    );
+    out.push_str(&format!("  links: {}\n", s.links.join(" ")));
+    if !s.inbound_netns.is_empty() {
+        out.push_str(&format!(
+            "  sk_lookup linked in netns cookies: {}\n",
+            s.inbound_netns.join(" ")
+        ));
+    }
+    out.push_str("  map fill:");
+    for (name, n) in &s.fill {
+        out.push_str(&format!(" {name}={n}"));
+    }
+    out.push('\n');
+    for (cookie, netns, source) in &s.enrolled {
+        out.push_str(&format!(
+            "  enrolled: {netns} (netns cookie {cookie}) from {source}\n"
+        ));
+    }
+    out.push_str("  decisions:\n");
+    for (name, n) in &s.counters {
+        out.push_str(&format!("    {name:<24} {n}\n"));
+    }
+    for w in &s.warnings {
+        out.push_str(&format!("  WARNING: {w}\n"));
+    }
+    out
+}

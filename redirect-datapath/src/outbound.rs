@@ -1,0 +1,336 @@
+//! Outbound policy in kernel form: compiles a [`Policy`] into the `OutboundPolicy` value, CIDR
+//! trie entries and port rules of one namespace, and writes or removes them.
+use std::{collections::HashSet, net::IpAddr};
+
+use aya::maps::lpm_trie::Key;
+use ipnet::IpNet;
+use redirect_common::{
+    map_names,
+    outbound::{
+        CidrKey, OutboundPolicy, OUT_DNS, OUT_DNS_ALL, OUT_ENABLED, OUT_GROUPS_EXCLUDE,
+        OUT_GROUPS_INCLUDE, OUT_HAS_EXCLUDED_NIC, OUT_HAS_PORTS, OUT_INCLUDE_ALL_V4,
+        OUT_INCLUDE_ALL_V6, OUT_IPV6, OUT_NO_LO_RETURN_V4, OUT_NO_LO_RETURN_V6,
+        OUT_NO_PROXY_PASSTHROUGH, OUT_PORT_EXCLUDE, OUT_PORT_INCLUDE, OUT_PROXY_CGROUP,
+    },
+    PortKey, AF_INET, AF_INET6,
+};
+
+use redirect_policy::{Cidrs, OwnerGroups, Policy};
+
+use crate::{
+    error::{Error, Result},
+    store::{hash, keys_where, lpm, map_error, remove_where, MapStore},
+};
+
+/// The DNS capture port istio-iptables hard-codes.
+pub const DNS_CAPTURE_PORT: u16 = 15053;
+
+/// One namespace's outbound policy, ready for the maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compiled {
+    /// The `NETNS_OUTBOUND` value.
+    pub policy: OutboundPolicy,
+    /// `OUT_EXCLUDE` entries (`-x`).
+    pub exclude: Vec<IpNet>,
+    /// `OUT_INCLUDE` entries (`-i` list).
+    pub include: Vec<IpNet>,
+    /// `OUT_PORTS` entries.
+    pub ports: Vec<(u16, u8)>,
+    /// `OUT_ROUTES` entries (only when an interface is excluded): prefix, via an excluded nic.
+    pub routes: Vec<(IpNet, bool)>,
+}
+
+/// Network-order words of an address (IPv4 in word 0).
+pub fn words(ip: IpAddr) -> [u32; 4] {
+    match ip {
+        IpAddr::V4(v4) => [u32::from_ne_bytes(v4.octets()), 0, 0, 0],
+        IpAddr::V6(v6) => {
+            let o = v6.octets();
+            let w = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+            [w(0), w(4), w(8), w(12)]
+        }
+    }
+}
+
+/// The address of network-order words (IPv4 in word 0 for [`AF_INET`]).
+pub fn ip_of(family: u16, w: [u32; 4]) -> IpAddr {
+    if family == AF_INET {
+        IpAddr::from(w[0].to_ne_bytes())
+    } else {
+        let mut o = [0u8; 16];
+        for (i, word) in w.iter().enumerate() {
+            o[i * 4..i * 4 + 4].copy_from_slice(&word.to_ne_bytes());
+        }
+        IpAddr::from(o)
+    }
+}
+
+fn fill<T: Copy>(what: &'static str, dst: &mut [T], src: &[T]) -> Result<u8> {
+    if src.len() > dst.len() {
+        return Err(Error::PolicyLimit {
+            what,
+            count: src.len(),
+            max: dst.len(),
+        });
+    }
+    dst[..src.len()].copy_from_slice(src);
+    Ok(src.len() as u8)
+}
+
+/// Compiles `p` for a namespace; `ipv6` says whether its IPv6 traffic follows the policy (the
+/// namespace has an IPv6 address, or dual stack was asked for); `routes` are its routes with
+/// whether each leaves through an excluded interface (only used when `-c` is set).
+pub fn compile(p: &Policy, ipv6: bool, routes: Vec<(IpNet, bool)>) -> Result<Compiled> {
+    let mut k = OutboundPolicy::ZERO;
+    k.flags = OUT_ENABLED;
+    if ipv6 {
+        k.flags |= OUT_IPV6;
+    }
+    k.n_uids = fill("proxy uids (-u)", &mut k.uids, &p.proxy_uids)?;
+    k.n_gids = fill("proxy gids (-g)", &mut k.gids, &p.proxy_gids)?;
+    match &p.owner_groups {
+        OwnerGroups::All => {}
+        OwnerGroups::Include(g) | OwnerGroups::Exclude(g) => {
+            let gids: Vec<u32> = g.iter().map(|g| g.gid).collect();
+            k.n_groups = fill("owner groups", &mut k.groups, &gids)?;
+            k.flags |= if matches!(p.owner_groups, OwnerGroups::Include(_)) {
+                OUT_GROUPS_INCLUDE
+            } else {
+                OUT_GROUPS_EXCLUDE
+            };
+        }
+    }
+    if p.dns_enabled() {
+        k.flags |= OUT_DNS;
+        if p.capture_all_dns {
+            k.flags |= OUT_DNS_ALL;
+        }
+        let v4: Vec<u32> = p
+            .dns_servers
+            .iter()
+            .filter(|ip| ip.is_ipv4())
+            .map(|ip| words(*ip)[0])
+            .collect();
+        let v6: Vec<[u32; 4]> = p
+            .dns_servers
+            .iter()
+            .filter(|ip| ip.is_ipv6())
+            .map(|ip| words(*ip))
+            .collect();
+        k.n_dns_v4 = fill("IPv4 DNS servers", &mut k.dns_v4, &v4)?;
+        k.n_dns_v6 = fill("IPv6 DNS servers", &mut k.dns_v6, &v6)?;
+    }
+    let lb = p.ipv4_loopback_cidr;
+    k.loopback_v4 = u32::from_ne_bytes(lb.addr().octets());
+    k.loopback_v4_mask = u32::from_ne_bytes(lb.netmask().octets());
+    if p.include_has_loopback() {
+        k.flags |= OUT_NO_LO_RETURN_V4 | OUT_NO_LO_RETURN_V6;
+    }
+    let include = match &p.include_cidrs {
+        Cidrs::All => {
+            k.flags |= OUT_INCLUDE_ALL_V4 | OUT_INCLUDE_ALL_V6;
+            Vec::new()
+        }
+        Cidrs::List(l) => l.iter().map(IpNet::trunc).collect(),
+    };
+    let mut ports = Vec::new();
+    for port in &p.exclude_ports {
+        ports.push((*port, OUT_PORT_EXCLUDE));
+    }
+    for port in &p.include_ports {
+        match ports.iter_mut().find(|(q, _)| q == port) {
+            Some((_, bits)) => *bits |= OUT_PORT_INCLUDE,
+            None => ports.push((*port, OUT_PORT_INCLUDE)),
+        }
+    }
+    if !ports.is_empty() {
+        k.flags |= OUT_HAS_PORTS;
+    }
+    let routes = if p.exclude_interfaces.is_empty() {
+        Vec::new()
+    } else {
+        k.flags |= OUT_HAS_EXCLUDED_NIC;
+        routes
+    };
+    if p.no_proxy == redirect_policy::NoProxy::Passthrough {
+        k.flags |= OUT_NO_PROXY_PASSTHROUGH;
+    }
+    if let Some(path) = &p.proxy_cgroup {
+        let (id, level) = cgroup_id_level(path)?;
+        k.flags |= OUT_PROXY_CGROUP;
+        k.proxy_cgroup = id;
+        k.proxy_cgroup_level = level;
+    }
+    k.proxy_port = p.proxy_port;
+    k.inbound_port = p.inbound_capture_port;
+    k.tunnel_port = p.tunnel_port;
+    k.dns_port = DNS_CAPTURE_PORT;
+    Ok(Compiled {
+        policy: k,
+        exclude: p.exclude_cidrs.iter().map(IpNet::trunc).collect(),
+        include,
+        ports,
+        routes,
+    })
+}
+
+/// A cgroup v2 directory's id (its inode number, as `bpf_get_current_cgroup_id` reports it) and
+/// depth below the cgroup v2 root.
+pub fn cgroup_id_level(path: &std::path::Path) -> Result<(u64, u16)> {
+    let dir = crate::cgroup::validate(path)?;
+    let root = crate::cgroup::cgroup2_root()?;
+    let id = crate::cgroup::id(&dir)?;
+    let level = dir
+        .strip_prefix(&root)
+        .map_or(0, |rel| rel.components().count());
+    Ok((id, u16::try_from(level).unwrap_or(u16::MAX)))
+}
+
+/// The default policy of `redirect attach`: istio-iptables' defaults with `-i '*'`, one proxy
+/// uid and gid, IPv4 only (native IPv6 untouched; v4-mapped follows IPv4).
+pub fn attach_default(uid: u32, gid: u32, outbound_port: u16) -> OutboundPolicy {
+    let mut k = OutboundPolicy::ZERO;
+    k.flags = OUT_ENABLED | OUT_INCLUDE_ALL_V4;
+    k.uids[0] = uid;
+    k.n_uids = 1;
+    k.gids[0] = gid;
+    k.n_gids = 1;
+    k.loopback_v4 = u32::from_ne_bytes([127, 0, 0, 1]);
+    k.loopback_v4_mask = u32::MAX;
+    k.proxy_port = outbound_port;
+    k.inbound_port = 15006;
+    k.tunnel_port = 15008;
+    k.dns_port = DNS_CAPTURE_PORT;
+    k
+}
+
+fn cidr_key(netns: u64, net: &IpNet) -> Key<CidrKey> {
+    let (family, bits) = match net {
+        IpNet::V4(n) => (AF_INET, n.prefix_len()),
+        IpNet::V6(n) => (AF_INET6, n.prefix_len()),
+    };
+    Key::new(
+        CidrKey::prefix_len(bits),
+        CidrKey::new(netns, family, words(net.network())),
+    )
+}
+
+const TRIES: [&str; 3] = [
+    map_names::OUT_EXCLUDE,
+    map_names::OUT_INCLUDE,
+    map_names::OUT_ROUTES,
+];
+
+/// Trie entries currently stored for `netns`.
+fn trie_keys(
+    store: &mut dyn MapStore,
+    name: &'static str,
+    netns: u64,
+) -> Result<Vec<Key<CidrKey>>> {
+    let trie = lpm::<CidrKey, u8>(store, name)?;
+    let want = netns.to_be_bytes();
+    Ok(trie
+        .keys()
+        .filter_map(|k| k.ok())
+        .filter(|k| k.data().netns == want)
+        .collect())
+}
+
+fn port_keys(store: &mut dyn MapStore, netns: u64) -> Result<Vec<PortKey>> {
+    keys_where::<PortKey, u8>(store, map_names::OUT_PORTS, |k| k.netns == netns)
+}
+
+/// Writes `c` under `netns` (the cookie, or 0 for the default policy): rules first, the policy
+/// value last (it is what turns them on), then drops rules of a previous policy that `c` lacks.
+pub fn write(store: &mut dyn MapStore, netns: u64, c: &Compiled) -> Result<()> {
+    let mut old_tries = Vec::new();
+    for name in TRIES {
+        old_tries.push(trie_keys(store, name, netns)?);
+    }
+    let old_ports = port_keys(store, netns)?;
+    let sets: [Vec<(IpNet, u8)>; 3] = [
+        c.exclude.iter().map(|n| (*n, 1)).collect(),
+        c.include.iter().map(|n| (*n, 1)).collect(),
+        c.routes
+            .iter()
+            .map(|(n, via)| (*n, u8::from(*via)))
+            .collect(),
+    ];
+    let mut keep: Vec<HashSet<Vec<u8>>> = Vec::new();
+    for (name, set) in TRIES.iter().zip(&sets) {
+        let mut trie = lpm::<CidrKey, u8>(store, name)?;
+        let mut kept = HashSet::new();
+        for (net, value) in set {
+            let key = cidr_key(netns, net);
+            kept.insert(key_bytes(&key));
+            trie.insert(&key, *value, 0)
+                .map_err(map_error("writing", name))?;
+        }
+        keep.push(kept);
+    }
+    {
+        let mut ports = hash::<PortKey, u8>(store, map_names::OUT_PORTS)?;
+        for (port, bits) in &c.ports {
+            ports
+                .insert(port_key(netns, *port), *bits, 0)
+                .map_err(map_error("writing", map_names::OUT_PORTS))?;
+        }
+    }
+    hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?
+        .insert(netns, c.policy, 0)
+        .map_err(map_error("writing", map_names::NETNS_OUTBOUND))?;
+    for ((name, old), kept) in TRIES.iter().zip(old_tries).zip(&keep) {
+        let mut trie = lpm::<CidrKey, u8>(store, name)?;
+        for key in old.iter().filter(|k| !kept.contains(&key_bytes(k))) {
+            let _ = trie.remove(key);
+        }
+    }
+    let mut ports = hash::<PortKey, u8>(store, map_names::OUT_PORTS)?;
+    for key in old_ports {
+        if !c.ports.iter().any(|(p, _)| *p == key.port) {
+            let _ = ports.remove(&key);
+        }
+    }
+    Ok(())
+}
+
+/// Removes `netns`'s outbound policy (first: capture stops) and then its rules.
+pub fn remove(store: &mut dyn MapStore, netns: u64) -> Result<()> {
+    {
+        let mut policies = hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?;
+        let _ = policies.remove(&netns);
+    }
+    for name in TRIES {
+        let keys = trie_keys(store, name, netns)?;
+        let mut trie = lpm::<CidrKey, u8>(store, name)?;
+        for key in keys {
+            let _ = trie.remove(&key);
+        }
+    }
+    remove_where::<PortKey, u8>(store, map_names::OUT_PORTS, |k| k.netns == netns)
+}
+
+fn port_key(netns: u64, port: u16) -> PortKey {
+    PortKey {
+        netns,
+        port,
+        _pad: [0; 6],
+    }
+}
+
+fn key_bytes(k: &Key<CidrKey>) -> Vec<u8> {
+    let d = k.data();
+    let mut v = k.prefix_len().to_ne_bytes().to_vec();
+    v.extend_from_slice(&d.netns);
+    v.extend_from_slice(&d.family);
+    for w in d.addr {
+        v.extend_from_slice(&w.to_ne_bytes());
+    }
+    v
+}
+
+/// Number of policies stored (the default one included).
+pub fn count(store: &mut dyn MapStore) -> Result<usize> {
+    let policies = hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?;
+    Ok(policies.keys().filter(|k| k.is_ok()).count())
+}

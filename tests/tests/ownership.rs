@@ -1,0 +1,155 @@
+//! The pin directory is the unit of ownership: its layout record (version, owner, attach
+//! cgroups) is checked on every adopt, a second daemon is refused whatever its own directory,
+//! an explicit `--cgroup` elsewhere is refused, and `status` says who owns the datapath.
+use std::time::Duration;
+
+use redirect_tests::{conformance::World, node::Node, privileged_or_skip, Cgroup, Child};
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_layout_v0_datapath_is_refused_naming_both_versions() {
+    if !privileged_or_skip("a_layout_v0_datapath_is_refused") {
+        return;
+    }
+    let node = Node::new();
+    let w = World::new("rlv", false);
+    let netns = w.pod.path().display().to_string();
+    let cgroup = node.cgroup.path().display().to_string();
+    let args = ["istio-iptables", "--netns", &netns, "--cgroup", &cgroup];
+    node.ok(&[&args[..], &["-i", "*"]].concat());
+    let status = node.ok(&["status"]);
+    assert!(status.contains("(layout v1)"), "{status}");
+    assert!(status.contains("owner: the CLI"), "{status}");
+    assert!(
+        status.contains(&format!("attached at cgroup {cgroup}")),
+        "{status}"
+    );
+
+    // What a datapath pinned before layout records looks like: no record.
+    std::fs::remove_file(node.pins.join("layout")).expect("unpin the layout record");
+    for out in [
+        node.run(&[&args[..], &["-i", "*"]].concat()),
+        node.run(&["status"]),
+    ] {
+        assert!(!out.status.success(), "{out:?}");
+        let e = stderr(&out);
+        assert!(
+            e.contains("has layout v0, this redirect reads and writes layout v1"),
+            "{e}"
+        );
+        assert!(e.contains("redirect uninstall"), "{e}");
+    }
+    node.ok(&["uninstall"]);
+    assert!(!node.pins.exists());
+    let again = node.ok(&["uninstall"]);
+    assert!(
+        again.starts_with("nothing to do: no datapath pinned at"),
+        "{again}"
+    );
+}
+
+#[test]
+fn a_second_daemon_on_the_same_pins_is_refused_whatever_its_directory() {
+    if !privileged_or_skip("a_second_daemon_on_the_same_pins") {
+        return;
+    }
+    let node = Node::new();
+    let mut daemon = node.daemon();
+    let other = Node::new();
+    let out = other
+        .cmd(&["daemon", "--cgroup"])
+        .arg(node.cgroup.path())
+        .env("REDIRECT_BPFFS", &node.pins)
+        .output()
+        .expect("run a second daemon");
+    assert!(!out.status.success(), "{out:?}");
+    let e = stderr(&out);
+    assert!(
+        e.contains(&format!(
+            "owned by the redirect daemon pid {}",
+            daemon.pid()
+        )),
+        "{e}"
+    );
+    let status = node.ok(&["status"]);
+    assert!(
+        status.contains(&format!(
+            "owner: the redirect daemon, pid {} (up)",
+            daemon.pid()
+        )),
+        "{status}"
+    );
+
+    // The CLI removing the last policy from elsewhere leaves the daemon's datapath pinned.
+    let w = World::new("rlo", false);
+    let netns = w.pod.path().display().to_string();
+    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
+    let cleanup = other
+        .cmd(&["istio-iptables", "--netns", &netns, "--cleanup-only"])
+        .env("REDIRECT_BPFFS", &node.pins)
+        .output()
+        .expect("cleanup");
+    assert!(cleanup.status.success(), "{cleanup:?}");
+    assert!(
+        node.pins.join("layout").exists(),
+        "the daemon's datapath was unpinned"
+    );
+
+    daemon.stop(nix::sys::signal::Signal::SIGKILL);
+    let status = node.ok(&["status"]);
+    assert!(status.contains("(down"), "{status}");
+    // The owner is gone: a daemon of another directory may take over.
+    let mut cmd = other.cmd(&["daemon", "--cgroup"]);
+    cmd.arg(node.cgroup.path())
+        .env("REDIRECT_BPFFS", &node.pins);
+    let mut again = Child::spawn(cmd);
+    again.wait_line("second daemon ready", Duration::from_secs(10), |l| {
+        l.starts_with("ready ")
+    });
+    let status = node.ok(&["status"]);
+    assert!(
+        status.contains(&format!(
+            "owner: the redirect daemon, pid {} (up)",
+            again.pid()
+        )),
+        "{status}"
+    );
+    again.stop(nix::sys::signal::Signal::SIGKILL);
+    node.ok(&["uninstall"]);
+}
+
+#[test]
+fn an_explicit_cgroup_elsewhere_is_refused_naming_the_attachment() {
+    if !privileged_or_skip("an_explicit_cgroup_elsewhere_is_refused") {
+        return;
+    }
+    let node = Node::new();
+    let elsewhere = Cgroup::new("rle");
+    // One pod: two would clash on their (identical) addresses, which is another refusal.
+    let a = World::new("rla", false);
+    let cgroup = node.cgroup.path().display().to_string();
+    let apply = |w: &World, cg: &str| {
+        let netns = w.pod.path().display().to_string();
+        node.run(&[
+            "istio-iptables",
+            "--netns",
+            &netns,
+            "--cgroup",
+            cg,
+            "-i",
+            "*",
+        ])
+    };
+    assert!(apply(&a, &cgroup).status.success());
+    let out = apply(&a, &elsewhere.path().display().to_string());
+    assert!(!out.status.success(), "{out:?}");
+    let e = stderr(&out);
+    assert!(e.contains(&format!("is attached at {cgroup}")), "{e}");
+    assert!(e.contains("never moved silently"), "{e}");
+    // The same cgroup still applies.
+    assert!(apply(&a, &cgroup).status.success());
+    node.ok(&["uninstall"]);
+}
