@@ -9,6 +9,7 @@ mod args;
 mod convert;
 mod env;
 mod error;
+pub mod inbound_kernel;
 mod rules;
 mod rules_chains;
 
