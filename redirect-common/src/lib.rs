@@ -2,9 +2,16 @@
 #![no_std]
 
 mod counter;
+pub mod inbound;
 pub mod outbound;
+pub mod tracking;
 
 pub use counter::Counter;
+pub use inbound::{
+    InboundPolicy, INBOUND_ALL_PORTS, INBOUND_NO_LISTENER_PASSTHROUGH, PORT_EXCLUDED, PORT_INCLUDED,
+};
+#[cfg(test)]
+mod inbound_tests;
 #[cfg(test)]
 mod outbound_tests;
 
@@ -20,7 +27,7 @@ pub mod map_names {
     pub const INBOUND: &str = "INBOUND";
     /// `HashMap<u64, InboundPolicy>`: netns cookie -> inbound capture policy of an enrolled namespace.
     pub const NETNS_INBOUND: &str = "NETNS_INBOUND";
-    /// `HashMap<PortKey, u8>`: (netns cookie, port) -> [`PORT_EXCLUDED`] or [`PORT_INCLUDED`].
+    /// `HashMap<PortKey, u8>`: (netns cookie, port) -> [`crate::PORT_EXCLUDED`] or [`crate::PORT_INCLUDED`].
     pub const INBOUND_PORTS: &str = "INBOUND_PORTS";
     /// `HashMap<AddrKey, u64>`: an enrolled namespace's own address -> its netns cookie.
     pub const POD_ADDRS: &str = "POD_ADDRS";
@@ -73,33 +80,10 @@ pub mod map_names {
 /// Maximum entries of each CIDR trie (all namespaces together).
 pub const CIDR_MAX_ENTRIES: u32 = 65_536;
 
-/// [`map_names::INBOUND_PORTS`] value: the port is in the `-d` list (never captured).
-pub const PORT_EXCLUDED: u8 = 1;
-/// [`map_names::INBOUND_PORTS`] value: the port is in the `-b` list.
-pub const PORT_INCLUDED: u8 = 2;
 /// Maximum entries of [`map_names::INBOUND`].
 pub const INBOUND_MAX_ENTRIES: u32 = 65_536;
 /// Maximum enrolled namespaces (and listeners) per datapath.
 pub const MAX_NAMESPACES: u32 = 4096;
-
-/// [`InboundPolicy::flags`]: capture every port (`-b '*'`) instead of only the listed ones.
-pub const INBOUND_ALL_PORTS: u16 = 1;
-/// [`InboundPolicy::flags`]: with no listener, let connections reach the application.
-pub const INBOUND_NO_LISTENER_PASSTHROUGH: u16 = 2;
-
-/// Inbound capture policy of one enrolled network namespace.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InboundPolicy {
-    /// The proxy's inbound listener port (istio-iptables -z, 15006), host order.
-    pub inbound_port: u16,
-    /// The tunnel port never captured (istio-iptables -e, 15008), host order.
-    pub tunnel_port: u16,
-    /// `INBOUND_*` flags.
-    pub flags: u16,
-    /// Explicit padding; always zero.
-    pub _pad: u16,
-}
 
 /// Key of [`map_names::INBOUND_PORTS`].
 #[repr(C)]
@@ -285,7 +269,6 @@ pub struct Tracked {
 const _: () = assert!(core::mem::size_of::<OrigDst>() == 24);
 const _: () = assert!(core::mem::size_of::<ConnKey>() == 48);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 40);
-const _: () = assert!(core::mem::size_of::<InboundPolicy>() == 8);
 const _: () = assert!(core::mem::size_of::<PortKey>() == 16);
 const _: () = assert!(core::mem::size_of::<AddrKey>() == 24);
 const _: () = assert!(core::mem::size_of::<ListenerKey>() == 16);

@@ -7,11 +7,12 @@ use aya::{
 };
 use redirect_common::{
     map_names, prog_names, AddrKey, InboundPolicy, ListenerKey, PortKey, AF_INET, AF_INET6,
-    INBOUND_ALL_PORTS, INBOUND_NO_LISTENER_PASSTHROUGH, PORT_EXCLUDED, PORT_INCLUDED,
+};
+use redirect_policy::{
+    inbound_kernel::{policy_of, port_entries},
+    inbound_spec::{InboundPorts, InboundSpec},
 };
 use serde::Serialize;
-
-use redirect_policy::inbound_spec::{InboundPorts, InboundSpec, NoListener};
 
 use crate::{
     adopt,
@@ -46,23 +47,6 @@ pub fn addr_key(ip: IpAddr) -> AddrKey {
         addr,
         family,
         _pad: [0; 6],
-    }
-}
-
-/// The map value for a spec.
-pub fn policy_of(spec: &InboundSpec) -> InboundPolicy {
-    let mut flags = 0;
-    if spec.ports == InboundPorts::All {
-        flags |= INBOUND_ALL_PORTS;
-    }
-    if spec.no_listener == NoListener::Passthrough {
-        flags |= INBOUND_NO_LISTENER_PASSTHROUGH;
-    }
-    InboundPolicy {
-        inbound_port: spec.inbound_port,
-        tunnel_port: spec.tunnel_port,
-        flags,
-        _pad: 0,
     }
 }
 
@@ -149,13 +133,8 @@ pub fn write_inbound(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64) 
                 )
                 .map_err(map_error("writing", map_names::INBOUND_PORTS))
         };
-        if let InboundPorts::List(list) = &spec.ports {
-            for p in list {
-                put(*p, PORT_INCLUDED)?;
-            }
-        }
-        for p in &spec.exclude {
-            put(*p, PORT_EXCLUDED)?;
+        for (port, rule) in port_entries(spec) {
+            put(port, rule)?;
         }
     }
     // The policy last: it is what makes sk_lookup act on the namespace.
@@ -186,10 +165,11 @@ pub fn remove_port_keys(
     spec: &InboundSpec,
 ) -> Result<()> {
     let mut ports = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?;
-    let listed = |p: u16| {
-        spec.exclude.contains(&p) || matches!(&spec.ports, InboundPorts::List(l) if l.contains(&p))
-    };
-    for k in keys.iter().filter(|k| !listed(k.port)) {
+    let written = port_entries(spec);
+    for k in keys
+        .iter()
+        .filter(|k| !written.iter().any(|(p, _)| *p == k.port))
+    {
         let _ = ports.remove(k);
     }
     Ok(())
@@ -270,16 +250,6 @@ pub fn adopt_listeners(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn policy_flags() {
-        let spec: InboundSpec = "p:no-listener=passthrough".parse().expect("spec");
-        let p = policy_of(&spec);
-        assert_eq!(p.flags, INBOUND_ALL_PORTS | INBOUND_NO_LISTENER_PASSTHROUGH);
-        assert_eq!((p.inbound_port, p.tunnel_port), (15006, 15008));
-        let list: InboundSpec = "p:b=80".parse().expect("spec");
-        assert_eq!(policy_of(&list).flags, 0);
-    }
 
     #[test]
     fn address_keys_are_network_order() {

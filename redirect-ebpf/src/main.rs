@@ -6,6 +6,7 @@ mod capture;
 mod connect4;
 mod connect6;
 mod getsockopt;
+mod inbound;
 mod maps;
 mod peer;
 mod readiness;

@@ -1,24 +1,22 @@
 //! `sk_lookup`: steers inbound TCP of an enrolled namespace to the proxy's inbound listener,
-//! without NAT: the accepted socket's local address is the original destination.
+//! without NAT: the accepted socket's local address is the original destination. The decision
+//! is [`redirect_common::inbound::decide`]; this file reads the context and acts on it.
 use aya_ebpf::{
     bindings::sk_action::{SK_DROP, SK_PASS},
     macros::sk_lookup,
     programs::SkLookupContext,
 };
 use redirect_common::{
-    AddrKey, ConnKey, Counter, IfKey, ListenerKey, OrigDst, PortKey, Tracked, AF_INET, AF_INET6,
-    INBOUND_ALL_PORTS, INBOUND_NO_LISTENER_PASSTHROUGH, PORT_EXCLUDED, PORT_INCLUDED,
+    inbound::{decide, without_listener, InboundConn, NoListener, Verdict},
+    ConnKey, Counter, ListenerKey, OrigDst, Tracked, AF_INET, AF_INET6,
 };
 
-use crate::maps::{count, IFACES, INBOUND, INBOUND_PORTS, LISTENERS, NETNS_INBOUND, POD_ADDRS};
+use crate::{
+    inbound::{netns_of, policy_of, Maps},
+    maps::{count, INBOUND, LISTENERS},
+};
 
 const IPPROTO_TCP: u32 = 6;
-/// ::1 in network order.
-const LOOPBACK_V6: [u32; 4] = [0, 0, 0, u32::from_ne_bytes([0, 0, 0, 1])];
-/// 127.0.0.6 in network order (Istio's inbound passthrough source).
-const PASSTHROUGH_V4: u32 = u32::from_ne_bytes([127, 0, 0, 6]);
-/// ::6 in network order.
-const PASSTHROUGH_V6: [u32; 4] = [0, 0, 0, u32::from_ne_bytes([0, 0, 0, 6])];
 
 #[sk_lookup]
 pub fn redirect_sk_lookup(ctx: SkLookupContext) -> u32 {
@@ -39,6 +37,8 @@ fn try_sk_lookup(ctx: &SkLookupContext) -> u32 {
             rd(&raw const (*sl).local_port),
         )
     };
+    // decide() ignores other protocols too; leaving before any map lookup keeps UDP (every
+    // datagram to an unconnected socket runs this program) cheap.
     if protocol != IPPROTO_TCP {
         return SK_PASS;
     }
@@ -70,94 +70,36 @@ fn try_sk_lookup(ctx: &SkLookupContext) -> u32 {
             )
         }
     };
-    // SAFETY: remote_port is a readable __be16 (with padding).
-    let remote_port =
-        u16::from_be(unsafe { core::ptr::read_volatile(&raw const (*sl).remote_port) });
-    let Some(&netns) = (unsafe {
-        POD_ADDRS.get(AddrKey {
-            addr: local,
-            family,
-            _pad: [0; 6],
-        })
-    }) else {
+    let Some(netns) = netns_of(family, local) else {
         return SK_PASS; // not an address of an enrolled namespace
     };
-    // SAFETY: value copied out at once.
-    let Some(policy) = (unsafe { NETNS_INBOUND.get(netns) }).copied() else {
+    let Some(policy) = policy_of(netns) else {
         return SK_PASS;
     };
-    let port = local_port as u16;
-    if port == policy.inbound_port {
-        return SK_PASS;
-    }
-    let from_passthrough = if family == AF_INET {
-        remote[0] == PASSTHROUGH_V4
-    } else {
-        remote == PASSTHROUGH_V6
+    // SAFETY: remote_port is a readable __be16 (with padding); ingress_ifindex a readable u32.
+    let (remote_port, ifindex) = unsafe {
+        (
+            u16::from_be(core::ptr::read_volatile(&raw const (*sl).remote_port)),
+            rd(&raw const (*sl).ingress_ifindex),
+        )
     };
-    if from_passthrough {
-        count(Counter::InboundPassthroughSource);
-        return SK_PASS;
-    }
-    // The pod talking to itself (from one of its own addresses or loopback): istio-iptables
-    // decides that in OUTPUT, never in PREROUTING. The ingress ifindex cannot tell: traffic to
-    // the pod's own address reports the device that owns the address, not lo.
-    let from_loopback = if family == AF_INET {
-        remote[0].to_ne_bytes()[0] == 127
-    } else {
-        remote == LOOPBACK_V6
+    let conn = InboundConn {
+        netns,
+        family,
+        tcp: true,
+        local,
+        local_port: local_port as u16,
+        remote,
+        remote_port,
+        ifindex,
     };
-    // SAFETY: value copied out at once.
-    let from_self = unsafe {
-        POD_ADDRS.get(AddrKey {
-            addr: remote,
-            family,
-            _pad: [0; 6],
-        })
-    }
-    .copied()
-        == Some(netns);
-    if from_loopback || from_self {
-        count(Counter::InboundLocal);
-        return SK_PASS;
-    }
-    // PREROUTING -i <-c or -k interface> -j RETURN.
-    // SAFETY: ingress_ifindex is a readable u32 of the context.
-    let ifindex = unsafe { core::ptr::read_volatile(&raw const (*sl).ingress_ifindex) };
-    // SAFETY: value copied out at once.
-    if unsafe {
-        IFACES.get(IfKey {
-            netns,
-            ifindex,
-            _pad: 0,
-        })
-    }
-    .is_some()
-    {
-        count(Counter::InboundInterface);
-        return SK_PASS;
-    }
-    if port == policy.tunnel_port {
-        count(Counter::InboundExcludedPort);
-        return SK_PASS;
-    }
-    // SAFETY: value copied out at once.
-    let rule = unsafe {
-        INBOUND_PORTS.get(PortKey {
-            netns,
-            port,
-            _pad: [0; 6],
-        })
-    }
-    .copied()
-    .unwrap_or(0);
-    if rule == PORT_EXCLUDED {
-        count(Counter::InboundExcludedPort);
-        return SK_PASS;
-    }
-    if policy.flags & INBOUND_ALL_PORTS == 0 && rule != PORT_INCLUDED {
-        count(Counter::InboundNotInList);
-        return SK_PASS;
+    match decide(&policy, &conn, &Maps) {
+        Verdict::Steer => {}
+        Verdict::Pass(counter) => {
+            count(counter);
+            return SK_PASS;
+        }
+        Verdict::Ignore => return SK_PASS,
     }
 
     let mut key = ListenerKey {
@@ -173,37 +115,41 @@ fn try_sk_lookup(ctx: &SkLookupContext) -> u32 {
     }
     if !steered {
         count(Counter::InboundNoListener);
-        return if policy.flags & INBOUND_NO_LISTENER_PASSTHROUGH != 0 {
-            SK_PASS
-        } else {
-            SK_DROP
+        return match without_listener(&policy) {
+            NoListener::Passthrough => SK_PASS,
+            NoListener::Refuse => SK_DROP,
         };
     }
-    // Remember the original destination for getsockopt(SO_ORIGINAL_DST) on the accepted socket.
-    // IPv4 lookups are AF_INET even when a dual-stack listener takes them; the accepted socket's
-    // v4-mapped addresses are folded to the same form by sock_ops and getsockopt.
-    let conn = ConnKey {
-        netns,
-        client_addr: remote,
-        server_addr: local,
-        client_port: remote_port,
-        server_port: port,
-        family,
+    record(&conn);
+    count(Counter::InboundSteered);
+    SK_PASS
+}
+
+/// Remembers the original destination for getsockopt(SO_ORIGINAL_DST) on the accepted socket.
+/// IPv4 lookups are AF_INET even when a dual-stack listener takes them; the accepted socket's
+/// v4-mapped addresses are folded to the same form by sock_ops and getsockopt.
+#[inline(always)]
+fn record(conn: &InboundConn) {
+    let key = ConnKey {
+        netns: conn.netns,
+        client_addr: conn.remote,
+        server_addr: conn.local,
+        client_port: conn.remote_port,
+        server_port: conn.local_port,
+        family: conn.family,
         _pad: 0,
     };
     let entry = Tracked {
         dst: OrigDst {
-            addr: local,
-            port: port.to_be(),
-            family,
+            addr: conn.local,
+            port: conn.local_port.to_be(),
+            family: conn.family,
             _pad: 0,
         },
         client_cookie: 0,
         proxy_cookie: 0,
     };
-    if INBOUND.insert(conn, entry, 0).is_err() {
+    if INBOUND.insert(key, entry, 0).is_err() {
         count(Counter::TrackError);
     }
-    count(Counter::InboundSteered);
-    SK_PASS
 }

@@ -3,7 +3,8 @@
 //! The application's socket (active side) moves its entry from `PENDING` (by socket cookie) to
 //! `TRACKED` (by netns + 4-tuple) in `TCP_CONNECT_CB`, before the SYN leaves. The proxy's accepted
 //! socket (passive side) claims the entry when the handshake completes. The entry is removed when
-//! its owner closes: the proxy's socket once it claimed it, else the application's socket.
+//! its owner closes: the proxy's socket once it claimed it, else the application's socket
+//! (the rules: [`redirect_common::tracking`]).
 use aya_ebpf::{
     bindings::{
         BPF_ANY, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB,
@@ -14,7 +15,11 @@ use aya_ebpf::{
     programs::SockOpsContext,
     EbpfContext,
 };
-use redirect_common::{normalise_addr, ConnKey, Counter, ListenerKey, Tracked, AF_INET, AF_INET6};
+use redirect_common::{
+    normalise_addr,
+    tracking::{self, FoundAs, OnClose},
+    ConnKey, Counter, ListenerKey, Tracked, AF_INET, AF_INET6,
+};
 
 use crate::{
     maps::{count, INBOUND, LISTENERS, NETNS_INBOUND, PENDING, TRACKED},
@@ -178,18 +183,18 @@ fn on_passive_established(ctx: &SockOpsContext) {
         return;
     };
     // SAFETY: pointer into a map value, valid for this program run.
-    unsafe { (*entry).proxy_cookie = cookie(ctx) };
+    tracking::claim(unsafe { &mut *entry }, cookie(ctx));
     watch_close(ctx);
 }
 
 fn on_close(ctx: &SockOpsContext) {
     let sock = cookie(ctx);
     let _ = PENDING.remove(sock);
+    // The socket's entry is under one of its two keys; the first it owns goes.
     let client_key = key_as_client(ctx);
     if let Some(entry) = TRACKED.get_ptr(client_key) {
         // SAFETY: pointer into a map value, valid for this program run.
-        let (client, proxy) = unsafe { ((*entry).client_cookie, (*entry).proxy_cookie) };
-        if client == sock && proxy == 0 {
+        if tracking::on_close(sock, FoundAs::Client, unsafe { &*entry }) == OnClose::Delete {
             let _ = TRACKED.remove(client_key);
             return;
         }
@@ -197,14 +202,14 @@ fn on_close(ctx: &SockOpsContext) {
     let proxy_key = key_as_proxy(ctx);
     if let Some(entry) = TRACKED.get_ptr(proxy_key) {
         // SAFETY: as above.
-        if unsafe { (*entry).proxy_cookie } == sock {
+        if tracking::on_close(sock, FoundAs::Proxy, unsafe { &*entry }) == OnClose::Delete {
             let _ = TRACKED.remove(proxy_key);
             return;
         }
     }
     if let Some(entry) = INBOUND.get_ptr(proxy_key) {
         // SAFETY: as above.
-        if unsafe { (*entry).proxy_cookie } == sock {
+        if tracking::on_close(sock, FoundAs::Proxy, unsafe { &*entry }) == OnClose::Delete {
             let _ = INBOUND.remove(proxy_key);
         }
     }

@@ -10,6 +10,7 @@ mod convert;
 pub mod describe;
 mod env;
 mod error;
+pub mod inbound_kernel;
 pub mod inbound_spec;
 mod rules;
 mod rules_chains;

@@ -25,10 +25,7 @@ use self::{
     },
     pins::pin_err,
 };
-use redirect_policy::{
-    inbound_spec::{InboundPorts as SpecPorts, InboundSpec, NoListener},
-    InboundPorts, Policy,
-};
+use redirect_policy::{inbound_kernel, Policy};
 
 use crate::{
     bpfsys::{self, attach_type},
@@ -199,24 +196,9 @@ impl NodeDatapath {
         self.remove_stale()?;
         let old = owned_addresses(&mut self.maps, cookie)?;
         enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old, &addrs)?;
-        let inbound = !matches!(&policy.inbound_ports, InboundPorts::List(l) if l.is_empty());
-        if inbound {
-            let spec = InboundSpec {
-                netns: netns_path.to_path_buf(),
-                ports: match &policy.inbound_ports {
-                    InboundPorts::All => SpecPorts::All,
-                    InboundPorts::List(l) => SpecPorts::List(l.clone()),
-                },
-                // istio-iptables only uses -d with -b '*'.
-                exclude: if policy.inbound_ports == InboundPorts::All {
-                    policy.inbound_exclude_ports.clone()
-                } else {
-                    Vec::new()
-                },
-                inbound_port: policy.inbound_capture_port,
-                tunnel_port: policy.tunnel_port,
-                no_listener: NoListener::Refuse,
-            };
+        let spec = inbound_kernel::spec_of(policy, netns_path);
+        let inbound = spec.is_some();
+        if let Some(spec) = spec {
             // New rules first, stale ones after: a re-apply never leaves a moment without one.
             let stale = enroll::inbound_port_keys(&mut self.maps, cookie)?;
             enroll::write_inbound(&mut self.maps, &spec, cookie)?;

@@ -1,0 +1,85 @@
+//! istio-iptables' nat `PREROUTING` / `ISTIO_INBOUND` chain as one function, rule by rule, plus
+//! the two rules the kernel side needs on top of it (the pod's own connections, no listener).
+use super::*;
+use crate::AF_INET;
+
+/// 127.0.0.6 in network order (Istio's inbound passthrough source).
+const PASSTHROUGH_V4: u32 = u32::from_ne_bytes([127, 0, 0, 6]);
+/// ::6 in network order.
+const PASSTHROUGH_V6: [u32; 4] = [0, 0, 0, u32::from_ne_bytes([0, 0, 0, 6])];
+/// ::1 in network order.
+const LOOPBACK_V6: [u32; 4] = [0, 0, 0, u32::from_ne_bytes([0, 0, 0, 1])];
+
+#[inline(always)]
+fn is_passthrough(family: u16, addr: &[u32; 4]) -> bool {
+    if family == AF_INET {
+        addr[0] == PASSTHROUGH_V4
+    } else {
+        *addr == PASSTHROUGH_V6
+    }
+}
+
+#[inline(always)]
+fn is_loopback(family: u16, addr: &[u32; 4]) -> bool {
+    if family == AF_INET {
+        addr[0].to_ne_bytes()[0] == 127
+    } else {
+        *addr == LOOPBACK_V6
+    }
+}
+
+/// Evaluates istio-iptables' nat `PREROUTING` chain (REDIRECT mode) for `conn`, a connection
+/// to an address of the namespace whose inbound policy is `p`.
+#[inline(always)]
+pub fn decide<L: Lookups>(p: &InboundPolicy, conn: &InboundConn, lk: &L) -> Verdict {
+    // PREROUTING -p tcp -j ISTIO_INBOUND
+    if !conn.tcp {
+        return Verdict::Ignore;
+    }
+    // The proxy's own listener, reached directly: nothing to steer.
+    if conn.local_port == p.inbound_port {
+        return Verdict::Ignore;
+    }
+    // The proxy's hop to the application, from 127.0.0.6 / ::6: decided in OUTPUT
+    // (`-o lo -s 127.0.0.6/32 -j RETURN`), never in PREROUTING.
+    if is_passthrough(conn.family, &conn.remote) {
+        return Verdict::Pass(Counter::InboundPassthroughSource);
+    }
+    // The pod talking to itself (from loopback or one of its own addresses): istio-iptables
+    // decides that in OUTPUT, never in PREROUTING. The ingress ifindex cannot tell: traffic to
+    // the pod's own address reports the device that owns the address, not lo.
+    if is_loopback(conn.family, &conn.remote) || lk.remote_is_own(conn) {
+        return Verdict::Pass(Counter::InboundLocal);
+    }
+    // PREROUTING -i <-c nic> -j RETURN; -I PREROUTING 1 -i <-k nic> -j RETURN
+    if lk.exempt_interface(conn) {
+        return Verdict::Pass(Counter::InboundInterface);
+    }
+    // ISTIO_INBOUND -p tcp --dport <-e> -j RETURN
+    if conn.local_port == p.tunnel_port {
+        return Verdict::Pass(Counter::InboundExcludedPort);
+    }
+    let rule = lk.port_rule(conn);
+    // ISTIO_INBOUND -p tcp --dport <-d> -j RETURN (only with -b '*')
+    if rule == PORT_EXCLUDED {
+        return Verdict::Pass(Counter::InboundExcludedPort);
+    }
+    // -b '*': ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT;
+    // -b list: ISTIO_INBOUND -p tcp --dport <port> -j ISTIO_IN_REDIRECT, one per port.
+    if !p.has(INBOUND_ALL_PORTS) && rule != PORT_INCLUDED {
+        return Verdict::Pass(Counter::InboundNotInList);
+    }
+    // ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports <-z>
+    Verdict::Steer
+}
+
+/// What a [`Verdict::Steer`] connection gets when the proxy has no inbound listener (counted
+/// as [`Counter::InboundNoListener`] either way).
+#[inline(always)]
+pub fn without_listener(p: &InboundPolicy) -> NoListener {
+    if p.has(INBOUND_NO_LISTENER_PASSTHROUGH) {
+        NoListener::Passthrough
+    } else {
+        NoListener::Refuse
+    }
+}

@@ -1,0 +1,59 @@
+//! The map-backed lookups of [`redirect_common::inbound::decide`] for sk_lookup (the inbound
+//! counterpart of `capture.rs`).
+use redirect_common::{
+    inbound::{InboundConn, InboundPolicy, Lookups},
+    AddrKey, IfKey, PortKey,
+};
+
+use crate::maps::{IFACES, INBOUND_PORTS, NETNS_INBOUND, POD_ADDRS};
+
+/// The namespace owning local address `addr` (`POD_ADDRS`), if it is enrolled.
+#[inline(always)]
+pub fn netns_of(family: u16, addr: [u32; 4]) -> Option<u64> {
+    let key = AddrKey {
+        addr,
+        family,
+        _pad: [0; 6],
+    };
+    // SAFETY: value copied out at once.
+    unsafe { POD_ADDRS.get(key) }.copied()
+}
+
+/// The namespace's inbound policy (`NETNS_INBOUND`), if it has one.
+#[inline(always)]
+pub fn policy_of(netns: u64) -> Option<InboundPolicy> {
+    // SAFETY: value copied out at once.
+    unsafe { NETNS_INBOUND.get(netns) }.copied()
+}
+
+/// Map-backed [`Lookups`]: every key carries the connection's netns cookie.
+pub struct Maps;
+
+impl Lookups for Maps {
+    #[inline(always)]
+    fn remote_is_own(&self, conn: &InboundConn) -> bool {
+        netns_of(conn.family, conn.remote) == Some(conn.netns)
+    }
+
+    #[inline(always)]
+    fn exempt_interface(&self, conn: &InboundConn) -> bool {
+        let key = IfKey {
+            netns: conn.netns,
+            ifindex: conn.ifindex,
+            _pad: 0,
+        };
+        // SAFETY: only the presence of the value is read.
+        unsafe { IFACES.get(key) }.is_some()
+    }
+
+    #[inline(always)]
+    fn port_rule(&self, conn: &InboundConn) -> u8 {
+        let key = PortKey {
+            netns: conn.netns,
+            port: conn.local_port,
+            _pad: [0; 6],
+        };
+        // SAFETY: value copied out at once.
+        unsafe { INBOUND_PORTS.get(key) }.copied().unwrap_or(0)
+    }
+}
