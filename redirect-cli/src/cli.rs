@@ -238,14 +238,20 @@ pub enum Command {
     /// What would happen to one connection, and which istio-iptables rule decides it.
     ///
     /// Reads the namespace's policy from the pinned maps and runs the same decision code as
-    /// the kernel programs, e.g. `redirect explain --netns pod1 --uid 1337 --dst 10.244.1.7:8080`.
+    /// the kernel programs. Outbound (a connect from the pod, istio's OUTPUT chain):
+    /// `redirect explain --netns pod1 --uid 1337 --dst 10.244.1.7:8080`. Inbound (a connection
+    /// arriving at the pod, istio's PREROUTING chain):
+    /// `redirect explain --inbound --netns pod1 --src 10.0.0.9:40000 --dst 10.244.1.7:8080 --iface eth0`.
     Explain {
         /// Network namespace name (under /run/netns) or path.
         #[arg(long, value_name = "NAME|PATH")]
         netns: String,
-        /// The caller's uid.
-        #[arg(long, value_name = "UID", value_parser = parse_id)]
-        uid: u32,
+        /// Explain a connection arriving at the namespace (sk_lookup) instead of a connect from it.
+        #[arg(long)]
+        inbound: bool,
+        /// The caller's uid (outbound; required there).
+        #[arg(long, value_name = "UID", value_parser = parse_id, required_unless_present = "inbound")]
+        uid: Option<u32>,
         /// The caller's gid [default: the uid].
         #[arg(long, value_name = "GID", value_parser = parse_id)]
         gid: Option<u32>,
@@ -255,9 +261,13 @@ pub enum Command {
         /// A UDP datagram instead of a TCP connect.
         #[arg(long)]
         udp: bool,
-        /// Source address the socket is bound to (127.0.0.6 is the proxy's passthrough).
-        #[arg(long, value_name = "IP")]
-        src: Option<std::net::IpAddr>,
+        /// Outbound: the address the socket is bound to (127.0.0.6 is the proxy's passthrough).
+        /// Inbound: the peer, IP or IP:PORT (required there).
+        #[arg(long, value_name = "IP[:PORT]", required_if_eq("inbound", "true"))]
+        src: Option<String>,
+        /// Inbound: the interface of the namespace the connection arrives on (matters for -c/-k).
+        #[arg(long, value_name = "NAME", requires = "inbound")]
+        iface: Option<String>,
         /// The caller's cgroup (matters when the policy binds the proxy to its cgroup).
         #[arg(long, value_name = "PATH")]
         cgroup: Option<PathBuf>,

@@ -108,6 +108,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => observe_cmds::trace(netns.as_deref(), count, seconds, bpffs, json),
         Command::Explain {
             netns,
+            inbound: true,
+            src,
+            iface,
+            dst,
+            bpffs,
+            json,
+            ..
+        } => observe_cmds::explain_inbound(
+            &netns,
+            src.as_deref().unwrap_or_default(),
+            dst,
+            iface.as_deref(),
+            bpffs,
+            json,
+        ),
+        Command::Explain {
+            netns,
             uid,
             gid,
             dst,
@@ -116,16 +133,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cgroup,
             bpffs,
             json,
-        } => observe_cmds::explain(
-            &netns,
-            (uid, gid.unwrap_or(uid)),
-            dst,
-            !udp,
-            src,
-            cgroup.as_deref(),
-            bpffs,
-            json,
-        ),
+            ..
+        } => {
+            let uid = uid.context("--uid: the caller's uid is needed to explain a connect")?;
+            let src = src
+                .map(|s| {
+                    s.parse::<std::net::IpAddr>()
+                        .with_context(|| format!("--src {s:?}: not an IP address"))
+                })
+                .transpose()?;
+            observe_cmds::explain(
+                &netns,
+                (uid, gid.unwrap_or(uid)),
+                dst,
+                !udp,
+                src,
+                cgroup.as_deref(),
+                bpffs,
+                json,
+            )
+        }
         Command::Status { json } => {
             let report = status::collect()?;
             let dir = redirect_daemon::default_bpffs();

@@ -8,7 +8,7 @@ use std::{
 use anyhow::{bail, Context as _};
 use nix::sys::signal::{SigSet, Signal};
 use redirect_daemon::{self as daemon, server};
-use redirect_datapath::{explain, netns, node::NodeDatapath};
+use redirect_datapath::{explain, explain_inbound, netns, node::NodeDatapath};
 
 use crate::node_cmds::bpffs_or_default;
 
@@ -55,6 +55,61 @@ pub fn explain(
             } else {
                 " [the namespace has no policy of its own]"
             }
+        );
+    }
+    Ok(())
+}
+
+/// Explains one connection arriving at a namespace from the pinned maps.
+pub fn explain_inbound(
+    netns_name: &str,
+    src: &str,
+    dst: SocketAddr,
+    iface: Option<&str>,
+    bpffs: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let src: SocketAddr = match src.parse::<SocketAddr>() {
+        Ok(a) => a,
+        Err(_) => SocketAddr::new(
+            src.parse::<IpAddr>()
+                .with_context(|| format!("--src {src:?}: not IP or IP:PORT"))?,
+            0,
+        ),
+    };
+    let mut dp = open_pinned(bpffs)?;
+    let path = netns::resolve(Some(netns_name));
+    let cookie = netns::cookie(&path)?;
+    let ifindex = match iface {
+        Some(name) => netns::ifindex(&path, name)?
+            .with_context(|| format!("--iface {name}: no such interface in {}", path.display()))?,
+        None => 0,
+    };
+    let q = explain_inbound::InboundQuery { src, dst, ifindex };
+    let e = explain_inbound::explain_inbound(dp.maps(), cookie, &q)?;
+    if json {
+        let out = serde_json::json!({
+            "query": {
+                "direction": "inbound",
+                "netns": path.display().to_string(),
+                "cookie": cookie,
+                "src": src.to_string(),
+                "dst": dst.to_string(),
+                "iface": iface,
+            },
+            "outcome": e.outcome,
+            "counter": e.counter,
+            "rule": e.rule,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "TCP {src} -> {dst}{} arriving in {}: {} ({}; rule: {})",
+            iface.map(|i| format!(" on {i}")).unwrap_or_default(),
+            path.display(),
+            e.outcome,
+            e.counter,
+            e.rule
         );
     }
     Ok(())

@@ -78,7 +78,17 @@ pub fn rule_of(counter: Counter) -> &'static str {
         Counter::NoProxyPassthrough => "(redirect) the proxy does not listen yet: --no-proxy passthrough",
         Counter::NoProxyRefused => "(redirect) the proxy does not listen yet: --no-proxy refuse",
         Counter::ProxyIdElsewhere => "(redirect) proxy uid/gid outside --proxy-cgroup: not the proxy",
-        _ => "-",
+        Counter::InboundSteered => "ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT (REDIRECT --to-ports <-z>)",
+        Counter::InboundExcludedPort => "ISTIO_INBOUND -p tcp --dport <-e, -d> -j RETURN",
+        Counter::InboundNotInList => "PREROUTING: only -p tcp --dport <-b> -j ISTIO_INBOUND",
+        Counter::InboundNoListener => "REDIRECT --to-ports <-z> with nothing listening: refused",
+        Counter::InboundPassthroughSource => "(not in PREROUTING) the proxy's hop from 127.0.0.6/::6 to the application",
+        Counter::InboundLocal => "(not in PREROUTING) the pod's own connection, decided by OUTPUT",
+        Counter::InboundInterface => "PREROUTING -i <-c, -k> -j RETURN",
+        Counter::OrigDstHit => "SO_ORIGINAL_DST answered (conntrack's original destination)",
+        Counter::OrigDstMiss => "SO_ORIGINAL_DST with no entry: the kernel's answer stands",
+        Counter::TrackError => "(redirect) a map update failed; redirected anyway (fail closed)",
+        Counter::PeerRestored => "(redirect) getpeername/recvmsg show the original peer, as after DNAT",
     }
 }
 

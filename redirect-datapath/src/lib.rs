@@ -7,6 +7,7 @@ pub mod datapath;
 pub mod enroll;
 pub mod error;
 pub mod explain;
+pub mod explain_inbound;
 pub mod metrics;
 pub mod netns;
 pub mod node;

@@ -84,6 +84,14 @@ pub fn addresses(path: &Path) -> Result<Vec<IpAddr>> {
     })
 }
 
+/// The index of interface `name` inside the namespace, `None` when it has no such interface.
+pub fn ifindex(path: &Path, name: &str) -> Result<Option<u32>> {
+    let name = name.to_owned();
+    in_netns(path, move || {
+        Ok(nix::net::if_::if_nametoindex(name.as_str()).ok())
+    })
+}
+
 /// The namespace file for a `--netns` value: a path as is, a bare name under `/run/netns`, and
 /// no value: the namespace this process runs in.
 pub fn resolve(name: Option<&str>) -> std::path::PathBuf {

@@ -1,0 +1,160 @@
+//! `redirect explain --inbound`: what sk_lookup would do with one connection arriving at a
+//! namespace, and why, from the same `inbound::decide` the BPF program runs, fed from the
+//! pinned maps.
+use std::net::{IpAddr, SocketAddr};
+
+use redirect_common::{
+    inbound::{decide, without_listener, InboundConn, Lookups, NoListener, Verdict},
+    map_names, AddrKey, Counter, IfKey, InboundPolicy, PortKey, AF_INET, AF_INET6,
+};
+
+use crate::{
+    error::Result,
+    explain::{rule_of, Explained},
+    outbound::words,
+    store::{hash, MapStore},
+};
+
+/// The arriving connection to explain.
+#[derive(Debug, Clone)]
+pub struct InboundQuery {
+    /// The peer's address (and port, which does not change the decision).
+    pub src: SocketAddr,
+    /// The destination: one of the namespace's addresses and a port.
+    pub dst: SocketAddr,
+    /// The interface index it arrives on inside the namespace (0 when not given).
+    pub ifindex: u32,
+}
+
+/// Answers each lookup from values read once from the maps.
+struct Snapshot {
+    own: bool,
+    exempt: bool,
+    rule: u8,
+}
+
+impl Lookups for Snapshot {
+    fn remote_is_own(&self, _: &InboundConn) -> bool {
+        self.own
+    }
+    fn exempt_interface(&self, _: &InboundConn) -> bool {
+        self.exempt
+    }
+    fn port_rule(&self, _: &InboundConn) -> u8 {
+        self.rule
+    }
+}
+
+fn family_words(ip: IpAddr) -> (u16, [u32; 4]) {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => (AF_INET, words(IpAddr::V4(v4))),
+            None => (AF_INET6, words(ip)),
+        },
+        IpAddr::V4(_) => (AF_INET, words(ip)),
+    }
+}
+
+fn untouched(counter: Counter, why: &'static str) -> Explained {
+    Explained {
+        outcome: "untouched".to_owned(),
+        counter: counter.name(),
+        rule: why,
+        own_policy: false,
+    }
+}
+
+/// Explains `q` arriving at namespace `cookie`.
+pub fn explain_inbound(
+    store: &mut dyn MapStore,
+    cookie: u64,
+    q: &InboundQuery,
+) -> Result<Explained> {
+    let (family, local) = family_words(q.dst.ip());
+    let (_, remote) = family_words(q.src.ip());
+    let owner_of = |store: &mut dyn MapStore, addr: [u32; 4]| -> Result<Option<u64>> {
+        Ok(hash::<AddrKey, u64>(store, map_names::POD_ADDRS)?
+            .get(
+                &AddrKey {
+                    addr,
+                    family,
+                    _pad: [0; 6],
+                },
+                0,
+            )
+            .ok())
+    };
+    if owner_of(store, local)? != Some(cookie) {
+        return Ok(untouched(
+            Counter::NoPolicy,
+            "the destination is not an address of this namespace (sk_lookup finds the pod by its addresses)",
+        ));
+    }
+    let Ok(policy) = hash::<u64, InboundPolicy>(store, map_names::NETNS_INBOUND)?.get(&cookie, 0)
+    else {
+        return Ok(untouched(
+            Counter::NoPolicy,
+            "no inbound capture for this namespace (empty -b)",
+        ));
+    };
+    let own = owner_of(store, remote)? == Some(cookie);
+    let exempt = q.ifindex != 0
+        && hash::<IfKey, u8>(store, map_names::IFACES)?
+            .get(
+                &IfKey {
+                    netns: cookie,
+                    ifindex: q.ifindex,
+                    _pad: 0,
+                },
+                0,
+            )
+            .is_ok();
+    let rule = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?
+        .get(
+            &PortKey {
+                netns: cookie,
+                port: q.dst.port(),
+                _pad: [0; 6],
+            },
+            0,
+        )
+        .unwrap_or(0);
+    let conn = InboundConn {
+        netns: cookie,
+        family,
+        tcp: true,
+        local,
+        local_port: q.dst.port(),
+        remote,
+        remote_port: q.src.port(),
+        ifindex: q.ifindex,
+    };
+    let verdict = decide(&policy, &conn, &Snapshot { own, exempt, rule });
+    Ok(match verdict {
+        Verdict::Ignore => Explained {
+            outcome: "untouched".to_owned(),
+            counter: "-",
+            rule: "the proxy's own inbound port: its listener takes it directly",
+            own_policy: true,
+        },
+        Verdict::Pass(c) => Explained {
+            outcome: "untouched".to_owned(),
+            counter: c.name(),
+            rule: rule_of(c),
+            own_policy: true,
+        },
+        Verdict::Steer => Explained {
+            outcome: format!(
+                "proxy:{} while its listener is up, else {}",
+                policy.inbound_port,
+                match without_listener(&policy) {
+                    NoListener::Refuse => "refused (inbound_no_listener)",
+                    NoListener::Passthrough => "passed to the application (inbound_no_listener)",
+                }
+            ),
+            counter: Counter::InboundSteered.name(),
+            rule: rule_of(Counter::InboundSteered),
+            own_policy: true,
+        },
+    })
+}

@@ -1,0 +1,155 @@
+//! `redirect explain --inbound`: the shared inbound decision fed from the pinned maps answers
+//! for connections arriving at a pod (istio's PREROUTING), rule by rule, in text and JSON.
+use redirect_tests::{conformance::World, node::Node, privileged_or_skip};
+
+#[test]
+fn explain_inbound_names_the_rule_for_each_arrival() {
+    if !privileged_or_skip("explain_inbound_names_the_rule") {
+        return;
+    }
+    let node = Node::new();
+    let w = World::new("rxi", false);
+    let netns = w.pod.path().display().to_string();
+    let cgroup = node.cgroup.path().display().to_string();
+    node.ok(&[
+        "istio-iptables",
+        "--netns",
+        &netns,
+        "--cgroup",
+        &cgroup,
+        "-i",
+        "*",
+        "-b",
+        "*",
+        "-d",
+        "15090,15021,15020",
+        "-c",
+        "not-istio-nic",
+    ]);
+    let explain = |src: &str, dst: &str, iface: Option<&str>| {
+        let mut args = vec![
+            "explain",
+            "--inbound",
+            "--netns",
+            &netns,
+            "--src",
+            src,
+            "--dst",
+            dst,
+        ];
+        if let Some(i) = iface {
+            args.extend(["--iface", i]);
+        }
+        node.ok(&args)
+    };
+    let cases = [
+        (
+            "10.200.0.1:40000",
+            "10.200.0.2:8080",
+            Some("eth0"),
+            "proxy:15006 while its listener is up, else refused",
+            "inbound_steered",
+        ),
+        (
+            "10.200.0.1",
+            "10.200.0.2:15021",
+            None,
+            "untouched",
+            "inbound_excluded_port",
+        ),
+        (
+            "10.200.0.1",
+            "10.200.0.2:15008",
+            None,
+            "untouched",
+            "inbound_excluded_port",
+        ),
+        (
+            "127.0.0.6",
+            "10.200.0.2:8080",
+            None,
+            "untouched",
+            "inbound_passthrough_source",
+        ),
+        (
+            "10.200.0.2",
+            "10.200.0.2:8080",
+            None,
+            "untouched",
+            "inbound_local",
+        ),
+        (
+            "10.201.0.1",
+            "10.200.0.2:8080",
+            Some("not-istio-nic"),
+            "untouched",
+            "inbound_interface",
+        ),
+        (
+            "10.200.0.1",
+            "10.9.9.9:8080",
+            None,
+            "untouched",
+            "not an address of this namespace",
+        ),
+    ];
+    for (src, dst, iface, outcome, why) in cases {
+        let out = explain(src, dst, iface);
+        assert!(
+            out.contains(&format!(": {outcome} (")),
+            "{src} -> {dst}: {out}"
+        );
+        assert!(out.contains(why), "{src} -> {dst}: {out}");
+    }
+    let json = node.ok(&[
+        "explain",
+        "--inbound",
+        "--netns",
+        &netns,
+        "--src",
+        "10.200.0.1:1",
+        "--dst",
+        "10.200.0.2:9080",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(v["query"]["direction"], "inbound", "{v}");
+    assert_eq!(v["query"]["dst"], "10.200.0.2:9080", "{v}");
+    assert!(v["query"]["cookie"].is_u64(), "{v}");
+    assert_eq!(v["counter"], "inbound_steered", "{v}");
+
+    // Bad input names the flag.
+    let bad = node.run(&[
+        "explain",
+        "--inbound",
+        "--netns",
+        &netns,
+        "--src",
+        "nope",
+        "--dst",
+        "10.200.0.2:80",
+    ]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--src \"nope\""),
+        "{bad:?}"
+    );
+    let bad = node.run(&[
+        "explain",
+        "--inbound",
+        "--netns",
+        &netns,
+        "--src",
+        "10.200.0.1",
+        "--dst",
+        "10.200.0.2:80",
+        "--iface",
+        "nope0",
+    ]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--iface nope0"),
+        "{bad:?}"
+    );
+    node.ok(&["istio-iptables", "--netns", &netns, "--cleanup-only"]);
+}
