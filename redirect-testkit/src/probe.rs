@@ -2,7 +2,16 @@
 //! the tests and the bench deserialize it; nobody splits strings.
 use std::{fmt, net::SocketAddr};
 
-use serde::{Deserialize, Serialize};
+use anyhow::Context as _;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+/// Every line of a probe's stdout as a `T`; fails naming the first line that is not one.
+pub fn parse_lines<T: DeserializeOwned>(stdout: &[u8]) -> anyhow::Result<Vec<T>> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).with_context(|| format!("probe output line {l:?}")))
+        .collect()
+}
 
 /// What `probe-listen` answers on a TCP connection or a UDP datagram: which listener took it,
 /// the original destination it read (TCP only) and the peer it saw.
@@ -268,5 +277,13 @@ mod tests {
             ClientResult::failed("refused").error.as_deref(),
             Some("refused")
         );
+    }
+
+    #[test]
+    fn parse_lines_names_a_bad_line() {
+        let good = parse_lines::<Counts>(b"{\"ok\":1,\"failed\":0}\n").expect("parses");
+        assert_eq!(good, [Counts { ok: 1, failed: 0 }]);
+        let e = parse_lines::<Counts>(b"{\"ok\":1,\"failed\":0}\nready\n").expect_err("bad");
+        assert!(format!("{e:#}").contains("\"ready\""), "{e:#}");
     }
 }
