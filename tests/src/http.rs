@@ -1,11 +1,11 @@
 //! Minimal HTTP/1.0 client and fixed-response server for admin-port and metrics tests.
 use std::{
     io::{Read as _, Write as _},
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     time::Duration,
 };
 
-use crate::netns::Netns;
+use redirect_testkit::{Listen, Netns};
 
 /// Sends `METHOD path` to `addr` from inside `ns`; returns (status, body). Status 0 means the
 /// connection failed (e.g. refused).
@@ -29,12 +29,15 @@ pub fn request(ns: &Netns, method: &str, addr: &str, path: &str) -> (u16, String
             .unwrap_or(0);
         (status, body.to_owned())
     })
+    .expect("enter the namespace")
 }
 
 /// Serves `body` with status 200 to every request on `addr` inside `ns`, until the process ends.
 pub fn serve_fixed(ns: &Netns, addr: &str, body: &'static str) {
-    let addr = addr.to_owned();
-    let listener = ns.run(move || TcpListener::bind(&addr).expect("bind fixed server"));
+    let listener = Listen::on(addr)
+        .netns(ns)
+        .tcp()
+        .expect("bind the fixed server");
     std::thread::spawn(move || {
         for mut s in listener.incoming().flatten() {
             let mut buf = [0u8; 4096];

@@ -1,18 +1,17 @@
-//! Test harness: guards for network namespaces, cgroups and processes, plus the probe server.
+//! redirect's integration-test harness on the testkit: `redirect attach`, `redirect-proxy`,
+//! the probe client, the echo server, a node of the test's own and the conformance topology.
 pub mod conformance;
 pub mod env;
 pub mod http;
-pub mod iptables;
-pub mod netns;
 pub mod node;
 pub mod place;
 pub mod procs;
 pub mod server;
 pub mod world;
 
-pub use env::{bin_path, privileged_or_skip, unique_name};
-pub use netns::{Cgroup, HostLink, Netns, Topology};
+pub use env::bin_path;
 pub use procs::{
-    attached_program_ids, client, program_loaded, spawn_client, Attach, Child, ClientOpts, Proxy,
+    attached_program_ids, client, host_client, program_loaded, spawn_client, wait_detached, Attach,
+    ClientOpts, Proxy,
 };
 pub use server::{EchoServer, ServerHit};

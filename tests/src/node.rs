@@ -6,11 +6,9 @@ use std::{
     time::Duration,
 };
 
-use crate::{
-    env::{bin_path, unique_name},
-    netns::Cgroup,
-    procs::{attached_program_ids, Child},
-};
+use redirect_testkit::{unique_name, Cgroup, Child};
+
+use crate::{env::bin_path, procs::attached_program_ids};
 
 /// A daemon directory and pin directory of the test's own, removed on drop.
 #[derive(Debug)]
@@ -36,7 +34,7 @@ impl Node {
         Self {
             dir: std::env::temp_dir().join(&name),
             pins: PathBuf::from("/sys/fs/bpf").join(&name),
-            cgroup: Cgroup::new("rdc"),
+            cgroup: Cgroup::new("rdc").expect("node cgroup"),
         }
     }
 
@@ -75,10 +73,12 @@ impl Node {
     pub fn daemon_with(&self, extra: &[&str]) -> (Child, String) {
         let mut cmd = self.cmd(&["daemon"]);
         cmd.arg("--cgroup").arg(self.cgroup.path()).args(extra);
-        let mut child = Child::spawn(cmd);
-        let ready = child.wait_line("daemon ready", Duration::from_secs(10), |l| {
-            l.starts_with("ready ")
-        });
+        let mut child = Child::spawn("redirect daemon", cmd).expect("start redirect daemon");
+        let ready = child
+            .wait_line("its ready line", Duration::from_secs(10), |l| {
+                l.starts_with("ready ")
+            })
+            .expect("daemon ready");
         (child, ready)
     }
 

@@ -1,8 +1,5 @@
 //! Where a probe binary runs: `--cgroup`, `--netns`, `--uid`, `--gid`, entered in that order.
-use std::{
-    net::{SocketAddr, SocketAddrV4},
-    path::PathBuf,
-};
+use std::path::PathBuf;
 
 use anyhow::Context as _;
 use nix::{
@@ -48,16 +45,5 @@ impl Place {
             setuid(Uid::from_raw(uid)).context("setuid")?;
         }
         Ok(())
-    }
-}
-
-/// Shows IPv4-mapped IPv6 addresses as plain IPv4.
-pub fn unmap(addr: SocketAddr) -> SocketAddr {
-    match addr {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(ip) => SocketAddr::V4(SocketAddrV4::new(ip, v6.port())),
-            None => addr,
-        },
-        v4 => v4,
     }
 }

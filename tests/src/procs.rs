@@ -1,119 +1,26 @@
-//! Child-process guards: `redirect attach`, `redirect-proxy` and the probe client.
+//! redirect's own processes in the tests: `redirect attach`, `redirect-proxy` and the probe
+//! client, on the testkit's child, namespace and wait guards.
 use std::{
-    io::{BufRead as _, BufReader},
+    io::{BufRead as _, Write as _},
     path::{Path, PathBuf},
-    process::{Command, Stdio},
-    sync::{mpsc, Arc, Mutex},
-    time::{Duration, Instant},
+    process::Command,
+    sync::mpsc,
+    time::Duration,
 };
 
-use nix::{
-    sys::signal::{kill, Signal},
-    unistd::Pid,
+use nix::sys::signal::Signal;
+use redirect_testkit::{
+    eventually,
+    probe::{ClientResult, Echo},
+    unique_name, Child, Netns,
 };
 use serde_json::Value;
 
-use crate::{env::bin_path, netns::Netns};
+use crate::env::bin_path;
 
-/// A child process killed (by its PID) and reaped on drop.
-#[derive(Debug)]
-pub struct Child {
-    child: Option<std::process::Child>,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Child {
-    /// Spawns `cmd` with stdout collected line by line; stderr is inherited.
-    pub fn spawn(mut cmd: Command) -> Self {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-        let stdout = child.stdout.take().expect("piped stdout");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                sink.lock().expect("lock").push(line);
-            }
-        });
-        Self {
-            child: Some(child),
-            lines,
-        }
-    }
-
-    /// Its pid.
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, std::process::Child::id)
-    }
-
-    /// Stdout lines so far.
-    pub fn lines(&self) -> Vec<String> {
-        self.lines.lock().expect("lock").clone()
-    }
-
-    /// Waits until a stdout line satisfies `pred`, or panics after `timeout`.
-    pub fn wait_line(
-        &mut self,
-        what: &str,
-        timeout: Duration,
-        pred: impl Fn(&str) -> bool,
-    ) -> String {
-        let start = Instant::now();
-        loop {
-            if let Some(l) = self.lines().into_iter().find(|l| pred(l)) {
-                return l;
-            }
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(std::process::Child::try_wait) {
-                panic!(
-                    "process exited with {status} before {what}; stdout: {:?}",
-                    self.lines()
-                );
-            }
-            assert!(
-                start.elapsed() < timeout,
-                "timed out waiting for {what}; stdout: {:?}",
-                self.lines()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Sends `signal` and waits for the exit; returns whether it exited successfully.
-    pub fn stop(&mut self, signal: Signal) -> bool {
-        let Some(mut child) = self.child.take() else {
-            return false;
-        };
-        if let Ok(pid) = i32::try_from(child.id()) {
-            let _ = kill(Pid::from_raw(pid), signal);
-        }
-        child.wait().is_ok_and(|s| s.success())
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        self.stop(Signal::SIGKILL);
-    }
-}
-
-/// `netns exec NS setpriv --reuid 1337 --regid 1337 --clear-groups`: appended to an `ip`
-/// command, runs what follows in `ns` as the proxy uid/gid.
-pub fn proxy_user_args(ns: &str) -> [&str; 9] {
-    [
-        "netns",
-        "exec",
-        ns,
-        "setpriv",
-        "--reuid",
-        "1337",
-        "--regid",
-        "1337",
-        "--clear-groups",
-    ]
+/// `RUST_LOG` of the processes under test (`REDIRECT_TEST_LOG`, default `warn`).
+fn test_log() -> String {
+    std::env::var("REDIRECT_TEST_LOG").unwrap_or_else(|_| "warn".into())
 }
 
 /// A running `redirect attach` with its own state directory.
@@ -125,31 +32,24 @@ pub struct Attach {
     pub state_dir: PathBuf,
 }
 
-/// Removes a test's state directory on drop.
-fn state_dir_for(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("redirect-test-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
 impl Attach {
     /// Starts `redirect attach --cgroup CGROUP EXTRA...` and waits for its `ready` line.
     pub fn start(cgroup: &Path, extra: &[&str]) -> Self {
-        let state_dir = state_dir_for(&crate::env::unique_name("st"));
+        let state_dir = std::env::temp_dir().join(format!("redirect-test-{}", unique_name("st")));
+        let _ = std::fs::remove_dir_all(&state_dir);
         let mut cmd = Command::new(bin_path("redirect"));
         cmd.arg("attach")
             .arg("--cgroup")
             .arg(cgroup)
             .args(extra)
             .env("REDIRECT_STATE_DIR", &state_dir)
-            .env(
-                "RUST_LOG",
-                std::env::var("REDIRECT_TEST_LOG").unwrap_or_else(|_| "warn".into()),
-            );
-        let mut child = Child::spawn(cmd);
-        child.wait_line("redirect attach ready", Duration::from_secs(20), |l| {
-            l.starts_with("ready ")
-        });
+            .env("RUST_LOG", test_log());
+        let mut child = Child::spawn("redirect attach", cmd).expect("start redirect attach");
+        child
+            .wait_line("its ready line", Duration::from_secs(20), |l| {
+                l.starts_with("ready ")
+            })
+            .expect("redirect attach ready");
         Self { child, state_dir }
     }
 
@@ -237,18 +137,17 @@ impl Proxy {
             }
             None => Command::new("ip"),
         };
-        cmd.args(proxy_user_args(ns.name()))
+        cmd.args(ns.exec_args_as(1337, 1337))
             .arg(bin_path("redirect-proxy"))
             .args(["--log-format", "json"])
             .args(extra)
-            .env(
-                "RUST_LOG",
-                std::env::var("REDIRECT_TEST_LOG").unwrap_or_else(|_| "warn".into()),
-            );
-        let mut child = Child::spawn(cmd);
-        child.wait_line("proxy listening", Duration::from_secs(10), |l| {
-            l.contains("\"kind\":\"ready\"")
-        });
+            .env("RUST_LOG", test_log());
+        let mut child = Child::spawn("redirect-proxy", cmd).expect("start redirect-proxy");
+        child
+            .wait_line("its ready line", Duration::from_secs(10), |l| {
+                l.contains("\"kind\":\"ready\"")
+            })
+            .expect("proxy listening");
         Self { child }
     }
 
@@ -264,18 +163,19 @@ impl Proxy {
 
     /// Waits until at least `n` access records exist, or panics.
     pub fn wait_records(&self, n: usize) -> Vec<Value> {
-        let start = Instant::now();
-        loop {
-            let r = self.records();
-            if r.len() >= n {
-                return r;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "expected {n} proxy records, have {r:?}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        eventually(
+            format!("{n} proxy access records"),
+            Duration::from_secs(10),
+            || {
+                let r = self.records();
+                if r.len() >= n {
+                    Ok(r)
+                } else {
+                    Err(r)
+                }
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
     }
 }
 
@@ -300,12 +200,12 @@ pub struct ClientOpts<'a> {
     pub count: Option<u32>,
 }
 
-/// Spawns the probe client; returns a receiver for its parsed JSON output lines once it exits.
+/// Spawns the probe client; returns a receiver for its result once it exits.
 pub fn spawn_client(
     connect: &str,
     send: &str,
     opts: &ClientOpts<'_>,
-) -> mpsc::Receiver<Vec<Value>> {
+) -> mpsc::Receiver<ClientResult> {
     let mut cmd = Command::new(bin_path("probe-client"));
     cmd.args(["--connect", connect, "--send", send]);
     if let Some(ns) = opts.netns {
@@ -331,18 +231,48 @@ pub fn spawn_client(
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let out = cmd.output().expect("run probe-client");
-        assert!(
-            out.status.success() || !out.stdout.is_empty(),
-            "probe-client failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let lines = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
-        let _ = tx.send(lines);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().next().unwrap_or_else(|| {
+            panic!(
+                "probe-client printed nothing: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        let result = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("probe-client output {line:?}: {e}"));
+        let _ = tx.send(result);
     });
     rx
+}
+
+/// Runs the probe client to completion and returns its result.
+pub fn client(connect: &str, send: &str, opts: &ClientOpts<'_>) -> ClientResult {
+    spawn_client(connect, send, opts)
+        .recv_timeout(Duration::from_secs(120))
+        .expect("probe-client finished")
+}
+
+/// Connects from the test process itself (the host's namespace), sends a line and reads the
+/// echo server's answer, like the probe client.
+pub fn host_client(dst: &str) -> ClientResult {
+    let result = (|| -> anyhow::Result<ClientResult> {
+        let addr = dst.parse()?;
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(b"hi\n")?;
+        let mut reply = String::new();
+        let n = std::io::BufReader::new(&s).read_line(&mut reply)?;
+        let reply: Option<Echo> = (n > 0).then(|| serde_json::from_str(&reply)).transpose()?;
+        Ok(ClientResult {
+            ok: true,
+            local: Some(s.local_addr()?),
+            peer: Some(s.peer_addr()?),
+            reply,
+            reply_bytes: n as u64,
+            ..ClientResult::default()
+        })
+    })();
+    result.unwrap_or_else(|e| ClientResult::failed(format!("{e:#}")))
 }
 
 /// Program ids attached at `cgroup` (itself, not inherited), from `bpftool cgroup show`.
@@ -367,20 +297,28 @@ pub fn attached_program_ids(cgroup: &Path) -> Vec<u64> {
         .unwrap_or_default()
 }
 
+/// Waits (up to 2 s: unpinned links are released asynchronously by the kernel) until nothing
+/// is attached at `cgroup`; panics naming what is still there.
+pub fn wait_detached(cgroup: &Path) {
+    eventually(
+        format!("no program attached at {}", cgroup.display()),
+        Duration::from_secs(2),
+        || {
+            let ids = attached_program_ids(cgroup);
+            if ids.is_empty() {
+                Ok(())
+            } else {
+                Err(ids)
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// True when the kernel still has a program with this id loaded.
 pub fn program_loaded(id: u64) -> bool {
     Command::new("bpftool")
         .args(["prog", "show", "id", &id.to_string()])
         .output()
         .is_ok_and(|o| o.status.success())
-}
-
-/// Runs the probe client to completion and returns its first output line.
-pub fn client(connect: &str, send: &str, opts: &ClientOpts<'_>) -> Value {
-    spawn_client(connect, send, opts)
-        .recv_timeout(Duration::from_secs(120))
-        .expect("probe-client finished")
-        .into_iter()
-        .next()
-        .expect("probe-client printed a result")
 }

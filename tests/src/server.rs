@@ -1,12 +1,13 @@
-//! The probe server: answers each connection with a line naming itself and the peer it saw.
+//! The echo server: answers each connection with one JSON [`Echo`] line naming itself, the
+//! peer it saw and the line it got (or, with HTTP, a response whose body says the same).
 use std::{
     io::{BufRead as _, BufReader, Write as _},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::{SocketAddr, TcpStream},
     sync::{Arc, Mutex},
     thread,
 };
 
-use crate::netns::Netns;
+use redirect_testkit::{probe::Echo, Listen, Netns};
 
 /// One connection the server accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,11 +16,6 @@ pub struct ServerHit {
     pub peer: SocketAddr,
     /// The first line the client sent.
     pub line: String,
-}
-
-/// Writes the reply for one request line.
-pub fn reply_line(tag: &str, peer: SocketAddr, line: &str) -> String {
-    format!("tag={tag} peer={peer} got={line}\n")
 }
 
 /// Serves one connection: reads a line (or an HTTP request head) and answers.
@@ -42,7 +38,14 @@ pub fn serve_one(mut stream: TcpStream, tag: &str, http: bool) -> std::io::Resul
             body.len()
         )?;
     } else {
-        stream.write_all(reply_line(tag, peer, &line).as_bytes())?;
+        let echo = Echo {
+            tag: tag.to_owned(),
+            peer,
+            got: line.clone(),
+        };
+        let mut reply = serde_json::to_string(&echo)?;
+        reply.push('\n');
+        stream.write_all(reply.as_bytes())?;
     }
     Ok(ServerHit { peer, line })
 }
@@ -56,11 +59,14 @@ pub struct EchoServer {
 }
 
 impl EchoServer {
-    /// Binds `addr` inside `ns` and serves until the process exits (the namespace's removal
-    /// closes nothing, but the listener is only reachable from the test's own namespaces).
+    /// Binds `addr` inside `ns` and serves until the process exits (the listener is only
+    /// reachable from the test's own namespaces).
     pub fn start(ns: &Netns, addr: &str, tag: &str) -> Self {
-        let addr: SocketAddr = addr.parse().expect("server address");
-        let listener = ns.run(move || TcpListener::bind(addr).expect("bind probe server"));
+        let listener = Listen::on(addr)
+            .netns(ns)
+            .tcp()
+            .expect("bind the echo server");
+        let addr = listener.local_addr().expect("echo server address");
         let hits = Arc::new(Mutex::new(Vec::new()));
         let (tag, record) = (tag.to_owned(), Arc::clone(&hits));
         thread::spawn(move || {

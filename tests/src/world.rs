@@ -1,12 +1,10 @@
 //! A pod of the test's own joined to a "world" namespace that holds every remote destination,
-//! the probe listener and client, and what a probe result says (where it landed).
+//! the probe listener and client (their answers are `redirect_testkit::probe` types).
 use std::{path::Path, process::Command, time::Duration};
 
-use crate::{
-    env::bin_path,
-    netns::{ip, Netns},
-    procs::Child,
-};
+use redirect_testkit::{ip, probe::ProbeResult, Child, Netns};
+
+use crate::env::bin_path;
 
 /// The pod's IPv4 address (inside the `-i 10.0.0.0/8` case's range on purpose: it is local).
 pub const POD4: &str = "10.200.0.2";
@@ -38,15 +36,19 @@ impl World {
     /// Builds pod + world: `eth0` (pod 10.200.0.2, fd00:200::2) to the world's default
     /// gateway, and `not-istio-nic` (10.201.0.2) routing 203.0.113.0/24.
     pub fn new(prefix: &str, ipv6: bool) -> Self {
-        let pod = Netns::new(prefix);
-        let world = Netns::new("rcw");
+        Self::build(prefix, ipv6).expect("building the pod and world namespaces")
+    }
+
+    fn build(prefix: &str, ipv6: bool) -> anyhow::Result<Self> {
+        let pod = Netns::new(prefix)?;
+        let world = Netns::new("rcw")?;
         let (p, w) = (pod.name().to_owned(), world.name().to_owned());
         for (dev, peer) in [("eth0", "weth0"), ("not-istio-nic", "wnic")] {
             ip(&[
                 "-n", &p, "link", "add", dev, "type", "veth", "peer", "name", peer, "netns", &w,
-            ]);
-            ip(&["-n", &p, "link", "set", dev, "up"]);
-            ip(&["-n", &w, "link", "set", peer, "up"]);
+            ])?;
+            ip(&["-n", &p, "link", "set", dev, "up"])?;
+            ip(&["-n", &w, "link", "set", peer, "up"])?;
         }
         ip(&[
             "-n",
@@ -56,8 +58,8 @@ impl World {
             &format!("{POD4}/24"),
             "dev",
             "eth0",
-        ]);
-        ip(&["-n", &w, "addr", "add", "10.200.0.1/24", "dev", "weth0"]);
+        ])?;
+        ip(&["-n", &w, "addr", "add", "10.200.0.1/24", "dev", "weth0"])?;
         ip(&[
             "-n",
             &p,
@@ -66,9 +68,9 @@ impl World {
             "10.201.0.2/24",
             "dev",
             "not-istio-nic",
-        ]);
-        ip(&["-n", &w, "addr", "add", "10.201.0.1/24", "dev", "wnic"]);
-        ip(&["-n", &p, "route", "add", "default", "via", "10.200.0.1"]);
+        ])?;
+        ip(&["-n", &w, "addr", "add", "10.201.0.1/24", "dev", "wnic"])?;
+        ip(&["-n", &p, "route", "add", "default", "via", "10.200.0.1"])?;
         ip(&[
             "-n",
             &p,
@@ -79,9 +81,9 @@ impl World {
             "10.201.0.1",
             "dev",
             "not-istio-nic",
-        ]);
+        ])?;
         for a in WORLD4 {
-            ip(&["-n", &w, "addr", "add", &format!("{a}/32"), "dev", "lo"]);
+            ip(&["-n", &w, "addr", "add", &format!("{a}/32"), "dev", "lo"])?;
         }
         if ipv6 {
             ip(&[
@@ -93,7 +95,7 @@ impl World {
                 "dev",
                 "eth0",
                 "nodad",
-            ]);
+            ])?;
             ip(&[
                 "-n",
                 &w,
@@ -103,8 +105,8 @@ impl World {
                 "dev",
                 "weth0",
                 "nodad",
-            ]);
-            ip(&["-n", &p, "route", "add", "default", "via", "fd00:200::1"]);
+            ])?;
+            ip(&["-n", &p, "route", "add", "default", "via", "fd00:200::1"])?;
             for a in WORLD6 {
                 ip(&[
                     "-n",
@@ -115,7 +117,7 @@ impl World {
                     "dev",
                     "lo",
                     "nodad",
-                ]);
+                ])?;
             }
             // The IPv6 DNS server of the dns-uid-gid case lives on the pod's loopback, and
             // ::6 is the proxy's IPv6 passthrough source (istio-proxy adds it to lo too).
@@ -128,18 +130,22 @@ impl World {
                 "dev",
                 "lo",
                 "nodad",
-            ]);
-            ip(&["-n", &p, "addr", "add", "::6/128", "dev", "lo", "nodad"]);
+            ])?;
+            ip(&["-n", &p, "addr", "add", "::6/128", "dev", "lo", "nodad"])?;
         }
-        Self { pod, world }
+        Ok(Self { pod, world })
     }
 
     /// Gives the pod other addresses on its two links (instead of [`POD4`] and 10.201.0.2):
     /// pods sharing one datapath need addresses of their own, as on a node.
     pub fn renumber(&self, eth0: &str, nic: &str) {
+        self.try_renumber(eth0, nic).expect("renumbering the pod");
+    }
+
+    fn try_renumber(&self, eth0: &str, nic: &str) -> anyhow::Result<()> {
         let p = self.pod.name();
-        ip(&["-n", p, "addr", "del", &format!("{POD4}/24"), "dev", "eth0"]);
-        ip(&["-n", p, "addr", "add", &format!("{eth0}/24"), "dev", "eth0"]);
+        ip(&["-n", p, "addr", "del", &format!("{POD4}/24"), "dev", "eth0"])?;
+        ip(&["-n", p, "addr", "add", &format!("{eth0}/24"), "dev", "eth0"])?;
         ip(&[
             "-n",
             p,
@@ -148,7 +154,7 @@ impl World {
             "10.201.0.2/24",
             "dev",
             "not-istio-nic",
-        ]);
+        ])?;
         ip(&[
             "-n",
             p,
@@ -157,8 +163,9 @@ impl World {
             &format!("{nic}/24"),
             "dev",
             "not-istio-nic",
-        ]);
-        ip(&["-n", p, "route", "replace", "default", "via", "10.200.0.1"]);
+        ])?;
+        ip(&["-n", p, "route", "replace", "default", "via", "10.200.0.1"])?;
+        Ok(())
     }
 }
 
@@ -185,20 +192,20 @@ pub fn listen(
     for a in udp {
         cmd.arg("--udp").arg(a);
     }
-    let mut child = Child::spawn(cmd);
-    child.wait_line("probe-listen ready", Duration::from_secs(10), |l| {
-        l == "ready"
-    });
+    let mut child = Child::spawn(&format!("probe-listen {name}"), cmd).expect("start probe-listen");
+    child
+        .wait_line("its ready line", Duration::from_secs(10), |l| l == "ready")
+        .expect("probe-listen ready");
     child
 }
 
-/// Runs `probe-matrix` as (uid, gid) and returns one JSON value per probe.
+/// Runs `probe-matrix` as (uid, gid) and returns one result per probe.
 pub fn probe(
     ns: &Netns,
     cgroup: Option<&Path>,
     id: Option<(u32, u32)>,
     probes: &[String],
-) -> Vec<serde_json::Value> {
+) -> Vec<ProbeResult> {
     let mut cmd = Command::new(bin_path("probe-matrix"));
     cmd.arg("--netns").arg(ns.path());
     if let Some(cg) = cgroup {
@@ -215,41 +222,7 @@ pub fn probe(
         "probe-matrix: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("probe-matrix output {l:?}: {e}"))
-        })
-        .collect()
-}
-
-/// The part of a probe result that must agree: which listener accepted (and the original
-/// destination it acted on), or how the attempt failed, and the peer the client saw.
-pub fn outcome(v: &serde_json::Value) -> String {
-    if v["ok"].as_bool() != Some(true) {
-        return format!("failed:{}", v["error"].as_str().unwrap_or("?"));
-    }
-    let reply = v["reply"].as_str().unwrap_or("");
-    let kept: Vec<&str> = reply
-        .split_whitespace()
-        .filter(|t| t.starts_with("at=") || t.starts_with("orig="))
-        .collect();
-    format!(
-        "{} client-peer={}",
-        kept.join(" "),
-        v["peer"].as_str().unwrap_or("")
-    )
-}
-
-/// The listener and original destination of a probe result (`at=... orig=...`), or "".
-pub fn at(v: &serde_json::Value) -> String {
-    v["reply"]
-        .as_str()
-        .unwrap_or("")
-        .split_whitespace()
-        .filter(|t| t.starts_with("at=") || t.starts_with("orig="))
-        .collect::<Vec<_>>()
-        .join(" ")
+    redirect_testkit::probe::parse_lines(&out.stdout).expect("probe-matrix output")
 }
 
 /// A sidecar pod's usual listeners: the proxy (15001, 15006, as uid/gid 1337), the app (80,
@@ -288,21 +261,9 @@ pub fn sidecar_listeners(w: &World, cgroup: &Path) -> Vec<Child> {
     ]
 }
 
-/// Waits (up to 2 s: unpinned links are released asynchronously) until nothing is attached at
-/// `cgroup`; panics otherwise.
-pub fn wait_detached(cgroup: &Path) {
-    for _ in 0..100 {
-        if crate::procs::attached_program_ids(cgroup).is_empty() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("programs still attached at {}", cgroup.display());
-}
-
 /// Where a TCP connect from `(uid, gid)` in the pod (in `cgroup`) to `dst` lands (`at=... orig=...`).
 pub fn reach(w: &World, cgroup: &Path, id: (u32, u32), dst: &str) -> String {
-    at(&probe(&w.pod, Some(cgroup), Some(id), &[format!("tcp:{dst}")])[0])
+    probe(&w.pod, Some(cgroup), Some(id), &[format!("tcp:{dst}")])[0].at()
 }
 
 /// Where TCP connects from the world to the pod's [`POD4`] on each port land.
@@ -310,6 +271,6 @@ pub fn inbound_at(w: &World, ports: &[u16]) -> Vec<String> {
     let probes: Vec<String> = ports.iter().map(|p| format!("tcp:{POD4}:{p}")).collect();
     probe(&w.world, None, None, &probes)
         .iter()
-        .map(at)
+        .map(ProbeResult::at)
         .collect()
 }

@@ -9,10 +9,12 @@
 //! byte-identical to the REDIRECT rows', which the suite covers.
 use std::{collections::BTreeMap, process::Command};
 
+use redirect_testkit::{privileged_or_skip, Cgroup, Child};
 use redirect_tests::{
     bin_path,
-    conformance::{cases, golden, listen, outcome, probe, Case, World, POD4, POD6, WORLD4, WORLD6},
-    iptables, privileged_or_skip, Cgroup, Child,
+    conformance::{cases, golden, listen, probe, Case, World, POD4, POD6, WORLD4, WORLD6},
+    node::Pins,
+    wait_detached,
 };
 
 /// Ports the pod's own application listens on (local destinations and inbound targets).
@@ -184,15 +186,19 @@ fn run_case(name: &str) {
 
     // Reference: the golden rules.
     let ipt = World::new("rci", case.ipv6);
-    iptables::restore(&ipt.pod, &v4);
+    ipt.pod
+        .restore("iptables-restore", &v4)
+        .expect("load the golden (IPv4)");
     if let Some(v6) = &v6 {
-        iptables::restore_with(&ipt.pod, "ip6tables-restore", v6);
+        ipt.pod
+            .restore("ip6tables-restore", v6)
+            .expect("load the golden (IPv6)");
     }
 
     // Ours: the same arguments, through the pinned datapath in a cgroup of the test's own.
     let ours = World::new("rce", case.ipv6);
-    let cgroup = Cgroup::new("rcc");
-    let pins = redirect_tests::node::Pins::new();
+    let cgroup = Cgroup::new("rcc").expect("cgroup");
+    let pins = Pins::new();
     let bpffs = pins.0.clone();
     let mut args: Vec<String> = vec![
         "--netns".into(),
@@ -226,7 +232,7 @@ fn run_case(name: &str) {
         let got = probe(&ours.pod, Some(cgroup.path()), Some((uid, gid)), &probes);
         for ((p, w), g) in probes.iter().zip(&want).zip(&got) {
             compared += 1;
-            let (w, g) = (outcome(w), outcome(g));
+            let (w, g) = (w.outcome(), g.outcome());
             if w != g {
                 mismatches.insert(format!("{label} {p}"), (w, g));
             }
@@ -237,7 +243,7 @@ fn run_case(name: &str) {
     let got = probe(&ours.world, None, None, &inbound);
     for ((p, w), g) in inbound.iter().zip(&want).zip(&got) {
         compared += 1;
-        let (w, g) = (outcome(w), outcome(g));
+        let (w, g) = (w.outcome(), g.outcome());
         if w != g {
             mismatches.insert(format!("inbound {p}"), (w, g));
         }
@@ -257,19 +263,8 @@ fn run_case(name: &str) {
         "{name}: {} still pinned after --cleanup-only",
         bpffs.display()
     );
-    // Unpinned links are released asynchronously by the kernel; give it a moment.
-    let mut attached = redirect_tests::attached_program_ids(cgroup.path());
-    for _ in 0..100 {
-        if attached.is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        attached = redirect_tests::attached_program_ids(cgroup.path());
-    }
-    assert!(
-        attached.is_empty(),
-        "{name}: programs {attached:?} still attached after --cleanup-only"
-    );
+    // Unpinned links are released asynchronously by the kernel.
+    wait_detached(cgroup.path());
 
     println!(
         "conformance {name}: {compared} connections compared, {} mismatches",

@@ -3,11 +3,16 @@
 use std::{process::Command, time::Duration};
 
 use nix::sys::signal::Signal;
+use redirect_testkit::{
+    eventually, privileged_or_skip,
+    probe::{parse_lines, ProbeResult},
+    Child,
+};
 use redirect_tests::{
     bin_path,
-    conformance::{at, probe, reach, sidecar_listeners, wait_detached, World, POD4},
+    conformance::{probe, reach, sidecar_listeners, World, POD4},
     node::Node,
-    privileged_or_skip,
+    wait_detached,
 };
 
 /// `GET /metrics` from the host (the daemon listens in the host's namespace).
@@ -77,34 +82,34 @@ fn daemon_enrolls_follows_addresses_and_is_alone() {
     // An address added later is followed: the proxy reaching it goes to 15006, the app's own
     // traffic to it is left alone, as with iptables' `-o lo`.
     let added = "10.200.0.77";
-    let status = Command::new("ip")
-        .args([
-            "-n",
-            w.pod.name(),
-            "addr",
-            "add",
-            &format!("{added}/32"),
-            "dev",
-            "eth0",
-        ])
-        .status()
-        .expect("ip addr add");
-    assert!(status.success());
-    let mut followed = false;
-    for _ in 0..50 {
-        let p = probe(
-            &w.pod,
-            Some(node.cgroup.path()),
-            Some((1337, 1337)),
-            &[format!("tcp:{added}:8000")],
-        );
-        if at(&p[0]) == format!("at=proxy/[::]:15006 orig={added}:8000") {
-            followed = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(followed, "the new address was not followed within 5 s");
+    redirect_testkit::ip(&[
+        "-n",
+        w.pod.name(),
+        "addr",
+        "add",
+        &format!("{added}/32"),
+        "dev",
+        "eth0",
+    ])
+    .expect("ip addr add");
+    eventually(
+        format!("the new address {added} to be followed (the proxy reaching it lands on 15006)"),
+        Duration::from_secs(5),
+        || {
+            let p = probe(
+                &w.pod,
+                Some(node.cgroup.path()),
+                Some((1337, 1337)),
+                &[format!("tcp:{added}:8000")],
+            );
+            if p[0].at() == format!("at=proxy/[::]:15006 orig={added}:8000") {
+                Ok(())
+            } else {
+                Err(p)
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let app = probe(
         &w.pod,
         Some(node.cgroup.path()),
@@ -112,7 +117,7 @@ fn daemon_enrolls_follows_addresses_and_is_alone() {
         &[format!("tcp:{added}:8000")],
     );
     assert_eq!(
-        at(&app[0]),
+        app[0].at(),
         format!("at=app/[::]:8000 orig={added}:8000"),
         "{app:?}"
     );
@@ -187,25 +192,29 @@ fn sigkill_leaves_no_gap_restart_adopts_uninstall_leaves_nothing() {
     assert_eq!(ids.len(), 10, "every program attached once: {ids:?}");
 
     // A client loops connections while the daemon is SIGKILLed: every one is captured.
-    let probes: Vec<String> = (0..400).map(|_| "tcp:192.0.2.10:80".to_owned()).collect();
-    let cgroup = node.cgroup.path().to_path_buf();
-    let pod = w.pod.path();
-    let looping = std::thread::spawn(move || {
-        let mut cmd = Command::new(bin_path("probe-matrix"));
-        cmd.arg("--netns").arg(&pod).arg("--cgroup").arg(&cgroup);
-        cmd.args(["--uid", "1000", "--gid", "1000", "--"])
-            .args(&probes);
-        cmd.output().expect("probe-matrix")
-    });
-    std::thread::sleep(Duration::from_millis(150));
+    let mut cmd = Command::new(bin_path("probe-matrix"));
+    cmd.arg("--netns").arg(w.pod.path());
+    cmd.arg("--cgroup").arg(node.cgroup.path());
+    cmd.args(["--uid", "1000", "--gid", "1000", "--"])
+        .args((0..400).map(|_| "tcp:192.0.2.10:80"));
+    let mut looping = Child::spawn("probe-matrix", cmd).expect("start probe-matrix");
+    looping
+        .wait_line("its first connection", Duration::from_secs(10), |_| true)
+        .expect("the client loop is running");
     daemon.stop(Signal::SIGKILL);
-    let out = looping.join().expect("client thread");
-    let results: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
+    let done_at_kill = looping.lines().len();
+    let status = looping
+        .wait_exit(Duration::from_secs(120))
+        .expect("the client loop ends");
+    assert!(status.success(), "probe-matrix: {status}");
+    assert!(
+        done_at_kill < 400,
+        "the daemon must die while the loop runs ({done_at_kill} of 400 done before)"
+    );
+    let lines = looping.lines().join("\n");
+    let results: Vec<ProbeResult> = parse_lines(lines.as_bytes()).expect("probe-matrix output");
     assert_eq!(results.len(), 400);
-    let escaped: Vec<&serde_json::Value> = results.iter().filter(|r| at(r) != CAPTURED).collect();
+    let escaped: Vec<&ProbeResult> = results.iter().filter(|r| r.at() != CAPTURED).collect();
     assert!(
         escaped.is_empty(),
         "{} of 400 not captured, e.g. {:?}",

@@ -1,14 +1,13 @@
 //! The getsockopt hook answers SO_ORIGINAL_DST and leaves every other option as the kernel answered.
 use std::{
-    net::{TcpListener, TcpStream},
+    net::{SocketAddrV4, TcpStream},
     os::fd::{AsFd, AsRawFd as _},
     time::Duration,
 };
 
 use nix::sys::socket::{getsockopt, setsockopt, sockopt};
-use redirect_tests::{
-    privileged_or_skip, spawn_client, Attach, Cgroup, ClientOpts, EchoServer, Topology,
-};
+use redirect_testkit::{privileged_or_skip, Cgroup, Listen, Topology};
+use redirect_tests::{spawn_client, Attach, ClientOpts, EchoServer};
 
 /// TCP_INFO read with a buffer larger than a page (the case that broke other eBPF hooks).
 fn tcp_info(stream: &TcpStream) -> (i32, Vec<u8>) {
@@ -66,11 +65,9 @@ fn snapshot(stream: &TcpStream) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn orig_dst(stream: &TcpStream) -> Result<String, nix::Error> {
-    getsockopt(&stream.as_fd(), sockopt::OriginalDst).map(|sa| {
-        let ip = std::net::Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr));
-        format!("{ip}:{}", u16::from_be(sa.sin_port))
-    })
+/// `getsockopt(SOL_IP, SO_ORIGINAL_DST)`, or the kernel's errno.
+fn orig_dst(stream: &TcpStream) -> Result<SocketAddrV4, Option<i32>> {
+    redirect_runtime::orig_dst::ipv4(stream).map_err(|e| e.raw_os_error())
 }
 
 #[test]
@@ -78,13 +75,14 @@ fn original_dst_is_answered_and_other_options_pass_through() {
     if !privileged_or_skip("original_dst_is_answered_and_other_options_pass_through") {
         return;
     }
-    let topo = Topology::new();
-    let cgroup = Cgroup::new("rtx");
+    let topo = Topology::new().expect("topology");
+    let cgroup = Cgroup::new("rtx").expect("cgroup");
     let _server = EchoServer::start(&topo.server, "198.18.0.2:7031", "srv");
     // The test plays the proxy: its listener is in the pod namespace and the root cgroup.
-    let listener = topo
-        .pod
-        .run(|| TcpListener::bind("127.0.0.1:15001").expect("bind 15001"));
+    let listener = Listen::on("127.0.0.1:15001")
+        .netns(&topo.pod)
+        .tcp()
+        .expect("bind 15001");
     let mut attach = Attach::start(cgroup.path(), &[]);
 
     let opts = ClientOpts {
@@ -98,7 +96,8 @@ fn original_dst_is_answered_and_other_options_pass_through() {
     // A connection that was not redirected, on the same listener.
     let _direct_client = topo
         .pod
-        .run(|| TcpStream::connect("127.0.0.1:15001").expect("direct connect"));
+        .run(|| TcpStream::connect("127.0.0.1:15001").expect("direct connect"))
+        .expect("enter the pod");
     let (direct, _) = listener.accept().expect("accept direct");
     for s in [&redirected, &direct] {
         setsockopt(&s.as_fd(), sockopt::RcvBuf, &100_000).expect("set SO_RCVBUF");
@@ -106,7 +105,10 @@ fn original_dst_is_answered_and_other_options_pass_through() {
             .expect("timeout");
     }
 
-    assert_eq!(orig_dst(&redirected).as_deref(), Ok("198.18.0.2:7031"));
+    assert_eq!(
+        orig_dst(&redirected),
+        Ok("198.18.0.2:7031".parse().expect("addr"))
+    );
     let direct_answer_attached = orig_dst(&direct);
     assert!(
         direct_answer_attached.is_err(),

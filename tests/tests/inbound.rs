@@ -1,13 +1,15 @@
 //! Inbound capture with sk_lookup and real traffic: clients on another node, the host and the
 //! pod itself; excluded ports; -b lists; no listener; proxy restart; IPv6; two pods side by side.
-use std::time::{Duration, Instant};
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    time::Duration,
+};
 
 use nix::sys::signal::Signal;
-use redirect_tests::{
-    client, http, privileged_or_skip, Attach, Cgroup, ClientOpts, EchoServer, HostLink, Netns,
-    Proxy, Topology,
+use redirect_testkit::{
+    eventually, privileged_or_skip, probe::ClientResult, Cgroup, HostLink, Netns, Topology,
 };
-use serde_json::Value;
+use redirect_tests::{client, host_client, http, Attach, ClientOpts, EchoServer, Proxy};
 
 /// A pod with apps on 22, 9080, 9090 and 15008, enrolled for inbound capture.
 struct Pod {
@@ -18,8 +20,8 @@ struct Pod {
 
 impl Pod {
     fn new(pod_ip: &'static str, server_ip: &'static str) -> Self {
-        let topo = Topology::with_addresses(pod_ip, server_ip);
-        let cgroup = Cgroup::new("rti");
+        let topo = Topology::with_addresses(pod_ip, server_ip).expect("topology");
+        let cgroup = Cgroup::new("rti").expect("cgroup");
         let apps = [22u16, 9080, 9090, 15008]
             .iter()
             .map(|p| EchoServer::start(&topo.pod, &format!("0.0.0.0:{p}"), &format!("app{p}")))
@@ -40,12 +42,12 @@ impl Pod {
     }
 
     /// Connects from the server host to the pod's `port`.
-    fn remote(&self, port: u16) -> Value {
+    fn remote(&self, port: u16) -> ClientResult {
         from(&self.topo.server, &format!("{}:{port}", self.topo.pod_ip))
     }
 }
 
-fn from(ns: &Netns, dst: &str) -> Value {
+fn from(ns: &Netns, dst: &str) -> ClientResult {
     client(
         dst,
         "hi",
@@ -56,14 +58,26 @@ fn from(ns: &Netns, dst: &str) -> Value {
     )
 }
 
+/// The proxy's passthrough sources (its hop to the app), IPv4 and IPv6.
+const PASSTHROUGH: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, 6)),
+    IpAddr::V6(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6)),
+];
+
 /// True when the app saw the connection come from the proxy's passthrough source.
-fn via_proxy(r: &Value) -> bool {
-    let reply = r["reply"].as_str().unwrap_or_default();
-    reply.contains("peer=127.0.0.6:") || reply.contains("peer=[::6]:")
+fn via_proxy(r: &ClientResult) -> bool {
+    r.reply
+        .as_ref()
+        .is_some_and(|e| PASSTHROUGH.contains(&e.peer.ip()))
 }
 
-fn direct(r: &Value) -> bool {
-    r["ok"] == true && !via_proxy(r)
+fn direct(r: &ClientResult) -> bool {
+    r.ok && !via_proxy(r)
+}
+
+/// The tag of the app that answered.
+fn tag(r: &ClientResult) -> Option<&str> {
+    r.reply.as_ref().map(|e| e.tag.as_str())
 }
 
 #[test]
@@ -76,13 +90,7 @@ fn inbound_from_another_node_the_host_and_the_pod_itself() {
     let proxy = pod.proxy(&[]);
 
     let r = pod.remote(9080);
-    assert!(
-        via_proxy(&r)
-            && r["reply"]
-                .as_str()
-                .is_some_and(|s| s.starts_with("tag=app9080 ")),
-        "{r}"
-    );
+    assert!(via_proxy(&r) && tag(&r) == Some("app9080"), "{r:?}");
     let rec = &proxy.wait_records(1)[0];
     assert_eq!(
         (rec["direction"].as_str(), rec["cluster"].as_str()),
@@ -103,23 +111,24 @@ fn inbound_from_another_node_the_host_and_the_pod_itself() {
 
     // The pod calling its own address: left alone, as istio-iptables' OUTPUT rules do.
     let r = from(&pod.topo.pod, "198.18.0.1:9080");
-    assert!(direct(&r), "{r}");
+    assert!(direct(&r), "{r:?}");
     assert_eq!(attach.counter("inbound_local"), 1);
 
     // The host: a new link and address added after enrollment; the datapath follows it.
-    let _link = HostLink::new(&pod.topo.pod, "198.19.77.1", "198.19.77.2");
-    let start = Instant::now();
-    let r = loop {
-        let r = redirect_tests::netns::host_client("198.19.77.2:9080");
-        if via_proxy(&r) || start.elapsed() > Duration::from_secs(5) {
-            break r;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    assert!(
-        via_proxy(&r),
-        "host -> pod must be captured once the address is known: {r}"
-    );
+    let _link = HostLink::new(&pod.topo.pod, "198.19.77.1", "198.19.77.2").expect("host link");
+    eventually(
+        "host -> pod to be captured once the address is known",
+        Duration::from_secs(5),
+        || {
+            let r = host_client("198.19.77.2:9080");
+            if via_proxy(&r) {
+                Ok(())
+            } else {
+                Err(Box::new(r))
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(proxy.wait_records(2)[1]["orig_dst"], "198.19.77.2:9080");
 }
 
@@ -198,13 +207,13 @@ fn without_a_listener_connections_are_refused_and_a_restarted_proxy_is_picked_up
     );
 
     let r = pod.remote(9080);
-    assert_eq!(
-        r["ok"], false,
-        "no proxy yet: refused like iptables REDIRECT to a closed port: {r}"
+    assert!(
+        !r.ok,
+        "no proxy yet: refused like iptables REDIRECT to a closed port: {r:?}"
     );
     assert!(
-        r["error"].as_str().is_some_and(|e| e.contains("refused")),
-        "{r}"
+        r.error.as_deref().is_some_and(|e| e.contains("refused")),
+        "{r:?}"
     );
     assert_eq!(attach.counter("inbound_no_listener"), 1);
     assert!(
@@ -215,7 +224,7 @@ fn without_a_listener_connections_are_refused_and_a_restarted_proxy_is_picked_up
     let mut proxy = pod.proxy(&[]);
     assert!(via_proxy(&pod.remote(9080)));
     proxy.child.stop(Signal::SIGKILL);
-    assert_eq!(pod.remote(9080)["ok"], false, "proxy gone: refused again");
+    assert!(!pod.remote(9080).ok, "proxy gone: refused again");
     let proxy = pod.proxy(&[]);
     assert!(
         via_proxy(&pod.remote(9080)),
@@ -231,16 +240,7 @@ fn ipv6_and_dual_stack_inbound() {
         return;
     }
     let pod = Pod::new("198.18.0.1", "198.18.0.2");
-    let ip = |args: &[&str]| {
-        assert!(
-            std::process::Command::new("ip")
-                .args(args)
-                .status()
-                .expect("ip")
-                .success(),
-            "ip {args:?}"
-        );
-    };
+    let ip = |args: &[&str]| redirect_testkit::ip(args).expect("ip");
     ip(&[
         "-n",
         pod.topo.pod.name(),
@@ -276,13 +276,13 @@ fn ipv6_and_dual_stack_inbound() {
     let proxy = pod.proxy(&["--inbound", "[::]:15006"]);
 
     let r = from(&pod.topo.server, "[2001:db8::1]:9081");
-    assert!(via_proxy(&r), "{r}");
+    assert!(via_proxy(&r), "{r:?}");
     let rec = &proxy.wait_records(1)[0];
     assert_eq!(rec["orig_dst"], "[2001:db8::1]:9081");
     assert_eq!(rec["cluster"], "inbound|9081||");
     // IPv4 through the same dual-stack listener (v4-mapped accepted socket).
     let r = pod.remote(9080);
-    assert!(via_proxy(&r), "{r}");
+    assert!(via_proxy(&r), "{r:?}");
     assert_eq!(proxy.wait_records(2)[1]["orig_dst"], "198.18.0.1:9080");
     assert_eq!(
         attach.counter("orig_dst_hit"),
@@ -328,7 +328,7 @@ fn two_pods_with_different_policies_side_by_side() {
         .args(["--inbound", &a.spec(""), "--inbound", &c.spec("")])
         .env(
             "REDIRECT_STATE_DIR",
-            std::env::temp_dir().join(redirect_tests::unique_name("st")),
+            std::env::temp_dir().join(redirect_testkit::unique_name("st")),
         )
         .output()
         .expect("run redirect");
@@ -353,7 +353,7 @@ fn a_proxy_already_listening_at_enrollment_is_adopted() {
     let r = pod.remote(9080);
     assert!(
         via_proxy(&r),
-        "an existing listener must be adopted at enrollment: {r}"
+        "an existing listener must be adopted at enrollment: {r:?}"
     );
     assert_eq!(proxy.wait_records(1)[0]["cluster"], "inbound|9080||");
     assert_eq!(attach.counter("inbound_no_listener"), 0);

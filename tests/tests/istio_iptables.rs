@@ -6,14 +6,12 @@ use std::{
     process::{Command, Output},
 };
 
-use redirect_testkit::reference;
+use redirect_testkit::{privileged_or_skip, reference, Cgroup};
 use redirect_tests::{
     attached_program_ids, bin_path,
-    conformance::{
-        at, inbound_at, listen, probe, reach, sidecar_listeners, wait_detached, World, POD4,
-    },
+    conformance::{inbound_at, listen, probe, reach, sidecar_listeners, World, POD4},
     node::Pins,
-    privileged_or_skip, Cgroup,
+    wait_detached,
 };
 
 /// The istio-init container's args in inject/hello.yaml.injected, after `istio-iptables`.
@@ -59,7 +57,7 @@ fn istio_init_args_apply_unchanged_and_cleanup_removes_everything() {
         "{args:?}"
     );
     let w = World::new("rip", false);
-    let cgroup = Cgroup::new("ric");
+    let cgroup = Cgroup::new("ric").expect("cgroup");
     let pins = Pins::new();
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     ok(
@@ -81,12 +79,13 @@ fn istio_init_args_apply_unchanged_and_cleanup_removes_everything() {
         &["tcp:192.0.2.10:80".into()],
     );
     assert_eq!(
-        at(&app[0]),
+        app[0].at(),
         "at=proxy/[::]:15001 orig=192.0.2.10:80",
         "{app:?}"
     );
     assert_eq!(
-        app[0]["peer"], "192.0.2.10:80",
+        app[0].peer,
+        Some("192.0.2.10:80".parse().expect("addr")),
         "getpeername shows the original: {app:?}"
     );
     let proxy = probe(
@@ -96,7 +95,7 @@ fn istio_init_args_apply_unchanged_and_cleanup_removes_everything() {
         &["tcp:192.0.2.10:80".into()],
     );
     assert_eq!(
-        at(&proxy[0]),
+        proxy[0].at(),
         "at=world/192.0.2.10:80 orig=192.0.2.10:80",
         "{proxy:?}"
     );
@@ -133,7 +132,7 @@ fn namespaces_share_one_datapath_with_their_own_policies() {
         World::new("rib", false),
         World::new("rin", false),
     );
-    let cgroup = Cgroup::new("ric");
+    let cgroup = Cgroup::new("ric").expect("cgroup");
     let pins = Pins::new();
     let first = ok(
         &redirect(&pins.0, cgroup.path(), &a.pod.path(), &["-i", "*"]),
@@ -161,12 +160,13 @@ fn namespaces_share_one_datapath_with_their_own_policies() {
     let _lb = sidecar_listeners(&b, cgroup.path());
     let _lc = sidecar_listeners(&c, cgroup.path());
     let go = |w: &World| {
-        at(&probe(
+        probe(
             &w.pod,
             Some(cgroup.path()),
             Some((1000, 1000)),
             &["tcp:192.0.2.10:80".into()],
-        )[0])
+        )[0]
+        .at()
     };
     assert_eq!(
         go(&a),
@@ -232,7 +232,7 @@ fn bad_input_names_the_flag_and_leaves_nothing_attached() {
         return;
     }
     let w = World::new("rix", false);
-    let cgroup = Cgroup::new("ric");
+    let cgroup = Cgroup::new("ric").expect("cgroup");
     let pins = Pins::new();
     let cases: [(&[&str], &str); 7] = [
         (&["-i", "10.0.0.0/33"], "10.0.0.0/33"),
@@ -302,7 +302,7 @@ fn dry_run_prints_policy_and_istio_rules_and_changes_nothing() {
         return;
     }
     let w = World::new("rid", false);
-    let cgroup = Cgroup::new("ric");
+    let cgroup = Cgroup::new("ric").expect("cgroup");
     let pins = Pins::new();
     let out = ok(
         &redirect(
@@ -351,7 +351,7 @@ fn a_vm_cluster_env_is_a_policy() {
         return;
     }
     let w = World::new("riv", false);
-    let cgroup = Cgroup::new("ric");
+    let cgroup = Cgroup::new("ric").expect("cgroup");
     let pins = Pins::new();
     let env = reference::dir().join("vm-cluster.env");
     let env = env.to_str().expect("utf8");
@@ -390,13 +390,14 @@ fn a_vm_cluster_env_is_a_policy() {
         &["tcp:192.0.2.10:80".into(), "udp:127.0.0.53:53".into()],
     );
     assert_eq!(
-        at(&app[0]),
+        app[0].at(),
         "at=proxy/[::]:15001 orig=192.0.2.10:80",
         "{app:?}"
     );
-    assert_eq!(at(&app[1]), "at=dns/127.0.0.1:15053", "{app:?}");
+    assert_eq!(app[1].at(), "at=dns/127.0.0.1:15053", "{app:?}");
     assert_eq!(
-        app[1]["peer"], "127.0.0.53:53",
+        app[1].peer,
+        Some("127.0.0.53:53".parse().expect("addr")),
         "the reply comes from the server: {app:?}"
     );
     // ISTIO_INBOUND_PORTS='*' with ISTIO_LOCAL_EXCLUDE_PORTS='22,...': ssh stays reachable.
@@ -419,7 +420,7 @@ fn a_gone_pods_policy_and_address_are_reclaimed() {
     if !privileged_or_skip("a_gone_pods_policy_is_reclaimed") {
         return;
     }
-    let cgroup = Cgroup::new("ric");
+    let cgroup = Cgroup::new("ric").expect("cgroup");
     let pins = Pins::new();
     let first = World::new("rig", false);
     ok(

@@ -1,14 +1,28 @@
 //! Attach/detach lifecycle, `redirect exec`, `redirect status` and bad input leaving nothing attached.
-use std::process::Command;
+use std::{net::SocketAddr, process::Command};
 
 use nix::sys::signal::Signal;
+use redirect_testkit::{
+    cgroup2_root, privileged_or_skip,
+    probe::{ClientResult, Echo},
+    Cgroup, Topology,
+};
 use redirect_tests::{
-    attached_program_ids, bin_path, client, privileged_or_skip, program_loaded, Attach, Cgroup,
-    ClientOpts, EchoServer, Proxy, Topology,
+    attached_program_ids, bin_path, client, program_loaded, Attach, ClientOpts, EchoServer, Proxy,
 };
 
 fn root_cgroup() -> std::path::PathBuf {
-    redirect_tests::env::cgroup2_root().expect("cgroup2")
+    cgroup2_root().expect("cgroup2")
+}
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().expect("socket address")
+}
+
+/// Rewritten to the proxy: the application's socket has its local end on 127.0.0.1.
+fn captured(r: &ClientResult) -> bool {
+    r.local
+        .is_some_and(|l| l.ip() == std::net::Ipv4Addr::LOCALHOST)
 }
 
 #[test]
@@ -16,8 +30,8 @@ fn after_attach_stops_nothing_is_redirected_and_nothing_stays_attached() {
     if !privileged_or_skip("after_attach_stops_nothing_is_redirected") {
         return;
     }
-    let topo = Topology::new();
-    let cgroup = Cgroup::new("rtd");
+    let topo = Topology::new().expect("topology");
+    let cgroup = Cgroup::new("rtd").expect("cgroup");
     let _server = EchoServer::start(&topo.server, "198.18.0.2:7021", "srv");
     let proxy = Proxy::start_in(&topo.pod, Some(cgroup.path()));
     let opts = ClientOpts {
@@ -45,13 +59,12 @@ fn after_attach_stops_nothing_is_redirected_and_nothing_stays_attached() {
             "sock_ops + getsockopt at the root"
         );
         let r = client("198.18.0.2:7021", "captured", &opts);
-        assert!(
-            r["local"]
-                .as_str()
-                .is_some_and(|l| l.starts_with("127.0.0.1:")),
-            "captured: {r}"
+        assert!(captured(&r), "captured: {r:?}");
+        assert_eq!(
+            r.peer,
+            Some(addr("198.18.0.2:7021")),
+            "getpeername restored: {r:?}"
         );
-        assert_eq!(r["peer"], "198.18.0.2:7021", "getpeername restored: {r}");
 
         let clean_exit = attach.child.stop(signal);
         assert_eq!(
@@ -72,10 +85,10 @@ fn after_attach_stops_nothing_is_redirected_and_nothing_stays_attached() {
             assert!(!program_loaded(*id), "{signal}: program {id} still loaded");
         }
         let r = client("198.18.0.2:7021", "direct", &opts);
-        assert_eq!(r["ok"], true, "{r}");
-        assert_eq!(
-            r["peer"], "198.18.0.2:7021",
-            "{signal}: still redirected after stop: {r}"
+        assert!(r.ok, "{r:?}");
+        assert!(
+            !captured(&r) && r.peer == Some(addr("198.18.0.2:7021")),
+            "{signal}: still redirected after stop: {r:?}"
         );
         // status cleans the state file a killed instance left behind and reports nothing.
         let status = attach.status();
@@ -103,8 +116,8 @@ fn exec_runs_in_the_attached_cgroup_and_status_reports_attachments() {
     if !privileged_or_skip("exec_runs_in_the_attached_cgroup") {
         return;
     }
-    let topo = Topology::new();
-    let cgroup = Cgroup::new("rte");
+    let topo = Topology::new().expect("topology");
+    let cgroup = Cgroup::new("rte").expect("cgroup");
     let _server = EchoServer::start(&topo.server, "198.18.0.2:7022", "srv");
     let _proxy = Proxy::start_in(&topo.pod, Some(cgroup.path()));
     let attach = Attach::start(cgroup.path(), &[]);
@@ -125,13 +138,8 @@ fn exec_runs_in_the_attached_cgroup_and_status_reports_attachments() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert!(
-        r["local"]
-            .as_str()
-            .is_some_and(|l| l.starts_with("127.0.0.1:")),
-        "captured: {r}"
-    );
+    let r: ClientResult = serde_json::from_slice(&out.stdout).expect("probe-client result");
+    assert!(captured(&r), "captured: {r:?}");
 
     let status = attach.status();
     let inst = &status["instances"][0];
@@ -178,9 +186,9 @@ fn proxy_in_its_own_cgroup_still_gets_original_destination() {
     // Layouts: proxy in a sibling cgroup given as --proxy-cgroup; proxy in the captured cgroup
     // which is also the proxy cgroup.
     for layout in ["sibling", "same"] {
-        let topo = Topology::new();
-        let app = Cgroup::new("rtg");
-        let sibling = Cgroup::new("rtq");
+        let topo = Topology::new().expect("topology");
+        let app = Cgroup::new("rtg").expect("cgroup");
+        let sibling = Cgroup::new("rtq").expect("cgroup");
         let proxy_cg = if layout == "sibling" {
             sibling.path()
         } else {
@@ -199,10 +207,8 @@ fn proxy_in_its_own_cgroup_still_gets_original_destination() {
         };
         let r = client("198.18.0.2:7023", "layout", &opts);
         assert!(
-            r["reply"]
-                .as_str()
-                .is_some_and(|s| s.ends_with("got=layout")),
-            "{layout}: {r}"
+            r.reply.as_ref().is_some_and(|e: &Echo| e.got == "layout"),
+            "{layout}: {r:?}"
         );
         assert_eq!(
             proxy.wait_records(1)[0]["orig_dst"],
@@ -237,7 +243,7 @@ fn bad_input_is_explained_and_attaches_nothing() {
     if !privileged_or_skip("bad_input_is_explained_and_attaches_nothing") {
         return;
     }
-    let cgroup = Cgroup::new("rtb");
+    let cgroup = Cgroup::new("rtb").expect("cgroup");
     let cg = cgroup.path().to_str().expect("utf8").to_owned();
     let missing = format!("{cg}/does-not-exist");
     attach_fails(&["--cgroup", &missing], &["does not exist", "mkdir"]);

@@ -2,10 +2,10 @@
 //! `redirect trace` and the warning in `redirect status`.
 use std::time::Duration;
 
+use redirect_testkit::{eventually, privileged_or_skip, Child};
 use redirect_tests::{
-    conformance::{listen, reach, World},
+    conformance::{listen, probe, reach, World},
     node::Node,
-    privileged_or_skip, Child,
 };
 
 #[test]
@@ -14,8 +14,8 @@ fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
         return;
     }
     let node = Node::new();
-    let proxy_cg = node.cgroup.child("proxy");
-    let app_cg = node.cgroup.child("app");
+    let proxy_cg = node.cgroup.child("proxy").expect("proxy cgroup");
+    let app_cg = node.cgroup.child("app").expect("app cgroup");
     let w = World::new("rob", false);
     let _daemon = node.daemon();
     let netns = w.pod.path().display().to_string();
@@ -38,13 +38,18 @@ fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
         &[],
     );
 
-    let mut trace = Child::spawn({
+    let mut trace = Child::spawn("redirect trace", {
         let mut c = node.cmd(&["trace", "--netns", &netns, "--count", "3", "--json"]);
         c.env("RUST_LOG", "warn");
         c
-    });
-    // The tracer switches the stream on within milliseconds of starting; leave it ample time.
-    std::thread::sleep(Duration::from_millis(1500));
+    })
+    .expect("start redirect trace");
+    // It says so on stderr once the stream is switched on.
+    trace
+        .wait_stderr_line("the stream switched on", Duration::from_secs(10), |l| {
+            l.starts_with("tracing decisions")
+        })
+        .expect("redirect trace running");
 
     // The real proxy (uid 1337 in its cgroup) leaves directly; an app that happens to run as
     // uid 1337 in another container is captured like any app.
@@ -63,14 +68,15 @@ fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
         captured
     );
 
-    let lines = {
-        trace.wait_line("3 traced decisions", Duration::from_secs(10), |_| true);
-        let start = std::time::Instant::now();
-        while trace.lines().len() < 3 && start.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(20));
+    let lines = eventually("3 traced decisions", Duration::from_secs(10), || {
+        let lines = trace.lines();
+        if lines.len() >= 3 {
+            Ok(lines)
+        } else {
+            Err(lines)
         }
-        trace.lines()
-    };
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
     let events: Vec<serde_json::Value> = lines
         .iter()
         .map(|l| serde_json::from_str(l).expect("json"))
@@ -201,14 +207,10 @@ fn app_before_proxy_is_refused_or_passed_through_until_the_proxy_listens() {
         direct,
         "a: passthrough while down"
     );
-    let refused = redirect_tests::conformance::probe(
-        &b.pod,
-        Some(cg),
-        Some(app),
-        &["tcp:192.0.2.10:80".into()],
-    );
+    let refused = probe(&b.pod, Some(cg), Some(app), &["tcp:192.0.2.10:80".into()]);
     assert_eq!(
-        refused[0]["error"], "refused",
+        refused[0].error.as_deref(),
+        Some("refused"),
         "b: refused while down: {refused:?}"
     );
     assert_eq!(
@@ -233,18 +235,15 @@ fn app_before_proxy_is_refused_or_passed_through_until_the_proxy_listens() {
     let proxy_a = proxy(&a);
     assert_eq!(reach(&a, cg, app, "192.0.2.10:80"), captured, "a: proxy up");
     drop(proxy_a);
-    let mut back = false;
-    for _ in 0..50 {
-        if reach(&a, cg, app, "192.0.2.10:80") == direct {
-            back = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        back,
-        "a: passthrough again once its proxy stopped listening"
-    );
+    eventually(
+        "a: passthrough again once its proxy stopped listening",
+        Duration::from_secs(5),
+        || match reach(&a, cg, app, "192.0.2.10:80") {
+            at if at == direct => Ok(()),
+            at => Err(at),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 
     // explain says what happens, not where the rewrite points: b's connect is refused.
     let explained = node.ok(&[

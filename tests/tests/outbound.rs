@@ -1,10 +1,21 @@
 //! Outbound capture with real traffic: redirect to the proxy, bypasses, isolation, map hygiene.
-use std::time::{Duration, Instant};
+use std::{net::SocketAddr, time::Duration};
 
-use redirect_tests::{
-    client, privileged_or_skip, spawn_client, Attach, Cgroup, ClientOpts, EchoServer, Proxy,
-    Topology,
+use redirect_testkit::{
+    eventually, privileged_or_skip,
+    probe::{ClientResult, Counts},
+    Cgroup, Topology,
 };
+use redirect_tests::{client, spawn_client, Attach, ClientOpts, EchoServer, Proxy};
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().expect("socket address")
+}
+
+/// The application's socket was rewritten to the proxy: its local end is on `loopback`.
+fn local_on(r: &ClientResult, loopback: &str) -> bool {
+    r.local.is_some_and(|l| l.ip().to_string() == loopback)
+}
 
 /// A pod (namespace + cgroup) with a server host, the proxy inside the pod, and capture attached.
 struct Pod {
@@ -21,8 +32,8 @@ impl Pod {
     }
 
     fn with_attach_args(port: u16, tag: &str, attach_args: &[&str]) -> Self {
-        let topo = Topology::new();
-        let cgroup = Cgroup::new("rto");
+        let topo = Topology::new().expect("topology");
+        let cgroup = Cgroup::new("rto").expect("cgroup");
         let server = EchoServer::start(&topo.server, &format!("{}:{port}", topo.server_ip), tag);
         let proxy = Proxy::start_in(&topo.pod, Some(cgroup.path()));
         let attach = Attach::start(cgroup.path(), attach_args);
@@ -55,21 +66,17 @@ fn captured_client_reaches_server_through_proxy_with_original_destination() {
     }
     let pod = Pod::new(7001, "srv");
     let r = client(&pod.dst(), "hello", &pod.opts());
-    assert_eq!(r["ok"], true, "{r}");
-    let reply = r["reply"].as_str().expect("reply");
-    assert!(
-        reply.starts_with("tag=srv peer=198.18.0.1:") && reply.ends_with(" got=hello"),
-        "{reply}"
+    assert!(r.ok, "{r:?}");
+    let reply = r.reply.as_ref().expect("reply");
+    assert_eq!(
+        (reply.tag.as_str(), reply.peer.ip(), reply.got.as_str()),
+        ("srv", addr("198.18.0.1:0").ip(), "hello"),
+        "{reply:?}"
     );
     // The application's socket was rewritten to the proxy (its local end is on loopback),
     // yet getpeername shows the destination it asked for, as behind iptables.
-    assert!(
-        r["local"]
-            .as_str()
-            .is_some_and(|l| l.starts_with("127.0.0.1:")),
-        "{r}"
-    );
-    assert_eq!(r["peer"], "198.18.0.2:7001", "{r}");
+    assert!(local_on(&r, "127.0.0.1"), "{r:?}");
+    assert_eq!(r.peer, Some(addr("198.18.0.2:7001")), "{r:?}");
 
     let records = pod.proxy.wait_records(1);
     assert_eq!(records.len(), 1, "{records:?}");
@@ -80,7 +87,8 @@ fn captured_client_reaches_server_through_proxy_with_original_destination() {
     assert_eq!(records[0]["bytes_up"], 6, "'hello\\n' went up");
     assert_eq!(
         records[0]["bytes_down"].as_u64(),
-        Some(reply.len() as u64 + 1)
+        Some(r.reply_bytes),
+        "the echo line, newline included, went down"
     );
 
     assert_eq!(pod.server.hits().len(), 1);
@@ -102,10 +110,11 @@ fn proxy_uid_and_gid_bypass_capture() {
         ..pod.opts()
     };
     let r = client(&pod.dst(), "by-uid", &as_uid);
-    assert_eq!(r["ok"], true, "{r}");
+    assert!(r.ok, "{r:?}");
     assert_eq!(
-        r["peer"], "198.18.0.2:7002",
-        "uid 1337 must connect directly: {r}"
+        r.peer,
+        Some(addr("198.18.0.2:7002")),
+        "uid 1337 must connect directly: {r:?}"
     );
 
     let as_gid = ClientOpts {
@@ -114,10 +123,11 @@ fn proxy_uid_and_gid_bypass_capture() {
         ..pod.opts()
     };
     let r = client(&pod.dst(), "by-gid", &as_gid);
-    assert_eq!(r["ok"], true, "{r}");
+    assert!(r.ok, "{r:?}");
     assert_eq!(
-        r["peer"], "198.18.0.2:7002",
-        "gid 1337 must connect directly: {r}"
+        r.peer,
+        Some(addr("198.18.0.2:7002")),
+        "gid 1337 must connect directly: {r:?}"
     );
 
     // A non-proxy uid/gid in the same cgroup is still captured.
@@ -127,13 +137,8 @@ fn proxy_uid_and_gid_bypass_capture() {
         ..pod.opts()
     };
     let r = client(&pod.dst(), "other", &other);
-    assert!(
-        r["local"]
-            .as_str()
-            .is_some_and(|l| l.starts_with("127.0.0.1:")),
-        "captured: {r}"
-    );
-    assert_eq!(r["peer"].as_str(), Some(pod.dst().as_str()), "{r}");
+    assert!(local_on(&r, "127.0.0.1"), "captured: {r:?}");
+    assert_eq!(r.peer, Some(pod.server.addr), "{r:?}");
 
     let records = pod.proxy.wait_records(1);
     assert_eq!(
@@ -166,8 +171,8 @@ fn client_outside_the_cgroup_is_untouched() {
         ..ClientOpts::default()
     };
     let r = client(&pod.dst(), "outside", &outside);
-    assert_eq!(r["ok"], true, "{r}");
-    assert_eq!(r["peer"], "198.18.0.2:7003", "{r}");
+    assert!(r.ok, "{r:?}");
+    assert_eq!(r.peer, Some(addr("198.18.0.2:7003")), "{r:?}");
     assert!(pod.proxy.records().is_empty());
     for c in [
         "redirected",
@@ -193,8 +198,8 @@ fn loopback_destinations_are_not_captured() {
     let pod = Pod::new(7004, "srv");
     let local = EchoServer::start(&pod.topo.pod, "127.0.0.2:7100", "local");
     let r = client(&local.addr.to_string(), "lo", &pod.opts());
-    assert_eq!(r["ok"], true, "{r}");
-    assert_eq!(r["peer"], "127.0.0.2:7100", "{r}");
+    assert!(r.ok, "{r:?}");
+    assert_eq!(r.peer, Some(addr("127.0.0.2:7100")), "{r:?}");
     assert_eq!(pod.attach.counter("loopback"), 1);
     assert_eq!(pod.attach.counter("redirected"), 0);
 }
@@ -205,8 +210,11 @@ fn same_four_tuple_in_two_namespaces_gets_its_own_original_destination() {
         return;
     }
     // Two pods share one cgroup and one attached program set, as pods share a node.
-    let cgroup = Cgroup::new("rtf");
-    let (a, b) = (Topology::new(), Topology::new());
+    let cgroup = Cgroup::new("rtf").expect("cgroup");
+    let (a, b) = (
+        Topology::new().expect("topology a"),
+        Topology::new().expect("topology b"),
+    );
     let _server_a = EchoServer::start(&a.server, "198.18.0.2:7011", "A");
     let _server_b = EchoServer::start(&b.server, "198.18.0.2:7012", "B");
     let proxy_a = Proxy::start_in(&a.pod, Some(cgroup.path()));
@@ -224,22 +232,18 @@ fn same_four_tuple_in_two_namespaces_gets_its_own_original_destination() {
     };
     let ra = spawn_client("198.18.0.2:7011", "to-a", &opts(&a.pod));
     let rb = spawn_client("198.18.0.2:7012", "to-b", &opts(&b.pod));
-    let ra = ra.recv_timeout(Duration::from_secs(30)).expect("client a")[0].clone();
-    let rb = rb.recv_timeout(Duration::from_secs(30)).expect("client b")[0].clone();
-    assert_eq!(ra["local"], "127.0.0.1:40123", "{ra}");
-    assert_eq!(rb["local"], "127.0.0.1:40123", "{rb}");
-    assert!(
-        ra["reply"]
-            .as_str()
-            .is_some_and(|r| r.starts_with("tag=A ") && r.ends_with("got=to-a")),
-        "{ra}"
-    );
-    assert!(
-        rb["reply"]
-            .as_str()
-            .is_some_and(|r| r.starts_with("tag=B ") && r.ends_with("got=to-b")),
-        "{rb}"
-    );
+    let ra = ra.recv_timeout(Duration::from_secs(30)).expect("client a");
+    let rb = rb.recv_timeout(Duration::from_secs(30)).expect("client b");
+    assert_eq!(ra.local, Some(addr("127.0.0.1:40123")), "{ra:?}");
+    assert_eq!(rb.local, Some(addr("127.0.0.1:40123")), "{rb:?}");
+    let tag_got = |r: &ClientResult| {
+        r.reply
+            .as_ref()
+            .map(|e| (e.tag.clone(), e.got.clone()))
+            .unwrap_or_default()
+    };
+    assert_eq!(tag_got(&ra), ("A".into(), "to-a".into()), "{ra:?}");
+    assert_eq!(tag_got(&rb), ("B".into(), "to-b".into()), "{rb:?}");
     assert_eq!(proxy_a.wait_records(1)[0]["orig_dst"], "198.18.0.2:7011");
     assert_eq!(proxy_b.wait_records(1)[0]["orig_dst"], "198.18.0.2:7012");
     assert_eq!(attach.counter("orig_dst_hit"), 2);
@@ -267,23 +271,27 @@ fn ten_thousand_short_connections_leave_the_maps_empty() {
     };
     let r = spawn_client(&pod.dst(), "churn", &opts)
         .recv_timeout(Duration::from_secs(600))
-        .expect("client finished")[0]
-        .clone();
-    assert_eq!(r["ok_count"], 10_000, "{r}");
+        .expect("client finished");
+    assert_eq!(
+        r.counts,
+        Some(Counts {
+            ok: 10_000,
+            failed: 0
+        }),
+        "{r:?}"
+    );
     assert_eq!(pod.attach.counter("redirected"), 10_000);
     assert_eq!(pod.attach.counter("orig_dst_hit"), 10_000);
     // Sockets finish closing asynchronously (FIN/ACK); the maps drain once they have.
-    let start = Instant::now();
-    let mut fill = map_fill(&pod.attach);
-    while fill != (0, 0) && start.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(100));
-        fill = map_fill(&pod.attach);
-    }
-    assert_eq!(
-        fill,
-        (0, 0),
-        "(tracked, pending) entries left after 10,000 connections"
-    );
+    eventually(
+        "no (tracked, pending) entries left after 10,000 connections",
+        Duration::from_secs(20),
+        || match map_fill(&pod.attach) {
+            (0, 0) => Ok(()),
+            fill => Err(fill),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
@@ -291,7 +299,7 @@ fn excluded_cidrs_are_not_captured() {
     if !privileged_or_skip("excluded_cidrs_are_not_captured") {
         return;
     }
-    let dir = std::env::temp_dir().join(redirect_tests::unique_name("rtx-cidrs-"));
+    let dir = std::env::temp_dir().join(redirect_testkit::unique_name("rtx-cidrs-"));
     std::fs::write(
         &dir,
         "# istio -x, long form\n203.0.113.0/24\n198.18.0.2/32\n",
@@ -309,8 +317,9 @@ fn excluded_cidrs_are_not_captured() {
     );
     let r = client(&pod.dst(), "excluded", &pod.opts());
     assert_eq!(
-        r["peer"], "198.18.0.2:7006",
-        "an excluded destination connects directly: {r}"
+        r.peer,
+        Some(addr("198.18.0.2:7006")),
+        "an excluded destination connects directly: {r:?}"
     );
     assert_eq!(pod.attach.counter("excluded_cidr"), 1);
     assert_eq!(pod.attach.counter("redirected"), 0);
@@ -323,12 +332,7 @@ fn excluded_cidrs_are_not_captured() {
         &["--exclude-cidr", "198.18.0.3/32,198.19.0.0/16"],
     );
     let r = client(&other.dst(), "captured", &other.opts());
-    assert!(
-        r["local"]
-            .as_str()
-            .is_some_and(|l| l.starts_with("127.0.0.1:")),
-        "captured: {r}"
-    );
+    assert!(local_on(&r, "127.0.0.1"), "captured: {r:?}");
     assert_eq!(other.attach.counter("excluded_cidr"), 0);
 }
 
@@ -340,21 +344,11 @@ fn dual_stack_sockets_are_captured_through_v4_mapped_addresses() {
     let pod = Pod::new(7009, "srv");
     // An AF_INET6 socket dialling ::ffff:198.18.0.2 bypasses connect4; connect6 must catch it.
     let r = client("[::ffff:198.18.0.2]:7009", "mapped", &pod.opts());
-    assert_eq!(r["ok"], true, "{r}");
+    assert!(r.ok, "{r:?}");
     // Rewritten to the proxy (local end on mapped loopback); getpeername6 restores the peer.
-    assert!(
-        r["local"]
-            .as_str()
-            .is_some_and(|l| l.starts_with("[::ffff:127.0.0.1]:")),
-        "{r}"
-    );
-    assert_eq!(r["peer"], "[::ffff:198.18.0.2]:7009", "{r}");
-    assert!(
-        r["reply"]
-            .as_str()
-            .is_some_and(|s| s.ends_with("got=mapped")),
-        "{r}"
-    );
+    assert!(local_on(&r, "::ffff:127.0.0.1"), "{r:?}");
+    assert_eq!(r.peer, Some(addr("[::ffff:198.18.0.2]:7009")), "{r:?}");
+    assert_eq!(r.reply.map(|e| e.got).as_deref(), Some("mapped"));
     assert_eq!(pod.proxy.wait_records(1)[0]["orig_dst"], "198.18.0.2:7009");
     assert_eq!(pod.attach.counter("redirected"), 1);
     assert_eq!(pod.attach.counter("orig_dst_hit"), 1);
@@ -363,6 +357,6 @@ fn dual_stack_sockets_are_captured_through_v4_mapped_addresses() {
     // A mapped loopback destination is left alone like 127.0.0.0/8.
     let _local = EchoServer::start(&pod.topo.pod, "127.0.0.3:7101", "local");
     let r = client("[::ffff:127.0.0.3]:7101", "lo", &pod.opts());
-    assert_eq!(r["peer"], "[::ffff:127.0.0.3]:7101", "{r}");
+    assert_eq!(r.peer, Some(addr("[::ffff:127.0.0.3]:7101")), "{r:?}");
     assert_eq!(pod.attach.counter("loopback"), 1);
 }

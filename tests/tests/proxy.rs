@@ -2,10 +2,10 @@
 //! and the same results behind our eBPF capture and behind Istio's own iptables rules.
 use std::{path::Path, time::Duration};
 
-use redirect_tests::{
-    client, http, iptables, privileged_or_skip, Attach, Cgroup, ClientOpts, EchoServer, Proxy,
-    Topology,
+use redirect_testkit::{
+    eventually, privileged_or_skip, probe::ClientResult, reference, Cgroup, Listen, Topology,
 };
+use redirect_tests::{bin_path, client, http, Attach, ClientOpts, EchoServer, Proxy};
 use serde_json::Value;
 
 /// How capture is done in a scenario.
@@ -28,17 +28,21 @@ struct Pod {
 /// The ipnets golden captures 10.0.0.0/8; our test hosts live in 198.18.0.0/15, so the golden's
 /// range is mapped there (the same mapping is applied to nothing else).
 fn golden(name: &str) -> String {
-    iptables::golden_v4(name).replace("10.0.0.0/8", "198.18.0.0/15")
+    reference::golden(name)
+        .v4
+        .replace("10.0.0.0/8", "198.18.0.0/15")
 }
 
 impl Pod {
     fn new(capture: Capture, proxy_args: &[&str]) -> Self {
-        let topo = Topology::new();
-        let cgroup = Cgroup::new("rtp");
+        let topo = Topology::new().expect("topology");
+        let cgroup = Cgroup::new("rtp").expect("cgroup");
         let attach = match capture {
             Capture::Ebpf => None,
             Capture::Iptables(name) => {
-                iptables::restore(&topo.pod, &golden(name));
+                topo.pod
+                    .restore("iptables-restore", &golden(name))
+                    .expect("load the golden rules");
                 None
             }
         };
@@ -63,20 +67,14 @@ impl Pod {
 }
 
 /// The parts of an outcome that must not depend on how capture was done.
-fn normalise(reply: &Value, record: &Value) -> Value {
-    let text = reply["reply"].as_str().map(|r| {
-        // The server names the peer it saw: keep the address, drop the ephemeral port.
-        r.split(' ')
-            .map(|w| {
-                w.strip_prefix("peer=").map_or(w.to_owned(), |p| {
-                    format!("peer={}", p.split(':').next().unwrap_or(p))
-                })
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
-    });
+fn normalise(reply: &ClientResult, record: &Value) -> Value {
+    // The server names the peer it saw: keep the address, drop the ephemeral port.
+    let echo = reply
+        .reply
+        .as_ref()
+        .map(|e| serde_json::json!({"tag": e.tag, "peer": e.peer.ip(), "got": e.got}));
     serde_json::json!({
-        "reply": text, "status": reply["status"], "body": reply["body"],
+        "echo": echo, "reply_bytes": reply.reply_bytes, "status": reply.status, "body": reply.body,
         "cluster": record["cluster"], "orig_dst": record["orig_dst"], "upstream": record["upstream"],
         "flags": record["flags"], "bytes_up": record["bytes_up"], "bytes_down": record["bytes_down"],
         "direction": record["direction"],
@@ -101,18 +99,16 @@ fn write_registry(dir: &Path) -> String {
 /// under `capture` and returns the normalised outcomes.
 fn outbound_matrix(capture: Capture, registry: &str) -> Vec<Value> {
     let pod = Pod::new(capture, &["--registry", registry]);
-    std::process::Command::new("ip")
-        .args([
-            "-n",
-            pod.topo.server.name(),
-            "addr",
-            "add",
-            "198.18.0.3/24",
-            "dev",
-            "eth0",
-        ])
-        .status()
-        .expect("add endpoint address");
+    redirect_testkit::ip(&[
+        "-n",
+        pod.topo.server.name(),
+        "addr",
+        "add",
+        "198.18.0.3/24",
+        "dev",
+        "eth0",
+    ])
+    .expect("add endpoint address");
     let _endpoint = EchoServer::start(&pod.topo.server, "198.18.0.3:7041", "endpoint");
     let _ratings = EchoServer::start(&pod.topo.server, "198.18.0.2:7042", "ratings");
     let _unknown = EchoServer::start(&pod.topo.server, "198.18.0.2:7043", "unknown");
@@ -132,7 +128,7 @@ fn outbound_matrix(capture: Capture, registry: &str) -> Vec<Value> {
                 ..pod.app()
             },
         );
-        assert_eq!(r["ok"], true, "{capture:?} {dst}: {r}");
+        assert!(r.ok, "{capture:?} {dst}: {r:?}");
         let records = pod.proxy.wait_records(n + 1);
         out.push(normalise(&r, &records[n]));
     }
@@ -156,13 +152,7 @@ fn clusters_blackhole_and_registry_match_between_ebpf_and_istio_iptables() {
         ebpf[0]["upstream"], "198.18.0.3:7041",
         "service endpoints replace the original destination"
     );
-    assert!(
-        ebpf[0]["reply"]
-            .as_str()
-            .is_some_and(|r| r.starts_with("tag=endpoint ")),
-        "{}",
-        ebpf[0]
-    );
+    assert_eq!(ebpf[0]["echo"]["tag"], "endpoint", "{}", ebpf[0]);
     assert_eq!(
         ebpf[1]["cluster"],
         "outbound|7042||ratings.default.svc.cluster.local"
@@ -173,9 +163,10 @@ fn clusters_blackhole_and_registry_match_between_ebpf_and_istio_iptables() {
     assert_eq!(ebpf[2]["body"], "no healthy upstream");
     assert_eq!(ebpf[2]["flags"], "NR");
     assert_eq!(ebpf[3]["cluster"], "BlackHoleCluster");
-    assert_eq!(
-        ebpf[3]["reply"], "",
-        "non-HTTP TCP to the blackhole is closed"
+    assert!(
+        ebpf[3]["echo"].is_null() && ebpf[3]["reply_bytes"] == 0,
+        "non-HTTP TCP to the blackhole is closed: {}",
+        ebpf[3]
     );
     for (i, o) in ebpf.iter().enumerate() {
         assert_eq!(o["direction"], "outbound", "{i}");
@@ -208,24 +199,31 @@ fn inbound_reaches_the_app_from_127_0_0_6_behind_istio_iptables() {
         ..ClientOpts::default()
     };
     let r = client("198.18.0.1:9080", "inbound", &remote);
-    assert_eq!(r["ok"], true, "{r}");
-    let reply = r["reply"].as_str().expect("reply");
-    assert!(
-        reply.starts_with("tag=app peer=127.0.0.6:") && reply.ends_with("got=inbound"),
-        "{reply}"
+    assert!(r.ok, "{r:?}");
+    let reply = r.reply.as_ref().expect("reply");
+    assert_eq!(
+        (
+            reply.tag.as_str(),
+            reply.peer.ip().to_string(),
+            reply.got.as_str()
+        ),
+        ("app", "127.0.0.6".to_owned(), "inbound"),
+        "{reply:?}"
     );
     let rec = &pod.proxy.wait_records(1)[0];
     assert_eq!(rec["direction"], "inbound");
     assert_eq!(rec["cluster"], "inbound|9080||");
     assert_eq!(rec["orig_dst"], "198.18.0.1:9080");
     assert_eq!(rec["flags"], "-");
-    // The proxy's passthrough from 127.0.0.6 was not captured again (one record only).
+    // The proxy's passthrough from 127.0.0.6 was not captured again (one record only). A
+    // deliberate fixed wait: a second record would be something that must NOT happen, so
+    // there is no condition to poll; this leaves it time to show.
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(pod.proxy.records().len(), 1);
 }
 
 fn tempdir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(redirect_tests::unique_name(&format!("rt-{tag}-")));
+    let dir = std::env::temp_dir().join(redirect_testkit::unique_name(&format!("rt-{tag}-")));
     std::fs::create_dir_all(&dir).expect("mkdir");
     // The proxy runs as uid 1337 and must read files here.
     let _ = std::process::Command::new("chmod")
@@ -240,8 +238,8 @@ fn metrics_move_and_readiness_follows_validation_and_drain() {
     if !privileged_or_skip("metrics_move_and_readiness") {
         return;
     }
-    let topo = Topology::new();
-    let cgroup = Cgroup::new("rtm");
+    let topo = Topology::new().expect("topology");
+    let cgroup = Cgroup::new("rtm").expect("cgroup");
     let dir = tempdir("metrics");
     let metrics_file = dir.join("bpf.prom");
     let metrics_file = metrics_file.to_str().expect("utf8");
@@ -276,7 +274,7 @@ fn metrics_move_and_readiness_follows_validation_and_drain() {
         cgroup: Some(cgroup.path()),
         ..ClientOpts::default()
     };
-    assert_eq!(client("198.18.0.2:7061", "m", &opts)["ok"], true);
+    assert!(client("198.18.0.2:7061", "m", &opts).ok);
     proxy.wait_records(1);
     assert_eq!(
         http::request(&topo.pod, "GET", "127.0.0.1:15021", "/healthz/ready").0,
@@ -290,14 +288,19 @@ fn metrics_move_and_readiness_follows_validation_and_drain() {
     assert!(own.contains("redirect_proxy_sent_bytes_total{direction=\"outbound\",cluster=\"PassthroughCluster\"} 2"), "{own}");
 
     // The metrics file is rewritten every second; wait for the redirect to show.
-    let mut merged = String::new();
-    for _ in 0..40 {
-        merged = http::request(&topo.pod, "GET", "127.0.0.1:15020", "/stats/prometheus").1;
-        if merged.contains("redirect_bpf_decisions_total{decision=\"redirected\"} 1") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let merged = eventually(
+        "the merged metrics on 15020 to show the redirect",
+        Duration::from_secs(4),
+        || {
+            let text = http::request(&topo.pod, "GET", "127.0.0.1:15020", "/stats/prometheus").1;
+            if text.contains("redirect_bpf_decisions_total{decision=\"redirected\"} 1") {
+                Ok(text)
+            } else {
+                Err(text)
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     http::check_prometheus(&merged).unwrap_or_else(|e| panic!("15020: {e}\n{merged}"));
     assert!(
         merged.contains("redirect_bpf_decisions_total{decision=\"redirected\"} 1"),
@@ -312,14 +315,20 @@ fn metrics_move_and_readiness_follows_validation_and_drain() {
         http::request(&topo.pod, "POST", "127.0.0.1:15000", "/drain_listeners").0,
         200
     );
-    std::thread::sleep(Duration::from_millis(200));
-    let (status, body) = http::request(&topo.pod, "GET", "127.0.0.1:15021", "/healthz/ready");
-    assert_eq!(status, 503, "{body}");
-    assert_eq!(
-        http::request(&topo.pod, "GET", "127.0.0.1:15001", "/").0,
-        0,
-        "15001 must refuse after drain"
-    );
+    eventually(
+        "readiness to fail (503) and 15001 to refuse after drain",
+        Duration::from_secs(5),
+        || {
+            let ready = http::request(&topo.pod, "GET", "127.0.0.1:15021", "/healthz/ready");
+            let outbound = http::request(&topo.pod, "GET", "127.0.0.1:15001", "/").0;
+            if ready.0 == 503 && outbound == 0 {
+                Ok(())
+            } else {
+                Err((ready, outbound))
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     drop(attach);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -329,13 +338,14 @@ fn taken_ports_and_root_are_refused_with_the_flag_named() {
     if !privileged_or_skip("taken_ports_and_root_are_refused") {
         return;
     }
-    let topo = Topology::new();
-    let _busy = topo
-        .pod
-        .run(|| std::net::TcpListener::bind("127.0.0.1:15001").expect("bind"));
+    let topo = Topology::new().expect("topology");
+    let _busy = Listen::on("127.0.0.1:15001")
+        .netns(&topo.pod)
+        .tcp()
+        .expect("bind");
     let out = std::process::Command::new("ip")
-        .args(redirect_tests::procs::proxy_user_args(topo.pod.name()))
-        .arg(redirect_tests::bin_path("redirect-proxy"))
+        .args(topo.pod.exec_args_as(1337, 1337))
+        .arg(bin_path("redirect-proxy"))
         .args(["--outbound", "127.0.0.1:15001"])
         .output()
         .expect("run proxy");
@@ -346,7 +356,7 @@ fn taken_ports_and_root_are_refused_with_the_flag_named() {
         "{err}"
     );
 
-    let out = std::process::Command::new(redirect_tests::bin_path("redirect-proxy"))
+    let out = std::process::Command::new(bin_path("redirect-proxy"))
         .output()
         .expect("run proxy");
     assert!(!out.status.success());

@@ -1,6 +1,7 @@
 //! `redirect validate`: the istio-validation equivalent passes where capture works and fails,
 //! saying why, where it does not.
-use redirect_tests::{conformance::World, node::Node, privileged_or_skip};
+use redirect_testkit::privileged_or_skip;
+use redirect_tests::{conformance::World, node::Node};
 
 #[test]
 fn validate_proves_capture_and_fails_without_it() {

@@ -3,12 +3,16 @@
 //! exists anywhere.
 use std::process::Command;
 
+use redirect_testkit::{
+    privileged_or_skip,
+    probe::{parse_lines, ProbeResult},
+    HostLink,
+};
 use redirect_tests::{
-    conformance::{
-        at, inbound_at, listen, probe, reach, sidecar_listeners, wait_detached, World, POD4,
-    },
+    bin_path,
+    conformance::{inbound_at, listen, probe, reach, sidecar_listeners, World, POD4},
     node::Node,
-    privileged_or_skip, HostLink,
+    wait_detached,
 };
 
 fn rules(netns: Option<&str>, tool: &str) -> String {
@@ -31,7 +35,7 @@ fn a_namespace_plays_the_vm_and_no_iptables_rule_exists() {
     }
     let node = Node::new();
     let vm = World::new("rvm", false);
-    let link = HostLink::new(&vm.pod, "10.250.0.1", "10.250.0.2");
+    let link = HostLink::new(&vm.pod, "10.250.0.1", "10.250.0.2").expect("host link");
     let env = redirect_testkit::reference::dir().join("vm-cluster.env");
     let cgroup = node.cgroup.path().display().to_string();
     let out = node.ok(&[
@@ -70,7 +74,7 @@ fn a_namespace_plays_the_vm_and_no_iptables_rule_exists() {
         Some((1000, 1000)),
         &["udp:127.0.0.53:53".into()],
     );
-    assert_eq!(at(&dns[0]), "at=dns/127.0.0.1:15053", "{dns:?}");
+    assert_eq!(dns[0].at(), "at=dns/127.0.0.1:15053", "{dns:?}");
     assert_eq!(
         inbound_at(&vm, &[80, 22]),
         [
@@ -81,7 +85,7 @@ fn a_namespace_plays_the_vm_and_no_iptables_rule_exists() {
 
     // The host, in the same cgroup but its own namespace (no policy), is untouched: it reaches
     // the VM's ssh directly rather than a proxy port on its own loopback.
-    let host = Command::new(redirect_tests::bin_path("probe-matrix"))
+    let host = Command::new(bin_path("probe-matrix"))
         .args([
             "--cgroup",
             &cgroup,
@@ -94,8 +98,12 @@ fn a_namespace_plays_the_vm_and_no_iptables_rule_exists() {
         ])
         .output()
         .expect("probe-matrix on the host");
-    let host: serde_json::Value = serde_json::from_slice(&host.stdout).expect("json");
-    assert_eq!(at(&host), "at=app/[::]:22 orig=10.250.0.2:22", "{host}");
+    let host: Vec<ProbeResult> = parse_lines(&host.stdout).expect("probe-matrix output");
+    assert_eq!(
+        host.iter().map(ProbeResult::at).collect::<Vec<_>>(),
+        ["at=app/[::]:22 orig=10.250.0.2:22"],
+        "{host:?}"
+    );
 
     // No iptables rule anywhere: the VM's tables are empty, the host has no ISTIO chain.
     let ns = vm.pod.name();
@@ -149,7 +157,7 @@ fn deploy_artifacts_use_real_commands() {
     );
     assert_eq!(lines.len(), 4, "{lines:?}");
     for words in lines {
-        let out = Command::new(redirect_tests::bin_path("redirect"))
+        let out = Command::new(bin_path("redirect"))
             .args(&words)
             .arg("--help")
             .output()

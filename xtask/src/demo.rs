@@ -2,32 +2,35 @@
 //! pod enrolled, the proxy, and one real redirected HTTP request shown through list, trace,
 //! stats and explain; everything is removed on exit (`redirect uninstall` first).
 use std::{
-    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::mpsc,
+    process::Command,
     time::Duration,
 };
 
 use anyhow::{bail, Context as _};
-use nix::sys::signal::{kill, SigSet, Signal};
+use nix::sys::signal::{SigSet, Signal};
+use redirect_testkit::{Cgroup, Child, Spawn, Topology};
 
 use crate::{build, setup, util};
 
 const POD_IP: &str = "198.18.0.1";
 const SERVER_IP: &str = "198.18.0.2";
 const SERVER_PORT: u16 = 8080;
+/// How long a demo process may take to say it is ready (or to print what is awaited).
+const PATIENCE: Duration = Duration::from_secs(20);
 
-/// Everything the demo created, undone in reverse order on drop.
-#[derive(Debug, Default)]
+/// Everything the demo created, undone in reverse order on drop: `redirect uninstall` first,
+/// then the processes (the last started first), the state directories, the cgroup and the
+/// namespaces (the guards' own drops, in field order).
+#[derive(Debug)]
 struct Scene {
     /// Commands run first on exit (`redirect uninstall`).
     undo: Vec<Command>,
-    children: Vec<(String, Child)>,
-    netns: Vec<String>,
-    cgroup: Option<PathBuf>,
-    /// Directories removed last (the demo daemon's state directory).
+    children: Vec<Child>,
+    /// Directories removed after the processes (the demo daemon's state directory).
     dirs: Vec<PathBuf>,
+    cgroup: Cgroup,
+    topo: Topology,
 }
 
 impl Drop for Scene {
@@ -35,88 +38,34 @@ impl Drop for Scene {
         for mut cmd in self.undo.drain(..).rev() {
             let _ = cmd.status();
         }
-        // Then the processes (the daemon last started, first stopped), then the rest.
-        for (name, child) in self.children.iter_mut().rev() {
-            if let Ok(pid) = i32::try_from(child.id()) {
-                let _ = kill(nix::unistd::Pid::from_raw(pid), Signal::SIGTERM);
-            }
-            let waited = (0..50).any(|_| {
-                std::thread::sleep(Duration::from_millis(20));
-                matches!(child.try_wait(), Ok(Some(_)))
-            });
-            if !waited {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+        while let Some(child) = self.children.pop() {
+            let name = child.name().to_owned();
+            drop(child);
             eprintln!("xtask run: stopped {name}");
-        }
-        if let Some(cg) = &self.cgroup {
-            let _ = std::fs::remove_dir(cg);
-            eprintln!("xtask run: removed cgroup {}", cg.display());
-        }
-        for ns in self.netns.iter().rev() {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-            eprintln!("xtask run: removed netns {ns}");
         }
         for dir in &self.dirs {
             let _ = std::fs::remove_dir_all(dir);
         }
+        eprintln!(
+            "xtask run: removing cgroup {}, netns {} and {}",
+            self.cgroup.path().display(),
+            self.topo.pod.name(),
+            self.topo.server.name()
+        );
     }
 }
 
-fn ip(args: &[&str]) -> anyhow::Result<()> {
-    util::run(Command::new("ip").args(args))
-}
-
-/// The cgroup v2 mount point, from /proc/self/mountinfo.
-pub fn cgroup2_root() -> anyhow::Result<PathBuf> {
-    let text =
-        std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
-    text.lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let mount_point = left.split_whitespace().nth(4)?;
-            (right.split_whitespace().next()? == "cgroup2").then(|| PathBuf::from(mount_point))
-        })
-        .context("no cgroup v2 filesystem is mounted")
-}
-
-/// Spawns a child whose stdout lines are echoed with a prefix and forwarded to a channel.
-fn spawn_logged(
-    scene: &mut Scene,
-    name: &str,
-    cmd: &mut Command,
-) -> anyhow::Result<mpsc::Receiver<String>> {
-    // Own process group: Ctrl-C reaches only xtask, which then stops children in order.
-    let mut child = std::os::unix::process::CommandExt::process_group(cmd, 0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {name}"))?;
-    let stdout = child.stdout.take().context("piped stdout")?;
-    let (tx, rx) = mpsc::channel();
-    let prefix = name.to_owned();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            println!("[{prefix}] {line}");
-            let _ = tx.send(line);
-        }
-    });
-    scene.children.push((name.to_owned(), child));
-    Ok(rx)
-}
-
-fn wait_for(
-    rx: &mpsc::Receiver<String>,
-    what: &str,
-    pred: impl Fn(&str) -> bool,
-) -> anyhow::Result<()> {
-    loop {
-        match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(line) if pred(&line) => return Ok(()),
-            Ok(_) => {}
-            Err(_) => bail!("timed out waiting for {what}"),
-        }
+impl Scene {
+    /// Starts `cmd` as `name`: its output echoed as `[name] ...`, in a process group of its
+    /// own so that Ctrl-C reaches only xtask, which stops it in order.
+    fn start(&mut self, name: &str, cmd: Command) -> anyhow::Result<&mut Child> {
+        let child = Spawn::new(name)
+            .echo()
+            .own_process_group()
+            .terminate_on_drop(Duration::from_secs(1))
+            .start(cmd)?;
+        self.children.push(child);
+        self.children.last_mut().context("the child just started")
     }
 }
 
@@ -138,60 +87,38 @@ pub fn run(once: bool) -> anyhow::Result<()> {
     signals.add(Signal::SIGTERM);
     signals.thread_block().context("blocking SIGINT")?;
 
-    let mut scene = Scene::default();
     let id = std::process::id();
-    let (pod, srv) = (format!("rdev-pod-{id}"), format!("rdev-srv-{id}"));
-    for ns in [&pod, &srv] {
-        ip(&["netns", "add", ns])?;
-        scene.netns.push(ns.clone());
-        ip(&["-n", ns, "link", "set", "lo", "up"])?;
-    }
-    ip(&[
-        "-n", &pod, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", &srv,
-    ])?;
-    ip(&[
-        "-n",
-        &pod,
-        "addr",
-        "add",
-        &format!("{POD_IP}/24"),
-        "dev",
-        "eth0",
-    ])?;
-    ip(&[
-        "-n",
-        &srv,
-        "addr",
-        "add",
-        &format!("{SERVER_IP}/24"),
-        "dev",
-        "eth0",
-    ])?;
-    ip(&["-n", &pod, "link", "set", "eth0", "up"])?;
-    ip(&["-n", &srv, "link", "set", "eth0", "up"])?;
-    let cgroup = cgroup2_root()?.join(format!("redirect-dev-{id}"));
-    std::fs::create_dir(&cgroup).with_context(|| format!("mkdir {}", cgroup.display()))?;
-    scene.cgroup = Some(cgroup.clone());
+    let topo = Topology::build(("rdev-pod-", POD_IP), ("rdev-srv-", SERVER_IP))?;
+    let mut scene = Scene {
+        undo: Vec::new(),
+        children: Vec::new(),
+        dirs: Vec::new(),
+        cgroup: Cgroup::new("redirect-dev-")?,
+        topo,
+    };
+    let (pod, srv) = (
+        scene.topo.pod.name().to_owned(),
+        scene.topo.server.name().to_owned(),
+    );
+    let cgroup = scene.cgroup.path().to_owned();
     println!(
         "xtask run: pod netns {pod} ({POD_IP}), server netns {srv} ({SERVER_IP}), cgroup {}",
         cgroup.display()
     );
 
-    let server = spawn_logged(
-        &mut scene,
-        "server",
-        Command::new("ip")
-            .args(["netns", "exec", &srv])
-            .arg(bin.join("probe-server"))
-            .args([
-                "--listen",
-                &format!("{SERVER_IP}:{SERVER_PORT}"),
-                "--tag",
-                "demo",
-                "--http",
-            ]),
-    )?;
-    wait_for(&server, "the server", |l| l.starts_with("listening"))?;
+    let mut server = scene.topo.server.exec(bin.join("probe-server"));
+    server.args([
+        "--listen",
+        &format!("{SERVER_IP}:{SERVER_PORT}"),
+        "--tag",
+        "demo",
+        "--http",
+    ]);
+    scene
+        .start("server", server)?
+        .wait_line("its listening line", PATIENCE, |l| {
+            l.starts_with("listening")
+        })?;
     // The node daemon of this demo (its own pin and state directories, attached at the dev
     // cgroup), then the pod enrolled with istio-init's arguments.
     let dev_dir = format!("/run/redirect/dev-{id}");
@@ -202,15 +129,11 @@ pub fn run(once: bool) -> anyhow::Result<()> {
     uninstall.arg("uninstall");
     scene.undo.push(uninstall);
     scene.dirs.push(PathBuf::from(&dev_dir));
-    let daemon = spawn_logged(
-        &mut scene,
-        "redirect daemon",
-        Command::new(&redirect)
-            .arg("daemon")
-            .arg("--cgroup")
-            .arg(&cgroup),
-    )?;
-    wait_for(&daemon, "redirect daemon", |l| l.starts_with("ready"))?;
+    let mut daemon = Command::new(&redirect);
+    daemon.arg("daemon").arg("--cgroup").arg(&cgroup);
+    scene
+        .start("redirect daemon", daemon)?
+        .wait_line("its ready line", PATIENCE, |l| l.starts_with("ready"))?;
     util::run(Command::new(&redirect).args([
         "enroll",
         "--netns",
@@ -219,18 +142,19 @@ pub fn run(once: bool) -> anyhow::Result<()> {
         "-p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x '' -b '*' -d 15090,15021,15020",
     ]))?;
     // The proxy runs in the pod's cgroup, where the datapath answers SO_ORIGINAL_DST.
-    let proxy = spawn_logged(
-        &mut scene,
-        "proxy",
-        Command::new(&redirect)
-            .args(["exec", "--cgroup"])
-            .arg(&cgroup)
-            .arg("--")
-            .arg("ip")
-            .args(util::proxy_user_args(&pod))
-            .arg(bin.join("redirect-proxy")),
-    )?;
-    wait_for(&proxy, "the proxy", |l| l.contains("redirect-proxy ready"))?;
+    let mut proxy = Command::new(&redirect);
+    proxy
+        .args(["exec", "--cgroup"])
+        .arg(&cgroup)
+        .args(["--", "ip"])
+        .args(scene.topo.pod.exec_args_as(1337, 1337))
+        .arg(bin.join("redirect-proxy"));
+    scene
+        .start("proxy", proxy)?
+        .wait_line("its ready line", PATIENCE, |l| {
+            l.contains("redirect-proxy ready")
+        })?;
+    let proxy = scene.children.len() - 1;
     let url = format!("http://{SERVER_IP}:{SERVER_PORT}/");
     let explain_dst = format!("{SERVER_IP}:{SERVER_PORT}");
     let show = |title: &str, args: &[&str]| -> anyhow::Result<()> {
@@ -238,16 +162,19 @@ pub fn run(once: bool) -> anyhow::Result<()> {
         util::run(Command::new(&redirect).args(args))
     };
     show("the pod and its policy", &["list"])?;
-    let trace = spawn_logged(
-        &mut scene,
-        "redirect trace",
-        Command::new(&redirect).args(["trace", "--netns", &pod, "--count", "1", "--seconds", "10"]),
+    let mut trace = Command::new(&redirect);
+    trace.args(["trace", "--netns", &pod, "--count", "1", "--seconds", "10"]);
+    scene.start("redirect trace", trace)?.wait_stderr_line(
+        "the stream switched on",
+        PATIENCE,
+        |l| l.starts_with("tracing decisions"),
     )?;
-    std::thread::sleep(Duration::from_millis(500));
+    let trace = scene.children.len() - 1;
     println!("\nxtask run: curl {url} inside the captured cgroup (as root, so it is captured):");
     demo_request(&redirect, &cgroup, &pod, &url)?;
-    wait_for(&trace, "the traced decision", |l| l.starts_with("pid="))?;
-    std::thread::sleep(Duration::from_millis(200));
+    scene.children[trace].wait_line("the traced decision", PATIENCE, |l| l.starts_with("pid="))?;
+    // The proxy logs its access line when the connection is done: show it before the stats.
+    scene.children[proxy].wait_line("the access line", PATIENCE, |l| l.contains(" outbound "))?;
     show(
         "decision counters of the pod, like iptables -L -v",
         &["stats", "--netns", &pod],

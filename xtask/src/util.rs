@@ -66,19 +66,3 @@ pub fn output(program: &str, args: &[&str]) -> Option<String> {
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
-
-/// `netns exec NS setpriv --reuid 1337 --regid 1337 --clear-groups`: appended to an `ip`
-/// command, runs what follows in `ns` as the proxy uid/gid.
-pub fn proxy_user_args(ns: &str) -> [&str; 9] {
-    [
-        "netns",
-        "exec",
-        ns,
-        "setpriv",
-        "--reuid",
-        "1337",
-        "--regid",
-        "1337",
-        "--clear-groups",
-    ]
-}

@@ -1,4 +1,5 @@
-//! probe-client: connects from a chosen cgroup, netns and uid/gid, sends a line, prints JSON.
+//! probe-client: connects from a chosen cgroup, netns and uid/gid, sends a line, prints one
+//! JSON `ClientResult` line (the echo server's answer parsed into an `Echo`).
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     net::{SocketAddr, TcpStream},
@@ -11,8 +12,8 @@ use clap::Parser;
 use nix::sys::socket::{
     bind, setsockopt, socket, sockopt::ReuseAddr, AddressFamily, SockFlag, SockType, SockaddrIn,
 };
+use redirect_testkit::probe::{ClientResult, Counts, Echo};
 use redirect_tests::place::Place;
-use serde_json::json;
 
 /// Connects to ADDR the way an application in a pod would.
 #[derive(Debug, Parser)]
@@ -61,14 +62,22 @@ fn connect(args: &Args) -> anyhow::Result<TcpStream> {
     Ok(TcpStream::from(fd))
 }
 
-fn once(args: &Args) -> anyhow::Result<serde_json::Value> {
+fn once(args: &Args) -> anyhow::Result<ClientResult> {
     let mut stream = connect(args)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let local = stream.local_addr()?;
     let peer = stream.peer_addr()?;
     if let Some(ms) = args.hold_ms {
+        // Deliberate: the connection stays open (idle) this long, so that tests can hold
+        // several at once; nothing is awaited.
         std::thread::sleep(Duration::from_millis(ms));
     }
+    let mut result = ClientResult {
+        ok: true,
+        local: Some(local),
+        peer: Some(peer),
+        ..ClientResult::default()
+    };
     if args.http {
         let req = format!(
             "GET / HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
@@ -78,48 +87,53 @@ fn once(args: &Args) -> anyhow::Result<serde_json::Value> {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut &stream, &mut text).context("read response")?;
         let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text.as_str(), ""));
-        let status: u16 = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        return Ok(
-            json!({"ok": true, "status": status, "body": body, "local": local.to_string(), "peer": peer.to_string()}),
+        result.status = Some(
+            head.split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
         );
+        result.body = Some(body.to_owned());
+        return Ok(result);
     }
     stream
         .write_all(format!("{}\n", args.send).as_bytes())
         .context("send")?;
     let mut reply = String::new();
-    BufReader::new(&stream)
+    let n = BufReader::new(&stream)
         .read_line(&mut reply)
         .context("read reply")?;
-    Ok(
-        json!({"ok": true, "reply": reply.trim_end(), "local": local.to_string(), "peer": peer.to_string()}),
-    )
+    result.reply_bytes = n as u64;
+    result.reply = (n > 0)
+        .then(|| serde_json::from_str::<Echo>(&reply))
+        .transpose()
+        .with_context(|| format!("the answer is not an echo: {reply:?}"))?;
+    Ok(result)
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     args.place.enter()?;
-    if args.count <= 1 {
-        let line = once(&args).unwrap_or_else(|e| json!({"ok": false, "error": format!("{e:#}")}));
-        println!("{line}");
-        return Ok(());
-    }
-    let (mut ok, mut failed, mut first_error) = (0u32, 0u32, None);
-    for _ in 0..args.count {
-        match once(&args) {
-            Ok(_) => ok += 1,
-            Err(e) => {
-                failed += 1;
-                first_error.get_or_insert(format!("{e:#}"));
+    let result = if args.count <= 1 {
+        once(&args).unwrap_or_else(|e| ClientResult::failed(format!("{e:#}")))
+    } else {
+        let (mut ok, mut failed, mut first_error) = (0u32, 0u32, None);
+        for _ in 0..args.count {
+            match once(&args) {
+                Ok(_) => ok += 1,
+                Err(e) => {
+                    failed += 1;
+                    first_error.get_or_insert(format!("{e:#}"));
+                }
             }
         }
-    }
-    println!(
-        "{}",
-        json!({"ok": failed == 0, "ok_count": ok, "failed": failed, "first_error": first_error})
-    );
+        ClientResult {
+            ok: failed == 0,
+            error: first_error,
+            counts: Some(Counts { ok, failed }),
+            ..ClientResult::default()
+        }
+    };
+    println!("{}", serde_json::to_string(&result)?);
     Ok(())
 }

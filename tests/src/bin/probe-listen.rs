@@ -1,21 +1,18 @@
-//! probe-listen: binds TCP/UDP listeners in a chosen cgroup and netns and echoes what each connection looked like.
+//! probe-listen: binds TCP/UDP listeners in a chosen cgroup and netns and answers each
+//! connection (or datagram) with one JSON `Landing` line: which listener took it, the original
+//! destination it read and the peer it saw.
 use std::{
     io::{BufRead as _, BufReader, Write as _},
-    net::{SocketAddr, SocketAddrV4, SocketAddrV6, TcpListener, TcpStream, UdpSocket},
-    os::fd::{AsRawFd as _, OwnedFd},
+    net::{SocketAddr, TcpListener, TcpStream, UdpSocket},
     str::FromStr,
     time::Duration,
 };
 
 use anyhow::Context as _;
 use clap::Parser;
-use nix::sys::socket::{
-    bind, getsockopt, listen, setsockopt, socket,
-    sockopt::{Ip6tOriginalDst, Ipv6V6Only, OriginalDst, ReuseAddr},
-    AddressFamily, Backlog, SockFlag, SockType, SockaddrIn, SockaddrIn6, SockaddrStorage,
-};
-use redirect_tests::place::{unmap, Place};
-use serde_json::json;
+use redirect_runtime::orig_dst::{fold_v4_mapped, original_dst};
+use redirect_testkit::{probe::Landing, Listen as Bind};
+use redirect_tests::place::Place;
 
 /// Binds every --tcp/--udp address, prints `ready`, then answers forever.
 #[derive(Debug, Parser)]
@@ -52,48 +49,33 @@ impl FromStr for Listen {
     }
 }
 
-/// Creates, configures and binds a socket for `addr`.
-fn bound_socket(addr: SocketAddr, ty: SockType) -> anyhow::Result<OwnedFd> {
-    let family = match addr {
-        SocketAddr::V4(_) => AddressFamily::Inet,
-        SocketAddr::V6(_) => AddressFamily::Inet6,
-    };
-    let fd = socket(family, ty, SockFlag::SOCK_CLOEXEC, None).context("socket")?;
-    setsockopt(&fd, ReuseAddr, &true).context("SO_REUSEADDR")?;
-    if matches!(addr, SocketAddr::V6(v6) if v6.ip().is_unspecified()) {
-        setsockopt(&fd, Ipv6V6Only, &false).context("IPV6_V6ONLY")?;
-    }
-    bind(fd.as_raw_fd(), &SockaddrStorage::from(addr)).with_context(|| format!("bind {addr}"))?;
-    Ok(fd)
-}
-
-/// The destination a transparent proxy would forward to, or the local address if none was recorded.
-fn original_dst(stream: &TcpStream, local: SocketAddr) -> SocketAddr {
-    let native_v6 = matches!(local, SocketAddr::V6(v6) if v6.ip().to_ipv4_mapped().is_none());
-    let orig = if native_v6 {
-        getsockopt(stream, Ip6tOriginalDst)
-            .ok()
-            .map(|sa| SocketAddr::V6(SocketAddrV6::from(SockaddrIn6::from(sa))))
-    } else {
-        getsockopt(stream, OriginalDst)
-            .ok()
-            .map(|sa| SocketAddr::V4(SocketAddrV4::from(SockaddrIn::from(sa))))
-    };
-    unmap(orig.unwrap_or(local))
+/// One JSON line.
+fn json_line(landing: &Landing) -> String {
+    let mut text = serde_json::to_string(landing).unwrap_or_default();
+    text.push('\n');
+    text
 }
 
 fn serve_conn(tag: &str, stream: TcpStream) -> anyhow::Result<()> {
     let local = stream.local_addr().context("local_addr")?;
-    let peer = unmap(stream.peer_addr().context("peer_addr")?);
-    let orig = original_dst(&stream, local);
+    let peer = fold_v4_mapped(stream.peer_addr().context("peer_addr")?);
+    // The destination a transparent proxy would forward to, or the local address if none
+    // was recorded.
+    let orig = fold_v4_mapped(original_dst(&stream).unwrap_or(local));
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .context("set_read_timeout")?;
     let mut line = String::new();
     // The reply is sent even when the client sends nothing before the timeout.
     let _ = BufReader::new(&stream).read_line(&mut line);
-    let reply = format!("at={tag} orig={orig} peer={peer}\n");
-    (&stream).write_all(reply.as_bytes()).context("write")?;
+    let landing = Landing {
+        at: tag.to_owned(),
+        orig: Some(orig),
+        peer,
+    };
+    (&stream)
+        .write_all(json_line(&landing).as_bytes())
+        .context("write")?;
     Ok(())
 }
 
@@ -118,8 +100,12 @@ fn serve_udp(tag: String, socket: UdpSocket) {
     loop {
         match socket.recv_from(&mut buf) {
             Ok((_, from)) => {
-                let reply = format!("at={tag} from={}\n", unmap(from));
-                if let Err(e) = socket.send_to(reply.as_bytes(), from) {
+                let landing = Landing {
+                    at: tag.clone(),
+                    orig: None,
+                    peer: fold_v4_mapped(from),
+                };
+                if let Err(e) = socket.send_to(json_line(&landing).as_bytes(), from) {
                     eprintln!("probe-listen {tag}: send_to {from}: {e}");
                 }
             }
@@ -128,7 +114,6 @@ fn serve_udp(tag: String, socket: UdpSocket) {
     }
 }
 
-/// Enters the cgroup and netns, then binds everything.
 /// A bound socket and the `NAME/LISTEN_ADDR` tag it answers with.
 #[derive(Debug)]
 enum Bound {
@@ -136,26 +121,23 @@ enum Bound {
     Udp(String, UdpSocket),
 }
 
+/// Enters the cgroup and netns, then binds everything.
 fn setup(args: &Args) -> anyhow::Result<Vec<Bound>> {
     args.place.enter()?;
     let mut bound = Vec::new();
     for l in &args.tcp {
-        let fd =
-            bound_socket(l.addr, SockType::Stream).with_context(|| format!("tcp {}", l.raw))?;
-        listen(&fd, Backlog::new(128).context("backlog")?)
-            .with_context(|| format!("listen tcp {}", l.raw))?;
-        bound.push(Bound::Tcp(
-            format!("{}/{}", args.name, l.raw),
-            TcpListener::from(fd),
-        ));
+        let listener = Bind::at(l.addr)
+            .reuse_addr()
+            .tcp()
+            .with_context(|| format!("tcp {}", l.raw))?;
+        bound.push(Bound::Tcp(format!("{}/{}", args.name, l.raw), listener));
     }
     for l in &args.udp {
-        let fd =
-            bound_socket(l.addr, SockType::Datagram).with_context(|| format!("udp {}", l.raw))?;
-        bound.push(Bound::Udp(
-            format!("{}/{}", args.name, l.raw),
-            UdpSocket::from(fd),
-        ));
+        let socket = Bind::at(l.addr)
+            .reuse_addr()
+            .udp()
+            .with_context(|| format!("udp {}", l.raw))?;
+        bound.push(Bound::Udp(format!("{}/{}", args.name, l.raw), socket));
     }
     Ok(bound)
 }
@@ -165,7 +147,7 @@ fn main() -> anyhow::Result<()> {
     let bound = match setup(&args) {
         Ok(bound) => bound,
         Err(e) => {
-            println!("{}", json!({"error": format!("{e:#}")}));
+            eprintln!("probe-listen: {e:#}");
             std::process::exit(1);
         }
     };

@@ -3,7 +3,8 @@
 //! Wire protocol: the client's first byte picks the mode. `P`: ping-pong, the server echoes
 //! every 16-byte request until EOF. `B`: bulk, the server reads to EOF and answers the byte
 //! count as 8 little-endian bytes. A server started with `--greeting X` instead writes `X` on
-//! accept and closes (the capture detector of the enrollment benchmark).
+//! accept and closes (the capture detector of the enrollment benchmark). Every result is one
+//! JSON `redirect_testkit::probe::Load` line.
 use std::{
     net::SocketAddr,
     path::PathBuf,
@@ -12,7 +13,7 @@ use std::{
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use serde_json::json;
+use redirect_testkit::probe::Load;
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::{TcpListener, TcpStream},
@@ -86,7 +87,7 @@ fn cpu_ms() -> f64 {
 
 async fn serve(listen: SocketAddr, greeting: Option<char>) -> anyhow::Result<()> {
     let listener = TcpListener::bind(listen).await.context("bind")?;
-    println!("{}", json!({"listening": listen.to_string()}));
+    print_line(&Load::Listening { addr: listen });
     loop {
         let (mut s, _) = listener.accept().await?;
         tokio::spawn(async move {
@@ -132,7 +133,11 @@ async fn one_short(addr: SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn cps(addr: SocketAddr, concurrency: usize, duration: Duration) -> serde_json::Value {
+fn print_line(line: &Load) {
+    println!("{}", serde_json::to_string(line).unwrap_or_default());
+}
+
+async fn cps(addr: SocketAddr, concurrency: usize, duration: Duration) -> Load {
     let start = Instant::now();
     let deadline = start + duration;
     let tasks: Vec<_> = (0..concurrency)
@@ -156,14 +161,20 @@ async fn cps(addr: SocketAddr, concurrency: usize, duration: Duration) -> serde_
         err += e;
     }
     let secs = start.elapsed().as_secs_f64();
-    json!({"connections": ok, "errors": err, "seconds": secs, "per_second": ok as f64 / secs, "cpu_ms": cpu_ms()})
+    Load::Cps {
+        connections: ok,
+        errors: err,
+        seconds: secs,
+        per_second: ok as f64 / secs,
+        cpu_ms: cpu_ms(),
+    }
 }
 
 async fn keepalive(
     addr: SocketAddr,
     concurrency: usize,
     duration: Duration,
-) -> anyhow::Result<serde_json::Value> {
+) -> anyhow::Result<Load> {
     let start = Instant::now();
     let deadline = start + duration;
     let mut tasks = Vec::new();
@@ -197,12 +208,18 @@ async fn keepalive(
             / 1e3
     };
     let secs = start.elapsed().as_secs_f64();
-    Ok(
-        json!({"requests": all.len(), "per_second": all.len() as f64 / secs, "p50_us": pct(0.50), "p90_us": pct(0.90), "p99_us": pct(0.99), "seconds": secs, "cpu_ms": cpu_ms()}),
-    )
+    Ok(Load::Keepalive {
+        requests: all.len() as u64,
+        per_second: all.len() as f64 / secs,
+        p50_us: pct(0.50),
+        p90_us: pct(0.90),
+        p99_us: pct(0.99),
+        seconds: secs,
+        cpu_ms: cpu_ms(),
+    })
 }
 
-async fn bulk(addr: SocketAddr, bytes: u64) -> anyhow::Result<serde_json::Value> {
+async fn bulk(addr: SocketAddr, bytes: u64) -> anyhow::Result<Load> {
     let start = Instant::now();
     let mut s = TcpStream::connect(addr).await?;
     s.write_all(b"B").await?;
@@ -222,12 +239,17 @@ async fn bulk(addr: SocketAddr, bytes: u64) -> anyhow::Result<serde_json::Value>
         received == bytes,
         "server received {received} of {bytes} bytes"
     );
-    Ok(
-        json!({"bytes": bytes, "seconds": secs, "mib_per_second": bytes as f64 / 1048576.0 / secs, "cpu_ms": cpu_ms()}),
-    )
+    Ok(Load::Bulk {
+        bytes,
+        seconds: secs,
+        mib_per_second: bytes as f64 / 1048576.0 / secs,
+        cpu_ms: cpu_ms(),
+    })
 }
 
-async fn until_captured(addr: SocketAddr, timeout: Duration) -> serde_json::Value {
+async fn until_captured(addr: SocketAddr, timeout: Duration) -> Load {
+    // The caller starts the clock on this line: the process is up and dialling.
+    print_line(&Load::Probing { addr });
     let start = Instant::now();
     let mut attempts = 0u64;
     while start.elapsed() < timeout {
@@ -246,11 +268,20 @@ async fn until_captured(addr: SocketAddr, timeout: Duration) -> serde_json::Valu
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default();
-            return json!({"captured": true, "unix_us": now.as_micros() as u64, "attempts": attempts});
+            return Load::UntilCaptured {
+                captured: true,
+                unix_us: Some(now.as_micros() as u64),
+                attempts,
+            };
         }
+        // Deliberate pacing of the dial loop (the detection resolution), not a wait for X.
         tokio::time::sleep(Duration::from_micros(200)).await;
     }
-    json!({"captured": false, "attempts": attempts})
+    Load::UntilCaptured {
+        captured: false,
+        unix_us: None,
+        attempts,
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -287,7 +318,7 @@ fn main() -> anyhow::Result<()> {
                 timeout_ms,
             } => until_captured(connect, Duration::from_millis(timeout_ms)).await,
         };
-        println!("{out}");
+        print_line(&out);
         Ok(())
     })
 }

@@ -1,4 +1,5 @@
-//! probe-matrix: runs TCP/UDP probes from one cgroup, netns and uid/gid and prints one JSON line per probe.
+//! probe-matrix: runs TCP/UDP probes from one cgroup, netns and uid/gid and prints one JSON
+//! `ProbeResult` line per probe (the listener's answer parsed into a `Landing`).
 use std::{
     io::{self, BufRead as _, BufReader, Write as _},
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpStream, UdpSocket},
@@ -17,8 +18,9 @@ use nix::{
         SockaddrStorage,
     },
 };
-use redirect_tests::place::{unmap, Place};
-use serde_json::json;
+use redirect_runtime::orig_dst::fold_v4_mapped;
+use redirect_testkit::probe::{Landing, ProbeResult};
+use redirect_tests::place::Place;
 
 /// Runs PROBES in order; a failing probe never stops the rest.
 #[derive(Debug, Parser)]
@@ -233,18 +235,20 @@ fn main() -> anyhow::Result<()> {
     let mut out = io::stdout().lock();
     for probe in &args.probes {
         let (peer, result) = run(&probe.kind, timeout);
-        let (reply, error) = match &result {
-            Ok(reply) => (reply.as_str(), None),
-            Err(e) => ("", Some(classify(e))),
+        let landing = match &result {
+            Ok(reply) => {
+                serde_json::from_str::<Landing>(reply).map_err(|_| format!("bad-reply:{reply}"))
+            }
+            Err(e) => Err(classify(e)),
         };
-        let line = json!({
-            "probe": probe.raw,
-            "ok": result.is_ok(),
-            "reply": reply,
-            "peer": peer.map(|p| unmap(p).to_string()),
-            "error": error,
-        });
-        writeln!(out, "{line}").context("print result")?;
+        let line = ProbeResult {
+            probe: probe.raw.clone(),
+            ok: landing.is_ok(),
+            peer: peer.map(fold_v4_mapped),
+            error: landing.as_ref().err().cloned(),
+            landing: landing.ok(),
+        };
+        writeln!(out, "{}", serde_json::to_string(&line)?).context("print result")?;
         out.flush().context("flush stdout")?;
     }
     Ok(())

@@ -1,7 +1,9 @@
-//! probe-server: a tiny line or HTTP server for `cargo xtask run` and manual checks.
-use std::net::{SocketAddr, TcpListener};
+//! probe-server: a tiny line (JSON `Echo` answers) or HTTP server for `cargo xtask run` and
+//! manual checks.
+use std::net::SocketAddr;
 
 use clap::Parser;
+use redirect_testkit::Listen;
 
 /// Answers every connection with its tag and the peer address it saw.
 #[derive(Debug, Parser)]
@@ -19,7 +21,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let listener = TcpListener::bind(args.listen)?;
+    let listener = Listen::at(args.listen).tcp()?;
     println!("listening on {}", args.listen);
     for stream in listener.incoming().flatten() {
         let (tag, http) = (args.tag.clone(), args.http);

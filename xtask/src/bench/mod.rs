@@ -11,18 +11,18 @@ use std::{
     io::Write as _,
     net::SocketAddr,
     path::{Path, PathBuf},
-    process::Command,
     sync::atomic::{AtomicBool, Ordering},
     time::Instant,
 };
 
 use anyhow::{bail, Context as _};
 use nix::sys::signal::{SigSet, Signal};
-use scene::{Cg, Mode, Ns, Proc};
+use redirect_testkit::{Cgroup, Child, Netns};
+use scene::Mode;
 use serde_json::Value;
 use stats::Sample;
 
-use crate::{build, demo, setup, util};
+use crate::{build, setup, util};
 
 /// How big a run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,22 +73,21 @@ impl Params {
 
 /// One pod namespace set up for one mode. Fields drop in order: capture, proxy, cgroup, netns.
 struct Pod {
-    attach: Option<Proc>,
-    proxy: Option<Proc>,
-    cgroup: Option<Cg>,
+    attach: Option<Child>,
+    proxy: Option<Child>,
+    cgroup: Option<Cgroup>,
     mode: Mode,
     target: SocketAddr,
-    ns: Ns,
+    ns: Netns,
 }
 
 struct Bench {
     bin: PathBuf,
     golden: String,
     state_dir: PathBuf,
-    cg_root: PathBuf,
     id: u32,
-    app: Ns,
-    app_server: Proc,
+    app: Netns,
+    app_server: Child,
     pods: Vec<Pod>,
     samples: Vec<Sample>,
     scratch: PathBuf,
@@ -177,18 +176,14 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
     let id = std::process::id();
     let scratch = std::env::temp_dir().join(format!("redirect-bench-{id}"));
     std::fs::create_dir_all(&scratch)?;
-    let app = Ns::new(format!("rba-{id}"))?;
-    let mut server = Command::new("ip");
-    server
-        .args(["netns", "exec", &app.0])
-        .arg(bin.join("probe-load"))
-        .args(["server", "--listen", "0.0.0.0:8080"]);
-    let app_server = Proc::spawn("app server", &mut server, "listening")?;
+    let app = scene::netns("rba-")?;
+    let mut server = app.exec(bin.join("probe-load"));
+    server.args(["server", "--listen", "0.0.0.0:8080"]);
+    let app_server = scene::spawn("app server", server, "listening")?;
     let mut b = Bench {
         bin,
         golden,
         state_dir: scratch.join("state"),
-        cg_root: demo::cgroup2_root()?,
         id,
         app,
         app_server,

@@ -5,10 +5,10 @@ use std::{
 };
 
 use anyhow::{bail, Context as _};
-use serde_json::Value;
+use redirect_testkit::{probe::Load, Cgroup, Child, Netns};
 
 use super::{
-    scene::{self, Cg, Mode, Ns, Proc},
+    scene::{self, Mode},
     Bench, Pod,
 };
 
@@ -17,10 +17,10 @@ impl Bench {
     /// proxy shares the pod's cgroup, where the getsockopt and sock_ops programs attach).
     pub(super) fn proxy(
         &self,
-        ns: &Ns,
+        ns: &Netns,
         cgroup: Option<&Path>,
         extra: &[String],
-    ) -> anyhow::Result<Proc> {
+    ) -> anyhow::Result<Child> {
         let mut cmd = match cgroup {
             Some(cg) => {
                 let mut c = Command::new(self.bin.join("redirect"));
@@ -29,15 +29,15 @@ impl Bench {
             }
             None => Command::new("ip"),
         };
-        cmd.args(crate::util::proxy_user_args(&ns.0))
+        cmd.args(ns.exec_args_as(1337, 1337))
             .arg(self.bin.join("redirect-proxy"))
             .args(["--log-format", "off", "--no-inbound"])
             .args(extra)
             .env("RUST_LOG", "warn");
-        Proc::spawn("redirect-proxy", &mut cmd, "ready")
+        scene::spawn("redirect-proxy", cmd, "ready")
     }
 
-    pub(super) fn attach(&self, cgroup: &Path, exclusions: usize) -> anyhow::Result<Proc> {
+    pub(super) fn attach(&self, cgroup: &Path, exclusions: usize) -> anyhow::Result<Child> {
         let mut cmd = Command::new(self.bin.join("redirect"));
         cmd.arg("attach")
             .arg("--cgroup")
@@ -51,14 +51,15 @@ impl Bench {
             std::fs::write(&file, scene::exclusions(exclusions).join("\n"))?;
             cmd.arg("--exclude-cidr-file").arg(file);
         }
-        Proc::spawn("redirect attach", &mut cmd, "ready")
+        scene::spawn("redirect attach", cmd, "ready")
     }
 
-    pub(super) fn client(&self, pod: &Pod, args: &[String]) -> anyhow::Result<Value> {
+    /// Runs `probe-load ARGS` in the pod (and its cgroup) and returns its result line.
+    pub(super) fn client(&self, pod: &Pod, args: &[String]) -> anyhow::Result<Load> {
         let mut cmd = Command::new(self.bin.join("probe-load"));
         cmd.arg("--netns").arg(pod.ns.path());
         if let Some(cg) = &pod.cgroup {
-            cmd.arg("--cgroup").arg(&cg.0);
+            cmd.arg("--cgroup").arg(cg.path());
         }
         let out = cmd.args(args).output().context("running probe-load")?;
         if !out.status.success() {
@@ -69,11 +70,12 @@ impl Bench {
             );
         }
         let text = String::from_utf8_lossy(&out.stdout);
-        serde_json::from_str(text.lines().last().unwrap_or_default()).context("probe-load output")
+        serde_json::from_str(text.lines().last().unwrap_or_default())
+            .with_context(|| format!("probe-load output {text:?}"))
     }
 
     pub(super) fn setup_pod(&mut self, index: u8, mode: Mode) -> anyhow::Result<()> {
-        let ns = Ns::new(format!("rb{index}-{}", self.id))?;
+        let ns = scene::netns(&format!("rb{index}-"))?;
         let app_addr = scene::link(&ns, &self.app, index)?;
         let mut pod = Pod {
             mode,
@@ -94,15 +96,16 @@ impl Bench {
                 pod.target = "127.0.0.1:15010".parse()?;
             }
             Mode::Ebpf => {
-                let cg = Cg::new(&self.cg_root, &format!("rb-{}", self.id))?;
-                pod.proxy = Some(self.proxy(&pod.ns, Some(&cg.0), &[])?);
-                pod.attach = Some(self.attach(&cg.0, 0)?);
+                let cg = Cgroup::new("rb-")?;
+                pod.proxy = Some(self.proxy(&pod.ns, Some(cg.path()), &[])?);
+                pod.attach = Some(self.attach(cg.path(), 0)?);
                 pod.cgroup = Some(cg);
             }
             Mode::IptablesLegacy | Mode::IptablesNft => {
                 pod.proxy = Some(self.proxy(&pod.ns, None, &[])?);
                 let restore = mode.restore().context("restore binary")?;
-                scene::restore(&pod.ns, restore, &scene::sidecar_rules(&self.golden, &[]))?;
+                pod.ns
+                    .restore(restore, &scene::sidecar_rules(&self.golden, &[]))?;
             }
         }
         self.pods.push(pod);
@@ -115,7 +118,7 @@ impl Bench {
         for pod in &self.pods {
             // A warm-up that connects at all, without errors; retried so one slow start on a
             // busy machine does not fail the run.
-            let mut last = Value::Null;
+            let mut last = None;
             let warm = (0..3).any(|_| {
                 let args = [
                     "cps",
@@ -125,22 +128,17 @@ impl Bench {
                     "200",
                 ]
                 .map(String::from);
-                last = self.client(pod, &args).unwrap_or(Value::Null);
-                last["connections"].as_u64().unwrap_or(0) > 0 && last["errors"].as_u64() == Some(0)
+                last = self.client(pod, &args).ok();
+                matches!(last, Some(Load::Cps { connections, errors: 0, .. }) if connections > 0)
             });
             if !warm {
-                bail!("{}: warm-up failed: {last}", pod.mode.name());
+                bail!("{}: warm-up failed: {last:?}", pod.mode.name());
             }
             if pod.proxy.is_some() {
-                let out = Command::new("ip")
-                    .args([
-                        "netns",
-                        "exec",
-                        &pod.ns.0,
-                        "curl",
-                        "-s",
-                        "http://127.0.0.1:15090/stats/prometheus",
-                    ])
+                let out = pod
+                    .ns
+                    .exec("curl")
+                    .args(["-s", "http://127.0.0.1:15090/stats/prometheus"])
                     .output()?;
                 let text = String::from_utf8_lossy(&out.stdout);
                 let through = text
@@ -170,8 +168,8 @@ pub(super) struct NodeDatapath {
     /// Pin directory.
     pub dir: PathBuf,
     /// Where it is attached; enrolled pods' processes run in children of it.
-    pub cg: Cg,
-    _boot: Ns,
+    pub cg: Cgroup,
+    _boot: Netns,
 }
 
 impl Drop for NodeDatapath {
@@ -206,12 +204,12 @@ impl Bench {
     }
 
     /// The node datapath for enrollments, created (and timed nowhere) on first use.
-    pub(super) fn node_datapath(&mut self) -> anyhow::Result<(PathBuf, PathBuf)> {
+    pub(super) fn node_datapath(&mut self) -> anyhow::Result<&NodeDatapath> {
         if self.node.is_none() {
-            let cg = Cg::new(&self.cg_root, &format!("rbn-{}", self.id))?;
-            let boot = Ns::new(format!("rbn-{}", self.id))?;
+            let cg = Cgroup::new("rbn-")?;
+            let boot = scene::netns("rbn-")?;
             let dir = PathBuf::from(format!("/sys/fs/bpf/redirect-bench-{}", self.id));
-            let cgroup = cg.0.display().to_string();
+            let cgroup = cg.path().display().to_string();
             self.istio_iptables(&dir, &boot.path(), &["--cgroup", &cgroup, "-i", "*"])?;
             self.node = Some(NodeDatapath {
                 dir,
@@ -219,7 +217,6 @@ impl Bench {
                 _boot: boot,
             });
         }
-        let node = self.node.as_ref().context("node datapath")?;
-        Ok((node.dir.clone(), node.cg.0.clone()))
+        self.node.as_ref().context("node datapath")
     }
 }

@@ -1,14 +1,9 @@
-//! The benchmark's namespaces, cgroups and processes, removed on drop.
-use std::{
-    io::{BufRead as _, BufReader, Write as _},
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
+//! The benchmark's modes, pods (namespaces, cgroups and processes are testkit guards,
+//! removed on drop), Istio's rules for them and the process measurements.
+use std::{net::SocketAddr, process::Command, time::Duration};
 
-use anyhow::{bail, Context as _};
-use nix::sys::signal::{kill, Signal};
+use anyhow::Context as _;
+use redirect_testkit::{veth, Child, Netns, Spawn};
 
 /// How a pod's outbound traffic reaches the app.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,176 +51,47 @@ impl Mode {
     }
 }
 
-/// Runs `ip ARGS`.
-pub fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("running ip")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+/// How long a bench process may take to say it is ready.
+const READY: Duration = Duration::from_secs(20);
+
+/// Spawns `cmd` as `name` (SIGTERM, then SIGKILL after a second, on drop) and waits for a
+/// stdout line containing `ready`.
+pub fn spawn(name: &str, cmd: Command, ready: &str) -> anyhow::Result<Child> {
+    let mut child = Spawn::new(name)
+        .terminate_on_drop(Duration::from_secs(1))
+        .start(cmd)?;
+    child.wait_line(&format!("a line with {ready:?}"), READY, |l| {
+        l.contains(ready)
+    })?;
+    Ok(child)
 }
 
-/// A spawned process that is stopped on drop.
-#[derive(Debug)]
-pub struct Proc {
-    child: Child,
-}
-
-impl Proc {
-    /// Spawns `cmd` (stdout piped) and waits up to 20 s for a stdout line containing `ready`.
-    pub fn spawn(name: &str, cmd: &mut Command, ready: &str) -> anyhow::Result<Self> {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("starting {name}"))?;
-        let stdout = child.stdout.take().context("stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let want = ready.to_owned();
-        std::thread::spawn(move || {
-            let mut signalled = false;
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if !signalled && line.contains(&want) {
-                    let _ = tx.send(());
-                    signalled = true;
-                }
-            }
-        });
-        let proc = Self { child };
-        rx.recv_timeout(Duration::from_secs(20))
-            .with_context(|| format!("{name} did not become ready"))?;
-        Ok(proc)
-    }
-
-    /// Its pid.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            let _ = kill(nix::unistd::Pid::from_raw(pid), Signal::SIGTERM);
-        }
-        for _ in 0..100 {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A network namespace deleted on drop.
-#[derive(Debug)]
-pub struct Ns(pub String);
-
-impl Ns {
-    /// Creates it with lo up, TIME_WAIT reuse and the full ephemeral port range: at thousands
-    /// of short connections per second the default range runs out in seconds (the same tuning
-    /// in every mode).
-    pub fn new(name: String) -> anyhow::Result<Self> {
-        ip(&["netns", "add", &name])?;
-        let ns = Self(name);
-        ip(&["-n", &ns.0, "link", "set", "lo", "up"])?;
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &ns.0,
-                "sysctl",
-                "-q",
-                "-w",
-                "net.ipv4.tcp_tw_reuse=1",
-            ])
-            .arg("net.ipv4.ip_local_port_range=1024 65535")
-            .output()
-            .context("running sysctl")?;
-        if !out.status.success() {
-            bail!(
-                "sysctl in {}: {}",
-                ns.0,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(ns)
-    }
-
-    /// Its bind-mount path.
-    pub fn path(&self) -> PathBuf {
-        PathBuf::from("/run/netns").join(&self.0)
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-/// A cgroup directory removed on drop.
-#[derive(Debug)]
-pub struct Cg(pub PathBuf);
-
-impl Cg {
-    /// Creates `<cgroup2 root>/name`.
-    pub fn new(root: &Path, name: &str) -> anyhow::Result<Self> {
-        let path = root.join(name);
-        std::fs::create_dir(&path).with_context(|| format!("mkdir {}", path.display()))?;
-        Ok(Self(path))
-    }
-}
-
-impl Drop for Cg {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-/// Joins `pod` to `app` with a veth: pod `198.18.N.1/24` (eth0), app `198.18.N.2/24` (ethN).
-pub fn link(pod: &Ns, app: &Ns, subnet: u8) -> anyhow::Result<SocketAddr> {
-    let app_if = format!("eth{subnet}");
-    ip(&[
-        "-n", &pod.0, "link", "add", "eth0", "type", "veth", "peer", "name", &app_if, "netns",
-        &app.0,
+/// A namespace with TIME_WAIT reuse and the full ephemeral port range: at thousands of short
+/// connections per second the default range runs out in seconds (the same tuning in every
+/// mode).
+pub fn netns(prefix: &str) -> anyhow::Result<Netns> {
+    let ns = Netns::new(prefix)?;
+    ns.sysctl(&[
+        "net.ipv4.tcp_tw_reuse=1",
+        "net.ipv4.ip_local_port_range=1024 65535",
     ])?;
-    ip(&[
-        "-n",
-        &pod.0,
-        "addr",
-        "add",
-        &format!("198.18.{subnet}.1/24"),
-        "dev",
-        "eth0",
-    ])?;
-    ip(&[
-        "-n",
-        &app.0,
-        "addr",
-        "add",
-        &format!("198.18.{subnet}.2/24"),
-        "dev",
-        &app_if,
-    ])?;
-    ip(&["-n", &pod.0, "link", "set", "eth0", "up"])?;
-    ip(&["-n", &app.0, "link", "set", &app_if, "up"])?;
-    Ok(format!("198.18.{subnet}.2:8080").parse()?)
+    Ok(ns)
+}
+
+/// Joins `pod` to `app` with a veth: pod `198.18.N.1/24` (eth0), app `198.18.N.2/24` (ethN);
+/// returns the app server's address for the pod.
+pub fn link(pod: &Netns, app: &Netns, subnet: u8) -> anyhow::Result<SocketAddr> {
+    veth(
+        (pod, "eth0", &format!("198.18.{subnet}.1/24")),
+        (
+            app,
+            &format!("eth{subnet}"),
+            &format!("198.18.{subnet}.2/24"),
+        ),
+    )?;
+    format!("198.18.{subnet}.2:8080")
+        .parse()
+        .context("app address")
 }
 
 /// Istio's rules for the default sidecar flags (`-i '*' -b '*' -d 15090,15021,15020`):
@@ -266,26 +132,6 @@ pub fn exclusions(n: usize) -> Vec<String> {
     (0..n)
         .map(|i| format!("100.{}.{}.{}/32", 64 + i / 65_536, (i / 256) % 256, i % 256))
         .collect()
-}
-
-/// Loads `rules` into `ns` with `restore` (iptables-legacy-restore / iptables-nft-restore).
-pub fn restore(ns: &Ns, restore: &str, rules: &str) -> anyhow::Result<()> {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &ns.0, restore])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("spawning iptables-restore")?;
-    child
-        .stdin
-        .take()
-        .context("stdin")?
-        .write_all(rules.as_bytes())?;
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!("{restore}: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(())
 }
 
 /// User + system CPU milliseconds of a process so far.

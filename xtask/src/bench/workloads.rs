@@ -2,15 +2,16 @@
 use std::{
     collections::BTreeMap,
     process::Command,
-    time::{SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::{bail, Context as _};
+use redirect_testkit::probe::Load;
 use serde_json::Value;
 
 use super::{
     progress,
-    scene::{self, Cg, Mode, Ns, Proc},
+    scene::{self, Mode},
     stats::Sample,
     Bench, Params, Pod,
 };
@@ -23,7 +24,7 @@ impl Bench {
 
     /// Runs one round: every mode once, in an order rotated by `round` so no mode always
     /// runs first. `args` builds the probe-load arguments for a pod. Returns, per mode, the
-    /// client's JSON and the CPU milliseconds of client, proxy and server during the run.
+    /// client's result and the CPU milliseconds of client, proxy and server during the run.
     fn run_round(
         &self,
         label: &str,
@@ -31,7 +32,7 @@ impl Bench {
         round: usize,
         p: &Params,
         args: impl Fn(&Pod) -> Vec<String>,
-    ) -> anyhow::Result<Vec<(Mode, Value, f64)>> {
+    ) -> anyhow::Result<Vec<(Mode, Load, f64)>> {
         let mut out = Vec::with_capacity(modes.len());
         for i in 0..modes.len() {
             let mode = modes[(i + round) % modes.len()];
@@ -44,7 +45,7 @@ impl Bench {
             ))?;
             let before = self.cpu_now(pod);
             let r = self.client(pod, &args(pod))?;
-            let cpu = self.cpu_now(pod) - before + r["cpu_ms"].as_f64().unwrap_or(0.0);
+            let cpu = self.cpu_now(pod) - before + r.cpu_ms();
             out.push((mode, r, cpu));
         }
         Ok(out)
@@ -72,18 +73,27 @@ impl Bench {
             v
         })?;
         for (mode, r, cpu) in results {
-            let conns = r["connections"].as_f64().unwrap_or(0.0);
+            let Load::Cps {
+                connections,
+                errors,
+                per_second,
+                ..
+            } = r
+            else {
+                bail!("{}: probe-load cps printed {r:?}", mode.name());
+            };
+            let conns = connections as f64;
             let mut s = Sample::new(
                 workload,
                 variant,
                 mode.name(),
                 round,
-                r["per_second"].as_f64().unwrap_or(0.0),
+                per_second,
                 "conn/s",
                 true,
             );
             s.cpu_per_1000 = (conns > 0.0).then(|| cpu / conns * 1000.0);
-            s.errors = r["errors"].as_u64().unwrap_or(0);
+            s.errors = errors;
             self.samples.push(s);
         }
         Ok(())
@@ -102,7 +112,16 @@ impl Bench {
             .to_vec()
         })?;
         for (mode, r, _) in results {
-            let rps = r["per_second"].as_f64().unwrap_or(0.0);
+            let Load::Keepalive {
+                per_second: rps,
+                p50_us,
+                p90_us,
+                p99_us,
+                ..
+            } = r
+            else {
+                bail!("{}: probe-load keepalive printed {r:?}", mode.name());
+            };
             self.samples.push(Sample::new(
                 "keepalive-rps",
                 "c=1",
@@ -112,8 +131,7 @@ impl Bench {
                 "req/s",
                 true,
             ));
-            for q in ["p50", "p90", "p99"] {
-                let v = r[format!("{q}_us")].as_f64().unwrap_or(0.0);
+            for (q, v) in [("p50", p50_us), ("p90", p90_us), ("p99", p99_us)] {
                 self.samples.push(Sample::new(
                     &format!("keepalive-{q}"),
                     "c=1",
@@ -143,7 +161,12 @@ impl Bench {
         })?;
         let variant = format!("{} MiB", p.bulk_mib);
         for (mode, r, _) in results {
-            let v = r["mib_per_second"].as_f64().unwrap_or(0.0);
+            let Load::Bulk {
+                mib_per_second: v, ..
+            } = r
+            else {
+                bail!("{}: probe-load bulk printed {r:?}", mode.name());
+            };
             self.samples.push(Sample::new(
                 "bulk",
                 &variant,
@@ -166,14 +189,13 @@ impl Bench {
                     let cg = self.pods[i]
                         .cgroup
                         .as_ref()
-                        .map(|c| c.0.clone())
+                        .map(|c| c.path().to_owned())
                         .context("cgroup")?;
                     self.pods[i].attach = Some(self.attach(&cg, n)?);
                 }
                 m @ (Mode::IptablesLegacy | Mode::IptablesNft) => {
                     let restore = m.restore().context("restore")?;
-                    scene::restore(
-                        &self.pods[i].ns,
+                    self.pods[i].ns.restore(
                         restore,
                         &scene::sidecar_rules(&golden, &scene::exclusions(n)),
                     )?;
@@ -185,60 +207,57 @@ impl Bench {
     }
 
     pub(super) fn enroll_once(&mut self, mode: Mode, subnet: u8) -> anyhow::Result<f64> {
-        let ns = Ns::new(format!("rbe{subnet}-{}", self.id))?;
+        let ns = scene::netns(&format!("rbe{subnet}-"))?;
         let app_addr = scene::link(&ns, &self.app, subnet)?;
-        let mut detector = Command::new("ip");
-        detector
-            .args(["netns", "exec", &ns.0])
-            .arg(self.bin.join("probe-load"))
-            .args(["server", "--listen", "127.0.0.1:15001", "--greeting", "C"]);
-        let _detector = Proc::spawn("capture detector", &mut detector, "listening")?;
+        let mut detector = ns.exec(self.bin.join("probe-load"));
+        detector.args(["server", "--listen", "127.0.0.1:15001", "--greeting", "C"]);
+        let _detector = scene::spawn("capture detector", detector, "listening")?;
         let node = if mode == Mode::Ebpf {
-            Some(self.node_datapath()?)
+            let node = self.node_datapath()?;
+            Some((node.dir.clone(), node.cg.child(&format!("rbe{subnet}"))?))
         } else {
             None
         };
-        let cg = match &node {
-            Some((_, node_cg)) => Some(Cg::new(node_cg, &format!("rbe{subnet}"))?),
-            None => None,
-        };
         let mut prober = Command::new(self.bin.join("probe-load"));
         prober.arg("--netns").arg(ns.path());
-        if let Some(cg) = &cg {
-            prober.arg("--cgroup").arg(&cg.0);
+        if let Some((_, cg)) = &node {
+            prober.arg("--cgroup").arg(cg.path());
         }
-        let prober = prober
-            .args([
-                "until-captured",
-                "--connect",
-                &app_addr.to_string(),
-                "--timeout-ms",
-                "15000",
-            ])
-            .stdout(std::process::Stdio::piped())
-            .spawn()?;
-        std::thread::sleep(std::time::Duration::from_millis(150));
+        prober.args([
+            "until-captured",
+            "--connect",
+            &app_addr.to_string(),
+            "--timeout-ms",
+            "15000",
+        ]);
+        // The clock starts once the prober is up and dialling (not during its start-up).
+        let mut prober = scene::spawn("capture prober", prober, "probing")?;
         let t0 = SystemTime::now().duration_since(UNIX_EPOCH)?.as_micros() as f64;
         match (&node, mode) {
             // What a node does per new pod: the shared datapath exists, the pod's policy is
             // written (the counterpart of one iptables-restore).
             (Some((dir, _)), Mode::Ebpf) => self.istio_iptables(dir, &ns.path(), &["-i", "*"])?,
-            (_, m) => scene::restore(
-                &ns,
+            (_, m) => ns.restore(
                 m.restore().context("restore")?,
                 &scene::sidecar_rules(&self.golden, &[]),
             )?,
         }
-        let out = prober.wait_with_output()?;
-        let v: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim())
-            .context("prober output")?;
-        if v["captured"] != true {
+        prober.wait_exit(Duration::from_secs(30))?;
+        let last = prober.lines().pop().unwrap_or_default();
+        let result: Load =
+            serde_json::from_str(&last).with_context(|| format!("prober output {last:?}"))?;
+        let Load::UntilCaptured {
+            captured: true,
+            unix_us,
+            ..
+        } = result
+        else {
             bail!("{}: the new namespace was never captured", mode.name());
-        }
+        };
         if let Some((dir, _)) = &node {
             self.istio_iptables(dir, &ns.path(), &["--cleanup-only"])?;
         }
-        Ok((v["unix_us"].as_f64().unwrap_or(t0) - t0) / 1000.0)
+        Ok((unix_us.map_or(t0, |us| us as f64) - t0) / 1000.0)
     }
 
     pub(super) fn memory(&self) -> BTreeMap<String, Value> {

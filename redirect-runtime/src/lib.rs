@@ -1,0 +1,2 @@
+//! Runtime code shared by the binaries (the proxy, the probes): never test support.
+pub mod orig_dst;
