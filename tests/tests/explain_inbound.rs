@@ -1,6 +1,7 @@
 //! `redirect explain --inbound`: the shared inbound decision fed from the pinned maps answers
 //! for connections arriving at a pod (istio's PREROUTING), rule by rule, in text and JSON.
-use redirect_tests::{conformance::World, node::Node, privileged_or_skip};
+use redirect_testkit::privileged_or_skip;
+use redirect_tests::{conformance::World, node::Node};
 
 #[test]
 fn explain_inbound_names_the_rule_for_each_arrival() {

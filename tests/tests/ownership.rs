@@ -3,7 +3,8 @@
 //! an explicit `--cgroup` elsewhere is refused, and `status` says who owns the datapath.
 use std::time::Duration;
 
-use redirect_tests::{conformance::World, node::Node, privileged_or_skip, Cgroup, Child};
+use redirect_testkit::{privileged_or_skip, Cgroup, Child};
+use redirect_tests::{conformance::World, node::Node};
 
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -105,10 +106,12 @@ fn a_second_daemon_on_the_same_pins_is_refused_whatever_its_directory() {
     let mut cmd = other.cmd(&["daemon", "--cgroup"]);
     cmd.arg(node.cgroup.path())
         .env("REDIRECT_BPFFS", &node.pins);
-    let mut again = Child::spawn(cmd);
-    again.wait_line("second daemon ready", Duration::from_secs(10), |l| {
-        l.starts_with("ready ")
-    });
+    let mut again = Child::spawn("second daemon", cmd).expect("start the second daemon");
+    again
+        .wait_line("second daemon ready", Duration::from_secs(10), |l| {
+            l.starts_with("ready ")
+        })
+        .expect("second daemon ready");
     let status = node.ok(&["status"]);
     assert!(
         status.contains(&format!(
@@ -127,7 +130,7 @@ fn an_explicit_cgroup_elsewhere_is_refused_naming_the_attachment() {
         return;
     }
     let node = Node::new();
-    let elsewhere = Cgroup::new("rle");
+    let elsewhere = Cgroup::new("rle").expect("cgroup");
     // One pod: two would clash on their (identical) addresses, which is another refusal.
     let a = World::new("rla", false);
     let cgroup = node.cgroup.path().display().to_string();
