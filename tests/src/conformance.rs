@@ -63,8 +63,11 @@ pub fn cases() -> Vec<Case> {
                 .env
                 .iter()
                 .map(|(k, v)| {
-                    let mapped = map_text(&format!("{v},"));
-                    (k.clone(), mapped.trim_end_matches(',').to_owned())
+                    // Mapped as `KEY=VALUE,` (as before the cases moved to the testkit), so that
+                    // a group name first in the list (`=java,`) is mapped too.
+                    let mapped = map_text(&format!("={v},"));
+                    let mapped = mapped.trim_start_matches('=').trim_end_matches(',');
+                    (k.clone(), mapped.to_owned())
                 })
                 .collect();
             Case {
@@ -89,3 +92,24 @@ pub fn golden(case: &Case) -> (String, Option<String>) {
 }
 
 pub use crate::world::*;
+
+#[cfg(test)]
+mod tests {
+    use super::{cases, GROUP_MAP};
+
+    #[test]
+    fn group_names_are_mapped_wherever_they_stand_in_a_list() {
+        for case in cases() {
+            for (name, _) in GROUP_MAP {
+                let named = |v: &str| v.split([',', '=', ' ']).any(|w| w == name);
+                assert!(
+                    !case.env.iter().any(|(_, v)| named(v)) && !case.args.iter().any(|a| named(a)),
+                    "{}: {name} left unmapped: {:?} {:?}",
+                    case.name,
+                    case.env,
+                    case.args
+                );
+            }
+        }
+    }
+}
