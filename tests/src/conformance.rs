@@ -63,13 +63,11 @@ pub fn cases() -> Vec<Case> {
                 .env
                 .iter()
                 .map(|(k, v)| {
-                    // Mapped as written, `KEY=a,b,`, so that the group patterns see their context.
-                    let mapped = map_text(&format!("{k}={v},"));
-                    let (_, v) = mapped
-                        .trim_end_matches(',')
-                        .split_once('=')
-                        .expect("KEY=VALUE");
-                    (k.clone(), v.to_owned())
+                    // Mapped as `KEY=VALUE,` (as before the cases moved to the testkit), so that
+                    // a group name first in the list (`=java,`) is mapped too.
+                    let mapped = map_text(&format!("={v},"));
+                    let mapped = mapped.trim_start_matches('=').trim_end_matches(',');
+                    (k.clone(), mapped.to_owned())
                 })
                 .collect();
             Case {
@@ -94,3 +92,24 @@ pub fn golden(case: &Case) -> (String, Option<String>) {
 }
 
 pub use crate::world::*;
+
+#[cfg(test)]
+mod tests {
+    use super::{cases, GROUP_MAP};
+
+    #[test]
+    fn group_names_are_mapped_wherever_they_stand_in_a_list() {
+        for case in cases() {
+            for (name, _) in GROUP_MAP {
+                let named = |v: &str| v.split([',', '=', ' ']).any(|w| w == name);
+                assert!(
+                    !case.env.iter().any(|(_, v)| named(v)) && !case.args.iter().any(|a| named(a)),
+                    "{}: {name} left unmapped: {:?} {:?}",
+                    case.name,
+                    case.env,
+                    case.args
+                );
+            }
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! A node of the test's own for `redirect daemon` / `vm` / `stats`: a daemon directory, a pin
-//! directory and an attach cgroup, all removed on drop.
+//! directory and an attach cgroup, all removed on drop; pin directories and
+//! `redirect istio-iptables` for the tests that apply policies without a daemon.
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Output},
     time::Duration,
 };
@@ -118,4 +119,30 @@ impl Drop for Pins {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// `redirect istio-iptables --bpffs PINS --cgroup CGROUP --netns NETNS ARGS...`.
+pub fn istio_iptables(pins: &Path, cgroup: &Path, netns: &Path, args: &[&str]) -> Output {
+    Command::new(bin_path("redirect"))
+        .arg("istio-iptables")
+        .arg("--bpffs")
+        .arg(pins)
+        .arg("--cgroup")
+        .arg(cgroup)
+        .arg("--netns")
+        .arg(netns)
+        .args(args)
+        .output()
+        .expect("run redirect istio-iptables")
+}
+
+/// Asserts that `out` (of `what`) succeeded; returns its stdout.
+pub fn ok(out: &Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -203,6 +203,7 @@ fn sigkill_leaves_no_gap_restart_adopts_uninstall_leaves_nothing() {
         .expect("the client loop is running");
     daemon.stop(Signal::SIGKILL);
     let done_at_kill = looping.lines().len();
+    println!("daemon SIGKILLed after {done_at_kill} of 400 connections");
     let status = looping
         .wait_exit(Duration::from_secs(120))
         .expect("the client loop ends");

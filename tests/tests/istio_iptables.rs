@@ -1,16 +1,13 @@
 //! `redirect istio-iptables` as istio-init uses it: the exact args of a kube-inject output,
 //! one shared pinned datapath for many namespaces, `--cleanup-only`, `--dry-run`, and bad
 //! input that leaves nothing attached.
-use std::{
-    path::Path,
-    process::{Command, Output},
-};
+use std::{path::Path, process::Command};
 
 use redirect_testkit::{privileged_or_skip, reference, Cgroup};
 use redirect_tests::{
     attached_program_ids, bin_path,
-    conformance::{inbound_at, listen, probe, reach, sidecar_listeners, World, POD4},
-    node::Pins,
+    conformance::{inbound_at, probe, reach, sidecar_listeners, World, POD4},
+    node::{istio_iptables as redirect, ok, Pins},
     wait_detached,
 };
 
@@ -18,32 +15,6 @@ use redirect_tests::{
 fn hello_init_args() -> Vec<String> {
     reference::istio_init_args(&reference::inject("hello.yaml"))
 }
-
-fn redirect(pins: &Path, cgroup: &Path, netns: &Path, args: &[&str]) -> Output {
-    Command::new(bin_path("redirect"))
-        .arg("istio-iptables")
-        .arg("--bpffs")
-        .arg(pins)
-        .arg("--cgroup")
-        .arg(cgroup)
-        .arg("--netns")
-        .arg(netns)
-        .args(args)
-        .output()
-        .expect("run redirect istio-iptables")
-}
-
-fn ok(out: &Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Proxy (15001/15006 as uid 1337) and app (80, 15021) listeners in the pod, a server outside.
 
 #[test]
 fn istio_init_args_apply_unchanged_and_cleanup_removes_everything() {
@@ -343,128 +314,4 @@ fn dry_run_prints_policy_and_istio_rules_and_changes_nothing() {
         help.contains("--istio-service-cidr") && help.contains("--cleanup-only"),
         "{help}"
     );
-}
-
-#[test]
-fn a_vm_cluster_env_is_a_policy() {
-    if !privileged_or_skip("a_vm_cluster_env_is_a_policy") {
-        return;
-    }
-    let w = World::new("riv", false);
-    let cgroup = Cgroup::new("ric").expect("cgroup");
-    let pins = Pins::new();
-    let env = reference::dir().join("vm-cluster.env");
-    let env = env.to_str().expect("utf8");
-    // cluster.env names no proxy uid: istio-iptables' default (istio-proxy, else 1337).
-    let out = ok(
-        &redirect(
-            &pins.0,
-            cgroup.path(),
-            &w.pod.path(),
-            &[
-                "--cluster-env",
-                env,
-                "--dns-servers",
-                "127.0.0.53",
-                "-u",
-                "1337",
-            ],
-        ),
-        "apply cluster.env",
-    );
-    assert!(out.contains("inbound capture to :15006"), "{out}");
-    let mut l = sidecar_listeners(&w, cgroup.path());
-    l.push(listen(
-        &w.pod,
-        Some(cgroup.path()),
-        Some((1337, 1337)),
-        "dns",
-        &[],
-        &["127.0.0.1:15053".into()],
-    ));
-    // ISTIO_SERVICE_CIDR='*': captured; ISTIO_META_DNS_CAPTURE='true': DNS to 15053.
-    let app = probe(
-        &w.pod,
-        Some(cgroup.path()),
-        Some((1000, 1000)),
-        &["tcp:192.0.2.10:80".into(), "udp:127.0.0.53:53".into()],
-    );
-    assert_eq!(
-        app[0].at(),
-        "at=proxy/[::]:15001 orig=192.0.2.10:80",
-        "{app:?}"
-    );
-    assert_eq!(app[1].at(), "at=dns/127.0.0.1:15053", "{app:?}");
-    assert_eq!(
-        app[1].peer,
-        Some("127.0.0.53:53".parse().expect("addr")),
-        "the reply comes from the server: {app:?}"
-    );
-    // ISTIO_INBOUND_PORTS='*' with ISTIO_LOCAL_EXCLUDE_PORTS='22,...': ssh stays reachable.
-    assert_eq!(
-        inbound_at(&w, &[80, 22]),
-        [
-            format!("at=proxy/[::]:15006 orig={POD4}:80"),
-            format!("at=app/[::]:22 orig={POD4}:22")
-        ]
-    );
-    ok(
-        &redirect(&pins.0, cgroup.path(), &w.pod.path(), &["--cleanup-only"]),
-        "cleanup",
-    );
-    assert!(!pins.0.exists());
-}
-
-#[test]
-fn a_gone_pods_policy_and_address_are_reclaimed() {
-    if !privileged_or_skip("a_gone_pods_policy_is_reclaimed") {
-        return;
-    }
-    let cgroup = Cgroup::new("ric").expect("cgroup");
-    let pins = Pins::new();
-    let first = World::new("rig", false);
-    ok(
-        &redirect(
-            &pins.0,
-            cgroup.path(),
-            &first.pod.path(),
-            &["-i", "*", "-b", "*"],
-        ),
-        "apply first",
-    );
-    // The pod goes away without --cleanup-only (istio-init never runs it).
-    drop(first);
-    // A new pod reuses its address: its apply reclaims the dead pod's entries.
-    let second = World::new("rih", false);
-    let out = ok(
-        &redirect(&pins.0, cgroup.path(), &second.pod.path(), &["-i", "*"]),
-        "apply second",
-    );
-    assert!(!out.contains("datapath created"), "{out}");
-    let _l = sidecar_listeners(&second, cgroup.path());
-    assert_eq!(
-        reach(&second, cgroup.path(), (1000, 1000), "192.0.2.10:80"),
-        "at=proxy/[::]:15001 orig=192.0.2.10:80"
-    );
-    assert!(
-        std::fs::read_dir(pins.0.join("netns"))
-            .expect("netns pins")
-            .next()
-            .is_none(),
-        "the dead pod's sk_lookup link is unpinned"
-    );
-    let out = ok(
-        &redirect(
-            &pins.0,
-            cgroup.path(),
-            &second.pod.path(),
-            &["--cleanup-only"],
-        ),
-        "cleanup",
-    );
-    assert!(
-        out.contains("datapath unpinned"),
-        "only one policy was left: {out}"
-    );
-    wait_detached(cgroup.path());
 }

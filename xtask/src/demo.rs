@@ -174,7 +174,9 @@ pub fn run(once: bool) -> anyhow::Result<()> {
     demo_request(&redirect, &cgroup, &pod, &url)?;
     scene.children[trace].wait_line("the traced decision", PATIENCE, |l| l.starts_with("pid="))?;
     // The proxy logs its access line when the connection is done: show it before the stats.
-    scene.children[proxy].wait_line("the access line", PATIENCE, |l| l.contains(" outbound "))?;
+    scene.children[proxy].wait_line("the access line", PATIENCE, |l| {
+        l.starts_with('[') && l.contains("] outbound ")
+    })?;
     show(
         "decision counters of the pod, like iptables -L -v",
         &["stats", "--netns", &pod],

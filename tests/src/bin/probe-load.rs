@@ -7,13 +7,13 @@
 //! JSON `redirect_testkit::probe::Load` line.
 use std::{
     net::SocketAddr,
-    path::PathBuf,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use redirect_testkit::probe::Load;
+use redirect_tests::place::Place;
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::{TcpListener, TcpStream},
@@ -21,14 +21,12 @@ use tokio::{
 
 const REQ: usize = 16;
 
+/// The benchmark's server and load generator.
 #[derive(Debug, Parser)]
 struct Args {
-    /// Network namespace file to enter first.
-    #[arg(long, global = true)]
-    netns: Option<PathBuf>,
-    /// Cgroup v2 directory to move into first.
-    #[arg(long, global = true)]
-    cgroup: Option<PathBuf>,
+    /// Where to run (given before the subcommand).
+    #[command(flatten)]
+    place: Place,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -286,14 +284,7 @@ async fn until_captured(addr: SocketAddr, timeout: Duration) -> Load {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(cg) = &args.cgroup {
-        std::fs::write(cg.join("cgroup.procs"), b"0")
-            .with_context(|| format!("enter {}", cg.display()))?;
-    }
-    if let Some(ns) = &args.netns {
-        let f = std::fs::File::open(ns).with_context(|| format!("open {}", ns.display()))?;
-        nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).context("setns")?;
-    }
+    args.place.enter()?;
     // Worker threads are created after setns, so they inherit the namespace.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
