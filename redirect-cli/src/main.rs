@@ -154,7 +154,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             )
         }
         Command::Status { json } => {
-            let report = status::collect()?;
             let dir = redirect_daemon::default_bpffs();
             let node = if redirect_datapath::node::NodeDatapath::exists(&dir) {
                 Some(redirect_daemon::node_status(
@@ -164,17 +163,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 None
             };
+            let report = status::collect(node)?;
             if json {
-                let mut v = serde_json::to_value(&report)?;
-                if let Some(obj) = v.as_object_mut() {
-                    obj.insert("node".into(), serde_json::to_value(&node)?);
-                }
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 print!("{}", status::render(&report));
-                if let Some(node) = &node {
-                    print!("{}", redirect_datapath::node_status::render(node));
-                }
             }
             Ok(())
         }
@@ -219,7 +212,12 @@ fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Result
         let counters = counters::read_counters_by_id(id(map_names::COUNTERS)?)?;
         let tracked = counters::tracked_len_by_id(id(map_names::TRACKED)?)?;
         let pending = counters::pending_len_by_id(id(map_names::PENDING)?)?;
-        metrics::write_atomically(path, &metrics::render(&counters, tracked, pending))?;
+        let text = metrics::render(&metrics::Exposition {
+            counters: counters.iter().map(|c| (c.name, c.value)).collect(),
+            per_netns: Vec::new(),
+            maps: vec![(map_names::TRACKED, tracked), (map_names::PENDING, pending)],
+        });
+        metrics::write_atomically(path, &text)?;
         Ok(())
     };
     publish(&instance)?;
@@ -233,7 +231,7 @@ fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Result
         }
     })?;
     tracing::info!(signal = %signal, "stopping: detaching capture first, then tracking");
-    datapath.detach()?;
+    datapath.detach();
     drop(datapath);
     drop(state_file);
     if let Some(path) = metrics_file {

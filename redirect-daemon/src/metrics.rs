@@ -2,56 +2,49 @@
 //! fill levels, read from the pinned maps at each scrape.
 use std::{
     collections::BTreeMap,
-    fmt::Write as _,
     io::{BufRead as _, BufReader, Write as _},
     net::{SocketAddr, TcpListener},
     path::{Path, PathBuf},
 };
 
+use redirect_common::Counter;
 use redirect_datapath::{
     error::{Error, Result},
+    metrics,
     node::NodeDatapath,
     node_status, observe,
 };
 
 /// Renders the exposition text for the datapath pinned at `bpffs`; `names` maps netns cookies
-/// to the namespaces' paths.
+/// to the namespaces' paths. Every enrolled namespace exports every counter, zeros included.
 pub fn render(bpffs: &Path, names: &BTreeMap<u64, String>) -> Result<String> {
     let status = node_status::collect(bpffs)?;
     let mut dp = NodeDatapath::open(bpffs)?;
-    let per_ns = observe::ns_counters(dp.maps())?;
-    let mut out = String::new();
-    let name = "redirect_decisions_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Capture decisions of the node datapath.\n# TYPE {name} counter"
-    );
-    for (decision, n) in &status.counters {
-        let _ = writeln!(out, "{name}{{decision=\"{decision}\"}} {n}");
+    let mut per_ns = observe::ns_counters(dp.maps())?;
+    for cookie in names.keys() {
+        per_ns.entry(*cookie).or_default();
     }
-    let name = "redirect_netns_decisions_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Capture decisions per network namespace.\n# TYPE {name} counter"
-    );
-    for (cookie, counters) in &per_ns {
-        let netns = names.get(cookie).map_or("", String::as_str);
-        for (decision, n) in counters {
-            let _ = writeln!(
-                out,
-                "{name}{{netns=\"{netns}\",cookie=\"{cookie}\",decision=\"{decision}\"}} {n}"
-            );
-        }
-    }
-    let name = "redirect_map_entries";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Entries in the datapath's maps.\n# TYPE {name} gauge"
-    );
-    for (map, n) in &status.fill {
-        let _ = writeln!(out, "{name}{{map=\"{map}\"}} {n}");
-    }
-    Ok(out)
+    let per_netns = per_ns
+        .into_iter()
+        .map(|(cookie, seen)| {
+            let all = Counter::ALL
+                .iter()
+                .map(|c| {
+                    let n = seen
+                        .iter()
+                        .find(|(name, _)| *name == c.name())
+                        .map_or(0, |(_, n)| *n);
+                    (c.name(), n)
+                })
+                .collect();
+            (cookie, names.get(&cookie).map_or("", String::as_str), all)
+        })
+        .collect();
+    Ok(metrics::render(&metrics::Exposition {
+        counters: status.counters.clone(),
+        per_netns,
+        maps: status.fill.clone(),
+    }))
 }
 
 /// Serves `GET /metrics` on `addr` from a thread; returns the bound address.

@@ -1,30 +1,21 @@
 //! Loads the embedded BPF object, configures it, attaches it to cgroups and detaches it on drop.
-use std::{
-    fs::File,
-    path::{Path, PathBuf},
-};
+use std::path::PathBuf;
 
-use aya::{
-    maps::MapData,
-    programs::{
-        cgroup_sock_addr::CgroupSockAddrLinkId, cgroup_sockopt::CgroupSockoptLinkId,
-        sk_lookup::SkLookupLinkId, sock_ops::SockOpsLinkId, CgroupAttachMode, CgroupSockAddr,
-        CgroupSockopt, SkLookup, SockOps,
-    },
-    Ebpf, EbpfLoader,
-};
+use aya::{maps::MapData, Ebpf, EbpfLoader};
 use aya_log::EbpfLogger;
-use redirect_common::prog_names;
 use serde::{Deserialize, Serialize};
 
-use redirect_policy::inbound_spec::InboundSpec;
+use ipnet::IpNet;
+use redirect_policy::{inbound_spec::InboundSpec, Cidrs, InboundPorts, Policy};
 
+pub use crate::plan::{Attachment, PEER_HOOKS};
 use crate::{
-    bpfsys::attach_type,
     cgroup,
     enroll::Enrolled,
     error::{Error, Result},
-    object, outbound, preflight,
+    object, outbound,
+    plan::{self, Link},
+    preflight,
 };
 
 /// What `redirect attach` was asked to do, after validation.
@@ -51,90 +42,31 @@ pub struct AttachOptions {
     pub exclude_cidrs: Vec<ipnet::Ipv4Net>,
 }
 
-/// One program attached at one cgroup or network namespace.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attachment {
-    /// Program name in the object.
-    pub program: String,
-    /// Attach type as bpftool names it.
-    pub attach_type: String,
-    /// Canonical cgroup directory, or network namespace file for sk_lookup.
-    pub target: PathBuf,
-    /// Kernel program id.
-    pub program_id: u32,
-}
-
-/// Loads (once) and attaches program `$name` of type `$ty` at `$cgroup`, recording the link
-/// id in `self.$ids` (or yielding it, without `$ids`). The program types share no trait, hence a macro.
-macro_rules! attach_program {
-    ($self:ident, $ty:ty, $name:expr, $hook:expr, $cgroup:expr, $ids:ident) => {{
-        let id = attach_program!($self, $ty, $name, $hook, $cgroup);
-        $self.$ids.push(id);
-        Ok(())
-    }};
-    ($self:ident, $ty:ty, $name:expr, $hook:expr, $cgroup:expr) => {{
-        let name: &'static str = $name;
-        let prog: &mut $ty = program(&mut $self.ebpf, name)?;
-        if prog.info().is_err() {
-            prog.load().map_err(|source| Error::Verify {
-                name,
-                source: Box::new(source),
-            })?;
+impl AttachOptions {
+    /// `attach`'s flags as the istio-iptables policy they stand for: istio's defaults with
+    /// `-p PORT -u UID -g GID -i '*' -x CIDRS -b ''` (inbound capture is per `--inbound`).
+    pub fn policy(&self) -> Policy {
+        Policy {
+            proxy_port: self.outbound_port,
+            proxy_uids: vec![self.proxy_uid],
+            proxy_gids: vec![self.proxy_gid],
+            include_cidrs: Cidrs::All,
+            exclude_cidrs: self.exclude_cidrs.iter().map(|n| IpNet::V4(*n)).collect(),
+            inbound_ports: InboundPorts::List(Vec::new()),
+            ..Policy::default()
         }
-        let id = prog
-            .attach(open_cgroup($cgroup)?, CgroupAttachMode::Single)
-            .map_err(|source| attach_error(name, $cgroup, source))?;
-        $self.record(name, $hook, $cgroup);
-        id
-    }};
+    }
 }
 
-/// Detaches every link in `self.$ids` of program `$name`, keeping the first error.
-macro_rules! detach_programs {
-    ($self:ident, $ty:ty, $name:expr, $ids:ident, $first_error:ident) => {
-        if let Some(prog) = $self
-            .ebpf
-            .program_mut($name)
-            .and_then(|p| <&mut $ty>::try_from(p).ok())
-        {
-            for id in $self.$ids.drain(..) {
-                if let Err(e) = prog.detach(id) {
-                    $first_error.get_or_insert(e);
-                }
-            }
-        }
-    };
-}
-
-/// The UDP and peer-address hooks: (program, hook name, bpf attach type).
-pub const PEER_HOOKS: [(&str, &str, u32); 6] = [
-    (prog_names::SENDMSG4, "sendmsg4", attach_type::SENDMSG4),
-    (prog_names::SENDMSG6, "sendmsg6", attach_type::SENDMSG6),
-    (prog_names::RECVMSG4, "recvmsg4", attach_type::RECVMSG4),
-    (prog_names::RECVMSG6, "recvmsg6", attach_type::RECVMSG6),
-    (
-        prog_names::GETPEERNAME4,
-        "getpeername4",
-        attach_type::GETPEERNAME4,
-    ),
-    (
-        prog_names::GETPEERNAME6,
-        "getpeername6",
-        attach_type::GETPEERNAME6,
-    ),
-];
-
-/// A loaded and attached datapath. Dropping it detaches everything (capture first: sk_lookup
-/// and connect4, then tracking).
+/// A loaded and attached datapath: the links of [`plan::cgroup_plan`] (and sk_lookup per
+/// enrolled namespace) held by this process. Dropping it detaches everything in the reverse
+/// order of attaching (capture first: sk_lookup and connect4/6, then tracking).
 pub struct Datapath {
     pub(crate) ebpf: Ebpf,
     logger: Option<EbpfLogger<&'static dyn log::Log>>,
     pub(crate) ebpf_enrolled: Vec<Enrolled>,
-    pub(crate) sk_lookup: Vec<SkLookupLinkId>,
-    /// connect4/6, sendmsg, recvmsg and getpeername links, by program name.
-    sock_addr: Vec<(&'static str, CgroupSockAddrLinkId)>,
-    sock_ops: Vec<SockOpsLinkId>,
-    getsockopt: Vec<CgroupSockoptLinkId>,
+    /// Links in attach order.
+    pub(crate) links: Vec<Link>,
     attachments: Vec<Attachment>,
     options: AttachOptions,
 }
@@ -147,10 +79,6 @@ impl std::fmt::Debug for Datapath {
             .field("logger", &self.logger.is_some())
             .finish_non_exhaustive()
     }
-}
-
-fn open_cgroup(path: &Path) -> Result<File> {
-    File::open(path).map_err(|e| Error::io("opening cgroup", path, e))
 }
 
 impl Datapath {
@@ -176,32 +104,16 @@ impl Datapath {
             }
         };
 
-        // The default policy (netns key 0) applies to every namespace without its own.
-        let compiled = outbound::Compiled {
-            policy: outbound::attach_default(
-                options.proxy_uid,
-                options.proxy_gid,
-                options.outbound_port,
-            ),
-            exclude: options
-                .exclude_cidrs
-                .iter()
-                .map(|n| ipnet::IpNet::V4(n.trunc()))
-                .collect(),
-            include: Vec::new(),
-            ports: Vec::new(),
-            routes: Vec::new(),
-        };
+        // The default policy (netns key 0) applies to every namespace without its own; it
+        // goes through the same compile as every istio-iptables policy.
+        let compiled = outbound::compile(&options.policy(), false, Vec::new())?;
         outbound::write(&mut ebpf, 0, &compiled)?;
 
         let mut dp = Self {
             ebpf,
             logger,
             ebpf_enrolled: Vec::new(),
-            sk_lookup: Vec::new(),
-            sock_addr: Vec::new(),
-            sock_ops: Vec::new(),
-            getsockopt: Vec::new(),
+            links: Vec::new(),
             attachments: Vec::new(),
             options: AttachOptions {
                 cgroup: app_cgroup.clone(),
@@ -209,17 +121,10 @@ impl Datapath {
                 ..options.clone()
             },
         };
-        // Tracking first, capture last: a connect is only rewritten once its answer can be found.
-        dp.attach_getsockopt(&proxy_cgroup)?;
-        dp.attach_sock_ops(&proxy_cgroup)?;
-        if !cgroup::contains(&proxy_cgroup, &app_cgroup) {
-            dp.attach_sock_ops(&app_cgroup)?;
+        // The node datapath's plan, links held by this process instead of pinned.
+        for link in plan::link_cgroups(&mut dp.ebpf, &app_cgroup, &proxy_cgroup)? {
+            dp.hold(link);
         }
-        for (name, hook, _) in PEER_HOOKS {
-            dp.attach_sock_addr(name, hook, &app_cgroup)?;
-        }
-        dp.attach_sock_addr(prog_names::CONNECT4, "connect4", &app_cgroup)?;
-        dp.attach_sock_addr(prog_names::CONNECT6, "connect6", &app_cgroup)?;
         for spec in &options.inbound {
             dp.enroll(spec)?;
         }
@@ -234,54 +139,10 @@ impl Datapath {
         Ok(dp)
     }
 
-    pub(crate) fn record(&mut self, program: &'static str, attach_type: &str, cgroup: &Path) {
-        let program_id = self
-            .ebpf
-            .program(program)
-            .and_then(|p| p.info().ok())
-            .map_or(0, |i| i.id());
-        self.attachments.push(Attachment {
-            program: program.into(),
-            attach_type: attach_type.into(),
-            target: cgroup.to_path_buf(),
-            program_id,
-        });
-    }
-
-    // Mode `Single` passes no flags: on kernels >= 5.7 aya attaches through bpf_link, which
-    // the kernel always treats as multi-attach and which rejects BPF_F_ALLOW_MULTI (EINVAL).
-    /// Attaches a cgroup sock_addr program (connect, sendmsg, recvmsg, getpeername).
-    fn attach_sock_addr(
-        &mut self,
-        name: &'static str,
-        hook: &'static str,
-        cgroup: &Path,
-    ) -> Result<()> {
-        let id = attach_program!(self, CgroupSockAddr, name, hook, cgroup);
-        self.sock_addr.push((name, id));
-        Ok(())
-    }
-
-    fn attach_sock_ops(&mut self, cgroup: &Path) -> Result<()> {
-        attach_program!(
-            self,
-            SockOps,
-            prog_names::SOCK_OPS,
-            "sock_ops",
-            cgroup,
-            sock_ops
-        )
-    }
-
-    fn attach_getsockopt(&mut self, cgroup: &Path) -> Result<()> {
-        attach_program!(
-            self,
-            CgroupSockopt,
-            prog_names::GETSOCKOPT,
-            "getsockopt",
-            cgroup,
-            getsockopt
-        )
+    /// Keeps `link` until detach.
+    pub(crate) fn hold(&mut self, link: Link) {
+        self.attachments.push(link.attachment.clone());
+        self.links.push(link);
     }
 
     /// Where each program is attached.
@@ -323,72 +184,57 @@ impl Datapath {
         }
     }
 
-    /// Detaches every program: capture (connect4) first, then tracking. Idempotent.
-    pub fn detach(&mut self) -> Result<()> {
-        let mut first_error = None;
-        detach_programs!(
-            self,
-            SkLookup,
-            prog_names::SK_LOOKUP,
-            sk_lookup,
-            first_error
-        );
-        // Capture first: connect4/6 were attached last, so detach in reverse order.
-        for (name, id) in std::mem::take(&mut self.sock_addr).into_iter().rev() {
-            if let Ok(prog) = program::<CgroupSockAddr>(&mut self.ebpf, name) {
-                if let Err(e) = prog.detach(id) {
-                    first_error.get_or_insert(e);
-                }
-            }
+    /// Detaches every program in the reverse order of attaching: sk_lookup and connect4/6
+    /// first, tracking last. Idempotent.
+    pub fn detach(&mut self) {
+        while let Some(link) = self.links.pop() {
+            drop(link);
         }
-        detach_programs!(self, SockOps, prog_names::SOCK_OPS, sock_ops, first_error);
-        detach_programs!(
-            self,
-            CgroupSockopt,
-            prog_names::GETSOCKOPT,
-            getsockopt,
-            first_error
-        );
         self.attachments.clear();
-        match first_error {
-            None => Ok(()),
-            Some(source) => Err(Error::Attach {
-                action: "detaching",
-                name: "program",
-                cgroup: self.options.cgroup.clone(),
-                source: Box::new(source),
-            }),
-        }
     }
 }
 
 impl Drop for Datapath {
     fn drop(&mut self) {
-        if let Err(e) = self.detach() {
-            tracing::warn!(error = %e, "detach failed; dropping the object detaches the rest");
-        }
+        self.detach();
     }
 }
 
-pub(crate) fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T>
-where
-    &'a mut T: TryFrom<&'a mut aya::programs::Program>,
-{
-    let prog = ebpf.program_mut(name).ok_or(Error::Missing {
-        kind: "program",
-        name,
-    })?;
-    <&mut T>::try_from(prog).map_err(|_| Error::Missing {
-        kind: "program",
-        name,
-    })
-}
+#[cfg(test)]
+mod tests {
+    use redirect_common::outbound::{OUT_ENABLED, OUT_INCLUDE_ALL_V4, OUT_IPV6};
 
-fn attach_error(name: &'static str, cgroup: &Path, source: aya::programs::ProgramError) -> Error {
-    Error::Attach {
-        action: "attaching",
-        name,
-        cgroup: cgroup.to_path_buf(),
-        source: Box::new(source),
+    use super::*;
+
+    #[test]
+    fn attach_flags_compile_as_an_istio_policy() {
+        let opts = AttachOptions {
+            cgroup: PathBuf::from("/sys/fs/cgroup/x"),
+            proxy_cgroup: None,
+            proxy_uid: 1500,
+            proxy_gid: 1501,
+            outbound_port: 15101,
+            bpf_log_level: 0,
+            inbound: Vec::new(),
+            exclude_cidrs: vec!["10.96.1.7/12".parse().expect("cidr")],
+        };
+        let c = outbound::compile(&opts.policy(), false, Vec::new()).expect("compile");
+        let k = c.policy;
+        assert_eq!(
+            (k.n_uids, k.uids[0], k.n_gids, k.gids[0]),
+            (1, 1500, 1, 1501)
+        );
+        assert_eq!(k.proxy_port, 15101);
+        assert_eq!((k.inbound_port, k.tunnel_port), (15006, 15008));
+        assert_ne!(k.flags & OUT_ENABLED, 0);
+        assert_ne!(k.flags & OUT_INCLUDE_ALL_V4, 0);
+        assert_eq!(k.flags & OUT_IPV6, 0, "native IPv6 stays untouched");
+        assert_eq!(k.loopback_v4, u32::from_ne_bytes([127, 0, 0, 1]));
+        assert_eq!(k.loopback_v4_mask, u32::MAX);
+        assert_eq!(
+            c.exclude,
+            vec!["10.96.0.0/12".parse::<IpNet>().expect("cidr")]
+        );
+        assert!(c.include.is_empty() && c.ports.is_empty() && c.routes.is_empty());
     }
 }

@@ -1,13 +1,8 @@
 //! Inbound enrollment of a network namespace: policy maps, its addresses, and sk_lookup.
-use std::{fs::File, net::IpAddr, path::Path};
+use std::{net::IpAddr, path::Path};
 
-use aya::{
-    maps::{MapData, SockHash},
-    programs::SkLookup,
-};
-use redirect_common::{
-    map_names, prog_names, AddrKey, InboundPolicy, ListenerKey, PortKey, AF_INET, AF_INET6,
-};
+use aya::maps::{MapData, SockHash};
+use redirect_common::{map_names, AddrKey, InboundPolicy, ListenerKey, PortKey, AF_INET, AF_INET6};
 use redirect_policy::{
     inbound_kernel::{policy_of, port_entries},
     inbound_spec::{InboundPorts, InboundSpec},
@@ -16,7 +11,7 @@ use serde::Serialize;
 
 use crate::{
     adopt,
-    datapath::{program, Datapath},
+    datapath::Datapath,
     error::{Error, Result},
     netns,
     store::{hash, keys_where, map_error, remove_where, MapStore},
@@ -62,24 +57,8 @@ impl Datapath {
         write_inbound(&mut self.ebpf, spec, cookie)?;
         sync_addresses(&mut self.ebpf, &spec.netns, cookie, &[], &addrs)?;
 
-        let name = prog_names::SK_LOOKUP;
-        let prog: &mut SkLookup = program(&mut self.ebpf, name)?;
-        if prog.info().is_err() {
-            prog.load().map_err(|source| Error::Verify {
-                name,
-                source: Box::new(source),
-            })?;
-        }
-        let file = File::open(&spec.netns)
-            .map_err(|e| Error::io("opening network namespace", &spec.netns, e))?;
-        let id = prog.attach(file).map_err(|source| Error::Attach {
-            action: "attaching",
-            name,
-            cgroup: spec.netns.clone(),
-            source: Box::new(source),
-        })?;
-        self.sk_lookup.push(id);
-        self.record(name, "sk_lookup", &spec.netns);
+        let link = crate::plan::link_sk_lookup(&mut self.ebpf, &spec.netns)?;
+        self.hold(link);
         adopt_listeners(&mut self.ebpf, spec, cookie)?;
         tracing::info!(netns = %spec.netns.display(), cookie, addrs = ?addrs, "inbound capture enrolled");
         self.ebpf_enrolled.push(Enrolled {

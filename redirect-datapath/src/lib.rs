@@ -15,6 +15,7 @@ pub mod node_status;
 pub mod object;
 pub mod observe;
 pub mod outbound;
+pub mod plan;
 pub mod preflight;
 pub mod routes;
 pub mod state;

@@ -1,40 +1,69 @@
-//! Prometheus text rendering of the BPF decision counters (for `redirect attach --metrics-file`).
+//! The one Prometheus rendering of the datapath's state, for the daemon's endpoint and for
+//! `redirect attach --metrics-file`: one metric name per counter, every series exported, zeros
+//! included.
 use std::{fmt::Write as _, path::Path};
 
-use crate::{
-    counters::CounterValue,
-    error::{Error, Result},
-};
+use crate::error::{Error, Result};
 
-/// Renders counters and map fill levels in the Prometheus text exposition format.
-pub fn render(counters: &[CounterValue], tracked: usize, pending: usize) -> String {
+/// Counter name -> value.
+pub type Counts = Vec<(&'static str, u64)>;
+
+/// What is exported.
+#[derive(Debug, Clone, Default)]
+pub struct Exposition<'a> {
+    /// Every decision counter, summed over CPUs and namespaces (zeros included).
+    pub counters: Counts,
+    /// Per namespace: (netns cookie, its path or name, every counter of it).
+    pub per_netns: Vec<(u64, &'a str, Counts)>,
+    /// Entries per map.
+    pub maps: Vec<(&'static str, usize)>,
+}
+
+/// The node-wide decisions counter.
+pub const DECISIONS: &str = "redirect_decisions_total";
+/// The per-namespace decisions counter.
+pub const NETNS_DECISIONS: &str = "redirect_netns_decisions_total";
+/// The map fill gauge.
+pub const MAP_ENTRIES: &str = "redirect_map_entries";
+
+/// Renders `e` in the Prometheus text exposition format.
+pub fn render(e: &Exposition<'_>) -> String {
     let mut out = String::new();
-    let name = "redirect_bpf_decisions_total";
     let _ = writeln!(
         out,
-        "# HELP {name} Decisions taken by the BPF capture programs.\n# TYPE {name} counter"
+        "# HELP {DECISIONS} Capture decisions of the datapath.\n# TYPE {DECISIONS} counter"
     );
-    for c in counters {
-        let _ = writeln!(out, "{name}{{decision=\"{}\"}} {}", c.name, c.value);
+    for (decision, n) in &e.counters {
+        let _ = writeln!(out, "{DECISIONS}{{decision=\"{decision}\"}} {n}");
     }
-    for (name, help, value) in [
-        (
-            "redirect_bpf_tracked_connections",
-            "Redirected connections being tracked for SO_ORIGINAL_DST.",
-            tracked,
-        ),
-        (
-            "redirect_bpf_pending_connects",
-            "Connects rewritten but not yet started.",
-            pending,
-        ),
-    ] {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-        );
+    let _ = writeln!(
+        out,
+        "# HELP {NETNS_DECISIONS} Capture decisions per network namespace.\n# TYPE {NETNS_DECISIONS} counter"
+    );
+    for (cookie, netns, counters) in &e.per_netns {
+        for (decision, n) in counters {
+            let _ = writeln!(
+                out,
+                "{NETNS_DECISIONS}{{netns=\"{}\",cookie=\"{cookie}\",decision=\"{decision}\"}} {n}",
+                escape(netns)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP {MAP_ENTRIES} Entries in the datapath's maps.\n# TYPE {MAP_ENTRIES} gauge"
+    );
+    for (map, n) in &e.maps {
+        let _ = writeln!(out, "{MAP_ENTRIES}{{map=\"{map}\"}} {n}");
     }
     out
+}
+
+/// A label value with `\\`, `"` and newlines escaped as the exposition format wants.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// Writes `text` to `path` atomically (temporary file + rename), readable by everyone so an
@@ -50,18 +79,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_valid_families() {
-        let text = render(
-            &[CounterValue {
-                name: "redirected",
-                value: 3,
-            }],
-            1,
-            0,
-        );
-        assert!(text.contains("# TYPE redirect_bpf_decisions_total counter\n"));
-        assert!(text.contains("redirect_bpf_decisions_total{decision=\"redirected\"} 3\n"));
-        assert!(text.contains("redirect_bpf_tracked_connections 1\n"));
-        assert!(text.ends_with("redirect_bpf_pending_connects 0\n"));
+    fn renders_every_series_once() {
+        let text = render(&Exposition {
+            counters: vec![("redirected", 3), ("bypass_uid", 0)],
+            per_netns: vec![(7, "/run/netns/a\"b", vec![("redirected", 0)])],
+            maps: vec![("TRACKED", 1)],
+        });
+        assert!(text.contains("# TYPE redirect_decisions_total counter\n"));
+        assert!(text.contains("redirect_decisions_total{decision=\"redirected\"} 3\n"));
+        assert!(text.contains("redirect_decisions_total{decision=\"bypass_uid\"} 0\n"));
+        assert!(text.contains(
+            "redirect_netns_decisions_total{netns=\"/run/netns/a\\\"b\",cookie=\"7\",decision=\"redirected\"} 0\n"
+        ));
+        assert!(text.ends_with("redirect_map_entries{map=\"TRACKED\"} 1\n"));
     }
 }

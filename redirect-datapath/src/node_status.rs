@@ -37,7 +37,7 @@ pub struct NodeStatus {
     pub inbound_netns: Vec<String>,
     /// Entries per map, for the maps whose fill matters.
     pub fill: Vec<(&'static str, usize)>,
-    /// Decision counters summed over CPUs (non-zero).
+    /// Every decision counter summed over CPUs, zeros included.
     pub counters: Vec<(&'static str, u64)>,
     /// Namespaces enrolled through the daemon: (cookie, namespace, policy source); filled by
     /// the caller, which knows the daemon's directory (empty from [`collect`]).
@@ -108,14 +108,12 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
     let mut totals = Vec::new();
     for c in Counter::ALL {
         let n: u64 = counters.get(&(c as u32), 0).map_or(0, |v| v.iter().sum());
-        if n > 0 {
-            totals.push((c.name(), n));
-        }
+        totals.push((c.name(), n));
     }
     let mut warnings = Vec::new();
     if let Some((_, n)) = totals
         .iter()
-        .find(|(name, _)| *name == Counter::ProxyIdElsewhere.name())
+        .find(|(name, n)| *name == Counter::ProxyIdElsewhere.name() && *n > 0)
     {
         warnings.push(format!(
             "{n} connects came from a process with the proxy's uid/gid outside the proxy's cgroup; they were captured as applications (see `redirect trace`)"
@@ -174,7 +172,7 @@ pub fn render(s: &NodeStatus) -> String {
         ));
     }
     out.push_str("  decisions:\n");
-    for (name, n) in &s.counters {
+    for (name, n) in s.counters.iter().filter(|(_, n)| *n > 0) {
         out.push_str(&format!("    {name:<24} {n}\n"));
     }
     for w in &s.warnings {

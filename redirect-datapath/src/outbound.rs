@@ -186,24 +186,6 @@ pub fn cgroup_id_level(path: &std::path::Path) -> Result<(u64, u16)> {
     Ok((id, u16::try_from(level).unwrap_or(u16::MAX)))
 }
 
-/// The default policy of `redirect attach`: istio-iptables' defaults with `-i '*'`, one proxy
-/// uid and gid, IPv4 only (native IPv6 untouched; v4-mapped follows IPv4).
-pub fn attach_default(uid: u32, gid: u32, outbound_port: u16) -> OutboundPolicy {
-    let mut k = OutboundPolicy::ZERO;
-    k.flags = OUT_ENABLED | OUT_INCLUDE_ALL_V4;
-    k.uids[0] = uid;
-    k.n_uids = 1;
-    k.gids[0] = gid;
-    k.n_gids = 1;
-    k.loopback_v4 = u32::from_ne_bytes([127, 0, 0, 1]);
-    k.loopback_v4_mask = u32::MAX;
-    k.proxy_port = outbound_port;
-    k.inbound_port = 15006;
-    k.tunnel_port = 15008;
-    k.dns_port = DNS_CAPTURE_PORT;
-    k
-}
-
 fn cidr_key(netns: u64, net: &IpNet) -> Key<CidrKey> {
     let (family, bits) = match net {
         IpNet::V4(n) => (AF_INET, n.prefix_len()),

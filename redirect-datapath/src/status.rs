@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::{
     counters::{self, CounterValue},
     error::{Error, Result},
+    node_status::NodeStatus,
     state::{self, InstanceState},
 };
 
@@ -46,9 +47,12 @@ pub struct InstanceStatus {
     pub pending_entries: usize,
 }
 
-/// The whole report.
+/// The whole report: the node datapath (pinned) and the running `redirect attach` instances
+/// (process-owned links), one model for both.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
+    /// The pinned node datapath, when one is pinned.
+    pub node: Option<NodeStatus>,
     /// Running instances.
     pub instances: Vec<InstanceStatus>,
     /// State files whose process is gone (removed by this call).
@@ -102,8 +106,9 @@ fn instance_status(state: &InstanceState, linked: &BTreeSet<u32>) -> Result<Inst
     })
 }
 
-/// Collects the report from the state directory and the kernel.
-pub fn collect() -> Result<Status> {
+/// Collects the report from the state directory and the kernel, beside `node` (the pinned
+/// datapath's status, collected by the caller, which knows the daemon's directory).
+pub fn collect(node: Option<NodeStatus>) -> Result<Status> {
     let dir = state::state_dir();
     let (live, stale) = state::read_all(&dir)?;
     let linked = linked_program_ids()?;
@@ -118,6 +123,7 @@ pub fn collect() -> Result<Status> {
         }
     }
     Ok(Status {
+        node,
         instances,
         stale_removed,
     })
@@ -126,8 +132,12 @@ pub fn collect() -> Result<Status> {
 /// Human-readable rendering.
 pub fn render(status: &Status) -> String {
     let mut out = String::new();
-    if status.instances.is_empty() {
-        out.push_str("nothing attached (no running `redirect attach`)\n");
+    match &status.node {
+        Some(node) => out.push_str(&crate::node_status::render(node)),
+        None if status.instances.is_empty() => out.push_str(
+            "nothing attached: no node datapath is pinned and no `redirect attach` is running\n",
+        ),
+        None => {}
     }
     for inst in &status.instances {
         let _ = writeln!(

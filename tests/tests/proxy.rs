@@ -293,7 +293,7 @@ fn metrics_move_and_readiness_follows_validation_and_drain() {
         Duration::from_secs(4),
         || {
             let text = http::request(&topo.pod, "GET", "127.0.0.1:15020", "/stats/prometheus").1;
-            if text.contains("redirect_bpf_decisions_total{decision=\"redirected\"} 1") {
+            if text.contains("redirect_decisions_total{decision=\"redirected\"} 1") {
                 Ok(text)
             } else {
                 Err(text)
@@ -303,7 +303,7 @@ fn metrics_move_and_readiness_follows_validation_and_drain() {
     .unwrap_or_else(|e| panic!("{e}"));
     http::check_prometheus(&merged).unwrap_or_else(|e| panic!("15020: {e}\n{merged}"));
     assert!(
-        merged.contains("redirect_bpf_decisions_total{decision=\"redirected\"} 1"),
+        merged.contains("redirect_decisions_total{decision=\"redirected\"} 1"),
         "{merged}"
     );
     assert!(merged.contains("redirect_proxy_connections_total{direction=\"outbound\",cluster=\"PassthroughCluster\"} 1"), "{merged}");

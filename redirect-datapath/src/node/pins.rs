@@ -2,10 +2,7 @@
 //! mounting, locking, removing.
 use std::{fs::File, os::fd::AsFd as _, path::Path};
 
-use aya::{
-    programs::{CgroupSockAddr, CgroupSockopt, SkLookup, SockOps},
-    Ebpf, EbpfLoader,
-};
+use aya::{Ebpf, EbpfLoader};
 use redirect_common::{map_names, prog_names};
 
 use super::{
@@ -13,11 +10,9 @@ use super::{
     NodeAttach, NodeDatapath,
 };
 use crate::{
-    bpfsys::{self, attach_type},
-    cgroup,
-    datapath::PEER_HOOKS,
+    bpfsys, cgroup,
     error::{Error, Result},
-    object, preflight,
+    object, plan, preflight,
 };
 
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
@@ -107,51 +102,13 @@ impl NodeDatapath {
                 source: std::io::Error::other(e.to_string()),
             })?;
         }
-        let mut n = 0;
-        let mut link =
-            |ebpf: &mut Ebpf, name: &'static str, hook: u32, target: &Path| -> Result<()> {
-                let prog = ebpf.program_mut(name).ok_or(Error::Missing {
-                    kind: "program",
-                    name,
-                })?;
-                if prog.fd().is_err() {
-                    load(prog, name)?;
-                }
-                let fd = prog.fd().map_err(|source| Error::Verify {
-                    name,
-                    source: Box::new(source),
-                })?;
-                let file =
-                    File::open(target).map_err(|e| Error::io("opening cgroup", target, e))?;
-                let link = bpfsys::link_create(fd.as_fd(), file.as_fd(), hook).map_err(|e| {
-                    Error::Pin {
-                        op: "attaching (bpf_link_create) at",
-                        path: target.to_path_buf(),
-                        source: e,
-                    }
-                })?;
-                n += 1;
-                let path = dir.join("links").join(format!("{name}-{n}"));
-                bpfsys::obj_pin(link.as_fd(), &path).map_err(pin_err("pinning link", &path))
-            };
-        // Tracking first, capture last: a connect is only rewritten once its answer can be found.
-        link(ebpf, prog_names::GETSOCKOPT, attach_type::GETSOCKOPT, proxy)?;
-        link(ebpf, prog_names::SOCK_OPS, attach_type::SOCK_OPS, proxy)?;
-        if !cgroup::contains(proxy, app) {
-            link(ebpf, prog_names::SOCK_OPS, attach_type::SOCK_OPS, app)?;
+        for (n, link) in plan::link_cgroups(ebpf, app, proxy)?.iter().enumerate() {
+            let path = dir
+                .join("links")
+                .join(format!("{}-{}", link.attachment.program, n + 1));
+            bpfsys::obj_pin(link.fd.as_fd(), &path).map_err(pin_err("pinning link", &path))?;
         }
-        for (name, _, hook) in PEER_HOOKS {
-            link(ebpf, name, hook, app)?;
-        }
-        link(ebpf, prog_names::CONNECT4, attach_type::CONNECT4, app)?;
-        link(ebpf, prog_names::CONNECT6, attach_type::CONNECT6, app)?;
-        let prog = ebpf
-            .program_mut(prog_names::SK_LOOKUP)
-            .ok_or(Error::Missing {
-                kind: "program",
-                name: prog_names::SK_LOOKUP,
-            })?;
-        load(prog, prog_names::SK_LOOKUP)?;
+        let prog = plan::loaded(ebpf, prog_names::SK_LOOKUP)?;
         let path = dir.join("progs").join(prog_names::SK_LOOKUP);
         prog.pin(&path).map_err(|e| Error::Pin {
             op: "pinning program",
@@ -168,25 +125,6 @@ pub fn remove_dir(dir: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(pin_err("removing", dir)(e)),
     }
-}
-
-fn load(prog: &mut aya::programs::Program, name: &'static str) -> Result<()> {
-    let r = match prog {
-        aya::programs::Program::CgroupSockAddr(p) => CgroupSockAddr::load(p),
-        aya::programs::Program::CgroupSockopt(p) => CgroupSockopt::load(p),
-        aya::programs::Program::SockOps(p) => SockOps::load(p),
-        aya::programs::Program::SkLookup(p) => SkLookup::load(p),
-        _ => {
-            return Err(Error::Missing {
-                kind: "program",
-                name,
-            })
-        }
-    };
-    r.map_err(|source| Error::Verify {
-        name,
-        source: Box::new(source),
-    })
 }
 
 fn flock_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>> {

@@ -1,0 +1,228 @@
+//! The one attach plan of the datapath: which program attaches where, in which order, and the
+//! bpf_links that do it. `redirect attach` holds the links in its process (closing them
+//! detaches); the node datapath pins them. Nothing else differs between the two.
+use std::{
+    fs::File,
+    os::fd::{AsFd as _, OwnedFd},
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    programs::{CgroupSockAddr, CgroupSockopt, Program, SkLookup, SockOps},
+    Ebpf,
+};
+use redirect_common::prog_names;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    bpfsys::{self, attach_type},
+    cgroup,
+    error::{Error, Result},
+};
+
+/// The UDP and peer-address hooks: (program, hook name, bpf attach type).
+pub const PEER_HOOKS: [(&str, &str, u32); 6] = [
+    (prog_names::SENDMSG4, "sendmsg4", attach_type::SENDMSG4),
+    (prog_names::SENDMSG6, "sendmsg6", attach_type::SENDMSG6),
+    (prog_names::RECVMSG4, "recvmsg4", attach_type::RECVMSG4),
+    (prog_names::RECVMSG6, "recvmsg6", attach_type::RECVMSG6),
+    (
+        prog_names::GETPEERNAME4,
+        "getpeername4",
+        attach_type::GETPEERNAME4,
+    ),
+    (
+        prog_names::GETPEERNAME6,
+        "getpeername6",
+        attach_type::GETPEERNAME6,
+    ),
+];
+
+/// One program attached at one cgroup or network namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    /// Program name in the object.
+    pub program: String,
+    /// Attach type as bpftool names it.
+    pub attach_type: String,
+    /// Canonical cgroup directory, or network namespace file for sk_lookup.
+    pub target: PathBuf,
+    /// Kernel program id.
+    pub program_id: u32,
+}
+
+/// One step of the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// Program name in the object.
+    pub program: &'static str,
+    /// Hook name, as bpftool prints it.
+    pub hook: &'static str,
+    /// `enum bpf_attach_type`.
+    pub attach_type: u32,
+    /// The cgroup it attaches at.
+    pub target: PathBuf,
+}
+
+/// The cgroup links, in attach order: tracking first (getsockopt and sock_ops where the
+/// proxy's listeners live, and sock_ops at the application's cgroup when it is not below),
+/// then the peer and UDP hooks, capture last (connect4/6): a connect is only rewritten once
+/// its answer can be found. Detaching goes in the reverse order.
+pub fn cgroup_plan(app: &Path, proxy: &Path) -> Vec<Step> {
+    let step = |program, hook, attach_type, target: &Path| Step {
+        program,
+        hook,
+        attach_type,
+        target: target.to_path_buf(),
+    };
+    let mut plan = vec![
+        step(
+            prog_names::GETSOCKOPT,
+            "getsockopt",
+            attach_type::GETSOCKOPT,
+            proxy,
+        ),
+        step(
+            prog_names::SOCK_OPS,
+            "sock_ops",
+            attach_type::SOCK_OPS,
+            proxy,
+        ),
+    ];
+    if !cgroup::contains(proxy, app) {
+        plan.push(step(
+            prog_names::SOCK_OPS,
+            "sock_ops",
+            attach_type::SOCK_OPS,
+            app,
+        ));
+    }
+    for (program, hook, at) in PEER_HOOKS {
+        plan.push(step(program, hook, at, app));
+    }
+    plan.push(step(
+        prog_names::CONNECT4,
+        "connect4",
+        attach_type::CONNECT4,
+        app,
+    ));
+    plan.push(step(
+        prog_names::CONNECT6,
+        "connect6",
+        attach_type::CONNECT6,
+        app,
+    ));
+    plan
+}
+
+/// A bpf_link held by this process, with what it attaches.
+#[derive(Debug)]
+pub struct Link {
+    /// What it attaches where.
+    pub attachment: Attachment,
+    /// The link: closing the last reference (unless pinned) detaches the program.
+    pub fd: OwnedFd,
+}
+
+/// Loads program `name` of `ebpf` (once) and returns it.
+pub fn loaded<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Program> {
+    let prog = ebpf.program_mut(name).ok_or(Error::Missing {
+        kind: "program",
+        name,
+    })?;
+    if prog.fd().is_err() {
+        let r = match prog {
+            Program::CgroupSockAddr(p) => CgroupSockAddr::load(p),
+            Program::CgroupSockopt(p) => CgroupSockopt::load(p),
+            Program::SockOps(p) => SockOps::load(p),
+            Program::SkLookup(p) => SkLookup::load(p),
+            _ => {
+                return Err(Error::Missing {
+                    kind: "program",
+                    name,
+                })
+            }
+        };
+        r.map_err(|source| Error::Verify {
+            name,
+            source: Box::new(source),
+        })?;
+    }
+    Ok(prog)
+}
+
+/// Attaches program `program` at `target` (a cgroup directory or a netns file) by bpf_link.
+pub fn link(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    hook: &'static str,
+    attach: u32,
+    target: &Path,
+) -> Result<Link> {
+    let prog = loaded(ebpf, program)?;
+    let program_id = prog.info().map_or(0, |i| i.id());
+    let fd = prog.fd().map_err(|source| Error::Verify {
+        name: program,
+        source: Box::new(source),
+    })?;
+    let file = File::open(target).map_err(|e| Error::io("opening", target, e))?;
+    let fd = bpfsys::link_create(fd.as_fd(), file.as_fd(), attach).map_err(|e| Error::Pin {
+        op: "attaching (bpf_link_create) at",
+        path: target.to_path_buf(),
+        source: e,
+    })?;
+    Ok(Link {
+        attachment: Attachment {
+            program: program.to_owned(),
+            attach_type: hook.to_owned(),
+            target: target.to_path_buf(),
+            program_id,
+        },
+        fd,
+    })
+}
+
+/// Creates every link of [`cgroup_plan`], in order. On an error the links made so far are
+/// closed again (detached), so nothing stays half-attached.
+pub fn link_cgroups(ebpf: &mut Ebpf, app: &Path, proxy: &Path) -> Result<Vec<Link>> {
+    cgroup_plan(app, proxy)
+        .into_iter()
+        .map(|s| link(ebpf, s.program, s.hook, s.attach_type, &s.target))
+        .collect()
+}
+
+/// Attaches sk_lookup to the network namespace at `netns`.
+pub fn link_sk_lookup(ebpf: &mut Ebpf, netns: &Path) -> Result<Link> {
+    link(
+        ebpf,
+        prog_names::SK_LOOKUP,
+        "sk_lookup",
+        attach_type::SK_LOOKUP,
+        netns,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracking_first_capture_last() {
+        let names = |app: &str, proxy: &str| -> Vec<(&'static str, PathBuf)> {
+            cgroup_plan(Path::new(app), Path::new(proxy))
+                .into_iter()
+                .map(|s| (s.program, s.target))
+                .collect()
+        };
+        let below = names("/cg/pod", "/cg");
+        assert_eq!(below.len(), 10);
+        assert_eq!(below[0].0, prog_names::GETSOCKOPT);
+        assert_eq!(below[1], (prog_names::SOCK_OPS, PathBuf::from("/cg")));
+        assert_eq!(below[8].0, prog_names::CONNECT4);
+        assert_eq!(below[9].0, prog_names::CONNECT6);
+        // A sibling proxy cgroup: sock_ops at both.
+        let sibling = names("/cg/app", "/cg/proxy");
+        assert_eq!(sibling.len(), 11);
+        assert_eq!(sibling[2], (prog_names::SOCK_OPS, PathBuf::from("/cg/app")));
+    }
+}
