@@ -188,6 +188,12 @@ pub enum Error {
         /// The cgroup asked for.
         asked: PathBuf,
     },
+    /// Another `redirect trace` reads the decision stream.
+    #[error("another `redirect trace` (pid {pid}) is reading the decision stream, which has one reader: stop it, or filter its output (`--netns`, `--json`)")]
+    TraceBusy {
+        /// The reading process.
+        pid: u32,
+    },
     /// The istio-iptables arguments, environment or cluster.env were invalid.
     #[error(transparent)]
     Policy(#[from] redirect_policy::PolicyError),

@@ -1,6 +1,6 @@
 //! Per-namespace decision counters (`redirect stats`) and the live decision stream
 //! (`redirect trace`), read from the pinned maps.
-use std::{collections::BTreeMap, os::fd::AsFd as _};
+use std::{collections::BTreeMap, os::fd::AsFd as _, path::Path};
 
 use aya::maps::{Array, Map, MapData, PerCpuHashMap, RingBuf};
 use redirect_common::{map_names, Counter, NsCounterKey, TraceEvent};
@@ -108,13 +108,22 @@ impl std::fmt::Debug for Tracer {
 }
 
 impl Tracer {
-    /// Takes the pinned `TRACE` and `TRACE_ON` maps and switches the stream on.
+    /// Takes the pinned `TRACE` and `TRACE_ON` maps and switches the stream on, recording this
+    /// process's pid as the switch value (the programs only test it for non-zero). The ring has
+    /// one reader: while another live `redirect trace` holds it, this one is refused with its pid.
     pub fn start(ring: Map, switch: Map) -> Result<Self> {
         let ring = RingBuf::try_from(ring).map_err(map_error("opening", map_names::TRACE))?;
         let mut switch: Array<MapData, u32> =
             Array::try_from(switch).map_err(map_error("opening", map_names::TRACE_ON))?;
+        let me = std::process::id();
+        let holder = switch
+            .get(&0, 0)
+            .map_err(map_error("reading", map_names::TRACE_ON))?;
+        if holder != 0 && holder != me && Path::new(&format!("/proc/{holder}")).exists() {
+            return Err(Error::TraceBusy { pid: holder });
+        }
         switch
-            .set(0, 1, 0)
+            .set(0, me, 0)
             .map_err(map_error("switching on", map_names::TRACE_ON))?;
         Ok(Self { ring, switch })
     }
@@ -137,6 +146,8 @@ impl Tracer {
 
 impl Drop for Tracer {
     fn drop(&mut self) {
-        let _ = self.switch.set(0, 0, 0);
+        if self.switch.get(&0, 0).ok() == Some(std::process::id()) {
+            let _ = self.switch.set(0, 0, 0);
+        }
     }
 }

@@ -50,6 +50,14 @@ fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
             l.starts_with("tracing decisions")
         })
         .expect("redirect trace running");
+    // The stream has one reader: a second trace is refused naming the first, which keeps it.
+    let second = node.run(&["trace", "--count", "1", "--seconds", "1"]);
+    assert!(!second.status.success(), "{second:?}");
+    let e = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        e.contains(&format!("another `redirect trace` (pid {})", trace.pid())),
+        "{e}"
+    );
 
     // The real proxy (uid 1337 in its cgroup) leaves directly; an app that happens to run as
     // uid 1337 in another container is captured like any app.
