@@ -88,37 +88,13 @@ fn arrival(listener: &TcpListener, timeout: Duration) -> Option<SocketAddr> {
     let start = std::time::Instant::now();
     while start.elapsed() < timeout {
         if let Ok((s, _)) = listener.accept() {
-            return original_dst(&s).or_else(|| s.local_addr().ok());
+            return redirect_runtime::orig_dst::original_dst(&s)
+                .ok()
+                .or_else(|| s.local_addr().ok());
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     None
-}
-
-/// `SO_ORIGINAL_DST` of an accepted IPv4 socket.
-pub fn original_dst(s: &TcpStream) -> Option<SocketAddr> {
-    let mut addr: libc::sockaddr_in = libc::sockaddr_in {
-        sin_family: 0,
-        sin_port: 0,
-        sin_addr: libc::in_addr { s_addr: 0 },
-        sin_zero: [0; 8],
-    };
-    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: syscall edge: `addr` is a sockaddr_in buffer of `len` bytes for the kernel to fill.
-    let rc = unsafe {
-        libc::getsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(s),
-            libc::SOL_IP,
-            80,
-            (&raw mut addr).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
-    let ip = Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr));
-    Some(SocketAddr::new(IpAddr::V4(ip), u16::from_be(addr.sin_port)))
 }
 
 fn listen_on(port: u16) -> std::io::Result<TcpListener> {
