@@ -132,6 +132,17 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         print!("{}", side_by_side(&inv.policy, ipv6));
         return Ok(());
     }
+    if let Some((pid, socket)) = redirect_daemon::owner(&dir) {
+        if let Some(asked) = &inv.cgroup {
+            NodeDatapath::open(&dir)?.check_attach(&NodeAttach {
+                cgroup: Some(asked.clone()),
+                proxy_cgroup: None,
+            })?;
+        }
+        if crate::istio_daemon::run(pid, &socket, &ns, &inv, args)? {
+            return Ok(());
+        }
+    }
     let _lock = node::lock(&dir)?;
     if inv.cleanup_only {
         if !NodeDatapath::exists(&dir) {

@@ -1,6 +1,7 @@
 //! The `redirect` binary: parses the CLI and runs attach, exec or status.
 mod cli;
 mod istio;
+mod istio_daemon;
 mod node_cmds;
 mod observe_cmds;
 

@@ -23,8 +23,11 @@ pub(crate) fn bpffs_or_default(bpffs: Option<PathBuf>) -> PathBuf {
     bpffs.unwrap_or_else(daemon::default_bpffs)
 }
 
+/// The daemon's socket: the one of the daemon that owns the pinned datapath (from its layout
+/// record), else the one in `REDIRECT_DAEMON_DIR`.
 fn socket() -> PathBuf {
-    server::socket(&daemon::daemon_dir())
+    daemon::owner(&daemon::default_bpffs())
+        .map_or_else(|| server::socket(&daemon::daemon_dir()), |(_, s)| s)
 }
 
 /// Runs the daemon until SIGINT/SIGTERM (capture stays pinned) or an uninstall.
@@ -84,7 +87,12 @@ fn wait_signal(signals: &SigSet) -> (i32, i32) {
 }
 
 fn ask(req: &Request) -> anyhow::Result<Response> {
-    let r = client::call(&socket(), req)?;
+    ask_at(&socket(), req)
+}
+
+/// One request to the daemon at `socket`; a refusal is an error with the daemon's words.
+pub(crate) fn ask_at(socket: &Path, req: &Request) -> anyhow::Result<Response> {
+    let r = client::call(socket, req)?;
     if !r.ok {
         bail!("{}", r.error.unwrap_or_else(|| "the daemon refused".into()));
     }
@@ -230,6 +238,10 @@ pub fn list(json: bool) -> anyhow::Result<()> {
     let r = ask(&Request::List)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r.enrollments)?);
+        return Ok(());
+    }
+    if r.enrollments.is_empty() {
+        println!("no namespace is enrolled with the daemon");
         return Ok(());
     }
     println!(

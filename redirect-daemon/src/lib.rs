@@ -38,3 +38,20 @@ pub fn node_status(
         .collect();
     Ok(status)
 }
+
+/// The running daemon that owns the datapath pinned at `bpffs`, as (pid, its socket), read
+/// from the pinned layout record: whatever this process's `REDIRECT_DAEMON_DIR`, changes to a
+/// daemon's datapath go through that daemon so its view stays true.
+pub fn owner(bpffs: &std::path::Path) -> Option<(u32, PathBuf)> {
+    use redirect_datapath::node::{layout, NodeDatapath};
+    if !NodeDatapath::exists(bpffs) {
+        return None;
+    }
+    let record = layout::check(bpffs).ok()?;
+    match (record.owner, record.daemon_dir) {
+        (layout::Owner::Daemon { pid, .. }, Some(dir)) if record.owner.is_live_daemon() => {
+            Some((pid, server::socket(&dir)))
+        }
+        _ => None,
+    }
+}

@@ -69,7 +69,7 @@ pub fn running(dir: &Path) -> bool {
 
 /// The pin directory is the unit of ownership: a live daemon recorded there (another daemon
 /// directory, another mount namespace) refuses this one; otherwise this daemon records itself.
-fn take_ownership(dp: &NodeDatapath) -> Result<()> {
+fn take_ownership(dp: &NodeDatapath, dir: &Path) -> Result<()> {
     let mut record = dp.layout()?;
     if let Owner::Daemon { pid, .. } = record.owner {
         if pid != std::process::id() && record.owner.is_live_daemon() {
@@ -80,6 +80,7 @@ fn take_ownership(dp: &NodeDatapath) -> Result<()> {
         }
     }
     record.owner = Owner::this_daemon()?;
+    record.daemon_dir = Some(dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()));
     layout::write(dp.dir(), &record)
 }
 
@@ -172,7 +173,7 @@ impl Daemon {
         let lock = single_instance(&opts.dir)?;
         let guard = node::lock(&opts.bpffs)?;
         let (dp, created) = NodeDatapath::open_or_create(&opts.bpffs, &opts.attach)?;
-        take_ownership(&dp)?;
+        take_ownership(&dp, &opts.dir)?;
         let links = std::fs::read_dir(opts.bpffs.join("links")).map_or(0, |d| d.count());
         if created {
             tracing::info!(dir = %opts.bpffs.display(), links, "created and pinned the node datapath");

@@ -156,3 +156,50 @@ fn an_explicit_cgroup_elsewhere_is_refused_naming_the_attachment() {
     assert!(apply(&a, &cgroup).status.success());
     node.ok(&["uninstall"]);
 }
+
+#[test]
+fn istio_iptables_goes_through_the_owning_daemon_so_list_stays_true() {
+    if !privileged_or_skip("istio_iptables_goes_through_the_owning_daemon") {
+        return;
+    }
+    let node = Node::new();
+    let _daemon = node.daemon();
+    let w = World::new("rlt", false);
+    let netns = w.pod.path().display().to_string();
+    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*' -b '*'"]);
+    let row = |list: &str| {
+        list.lines()
+            .find(|l| l.starts_with(&netns))
+            .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+    };
+    assert_eq!(row(&node.ok(&["list"])).expect("listed")[3], "yes");
+
+    // Another daemon directory, as a container running istio-init would have: the change still
+    // reaches the daemon that owns the pins, and its list shows it.
+    let other = Node::new();
+    let run = |args: &[&str]| {
+        other
+            .cmd(args)
+            .env("REDIRECT_BPFFS", &node.pins)
+            .output()
+            .expect("run redirect")
+    };
+    let out = run(&["istio-iptables", "--netns", &netns, "-i", "*", "-b", ""]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("(through the daemon, pid"), "{said}");
+    let listed = row(&node.ok(&["list"])).expect("still listed");
+    assert_eq!(listed[3], "no", "inbound is off after -b '': {listed:?}");
+    assert!(listed.join(" ").contains("istio-iptables"), "{listed:?}");
+
+    let out = run(&["istio-iptables", "--netns", &netns, "--cleanup-only"]);
+    assert!(out.status.success(), "{out:?}");
+    let list = node.ok(&["list"]);
+    assert!(row(&list).is_none(), "{list}");
+    assert!(list.contains("no namespace is enrolled"), "{list}");
+    assert!(
+        node.pins.join("layout").exists(),
+        "the daemon keeps its datapath"
+    );
+    node.ok(&["uninstall"]);
+}

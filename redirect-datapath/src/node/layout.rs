@@ -2,7 +2,11 @@
 //! layout of pins and maps a datapath has, who owns it (the daemon, by pid and start time, or
 //! the CLI) and the cgroups it is attached at. A datapath pinned before records existed has
 //! none: layout v0.
-use std::{os::fd::AsFd as _, path::Path};
+use std::{
+    ffi::OsStr,
+    os::{fd::AsFd as _, unix::ffi::OsStrExt as _},
+    path::{Path, PathBuf},
+};
 
 use aya::maps::{Array, Map, MapData};
 
@@ -17,8 +21,9 @@ pub const LAYOUT_VERSION: u32 = 1;
 pub const PIN: &str = "layout";
 const MAGIC: u64 = 0x7265_6469_7265_6374; // "redirect"
 /// The record as stored: [magic, layout, mode, owner pid, owner start time, app cgroup id,
-/// proxy cgroup id, reserved].
-type Raw = [u64; 8];
+/// proxy cgroup id, reserved], then the owning daemon's directory (NUL-padded bytes).
+type Raw = [u64; 8 + DIR_WORDS];
+const DIR_WORDS: usize = 32;
 
 /// Who owns a pinned datapath.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +65,7 @@ impl Owner {
 }
 
 /// The record of a pinned datapath.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     /// Layout version.
     pub version: u32,
@@ -70,6 +75,8 @@ pub struct Layout {
     pub app_cgroup: u64,
     /// Cgroup id of the proxy attach point (getsockopt, sock_ops).
     pub proxy_cgroup: u64,
+    /// The owning daemon's directory (its socket is `daemon.sock` there), when a daemon owns it.
+    pub daemon_dir: Option<PathBuf>,
 }
 
 impl Layout {
@@ -78,7 +85,8 @@ impl Layout {
             Owner::Cli => (1, 0, 0),
             Owner::Daemon { pid, start } => (2, u64::from(pid), start),
         };
-        [
+        let mut raw = [0u64; 8 + DIR_WORDS];
+        raw[..8].copy_from_slice(&[
             MAGIC,
             u64::from(self.version),
             mode,
@@ -87,7 +95,19 @@ impl Layout {
             self.app_cgroup,
             self.proxy_cgroup,
             0,
-        ]
+        ]);
+        if let Some(dir) = &self.daemon_dir {
+            let bytes = dir.as_os_str().as_bytes();
+            let mut buf = [0u8; DIR_WORDS * 8];
+            let n = bytes.len().min(buf.len() - 1);
+            buf[..n].copy_from_slice(&bytes[..n]);
+            for (i, chunk) in buf.chunks_exact(8).enumerate() {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(chunk);
+                raw[8 + i] = u64::from_ne_bytes(w);
+            }
+        }
+        raw
     }
 
     fn decode(raw: &Raw) -> Option<Self> {
@@ -101,11 +121,15 @@ impl Layout {
             },
             _ => Owner::Cli,
         };
+        let bytes: Vec<u8> = raw[8..].iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let len = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+        let daemon_dir = (len > 0).then(|| PathBuf::from(OsStr::from_bytes(&bytes[..len])));
         Some(Self {
             version: u32::try_from(raw[1]).ok()?,
             owner,
             app_cgroup: raw[5],
             proxy_cgroup: raw[6],
+            daemon_dir,
         })
     }
 }
@@ -198,16 +222,23 @@ mod tests {
 
     #[test]
     fn record_round_trips() {
-        for owner in [Owner::Cli, Owner::Daemon { pid: 42, start: 7 }] {
+        for (owner, dir) in [
+            (Owner::Cli, None),
+            (
+                Owner::Daemon { pid: 42, start: 7 },
+                Some(PathBuf::from("/run/redirect/daemon")),
+            ),
+        ] {
             let l = Layout {
                 version: LAYOUT_VERSION,
                 owner,
                 app_cgroup: 1,
                 proxy_cgroup: 2,
+                daemon_dir: dir,
             };
             assert_eq!(Layout::decode(&l.encode()), Some(l));
         }
-        assert_eq!(Layout::decode(&[0; 8]), None);
+        assert_eq!(Layout::decode(&[0; 8 + DIR_WORDS]), None);
     }
 
     #[test]

@@ -138,7 +138,7 @@ impl NodeDatapath {
 
     /// An explicit `--cgroup` must name the cgroup the datapath is attached at: it is never
     /// moved, nor silently left elsewhere.
-    fn check_attach(&self, attach: &NodeAttach) -> Result<()> {
+    pub fn check_attach(&self, attach: &NodeAttach) -> Result<()> {
         let Some(asked) = &attach.cgroup else {
             return Ok(());
         };

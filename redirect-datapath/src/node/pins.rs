@@ -92,6 +92,7 @@ impl NodeDatapath {
                 owner: Owner::Cli,
                 app_cgroup: cgroup::id(app)?,
                 proxy_cgroup: cgroup::id(proxy)?,
+                daemon_dir: None,
             },
         )?;
         for (name, map) in ebpf.maps().filter(|(n, _)| map_names::ALL.contains(n)) {
