@@ -184,6 +184,7 @@ fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Result
     }
     signals.thread_block().context("blocking SIGINT/SIGTERM")?;
 
+    refuse_near_a_node_datapath(&options.cgroup)?;
     let mut datapath = Datapath::attach(&options)?;
     let instance = state::InstanceState {
         pid: std::process::id(),
@@ -239,6 +240,41 @@ fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Result
         let _ = std::fs::remove_file(path);
     }
     tracing::info!("detached; nothing of this instance stays attached");
+    Ok(())
+}
+
+/// `attach` at, above or below the cgroup a pinned node datapath captures would capture the
+/// same processes twice: refused, naming that datapath and its owner.
+fn refuse_near_a_node_datapath(cgroup: &Path) -> anyhow::Result<()> {
+    use redirect_datapath::node::layout::{self, Owner};
+    let Ok(cgroup) = redirect_datapath::cgroup::validate(cgroup) else {
+        return Ok(()); // Datapath::attach names the bad --cgroup
+    };
+    let mut roots = vec![PathBuf::from("/sys/fs/bpf")];
+    roots.extend(
+        redirect_daemon::default_bpffs()
+            .parent()
+            .map(Path::to_path_buf),
+    );
+    roots.dedup();
+    for root in roots {
+        if let Some((dir, record, at)) = layout::attached_near(&root, &cgroup) {
+            let owner = match record.owner {
+                Owner::Daemon { pid, .. } if record.owner.is_live_daemon() => {
+                    format!("the redirect daemon, pid {pid}")
+                }
+                Owner::Daemon { pid, .. } => format!("the redirect daemon pid {pid} (down)"),
+                Owner::Cli => "the CLI".to_owned(),
+            };
+            bail!(
+                "--cgroup {}: the node datapath pinned at {} (owner: {owner}) already captures at {}, which is this cgroup, above or below it; a second datapath would capture the same processes twice. Enroll the namespace with it instead (`redirect enroll`, `redirect istio-iptables`), or remove it first (`redirect uninstall --bpffs {}`)",
+                cgroup.display(),
+                dir.display(),
+                at.display(),
+                dir.display()
+            );
+        }
+    }
     Ok(())
 }
 

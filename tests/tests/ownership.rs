@@ -203,3 +203,47 @@ fn istio_iptables_goes_through_the_owning_daemon_so_list_stays_true() {
     );
     node.ok(&["uninstall"]);
 }
+
+#[test]
+fn attach_at_above_or_below_a_node_datapath_is_refused_naming_it() {
+    if !privileged_or_skip("attach_near_a_node_datapath_is_refused") {
+        return;
+    }
+    let node = Node::new();
+    let w = World::new("rln", false);
+    let netns = w.pod.path().display().to_string();
+    let cgroup = node.cgroup.path().display().to_string();
+    node.ok(&[
+        "istio-iptables",
+        "--netns",
+        &netns,
+        "--cgroup",
+        &cgroup,
+        "-i",
+        "*",
+    ]);
+    let child = node.cgroup.path().join("child");
+    std::fs::create_dir(&child).expect("child cgroup");
+    for at in [node.cgroup.path(), child.as_path()] {
+        // `timeout`: an attach that wrongly succeeded would stay in the foreground.
+        let out = std::process::Command::new("timeout")
+            .arg("10")
+            .arg(redirect_tests::bin_path("redirect"))
+            .args(["attach", "--cgroup"])
+            .arg(at)
+            .output()
+            .expect("run redirect attach");
+        assert!(!out.status.success(), "{out:?}");
+        let e = stderr(&out);
+        assert!(
+            e.contains(&format!(
+                "the node datapath pinned at {}",
+                node.pins.display()
+            )) && e.contains("owner: the CLI")
+                && e.contains("capture the same processes twice"),
+            "{e}"
+        );
+    }
+    let _ = std::fs::remove_dir(&child);
+    node.ok(&["uninstall"]);
+}

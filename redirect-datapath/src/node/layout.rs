@@ -216,6 +216,28 @@ pub fn check(dir: &Path) -> Result<Layout> {
     }
 }
 
+/// Every pinned datapath with a layout record directly under `bpffs` (e.g. `/sys/fs/bpf`).
+pub fn all_under(bpffs: &Path) -> Vec<(PathBuf, Layout)> {
+    let Ok(entries) = std::fs::read_dir(bpffs) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|dir| dir.join(PIN).exists())
+        .filter_map(|dir| read(&dir).ok().flatten().map(|l| (dir, l)))
+        .collect()
+}
+
+/// A pinned datapath attached at `cgroup`, above it or below it (a second datapath there
+/// would capture the same processes twice), as (pin directory, record, its attach cgroup).
+pub fn attached_near(bpffs: &Path, cgroup: &Path) -> Option<(PathBuf, Layout, PathBuf)> {
+    all_under(bpffs).into_iter().find_map(|(dir, layout)| {
+        let at = crate::cgroup::path_of_id(layout.app_cgroup)?;
+        (cgroup.starts_with(&at) || at.starts_with(cgroup)).then_some((dir, layout, at))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
