@@ -39,7 +39,40 @@ fn main() -> ExitCode {
     }
 }
 
+/// The subcommand's name when it needs root: every command but `istio-iptables --dry-run` and
+/// `--help` reads or writes the datapath's maps, pins, links or the root-only daemon socket.
+fn needs_root(cmd: &Command) -> Option<&'static str> {
+    Some(match cmd {
+        Command::IstioIptables { args } => {
+            let harmless = ["--dry-run", "-h", "--help"];
+            if args.iter().any(|a| harmless.contains(&a.as_str())) {
+                return None;
+            }
+            "istio-iptables"
+        }
+        Command::Attach { .. } => "attach",
+        Command::Exec { .. } => "exec",
+        Command::Daemon { .. } => "daemon",
+        Command::Enroll { .. } => "enroll",
+        Command::Unenroll { .. } => "unenroll",
+        Command::List { .. } => "list",
+        Command::Uninstall { .. } => "uninstall",
+        Command::Validate { .. } => "validate",
+        Command::Vm { .. } => "vm",
+        Command::Stats { .. } => "stats",
+        Command::Trace { .. } => "trace",
+        Command::Explain { .. } => "explain",
+        Command::Status { .. } => "status",
+    })
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Some(name) = needs_root(&cli.command) {
+        let euid = nix::unistd::geteuid().as_raw();
+        if euid != 0 {
+            bail!("redirect {name} must run as root (effective uid is {euid}): it reads and writes the datapath's BPF maps, pins and links and the root-only daemon socket, which needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN; rerun it with sudo");
+        }
+    }
     match cli.command {
         Command::Attach {
             cgroup,
