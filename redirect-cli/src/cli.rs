@@ -3,6 +3,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+pub use crate::cli_values::*;
+
 /// eBPF traffic capture for sidecar meshes: replaces istio-init's iptables rules.
 ///
 /// Outbound TCP connects from processes in a cgroup are rewritten to the sidecar proxy on
@@ -10,12 +12,24 @@ use clap::{Parser, Subcommand};
 /// alone. The proxy reads the original destination with getsockopt(SOL_IP, SO_ORIGINAL_DST),
 /// exactly as behind iptables, so Envoy and HAProxy work unchanged.
 ///
-/// Typical session (as root):
+/// Typical session on a node (as root):
 ///
-///   mkdir /sys/fs/cgroup/unified/app            # a cgroup v2 directory (see /proc/self/mountinfo)
-///   redirect attach --cgroup /sys/fs/cgroup/unified/app &
-///   redirect exec --cgroup /sys/fs/cgroup/unified/app -- curl http://198.18.0.10/
-///   redirect status
+///   redirect daemon --metrics 127.0.0.1:9150 &       # owns the pinned datapath
+///   redirect enroll --netns pod1 --istio-args "-p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -b '*'"
+///   redirect list                                     # enrolled namespaces, proxy up/down
+///   redirect trace --netns pod1                       # decisions as they happen
+///   redirect explain --netns pod1 --uid 0 --dst 10.96.0.1:443
+///   redirect status                                   # owner, cgroups, links, counters
+///
+/// Which mode: `redirect daemon` + `enroll` on a node with many pods (one datapath, enrollments
+/// re-applied after a restart, addresses followed); `redirect istio-iptables ARGS` where
+/// istio-init runs today (the same flags; it goes through the daemon when one owns the node's
+/// datapath); `redirect vm --cluster-env FILE` on a VM; `redirect attach --cgroup PATH` for a
+/// quick experiment on one cgroup, held by the process (nothing stays when it exits).
+///
+/// Environment (each also a flag): REDIRECT_BPFFS (--bpffs: the pin directory, default
+/// /sys/fs/bpf/redirect), REDIRECT_DAEMON_DIR (--daemon-dir), REDIRECT_STATE_DIR
+/// (--state-dir), RUST_LOG (log filter, default info).
 #[derive(Debug, Parser)]
 #[command(
     name = "redirect",
@@ -24,6 +38,12 @@ use clap::{Parser, Subcommand};
     verbatim_doc_comment
 )]
 pub struct Cli {
+    /// The daemon's directory: socket, lock and enrollment files [default: /run/redirect/daemon].
+    #[arg(long, global = true, value_name = "DIR", env = "REDIRECT_DAEMON_DIR")]
+    pub daemon_dir: Option<PathBuf>,
+    /// Where running `redirect attach` instances keep their state files [default: /run/redirect/attach].
+    #[arg(long, global = true, value_name = "DIR", env = "REDIRECT_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -41,10 +61,10 @@ pub enum Command {
     /// SIGKILL (the kernel drops the links with the process).
     Attach {
         /// Cgroup v2 directory whose processes are captured.
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
         cgroup: PathBuf,
         /// Cgroup v2 directory containing the proxy's listener [default: the cgroup v2 root].
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
         proxy_cgroup: Option<PathBuf>,
         /// Connects by this uid are never captured (istio-iptables -u).
         #[arg(long, value_name = "UID", default_value = "1337", value_parser = parse_id)]
@@ -90,7 +110,7 @@ pub enum Command {
     /// Without --cgroup, uses the cgroup of the one running `redirect attach`.
     Exec {
         /// Cgroup v2 directory to run in [default: the running attach's cgroup].
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
         cgroup: Option<PathBuf>,
         /// The command and its arguments (after `--`).
         #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
@@ -121,7 +141,7 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         bpffs: Option<PathBuf>,
         /// Cgroup to attach at when the datapath is created [default: the cgroup v2 root].
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
         cgroup: Option<PathBuf>,
         /// Serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9967.
         #[arg(long, value_name = "ADDR")]
@@ -180,7 +200,7 @@ pub enum Command {
         #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
         args: Option<String>,
         /// Cgroup to attach at when the datapath is created [default: the cgroup v2 root].
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
         cgroup: Option<PathBuf>,
     },
     /// Prove capture works in a namespace before its proxy starts (istio-validation's job):
@@ -192,7 +212,7 @@ pub enum Command {
         #[arg(long, value_name = "NAME|PATH")]
         netns: String,
         /// The pod's cgroup (where its processes run) [default: stay where this runs].
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
         cgroup: Option<PathBuf>,
         /// How long to wait for each arrival, in milliseconds.
         #[arg(long, value_name = "MS", default_value_t = 2000)]
@@ -269,7 +289,7 @@ pub enum Command {
         #[arg(long, value_name = "NAME", requires = "inbound")]
         iface: Option<String>,
         /// The caller's cgroup (matters when the policy binds the proxy to its cgroup).
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
         cgroup: Option<PathBuf>,
         /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
         #[arg(long, value_name = "DIR")]
@@ -280,62 +300,13 @@ pub enum Command {
     },
     /// Show what is attached where (checked against the kernel) and the decision counters.
     Status {
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
         /// Print JSON instead of tables.
         #[arg(long)]
         json: bool,
     },
-}
-
-/// Parses a TCP port, 1..=65535.
-pub fn parse_port(s: &str) -> Result<u16, String> {
-    let n: u64 = s.trim().parse().map_err(|_| {
-        format!("'{s}' is not a port number: use a number from 1 to 65535, e.g. 15001")
-    })?;
-    match u16::try_from(n) {
-        Ok(0) => {
-            Err("port 0 cannot be connected to: use a number from 1 to 65535, e.g. 15001".into())
-        }
-        Ok(p) => Ok(p),
-        Err(_) => Err(format!(
-            "port {n} is above 65535: use a number from 1 to 65535, e.g. 15001"
-        )),
-    }
-}
-
-/// Parses an IPv4 CIDR (a bare address is a /32).
-pub fn parse_cidr(s: &str) -> Result<ipnet::Ipv4Net, String> {
-    let s = s.trim();
-    s.parse::<ipnet::Ipv4Net>()
-        .or_else(|_| s.parse::<std::net::Ipv4Addr>().map(ipnet::Ipv4Net::from))
-        .map(|n| n.trunc())
-        .map_err(|_| format!("'{s}' is not an IPv4 CIDR such as 10.96.0.0/12"))
-}
-
-/// Parses an `--inbound` spec.
-pub fn parse_inbound(s: &str) -> Result<redirect_policy::inbound_spec::InboundSpec, String> {
-    s.parse()
-}
-
-/// Parses an aya-log level name into its number.
-pub fn parse_bpf_log(s: &str) -> Result<u8, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "off" => Ok(0),
-        "error" => Ok(1),
-        "warn" => Ok(2),
-        "info" => Ok(3),
-        "debug" => Ok(4),
-        "trace" => Ok(5),
-        _ => Err(format!(
-            "'{s}' is not a log level: use off, error, warn, info, debug or trace"
-        )),
-    }
-}
-
-/// Parses a numeric uid or gid.
-pub fn parse_id(s: &str) -> Result<u32, String> {
-    s.trim().parse().map_err(|_| {
-        format!("'{s}' is not a numeric id: give the number (e.g. 1337); for a user name, look it up with `id -u {s}`")
-    })
 }
 
 #[cfg(test)]

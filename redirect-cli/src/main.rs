@@ -1,5 +1,6 @@
 //! The `redirect` binary: parses the CLI and runs attach, exec or status.
 mod cli;
+mod cli_values;
 mod istio;
 mod istio_daemon;
 mod node_cmds;
@@ -67,6 +68,16 @@ fn needs_root(cmd: &Command) -> Option<&'static str> {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    // The directory flags stand for their environment variables, which the libraries read;
+    // set before any thread starts.
+    for (var, value) in [
+        ("REDIRECT_DAEMON_DIR", &cli.daemon_dir),
+        ("REDIRECT_STATE_DIR", &cli.state_dir),
+    ] {
+        if let Some(v) = value {
+            std::env::set_var(var, v);
+        }
+    }
     if let Some(name) = needs_root(&cli.command) {
         let euid = nix::unistd::geteuid().as_raw();
         if euid != 0 {
@@ -187,8 +198,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 json,
             )
         }
-        Command::Status { json } => {
-            let dir = redirect_daemon::default_bpffs();
+        Command::Status { bpffs, json } => {
+            let dir = bpffs.unwrap_or_else(redirect_daemon::default_bpffs);
             let node = if redirect_datapath::node::NodeDatapath::exists(&dir) {
                 Some(redirect_daemon::node_status(
                     &dir,

@@ -91,10 +91,16 @@ pub fn validate(path: &Path) -> Result<PathBuf> {
     let canonical = match path.canonicalize() {
         Ok(p) => p,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let suggest = if path.starts_with(&root) {
+                path.to_path_buf()
+            } else {
+                root.join(path.file_name().unwrap_or_else(|| "app".as_ref()))
+            };
             return Err(Error::CgroupMissing {
                 path: path.to_path_buf(),
+                suggest,
                 mount: root,
-            })
+            });
         }
         Err(e) => return Err(Error::io("resolving", path, e)),
     };

@@ -5,10 +5,13 @@ use std::{io, path::PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The cgroup directory does not exist.
-    #[error("cgroup {path} does not exist: create it (mkdir {path}) or pass an existing directory under the cgroup v2 mount {mount}")]
+    #[error("cgroup {path} does not exist: create it (mkdir {suggest}) or pass an existing directory under the cgroup v2 mount {mount}")]
     CgroupMissing {
         /// The path given.
         path: PathBuf,
+        /// A cgroup v2 directory to create: the path itself when it is under the mount, else
+        /// its last component under the mount.
+        suggest: PathBuf,
         /// Where cgroup v2 is mounted on this host.
         mount: PathBuf,
     },

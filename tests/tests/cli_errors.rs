@@ -19,6 +19,8 @@ fn every_command_without_root_says_so_in_one_sentence() {
     if !privileged_or_skip("every_command_without_root_says_so") {
         return;
     }
+    let root = redirect_testkit::cgroup2_root().expect("cgroup v2 mount");
+    let root = root.to_str().expect("utf-8");
     for args in [
         &["status"][..],
         &["list"],
@@ -43,7 +45,7 @@ fn every_command_without_root_says_so_in_one_sentence() {
         ],
         &["unenroll", "--netns", "/run/netns/x"],
         &["istio-iptables", "--netns", "x"],
-        &["attach", "--cgroup", "/"],
+        &["attach", "--cgroup", root],
         &["daemon"],
         &["validate", "--netns", "x"],
         &["vm", "--cluster-env", "/dev/null"],
@@ -66,4 +68,44 @@ fn every_command_without_root_says_so_in_one_sentence() {
     let dry = as_nobody(&["istio-iptables", "--dry-run", "-i", "10.0.0.0/8"]);
     assert!(dry.status.success(), "{dry:?}");
     assert!(String::from_utf8_lossy(&dry.stdout).contains("-d 10.0.0.0/8"));
+}
+
+#[test]
+fn flag_errors_name_the_flag_before_anything_is_loaded() {
+    if !privileged_or_skip("flag_errors_name_the_flag") {
+        return;
+    }
+    let root = redirect_testkit::cgroup2_root().expect("cgroup v2 mount");
+    let root_s = root.to_str().expect("utf-8");
+    let run = |args: &[&str]| {
+        Command::new("timeout")
+            .arg("10")
+            .arg(bin_path("redirect"))
+            .args(args)
+            .output()
+            .expect("run redirect")
+    };
+    let out = run(&["attach", "--cgroup", root_s, "--proxy-cgroup", "/nope-rdx"]);
+    assert!(!out.status.success(), "{out:?}");
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("'--proxy-cgroup <PATH>'"), "{e}");
+    assert!(
+        e.contains(&format!("mkdir {}", root.join("nope-rdx").display())),
+        "the hint is a cgroup v2 path: {e}"
+    );
+    let out = run(&["attach", "--cgroup", root_s, "--inbound", "nope-rdx"]);
+    assert!(!out.status.success(), "{out:?}");
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("'--inbound <SPEC>'")
+            && e.contains("network namespace /run/netns/nope-rdx does not exist"),
+        "{e}"
+    );
+    // --daemon-dir is REDIRECT_DAEMON_DIR as a flag.
+    let out = run(&["list", "--daemon-dir", "/nonexistent-rdx"]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/nonexistent-rdx/daemon.sock"),
+        "{out:?}"
+    );
 }

@@ -1,0 +1,71 @@
+//! Value parsers of the `redirect` command line: each error says what is wrong with the value
+//! and what would be right (clap prefixes the flag).
+use std::path::PathBuf;
+
+/// Parses a TCP port, 1..=65535.
+pub fn parse_port(s: &str) -> Result<u16, String> {
+    let n: u64 = s.trim().parse().map_err(|_| {
+        format!("'{s}' is not a port number: use a number from 1 to 65535, e.g. 15001")
+    })?;
+    match u16::try_from(n) {
+        Ok(0) => {
+            Err("port 0 cannot be connected to: use a number from 1 to 65535, e.g. 15001".into())
+        }
+        Ok(p) => Ok(p),
+        Err(_) => Err(format!(
+            "port {n} is above 65535: use a number from 1 to 65535, e.g. 15001"
+        )),
+    }
+}
+
+/// Parses an IPv4 CIDR (a bare address is a /32).
+pub fn parse_cidr(s: &str) -> Result<ipnet::Ipv4Net, String> {
+    let s = s.trim();
+    s.parse::<ipnet::Ipv4Net>()
+        .or_else(|_| s.parse::<std::net::Ipv4Addr>().map(ipnet::Ipv4Net::from))
+        .map(|n| n.trunc())
+        .map_err(|_| format!("'{s}' is not an IPv4 CIDR such as 10.96.0.0/12"))
+}
+
+/// Parses an `--inbound` spec.
+pub fn parse_inbound(s: &str) -> Result<redirect_policy::inbound_spec::InboundSpec, String> {
+    let spec: redirect_policy::inbound_spec::InboundSpec = s.parse()?;
+    if !spec.netns.exists() {
+        return Err(format!(
+            "network namespace {} does not exist (`ip netns list` shows the names; a path such as /proc/PID/ns/net works too)",
+            spec.netns.display()
+        ));
+    }
+    Ok(spec)
+}
+
+/// Parses an aya-log level name into its number.
+pub fn parse_bpf_log(s: &str) -> Result<u8, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "off" => Ok(0),
+        "error" => Ok(1),
+        "warn" => Ok(2),
+        "info" => Ok(3),
+        "debug" => Ok(4),
+        "trace" => Ok(5),
+        _ => Err(format!(
+            "'{s}' is not a log level: use off, error, warn, info, debug or trace"
+        )),
+    }
+}
+
+/// Parses a numeric uid or gid.
+pub fn parse_id(s: &str) -> Result<u32, String> {
+    s.trim().parse().map_err(|_| {
+        format!("'{s}' is not a numeric id: give the number (e.g. 1337); for a user name, look it up with `id -u {s}`")
+    })
+}
+
+/// Parses a cgroup v2 directory (`--cgroup`, `--proxy-cgroup`): it must exist on the cgroup v2
+/// mount, which the hint names.
+pub fn parse_cgroup(s: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(s);
+    redirect_datapath::cgroup::validate(&path)
+        .map(|_| path)
+        .map_err(|e| e.to_string())
+}
