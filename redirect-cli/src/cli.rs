@@ -372,7 +372,12 @@ mod tests {
 
     #[test]
     fn attach_defaults_are_istios() {
-        let cli = Cli::try_parse_from(["redirect", "attach", "--cgroup", "/x"]).expect("parse");
+        // --cgroup must name a cgroup v2 directory: the mount itself is one.
+        let Ok(root) = redirect_datapath::cgroup::cgroup2_root() else {
+            return; // no cgroup v2 on this machine: nothing to parse against
+        };
+        let root = root.display().to_string();
+        let cli = Cli::try_parse_from(["redirect", "attach", "--cgroup", &root]).expect("parse");
         match cli.command {
             Command::Attach {
                 proxy_uid,
@@ -390,13 +395,14 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_flag() {
+        // The bad flag first: clap reports values in the order given.
         let err = Cli::try_parse_from([
             "redirect",
             "attach",
-            "--cgroup",
-            "/x",
             "--outbound-port",
             "0",
+            "--cgroup",
+            "/x",
         ])
         .expect_err("must fail")
         .to_string();
@@ -404,10 +410,10 @@ mod tests {
         let err = Cli::try_parse_from([
             "redirect",
             "attach",
-            "--cgroup",
-            "/x",
             "--proxy-uid",
             "istio",
+            "--cgroup",
+            "/x",
         ])
         .expect_err("must fail")
         .to_string();

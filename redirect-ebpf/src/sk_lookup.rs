@@ -13,7 +13,7 @@ use redirect_common::{
 
 use crate::{
     inbound::{netns_of, policy_of, Maps},
-    maps::{count, INBOUND, LISTENERS},
+    maps::{count, count_ns, INBOUND, LISTENERS},
 };
 
 const IPPROTO_TCP: u32 = 6;
@@ -96,7 +96,7 @@ fn try_sk_lookup(ctx: &SkLookupContext) -> u32 {
     match decide(&policy, &conn, &Maps) {
         Verdict::Steer => {}
         Verdict::Pass(counter) => {
-            count(counter);
+            counted(netns, counter);
             return SK_PASS;
         }
         Verdict::Ignore => return SK_PASS,
@@ -114,15 +114,22 @@ fn try_sk_lookup(ctx: &SkLookupContext) -> u32 {
         steered = LISTENERS.redirect_sk_lookup(ctx, key, 0).is_ok();
     }
     if !steered {
-        count(Counter::InboundNoListener);
+        counted(netns, Counter::InboundNoListener);
         return match without_listener(&policy) {
             NoListener::Passthrough => SK_PASS,
             NoListener::Refuse => SK_DROP,
         };
     }
     record(&conn);
-    count(Counter::InboundSteered);
+    counted(netns, Counter::InboundSteered);
     SK_PASS
+}
+
+/// Counts an inbound decision node-wide and for the namespace (`redirect stats`).
+#[inline(always)]
+fn counted(netns: u64, counter: Counter) {
+    count(counter);
+    count_ns(netns, counter);
 }
 
 /// Remembers the original destination for getsockopt(SO_ORIGINAL_DST) on the accepted socket.

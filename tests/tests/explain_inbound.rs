@@ -152,5 +152,14 @@ fn explain_inbound_names_the_rule_for_each_arrival() {
         String::from_utf8_lossy(&bad.stderr).contains("--iface nope0"),
         "{bad:?}"
     );
+
+    // Real arrivals count in the namespace's own stats, inbound decisions included: 15021 is
+    // excluded (-d), 8080 is captured but no proxy listens (refused).
+    let _ = redirect_tests::conformance::inbound_at(&w, &[15021, 8080]);
+    let stats = node.ok(&["stats", "--netns", &netns, "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(&stats).expect("json");
+    let counters = &stats[0]["counters"];
+    assert_eq!(counters["inbound_excluded_port"], 1, "{stats}");
+    assert_eq!(counters["inbound_no_listener"], 1, "{stats}");
     node.ok(&["istio-iptables", "--netns", &netns, "--cleanup-only"]);
 }
