@@ -203,7 +203,7 @@ pub fn stats(netns_name: Option<&str>, bpffs: Option<PathBuf>, json: bool) -> an
             let rule = redirect_common::Counter::ALL
                 .iter()
                 .find(|c| c.name() == *counter)
-                .map_or("-", |c| explain::rule_of(*c));
+                .map_or("-", |c| c.rule());
             println!("  {n:>10}  {counter:<24} {rule}");
         }
     }

@@ -57,41 +57,6 @@ impl Lookups for Snapshot {
     }
 }
 
-/// The istio-iptables rule a decision counter stands for.
-pub fn rule_of(counter: Counter) -> &'static str {
-    match counter {
-        Counter::Redirected => "-j ISTIO_REDIRECT (-i, or -p tcp --dport <-q>)",
-        Counter::BypassUid => "-m owner --uid-owner <-u> -j RETURN",
-        Counter::BypassGid => "-m owner --gid-owner <-g> -j RETURN",
-        Counter::Loopback => "-o lo -m owner ! --uid-owner <-u> -j RETURN, or -d 127.0.0.1/32 -j RETURN",
-        Counter::NotTcp => "ISTIO_REDIRECT only rewrites -p tcp",
-        Counter::ExcludedCidr => "-d <-x> -j RETURN",
-        Counter::Ipv6Untouched => "no ip6tables rules (the namespace is not dual-stack)",
-        Counter::NoPolicy => "no rules in this namespace",
-        Counter::InboundRedirectLocal => "-o lo ! -d 127.0.0.1/32 -p tcp ! --dport <-e> -m owner --uid-owner <-u> -j ISTIO_IN_REDIRECT",
-        Counter::PassthroughSource => "-o lo -s 127.0.0.6/32 -j RETURN",
-        Counter::OwnerGroup => "-m owner [!] --gid-owner <owner groups> -j RETURN",
-        Counter::DnsRedirected => "ISTIO_OUTPUT_DNS: --dport 53 -j REDIRECT --to-ports 15053",
-        Counter::NotIncluded => "end of ISTIO_OUTPUT (outside -i and -q)",
-        Counter::ExcludedPort => "-p tcp|udp --dport <-o> -j RETURN",
-        Counter::ExcludedInterface => "OUTPUT -o <-c> -j RETURN",
-        Counter::NoProxyPassthrough => "(redirect) the proxy does not listen yet: --no-proxy passthrough",
-        Counter::NoProxyRefused => "(redirect) the proxy does not listen yet: --no-proxy refuse",
-        Counter::ProxyIdElsewhere => "(redirect) proxy uid/gid outside --proxy-cgroup: not the proxy",
-        Counter::InboundSteered => "ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT (REDIRECT --to-ports <-z>)",
-        Counter::InboundExcludedPort => "ISTIO_INBOUND -p tcp --dport <-e, -d> -j RETURN",
-        Counter::InboundNotInList => "PREROUTING: only -p tcp --dport <-b> -j ISTIO_INBOUND",
-        Counter::InboundNoListener => "REDIRECT --to-ports <-z> with nothing listening: refused",
-        Counter::InboundPassthroughSource => "(not in PREROUTING) the proxy's hop from 127.0.0.6/::6 to the application",
-        Counter::InboundLocal => "(not in PREROUTING) the pod's own connection, decided by OUTPUT",
-        Counter::InboundInterface => "PREROUTING -i <-c, -k> -j RETURN",
-        Counter::OrigDstHit => "SO_ORIGINAL_DST answered (conntrack's original destination)",
-        Counter::OrigDstMiss => "SO_ORIGINAL_DST with no entry: the kernel's answer stands",
-        Counter::TrackError => "(redirect) a map update failed; redirected anyway (fail closed)",
-        Counter::PeerRestored => "(redirect) getpeername/recvmsg show the original peer, as after DNAT",
-    }
-}
-
 /// The id of `path`'s ancestor at depth `level` below the cgroup v2 root (itself when as deep).
 fn ancestor_id(path: &std::path::Path, level: u16) -> Result<u64> {
     let dir = crate::cgroup::validate(path)?;
@@ -226,7 +191,7 @@ pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<E
     Ok(Explained {
         outcome,
         counter: counter.name(),
-        rule: rule_of(counter),
+        rule: counter.rule(),
         own_policy: key == cookie && key != 0,
     })
 }

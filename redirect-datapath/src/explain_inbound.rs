@@ -10,7 +10,7 @@ use redirect_common::{
 
 use crate::{
     error::Result,
-    explain::{rule_of, Explained},
+    explain::Explained,
     outbound::words,
     store::{hash, MapStore},
 };
@@ -140,7 +140,7 @@ pub fn explain_inbound(
         Verdict::Pass(c) => Explained {
             outcome: "untouched".to_owned(),
             counter: c.name(),
-            rule: rule_of(c),
+            rule: c.rule(),
             own_policy: true,
         },
         Verdict::Steer => Explained {
@@ -153,7 +153,7 @@ pub fn explain_inbound(
                 }
             ),
             counter: Counter::InboundSteered.name(),
-            rule: rule_of(Counter::InboundSteered),
+            rule: Counter::InboundSteered.rule(),
             own_policy: true,
         },
     })

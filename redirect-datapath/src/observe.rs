@@ -8,7 +8,6 @@ use serde::Serialize;
 
 use crate::{
     error::{Error, Result},
-    explain::rule_of,
     store::{map_error, MapStore},
 };
 
@@ -91,7 +90,7 @@ fn decode(bytes: &[u8]) -> Option<Decision> {
             p => format!("proxy:{p}"),
         },
         counter: counter.name(),
-        rule: rule_of(counter),
+        rule: counter.rule(),
     })
 }
 

@@ -170,7 +170,7 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
             if PENDING.insert(cookie, orig, 0).is_ok() {
                 (c, Some(port))
             } else {
-                (Counter::TrackError, Some(port))
+                (Counter::PendingError, Some(port))
             }
         }
     };

@@ -157,6 +157,6 @@ fn record(conn: &InboundConn) {
         proxy_cookie: 0,
     };
     if INBOUND.insert(key, entry, 0).is_err() {
-        count(Counter::TrackError);
+        count(Counter::InboundTrackError);
     }
 }

@@ -170,7 +170,7 @@ fn on_listen(ctx: &SockOpsContext) {
         .update(key, unsafe { &mut *ctx.ops }, u64::from(BPF_ANY))
         .is_err()
     {
-        count(Counter::TrackError);
+        count(Counter::ListenerError);
     }
 }
 
