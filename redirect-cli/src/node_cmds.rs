@@ -236,8 +236,34 @@ pub fn unenroll(netns_name: &str) -> anyhow::Result<()> {
 /// Lists enrollments.
 pub fn list(json: bool) -> anyhow::Result<()> {
     let r = ask(&Request::List)?;
+    // Checked against the kernel's maps: the daemon's record is what it believes.
+    let bpffs = daemon::default_bpffs();
+    let mut kernel = NodeDatapath::open(&bpffs).ok();
+    let checked: Vec<(&redirect_daemon::proto::Enrollment, &'static str)> = r
+        .enrollments
+        .iter()
+        .map(|e| {
+            let state = match kernel.as_mut().map(|dp| dp.kernel_policy(e.cookie)) {
+                Some(Ok((true, inbound))) if inbound == e.inbound => "ok",
+                Some(Ok((true, _))) => "inbound-differs",
+                Some(Ok((false, _))) => "MISSING",
+                Some(Err(_)) | None => "unreadable",
+            };
+            (e, state)
+        })
+        .collect();
     if json {
-        println!("{}", serde_json::to_string_pretty(&r.enrollments)?);
+        let list: Vec<serde_json::Value> = checked
+            .iter()
+            .map(|(e, state)| {
+                let mut v = serde_json::to_value(e).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("kernel".into(), (*state).into());
+                }
+                v
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(());
     }
     if r.enrollments.is_empty() {
@@ -245,10 +271,10 @@ pub fn list(json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<30} {:>8} {:<24} {:<7} {:<5} source",
-        "netns", "cookie", "addresses", "inbound", "proxy"
+        "{:<30} {:>8} {:<24} {:<7} {:<5} {:<8} source",
+        "netns", "cookie", "addresses", "inbound", "proxy", "kernel"
     );
-    for e in &r.enrollments {
+    for (e, state) in &checked {
         // Link-local addresses are listed by `--json`; the table keeps to routable ones.
         let addrs: Vec<String> = e
             .addrs
@@ -257,14 +283,19 @@ pub fn list(json: bool) -> anyhow::Result<()> {
             .map(ToString::to_string)
             .collect();
         println!(
-            "{:<30} {:>8} {:<24} {:<7} {:<5} {}",
+            "{:<30} {:>8} {:<24} {:<7} {:<5} {:<8} {}",
             e.netns.display(),
             e.cookie,
             addrs.join(","),
             if e.inbound { "yes" } else { "no" },
             if e.proxy_listening { "up" } else { "down" },
+            state,
             e.source
         );
+    }
+    let drifted = checked.iter().filter(|(_, s)| *s != "ok").count();
+    if drifted > 0 {
+        eprintln!("WARNING: {drifted} enrollment(s) differ from what the kernel's maps hold (kernel column): re-enroll them (`redirect enroll`) or restart the daemon, which re-applies its enrollments");
     }
     Ok(())
 }

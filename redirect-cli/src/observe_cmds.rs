@@ -41,7 +41,24 @@ pub fn explain(
     };
     let e = explain::explain(dp.maps(), cookie, &query)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&e)?);
+        let out = serde_json::json!({
+            "query": {
+                "direction": "outbound",
+                "netns": path.display().to_string(),
+                "cookie": cookie,
+                "uid": uid,
+                "gid": gid,
+                "dst": dst.to_string(),
+                "protocol": if tcp { "tcp" } else { "udp" },
+                "src": src.map(|s| s.to_string()),
+                "cgroup": cgroup.map(|c| c.display().to_string()),
+            },
+            "outcome": e.outcome,
+            "counter": e.counter,
+            "rule": e.rule,
+            "own_policy": e.own_policy,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!(
             "{} {dst} from uid {uid} gid {gid} in {}: {} ({}; rule: {}){}",

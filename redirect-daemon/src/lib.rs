@@ -34,7 +34,11 @@ pub fn node_status(
     let mut status = redirect_datapath::node_status::collect(bpffs)?;
     status.enrolled = server::enrollments(dir)
         .into_iter()
-        .map(|e| (e.cookie, e.netns.display().to_string(), e.source))
+        .map(|e| redirect_datapath::node_status::EnrolledNs {
+            netns: e.netns.display().to_string(),
+            cookie: e.cookie,
+            source: e.source,
+        })
         .collect();
     Ok(status)
 }

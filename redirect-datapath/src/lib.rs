@@ -8,6 +8,7 @@ pub mod enroll;
 pub mod error;
 pub mod explain;
 pub mod explain_inbound;
+pub mod json;
 pub mod metrics;
 pub mod netns;
 pub mod node;

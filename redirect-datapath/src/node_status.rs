@@ -14,6 +14,17 @@ use crate::{
     store::{map_error, MapStore},
 };
 
+/// One namespace enrolled through the daemon.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnrolledNs {
+    /// The namespace's path.
+    pub netns: String,
+    /// Its netns cookie.
+    pub cookie: u64,
+    /// Where its policy came from.
+    pub source: String,
+}
+
 /// The node datapath, as pinned.
 #[derive(Debug, Clone, Serialize)]
 pub struct NodeStatus {
@@ -36,12 +47,14 @@ pub struct NodeStatus {
     /// Namespaces (cookies) with an sk_lookup link.
     pub inbound_netns: Vec<String>,
     /// Entries per map, for the maps whose fill matters.
+    #[serde(serialize_with = "crate::json::pairs_as_object")]
     pub fill: Vec<(&'static str, usize)>,
     /// Every decision counter summed over CPUs, zeros included.
+    #[serde(serialize_with = "crate::json::pairs_as_object")]
     pub counters: Vec<(&'static str, u64)>,
-    /// Namespaces enrolled through the daemon: (cookie, namespace, policy source); filled by
-    /// the caller, which knows the daemon's directory (empty from [`collect`]).
-    pub enrolled: Vec<(u64, String, String)>,
+    /// Namespaces enrolled through the daemon; filled by the caller, which knows the daemon's
+    /// directory (empty from [`collect`]).
+    pub enrolled: Vec<EnrolledNs>,
     /// Things an operator should look at.
     pub warnings: Vec<String>,
 }
@@ -166,7 +179,12 @@ pub fn render(s: &NodeStatus) -> String {
         out.push_str(&format!(" {name}={n}"));
     }
     out.push('\n');
-    for (cookie, netns, source) in &s.enrolled {
+    for EnrolledNs {
+        netns,
+        cookie,
+        source,
+    } in &s.enrolled
+    {
         out.push_str(&format!(
             "  enrolled: {netns} (netns cookie {cookie}) from {source}\n"
         ));

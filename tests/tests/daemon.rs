@@ -148,6 +148,11 @@ fn daemon_enrolls_follows_addresses_and_is_alone() {
     ]);
     let why: serde_json::Value = serde_json::from_str(&why).expect("json");
     assert_eq!(why["outcome"], "proxy:15001", "{why}");
+    // The answer echoes the query, with the namespace as a path and its cookie as a number.
+    assert_eq!(why["query"]["direction"], "outbound", "{why}");
+    assert_eq!(why["query"]["netns"], netns.as_str(), "{why}");
+    assert!(why["query"]["cookie"].is_u64(), "{why}");
+    assert_eq!(why["query"]["dst"], "192.0.2.10:80", "{why}");
 
     // The daemon's Prometheus endpoint, per namespace.
     let url = ready

@@ -247,3 +247,42 @@ fn attach_at_above_or_below_a_node_datapath_is_refused_naming_it() {
     let _ = std::fs::remove_dir(&child);
     node.ok(&["uninstall"]);
 }
+
+#[test]
+fn list_says_when_the_kernel_lost_an_enrollment() {
+    if !privileged_or_skip("list_says_when_the_kernel_lost_an_enrollment") {
+        return;
+    }
+    let node = Node::new();
+    let _daemon = node.daemon();
+    let w = World::new("rlk", false);
+    let netns = w.pod.path().display().to_string();
+    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
+    let list = node.ok(&["list", "--json"]);
+    let list: serde_json::Value = serde_json::from_str(&list).expect("json");
+    assert_eq!(list[0]["kernel"], "ok", "{list}");
+    let cookie = list[0]["cookie"].as_u64().expect("cookie is a number");
+    // Someone removes the namespace's policy behind the daemon's back.
+    let key: Vec<String> = cookie.to_ne_bytes().iter().map(|b| b.to_string()).collect();
+    let out = std::process::Command::new("bpftool")
+        .args(["map", "delete", "pinned"])
+        .arg(node.pins.join("maps/NETNS_OUTBOUND"))
+        .arg("key")
+        .args(&key)
+        .output()
+        .expect("bpftool");
+    assert!(out.status.success(), "{out:?}");
+    let out = node.run(&["list"]);
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&netns))
+        .expect("still listed");
+    assert!(row.contains(" MISSING "), "{table}");
+    assert!(
+        stderr(&out).contains("differ from what the kernel's maps hold"),
+        "{out:?}"
+    );
+    node.ok(&["uninstall"]);
+}

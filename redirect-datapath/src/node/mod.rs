@@ -173,6 +173,21 @@ impl NodeDatapath {
             .ok_or(Error::Missing { kind: "map", name })
     }
 
+    /// What the kernel holds for namespace `cookie`: (an outbound policy, an inbound policy).
+    pub fn kernel_policy(&mut self, cookie: u64) -> Result<(bool, bool)> {
+        let outbound = hash::<u64, redirect_common::outbound::OutboundPolicy>(
+            &mut self.maps,
+            map_names::NETNS_OUTBOUND,
+        )?
+        .get(&cookie, 0)
+        .is_ok();
+        let inbound =
+            hash::<u64, redirect_common::InboundPolicy>(&mut self.maps, map_names::NETNS_INBOUND)?
+                .get(&cookie, 0)
+                .is_ok();
+        Ok((outbound, inbound))
+    }
+
     /// The pinned maps.
     pub fn maps(&mut self) -> &mut dyn MapStore {
         &mut self.maps
