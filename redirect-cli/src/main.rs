@@ -1,4 +1,5 @@
 //! The `redirect` binary: parses the CLI and runs attach, exec or status.
+mod attach_cmd;
 mod cli;
 mod cli_values;
 mod istio;
@@ -6,18 +7,11 @@ mod istio_daemon;
 mod node_cmds;
 mod observe_cmds;
 
-use std::{
-    io::Write as _,
-    os::unix::process::CommandExt as _,
-    path::{Path, PathBuf},
-    process::ExitCode,
-};
+use std::{os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
 
 use anyhow::{bail, Context as _};
 use clap::Parser as _;
-use nix::sys::signal::{SigSet, Signal};
-use redirect_common::map_names;
-use redirect_datapath::{cgroup, counters, metrics, state, status, AttachOptions, Datapath};
+use redirect_datapath::{cgroup, state, status, AttachOptions};
 
 use crate::cli::{Cli, Command};
 
@@ -96,7 +90,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             inbound,
             exclude_cidr,
             exclude_cidr_file,
-        } => attach(
+        } => attach_cmd::attach(
             AttachOptions {
                 cgroup,
                 proxy_cgroup,
@@ -105,7 +99,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 outbound_port,
                 bpf_log_level: bpf_log,
                 inbound,
-                exclude_cidrs: with_cidr_file(exclude_cidr, exclude_cidr_file.as_deref())?,
+                exclude_cidrs: attach_cmd::with_cidr_file(
+                    exclude_cidr,
+                    exclude_cidr_file.as_deref(),
+                )?,
             },
             metrics_file.as_deref(),
         ),
@@ -215,179 +212,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 print!("{}", status::render(&report));
             }
             Ok(())
-        }
-    }
-}
-
-fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Result<()> {
-    // Block the stop signals before loading so one arriving mid-attach is handled by the
-    // orderly path below instead of killing us half-way (the kernel would still clean up).
-    let mut signals = SigSet::empty();
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        signals.add(s);
-    }
-    signals.thread_block().context("blocking SIGINT/SIGTERM")?;
-
-    refuse_near_a_node_datapath(&options.cgroup)?;
-    let mut datapath = Datapath::attach(&options)?;
-    let instance = state::InstanceState {
-        pid: std::process::id(),
-        options: datapath.options().clone(),
-        attachments: datapath.attachments().to_vec(),
-        maps: datapath.map_ids(),
-    };
-    let state_file = state::StateFile::create(&state::state_dir(), &instance)?;
-    for a in datapath.attachments() {
-        tracing::info!(program = %a.program, hook = %a.attach_type, target = %a.target.display(), id = a.program_id, "attached");
-    }
-    let mut stdout = std::io::stdout().lock();
-    writeln!(
-        stdout,
-        "ready pid={} state={}",
-        instance.pid,
-        state_file.path().display()
-    )?;
-    stdout.flush()?;
-    drop(stdout);
-
-    let publish = |ids: &state::InstanceState| -> anyhow::Result<()> {
-        let Some(path) = metrics_file else {
-            return Ok(());
-        };
-        let id = |name| ids.map_id(name).context("map id");
-        let counters = counters::read_counters_by_id(id(map_names::COUNTERS)?)?;
-        let tracked = counters::tracked_len_by_id(id(map_names::TRACKED)?)?;
-        let pending = counters::pending_len_by_id(id(map_names::PENDING)?)?;
-        let text = metrics::render(&metrics::Exposition {
-            counters: counters.iter().map(|c| (c.name, c.value)).collect(),
-            per_netns: Vec::new(),
-            maps: vec![(map_names::TRACKED, tracked), (map_names::PENDING, pending)],
-        });
-        metrics::write_atomically(path, &text)?;
-        Ok(())
-    };
-    publish(&instance)?;
-    let tick = metrics_file.is_some() || !datapath.enrolled().is_empty();
-    let signal = wait_for_stop(&mut datapath, signals, tick, |dp| {
-        if let Err(e) = dp.refresh_addresses() {
-            tracing::warn!(error = %e, "refreshing enrolled namespaces' addresses failed");
-        }
-        if let Err(e) = publish(&instance) {
-            tracing::warn!(error = %e, "writing the metrics file failed");
-        }
-    })?;
-    tracing::info!(signal = %signal, "stopping: detaching capture first, then tracking");
-    datapath.detach();
-    drop(datapath);
-    drop(state_file);
-    if let Some(path) = metrics_file {
-        let _ = std::fs::remove_file(path);
-    }
-    tracing::info!("detached; nothing of this instance stays attached");
-    Ok(())
-}
-
-/// `attach` at, above or below the cgroup a pinned node datapath captures would capture the
-/// same processes twice: refused, naming that datapath and its owner.
-fn refuse_near_a_node_datapath(cgroup: &Path) -> anyhow::Result<()> {
-    use redirect_datapath::node::layout::{self, Owner};
-    let Ok(cgroup) = redirect_datapath::cgroup::validate(cgroup) else {
-        return Ok(()); // Datapath::attach names the bad --cgroup
-    };
-    let mut roots = vec![PathBuf::from("/sys/fs/bpf")];
-    roots.extend(
-        redirect_daemon::default_bpffs()
-            .parent()
-            .map(Path::to_path_buf),
-    );
-    roots.dedup();
-    for root in roots {
-        if let Some((dir, record, at)) = layout::attached_near(&root, &cgroup) {
-            let owner = match record.owner {
-                Owner::Daemon { pid, .. } if record.owner.is_live_daemon() => {
-                    format!("the redirect daemon, pid {pid}")
-                }
-                Owner::Daemon { pid, .. } => format!("the redirect daemon pid {pid} (down)"),
-                Owner::Cli => "the CLI".to_owned(),
-            };
-            bail!(
-                "--cgroup {}: the node datapath pinned at {} (owner: {owner}) already captures at {}, which is this cgroup, above or below it; a second datapath would capture the same processes twice. Enroll the namespace with it instead (`redirect enroll`, `redirect istio-iptables`), or remove it first (`redirect uninstall --bpffs {}`)",
-                cgroup.display(),
-                dir.display(),
-                at.display(),
-                dir.display()
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Adds the CIDRs listed in `file` (one per line, `#` comments) to `cidrs`.
-fn with_cidr_file(
-    mut cidrs: Vec<ipnet::Ipv4Net>,
-    file: Option<&Path>,
-) -> anyhow::Result<Vec<ipnet::Ipv4Net>> {
-    let Some(file) = file else { return Ok(cidrs) };
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    for (no, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or_default().trim();
-        if !line.is_empty() {
-            let net = cli::parse_cidr(line)
-                .map_err(|e| anyhow::anyhow!("{}:{}: {e}", file.display(), no + 1))?;
-            cidrs.push(net);
-        }
-    }
-    Ok(cidrs)
-}
-
-/// Forwards BPF log records until one of `signals` arrives; returns it.
-/// With `tick`, `on_tick` runs about once a second.
-fn wait_for_stop(
-    datapath: &mut Datapath,
-    signals: SigSet,
-    tick: bool,
-    mut on_tick: impl FnMut(&mut Datapath),
-) -> anyhow::Result<Signal> {
-    use std::os::fd::AsFd as _;
-
-    use nix::{
-        poll::{poll, PollFd, PollFlags, PollTimeout},
-        sys::signalfd::{SfdFlags, SignalFd},
-    };
-    let sfd = SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC).context("signalfd")?;
-    let readable = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
-    loop {
-        let (signal_ready, log_ready) = {
-            let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-            if let Some(fd) = datapath.log_fd() {
-                fds.push(PollFd::new(fd, PollFlags::POLLIN));
-            }
-            let timeout = if tick {
-                PollTimeout::from(1000u16)
-            } else {
-                PollTimeout::NONE
-            };
-            match poll(&mut fds, timeout) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err(e).context("poll"),
-            }
-            (readable(&fds[0]), fds.get(1).is_some_and(readable))
-        };
-        if log_ready {
-            datapath.flush_logs();
-        }
-        if tick {
-            on_tick(datapath);
-        }
-        if signal_ready {
-            if let Some(info) = sfd.read_signal().context("reading signalfd")? {
-                let signal = i32::try_from(info.ssi_signo)
-                    .ok()
-                    .and_then(|n| Signal::try_from(n).ok())
-                    .unwrap_or(Signal::SIGTERM);
-                return Ok(signal);
-            }
         }
     }
 }

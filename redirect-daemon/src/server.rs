@@ -3,7 +3,7 @@
 use std::{
     collections::BTreeMap,
     fs::File,
-    io::{BufRead as _, BufReader, Read as _, Seek as _, Write as _},
+    io::{BufRead as _, BufReader, Write as _},
     os::unix::{
         fs::PermissionsExt as _,
         net::{UnixListener, UnixStream},
@@ -13,15 +13,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::proto::{Enrollment, Request, Response};
+pub use crate::files::{enrolled_names, enrollments, running, socket};
+use crate::{
+    files::{
+        bind, enrollment_dir, read_enrollments, remove_enrollment, single_instance, socket_path,
+        take_ownership, write_enrollment,
+    },
+    proto::{Enrollment, Request, Response},
+};
 use redirect_datapath::{
     error::{Error, Result},
     netns,
-    node::{
-        self,
-        layout::{self, Owner},
-        NodeAttach, NodeDatapath,
-    },
+    node::{self, NodeAttach, NodeDatapath},
 };
 
 /// How the daemon was started.
@@ -44,123 +47,6 @@ pub struct Daemon {
     listener: UnixListener,
     _lock: nix::fcntl::Flock<File>,
     uninstalled: bool,
-}
-
-fn socket_path(dir: &Path) -> PathBuf {
-    dir.join("daemon.sock")
-}
-
-fn enrollment_dir(dir: &Path) -> PathBuf {
-    dir.join("enrollments")
-}
-
-/// The socket of the daemon whose directory is `dir`.
-pub fn socket(dir: &Path) -> PathBuf {
-    socket_path(dir)
-}
-
-/// True while a daemon holds the single-instance lock of daemon directory `dir`.
-pub fn running(dir: &Path) -> bool {
-    let Ok(file) = File::open(dir.join("daemon.lock")) else {
-        return false;
-    };
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock).is_err()
-}
-
-/// The pin directory is the unit of ownership: a live daemon recorded there (another daemon
-/// directory, another mount namespace) refuses this one; otherwise this daemon records itself.
-fn take_ownership(dp: &NodeDatapath, dir: &Path) -> Result<()> {
-    let mut record = dp.layout()?;
-    if let Owner::Daemon { pid, .. } = record.owner {
-        if pid != std::process::id() && record.owner.is_live_daemon() {
-            return Err(Error::OwnedByDaemon {
-                dir: dp.dir().to_path_buf(),
-                pid,
-            });
-        }
-    }
-    record.owner = Owner::this_daemon()?;
-    record.daemon_dir = Some(dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()));
-    layout::write(dp.dir(), &record)
-}
-
-fn single_instance(dir: &Path) -> Result<nix::fcntl::Flock<File>> {
-    let path = dir.join("daemon.lock");
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| Error::io("opening", &path, e))?;
-    let mut locked =
-        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-            Ok(l) => l,
-            Err((mut file, _)) => {
-                let mut pid = String::new();
-                let _ = file.read_to_string(&mut pid);
-                return Err(Error::AlreadyRunning {
-                    pid: pid.trim().to_owned(),
-                    lock: path,
-                });
-            }
-        };
-    locked
-        .set_len(0)
-        .map_err(|e| Error::io("writing", &path, e))?;
-    locked
-        .rewind()
-        .map_err(|e| Error::io("writing", &path, e))?;
-    write!(locked, "{}", std::process::id()).map_err(|e| Error::io("writing", &path, e))?;
-    Ok(locked)
-}
-
-fn write_enrollment(dir: &Path, e: &Enrollment) -> Result<()> {
-    let dir = enrollment_dir(dir);
-    std::fs::create_dir_all(&dir).map_err(|err| Error::io("creating", &dir, err))?;
-    let path = dir.join(format!("{}.json", e.cookie));
-    let tmp = dir.join(format!(".{}.json.tmp", e.cookie));
-    let text = serde_json::to_vec_pretty(e).map_err(|err| Error::State {
-        path: path.clone(),
-        source: err,
-    })?;
-    std::fs::write(&tmp, text).map_err(|err| Error::io("writing", &tmp, err))?;
-    std::fs::rename(&tmp, &path).map_err(|err| Error::io("renaming", &path, err))
-}
-
-fn remove_enrollment(dir: &Path, cookie: u64) {
-    let _ = std::fs::remove_file(enrollment_dir(dir).join(format!("{cookie}.json")));
-}
-
-/// Netns cookie -> namespace path of the enrollments recorded in `dir`.
-pub fn enrolled_names(dir: &Path) -> BTreeMap<u64, String> {
-    read_enrollments(dir)
-        .into_iter()
-        .map(|e| (e.cookie, e.netns.display().to_string()))
-        .collect()
-}
-
-/// The enrollments recorded in daemon directory `dir`.
-pub fn enrollments(dir: &Path) -> Vec<Enrollment> {
-    read_enrollments(dir)
-}
-
-fn read_enrollments(dir: &Path) -> Vec<Enrollment> {
-    let Ok(entries) = std::fs::read_dir(enrollment_dir(dir)) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|x| x != "json") {
-            continue;
-        }
-        match std::fs::read(&path).map(|b| serde_json::from_slice::<Enrollment>(&b)) {
-            Ok(Ok(e)) => out.push(e),
-            _ => tracing::warn!(file = %path.display(), "unreadable enrollment file skipped"),
-        }
-    }
-    out
 }
 
 impl Daemon {
@@ -411,14 +297,4 @@ impl Daemon {
             let _ = (&stream).write_all(text.as_bytes());
         }
     }
-}
-
-fn bind(dir: &Path) -> Result<UnixListener> {
-    let path = socket_path(dir);
-    let _ = std::fs::remove_file(&path);
-    let listener = UnixListener::bind(&path).map_err(|e| Error::io("binding", &path, e))?;
-    // Root only: enrolling changes what every process of a pod may reach.
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| Error::io("restricting", &path, e))?;
-    Ok(listener)
 }
