@@ -5,11 +5,13 @@ mod counter;
 pub mod inbound;
 pub mod outbound;
 pub mod tracking;
+pub mod types;
 
 pub use counter::Counter;
 pub use inbound::{
     InboundPolicy, INBOUND_ALL_PORTS, INBOUND_NO_LISTENER_PASSTHROUGH, PORT_EXCLUDED, PORT_INCLUDED,
 };
+pub use types::{NetnsCookie, PortBe};
 #[cfg(test)]
 mod inbound_tests;
 #[cfg(test)]
@@ -90,7 +92,7 @@ pub const MAX_NAMESPACES: u32 = 4096;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PortKey {
     /// Network namespace cookie.
-    pub netns: u64,
+    pub netns: NetnsCookie,
     /// Destination port, host order.
     pub port: u16,
     /// Explicit padding; always zero.
@@ -102,7 +104,7 @@ pub struct PortKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct NsCounterKey {
     /// Network namespace cookie.
-    pub netns: u64,
+    pub netns: NetnsCookie,
     /// [`Counter`] slot.
     pub slot: u32,
     /// Explicit padding; always zero.
@@ -114,7 +116,7 @@ pub struct NsCounterKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceEvent {
     /// Network namespace cookie.
-    pub netns: u64,
+    pub netns: NetnsCookie,
     /// Original destination, network order (IPv4 in word 0).
     pub dst: [u32; 4],
     /// Thread group id of the caller.
@@ -144,7 +146,7 @@ pub struct TraceEvent {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct IfKey {
     /// Network namespace cookie.
-    pub netns: u64,
+    pub netns: NetnsCookie,
     /// Interface index inside that namespace.
     pub ifindex: u32,
     /// Explicit padding; always zero.
@@ -173,7 +175,7 @@ pub struct AddrKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ListenerKey {
     /// Network namespace cookie.
-    pub netns: u64,
+    pub netns: NetnsCookie,
     /// The listener's family ([`AF_INET6`] listeners also take IPv4 unless v6-only).
     pub family: u32,
     /// Explicit padding; always zero.
@@ -223,7 +225,7 @@ pub struct OrigDst {
     /// Address in network byte order; IPv4 uses `addr[0]` and leaves the rest zero.
     pub addr: [u32; 4],
     /// Port in network byte order.
-    pub port: u16,
+    pub port: PortBe,
     /// [`AF_INET`] or [`AF_INET6`].
     pub family: u16,
     /// Explicit padding; always zero.
@@ -238,7 +240,7 @@ pub struct OrigDst {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ConnKey {
     /// Network namespace cookie: the same 4-tuple can exist in many namespaces.
-    pub netns: u64,
+    pub netns: NetnsCookie,
     /// Client address, network byte order (IPv4 in word 0).
     pub client_addr: [u32; 4],
     /// Server address, network byte order (IPv4 in word 0).
@@ -281,7 +283,7 @@ const _: () = assert!(core::mem::size_of::<TraceEvent>() == 64);
 #[inline(always)]
 pub fn normalise_addr(family: u16, addr: [u32; 4]) -> (u16, [u32; 4]) {
     // Word 2 of ::ffff:0:0 is 0x0000ffff in network order, i.e. 0xffff0000 read little-endian.
-    if family == AF_INET6 && addr[0] == 0 && addr[1] == 0 && addr[2] == u32::from_be(0x0000_ffff) {
+    if family == AF_INET6 && addr[0] == 0 && addr[1] == 0 && addr[2] == types::V4_MAPPED_WORD {
         (AF_INET, [addr[3], 0, 0, 0])
     } else {
         (family, addr)

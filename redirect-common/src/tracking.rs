@@ -61,7 +61,7 @@ mod tests {
         Tracked {
             dst: OrigDst {
                 addr: [1, 0, 0, 0],
-                port: 80u16.to_be(),
+                port: crate::PortBe::from_host(80),
                 family: crate::AF_INET,
                 _pad: 0,
             },

@@ -30,14 +30,8 @@ pub struct Enrolled {
 
 /// `POD_ADDRS` key of an address.
 pub fn addr_key(ip: IpAddr) -> AddrKey {
-    let (addr, family) = match ip {
-        IpAddr::V4(v4) => ([u32::from_ne_bytes(v4.octets()), 0, 0, 0], AF_INET),
-        IpAddr::V6(v6) => {
-            let o = v6.octets();
-            let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
-            ([word(0), word(4), word(8), word(12)], AF_INET6)
-        }
-    };
+    let family = if ip.is_ipv4() { AF_INET } else { AF_INET6 };
+    let addr = redirect_common::types::addr_words(ip);
     AddrKey {
         addr,
         family,
@@ -103,7 +97,7 @@ pub fn write_inbound(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64) 
             ports
                 .insert(
                     PortKey {
-                        netns: cookie,
+                        netns: cookie.into(),
                         port,
                         _pad: [0; 6],
                     },
@@ -210,7 +204,7 @@ pub fn adopt_listeners(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64
         let family = u32::from(if l.ipv6 { AF_INET6 } else { AF_INET });
         hash.insert(
             ListenerKey {
-                netns: cookie,
+                netns: cookie.into(),
                 family,
                 _pad: 0,
             },

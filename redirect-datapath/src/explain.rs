@@ -6,13 +6,13 @@ use aya::maps::lpm_trie::Key;
 use redirect_common::{
     map_names,
     outbound::{decide, when_proxy_down, CidrKey, Conn, Lookups, OutboundPolicy, Verdict},
-    AddrKey, Counter, PortKey, AF_INET, AF_INET6,
+    types::family_words,
+    AddrKey, Counter, PortKey,
 };
 use serde::Serialize;
 
 use crate::{
     error::Result,
-    outbound::words,
     store::{hash, lpm, MapStore},
 };
 
@@ -97,14 +97,7 @@ pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<E
         src,
         caller_cgroup,
     } = q.clone();
-    let (family, ip) = match dst.ip() {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => (AF_INET, IpAddr::V4(v4)),
-            None => (AF_INET6, dst.ip()),
-        },
-        ip => (AF_INET, ip),
-    };
-    let addr = words(ip);
+    let (family, addr) = family_words(dst.ip());
     let (policy, key) = {
         let policies = hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?;
         match policies.get(&cookie, 0) {
@@ -132,7 +125,7 @@ pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<E
     let ports = hash::<PortKey, u8>(store, map_names::OUT_PORTS)?
         .get(
             &PortKey {
-                netns: key,
+                netns: key.into(),
                 port: dst.port(),
                 _pad: [0; 6],
             },

@@ -1,17 +1,18 @@
 //! `redirect explain --inbound`: what sk_lookup would do with one connection arriving at a
 //! namespace, and why, from the same `inbound::decide` the BPF program runs, fed from the
 //! pinned maps.
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use redirect_common::{
     inbound::{decide, without_listener, InboundConn, Lookups, NoListener, Verdict},
-    map_names, AddrKey, Counter, IfKey, InboundPolicy, PortKey, AF_INET, AF_INET6,
+    map_names,
+    types::family_words,
+    AddrKey, Counter, IfKey, InboundPolicy, PortKey,
 };
 
 use crate::{
     error::Result,
     explain::Explained,
-    outbound::words,
     store::{hash, MapStore},
 };
 
@@ -42,16 +43,6 @@ impl Lookups for Snapshot {
     }
     fn port_rule(&self, _: &InboundConn) -> u8 {
         self.rule
-    }
-}
-
-fn family_words(ip: IpAddr) -> (u16, [u32; 4]) {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => (AF_INET, words(IpAddr::V4(v4))),
-            None => (AF_INET6, words(ip)),
-        },
-        IpAddr::V4(_) => (AF_INET, words(ip)),
     }
 }
 
@@ -102,7 +93,7 @@ pub fn explain_inbound(
         && hash::<IfKey, u8>(store, map_names::IFACES)?
             .get(
                 &IfKey {
-                    netns: cookie,
+                    netns: cookie.into(),
                     ifindex: q.ifindex,
                     _pad: 0,
                 },
@@ -112,7 +103,7 @@ pub fn explain_inbound(
     let rule = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?
         .get(
             &PortKey {
-                netns: cookie,
+                netns: cookie.into(),
                 port: q.dst.port(),
                 _pad: [0; 6],
             },

@@ -23,7 +23,7 @@ pub fn ns_counters(store: &mut dyn MapStore) -> Result<BTreeMap<u64, NsCounters>
     for entry in map.iter().filter_map(|e| e.ok()) {
         let (key, values) = entry;
         let sum: u64 = values.iter().sum();
-        *out.entry(key.netns)
+        *out.entry(key.netns.get())
             .or_default()
             .entry(key.slot)
             .or_default() += sum;
@@ -77,7 +77,7 @@ fn decode(bytes: &[u8]) -> Option<Decision> {
     let counter = *Counter::ALL.get(usize::from(e.counter))?;
     let end = e.comm.iter().position(|b| *b == 0).unwrap_or(e.comm.len());
     Some(Decision {
-        netns: e.netns,
+        netns: e.netns.get(),
         pid: e.pid,
         comm: String::from_utf8_lossy(&e.comm[..end]).into_owned(),
         uid: e.uid,

@@ -1,6 +1,6 @@
 //! Outbound policy in kernel form: compiles a [`Policy`] into the `OutboundPolicy` value, CIDR
 //! trie entries and port rules of one namespace, and writes or removes them.
-use std::{collections::HashSet, net::IpAddr};
+use std::collections::HashSet;
 
 use aya::maps::lpm_trie::Key;
 use ipnet::IpNet;
@@ -40,30 +40,7 @@ pub struct Compiled {
     pub routes: Vec<(IpNet, bool)>,
 }
 
-/// Network-order words of an address (IPv4 in word 0).
-pub fn words(ip: IpAddr) -> [u32; 4] {
-    match ip {
-        IpAddr::V4(v4) => [u32::from_ne_bytes(v4.octets()), 0, 0, 0],
-        IpAddr::V6(v6) => {
-            let o = v6.octets();
-            let w = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
-            [w(0), w(4), w(8), w(12)]
-        }
-    }
-}
-
-/// The address of network-order words (IPv4 in word 0 for [`AF_INET`]).
-pub fn ip_of(family: u16, w: [u32; 4]) -> IpAddr {
-    if family == AF_INET {
-        IpAddr::from(w[0].to_ne_bytes())
-    } else {
-        let mut o = [0u8; 16];
-        for (i, word) in w.iter().enumerate() {
-            o[i * 4..i * 4 + 4].copy_from_slice(&word.to_ne_bytes());
-        }
-        IpAddr::from(o)
-    }
-}
+pub use redirect_common::types::{addr_of as ip_of, addr_words as words};
 
 fn fill<T: Copy>(what: &'static str, dst: &mut [T], src: &[T]) -> Result<u8> {
     if src.len() > dst.len() {
@@ -294,7 +271,7 @@ pub fn remove(store: &mut dyn MapStore, netns: u64) -> Result<()> {
 
 fn port_key(netns: u64, port: u16) -> PortKey {
     PortKey {
-        netns,
+        netns: netns.into(),
         port,
         _pad: [0; 6],
     }

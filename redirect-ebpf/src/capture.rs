@@ -18,7 +18,8 @@ use redirect_common::{
         decide, proxy_id_elsewhere, when_proxy_down, CidrKey, Conn, Lookups, OutboundPolicy,
         Verdict, OUT_PROXY_CGROUP,
     },
-    AddrKey, Counter, OrigDst, PortKey, TraceEvent, AF_INET,
+    types::PASSTHROUGH_V4,
+    AddrKey, Counter, NetnsCookie, OrigDst, PortBe, PortKey, TraceEvent, AF_INET,
 };
 
 use crate::maps::{
@@ -26,9 +27,6 @@ use crate::maps::{
     PENDING, POD_ADDRS, TRACE,
 };
 use crate::readiness::proxy_listens;
-
-/// 127.0.0.6 as a network-order word.
-const PASSTHROUGH_V4: u32 = u32::from_ne_bytes([127, 0, 0, 6]);
 
 /// The namespace's policy and the key its entries are stored under (the netns cookie, or 0
 /// for the default policy of `redirect attach`).
@@ -91,7 +89,7 @@ impl Lookups for Maps {
     #[inline(always)]
     fn port_rule(&self, conn: &Conn) -> u8 {
         let key = PortKey {
-            netns: self.key,
+            netns: NetnsCookie(self.key),
             port: conn.dport,
             _pad: [0; 6],
         };
@@ -157,7 +155,7 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
             let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
             let orig = OrigDst {
                 addr: dst.addr,
-                port: dst.port,
+                port: PortBe::from_raw(dst.port),
                 family: dst.family,
                 _pad: 0,
             };
@@ -188,7 +186,7 @@ fn trace(netns: u64, conn: &Conn, counter: Counter, port: Option<u16>) {
         return;
     };
     let event = TraceEvent {
-        netns,
+        netns: NetnsCookie(netns),
         dst: conn.dst,
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
         uid: conn.uid,

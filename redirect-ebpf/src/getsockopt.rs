@@ -9,7 +9,10 @@ use aya_ebpf::{
     programs::SockoptContext,
     EbpfContext,
 };
-use redirect_common::{normalise_addr, ConnKey, Counter, OrigDst, AF_INET, AF_INET6};
+use redirect_common::{
+    normalise_addr, types::V4_MAPPED_WORD, ConnKey, Counter, NetnsCookie, OrigDst, AF_INET,
+    AF_INET6,
+};
 
 use crate::maps::{count, INBOUND, TRACKED};
 
@@ -65,7 +68,7 @@ fn key_of(ctx: &SockoptContext, sk: *mut bpf_sock) -> Option<ConnKey> {
     };
     Some(ConnKey {
         // SAFETY: bpf_get_netns_cookie accepts a sockopt context.
-        netns: unsafe { bpf_get_netns_cookie(ctx.as_ptr()) },
+        netns: NetnsCookie(unsafe { bpf_get_netns_cookie(ctx.as_ptr()) }),
         client_addr: peer,
         server_addr: local,
         client_port: u16::from_be(dst_port),
@@ -147,7 +150,7 @@ fn answer_v4(so: *mut bpf_sockopt, dst: &OrigDst) -> bool {
     }
     let answer = SockaddrIn {
         family: AF_INET,
-        port: dst.port,
+        port: dst.port.raw(),
         addr: dst.addr[0],
         zero: [0; 8],
     };
@@ -165,13 +168,13 @@ fn answer_v6(so: *mut bpf_sockopt, dst: &OrigDst) -> bool {
         return false;
     }
     let addr = if dst.family == AF_INET {
-        [0, 0, u32::from_be(0x0000_ffff), dst.addr[0]]
+        [0, 0, V4_MAPPED_WORD, dst.addr[0]]
     } else {
         dst.addr
     };
     let answer = SockaddrIn6 {
         family: AF_INET6,
-        port: dst.port,
+        port: dst.port.raw(),
         flowinfo: 0,
         addr,
         scope_id: 0,

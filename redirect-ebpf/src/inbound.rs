@@ -2,7 +2,7 @@
 //! counterpart of `capture.rs`).
 use redirect_common::{
     inbound::{InboundConn, InboundPolicy, Lookups},
-    AddrKey, IfKey, PortKey,
+    AddrKey, IfKey, NetnsCookie, PortKey,
 };
 
 use crate::maps::{IFACES, INBOUND_PORTS, NETNS_INBOUND, POD_ADDRS};
@@ -38,7 +38,7 @@ impl Lookups for Maps {
     #[inline(always)]
     fn exempt_interface(&self, conn: &InboundConn) -> bool {
         let key = IfKey {
-            netns: conn.netns,
+            netns: NetnsCookie(conn.netns),
             ifindex: conn.ifindex,
             _pad: 0,
         };
@@ -49,7 +49,7 @@ impl Lookups for Maps {
     #[inline(always)]
     fn port_rule(&self, conn: &InboundConn) -> u8 {
         let key = PortKey {
-            netns: conn.netns,
+            netns: NetnsCookie(conn.netns),
             port: conn.local_port,
             _pad: [0; 6],
         };

@@ -5,9 +5,9 @@ use aya_ebpf::{
 };
 use redirect_common::{
     outbound::{CidrKey, OutboundPolicy},
-    AddrKey, ConnKey, Counter, IfKey, InboundPolicy, ListenerKey, NsCounterKey, OrigDst, PortKey,
-    Tracked, CIDR_MAX_ENTRIES, INBOUND_MAX_ENTRIES, MAX_NAMESPACES, PENDING_MAX_ENTRIES,
-    TRACKED_MAX_ENTRIES,
+    AddrKey, ConnKey, Counter, IfKey, InboundPolicy, ListenerKey, NetnsCookie, NsCounterKey,
+    OrigDst, PortKey, Tracked, CIDR_MAX_ENTRIES, INBOUND_MAX_ENTRIES, MAX_NAMESPACES,
+    PENDING_MAX_ENTRIES, TRACKED_MAX_ENTRIES,
 };
 
 /// Netns cookie -> outbound policy of that namespace (0: the default for the others).
@@ -105,7 +105,7 @@ pub static TRACE_ON: Array<u32> = Array::with_max_entries(1, 0);
 #[inline(always)]
 pub fn count_ns(netns: u64, counter: Counter) {
     let key = NsCounterKey {
-        netns,
+        netns: NetnsCookie(netns),
         slot: counter as u32,
         _pad: 0,
     };

@@ -53,7 +53,7 @@ fn restore4(ctx: &SockAddrContext, which: Ports) {
     }
     if let Some(orig) = original(ctx, u16::from_be(port), which) {
         if orig.family == AF_INET {
-            set_user4(ctx, orig.addr[0], orig.port);
+            set_user4(ctx, orig.addr[0], orig.port.raw());
             count(Counter::PeerRestored);
         }
     }
@@ -78,7 +78,7 @@ fn restore6(ctx: &SockAddrContext, which: Ports) {
     } else {
         orig.addr
     };
-    set_user6(ctx, addr, orig.port);
+    set_user6(ctx, addr, orig.port.raw());
     count(Counter::PeerRestored);
 }
 

@@ -8,15 +8,14 @@ use aya_ebpf::{
 };
 use redirect_common::{
     inbound::{decide, without_listener, InboundConn, NoListener, Verdict},
-    ConnKey, Counter, ListenerKey, OrigDst, Tracked, AF_INET, AF_INET6,
+    types::IPPROTO_TCP,
+    ConnKey, Counter, ListenerKey, NetnsCookie, OrigDst, PortBe, Tracked, AF_INET, AF_INET6,
 };
 
 use crate::{
     inbound::{netns_of, policy_of, Maps},
     maps::{count, count_ns, INBOUND, LISTENERS},
 };
-
-const IPPROTO_TCP: u32 = 6;
 
 #[sk_lookup]
 pub fn redirect_sk_lookup(ctx: SkLookupContext) -> u32 {
@@ -103,7 +102,7 @@ fn try_sk_lookup(ctx: &SkLookupContext) -> u32 {
     }
 
     let mut key = ListenerKey {
-        netns,
+        netns: NetnsCookie(netns),
         family: u32::from(family),
         _pad: 0,
     };
@@ -138,7 +137,7 @@ fn counted(netns: u64, counter: Counter) {
 #[inline(always)]
 fn record(conn: &InboundConn) {
     let key = ConnKey {
-        netns: conn.netns,
+        netns: NetnsCookie(conn.netns),
         client_addr: conn.remote,
         server_addr: conn.local,
         client_port: conn.remote_port,
@@ -149,7 +148,7 @@ fn record(conn: &InboundConn) {
     let entry = Tracked {
         dst: OrigDst {
             addr: conn.local,
-            port: conn.local_port.to_be(),
+            port: PortBe::from_host(conn.local_port),
             family: conn.family,
             _pad: 0,
         },

@@ -18,7 +18,7 @@ use aya_ebpf::{
 use redirect_common::{
     normalise_addr,
     tracking::{self, FoundAs, OnClose},
-    ConnKey, Counter, ListenerKey, Tracked, AF_INET, AF_INET6,
+    ConnKey, Counter, ListenerKey, NetnsCookie, Tracked, AF_INET, AF_INET6,
 };
 
 use crate::{
@@ -98,7 +98,7 @@ fn addrs(ctx: &SockOpsContext) -> (u16, [u32; 4], [u32; 4]) {
 fn key_as_client(ctx: &SockOpsContext) -> ConnKey {
     let (family, local, remote) = addrs(ctx);
     ConnKey {
-        netns: netns(ctx),
+        netns: NetnsCookie(netns(ctx)),
         client_addr: local,
         server_addr: remote,
         client_port: ctx.local_port() as u16,
@@ -113,7 +113,7 @@ fn key_as_client(ctx: &SockOpsContext) -> ConnKey {
 fn key_as_proxy(ctx: &SockOpsContext) -> ConnKey {
     let (family, local, remote) = addrs(ctx);
     ConnKey {
-        netns: netns(ctx),
+        netns: NetnsCookie(netns(ctx)),
         client_addr: remote,
         server_addr: local,
         client_port: remote_port(ctx),
@@ -161,7 +161,7 @@ fn on_listen(ctx: &SockOpsContext) {
         return;
     }
     let key = ListenerKey {
-        netns: ns,
+        netns: NetnsCookie(ns),
         family: ctx.family(),
         _pad: 0,
     };

@@ -6,7 +6,7 @@ use aya_ebpf::{bindings::bpf_sock_addr, programs::SockAddrContext};
 use crate::capture::{is_passthrough_v4, Dest, FAMILY_V4};
 use redirect_common::AF_INET6;
 
-pub const IPPROTO_TCP: u32 = 6;
+pub use redirect_common::types::IPPROTO_TCP;
 /// 127.0.0.1 as a network-order word.
 pub const LOCALHOST_NET: u32 = u32::from_ne_bytes([127, 0, 0, 1]);
 /// Word 2 of a v4-mapped address (`::ffff:0:0/96`) in network order.

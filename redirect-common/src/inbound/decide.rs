@@ -1,14 +1,10 @@
 //! istio-iptables' nat `PREROUTING` / `ISTIO_INBOUND` chain as one function, rule by rule, plus
 //! the two rules the kernel side needs on top of it (the pod's own connections, no listener).
 use super::*;
-use crate::AF_INET;
-
-/// 127.0.0.6 in network order (Istio's inbound passthrough source).
-const PASSTHROUGH_V4: u32 = u32::from_ne_bytes([127, 0, 0, 6]);
-/// ::6 in network order.
-const PASSTHROUGH_V6: [u32; 4] = [0, 0, 0, u32::from_ne_bytes([0, 0, 0, 6])];
-/// ::1 in network order.
-const LOOPBACK_V6: [u32; 4] = [0, 0, 0, u32::from_ne_bytes([0, 0, 0, 1])];
+use crate::{
+    types::{LOOPBACK_V6, PASSTHROUGH_V4, PASSTHROUGH_V6},
+    AF_INET,
+};
 
 #[inline(always)]
 fn is_passthrough(family: u16, addr: &[u32; 4]) -> bool {

@@ -65,7 +65,7 @@ pub(super) fn write_ifaces(
         };
         map.insert(
             redirect_common::IfKey {
-                netns: cookie,
+                netns: cookie.into(),
                 ifindex,
                 _pad: 0,
             },
