@@ -143,6 +143,10 @@ pub enum Command {
         /// Cgroup to attach at when the datapath is created [default: the cgroup v2 root].
         #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
         cgroup: Option<PathBuf>,
+        /// Cgroup under which the proxies' listeners live (getsockopt and sock_ops attach
+        /// there) [default: the cgroup v2 root, so a proxy in any cgroup works].
+        #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
+        proxy_cgroup: Option<PathBuf>,
         /// Serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9967.
         #[arg(long, value_name = "ADDR")]
         metrics: Option<std::net::SocketAddr>,

@@ -111,8 +111,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Daemon {
             bpffs,
             cgroup,
+            proxy_cgroup,
             metrics,
-        } => node_cmds::daemon(bpffs, cgroup, metrics),
+        } => node_cmds::daemon(bpffs, cgroup, proxy_cgroup, metrics),
         Command::Enroll {
             netns,
             istio_args,

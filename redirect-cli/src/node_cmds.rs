@@ -34,6 +34,7 @@ fn socket() -> PathBuf {
 pub fn daemon(
     bpffs: Option<PathBuf>,
     cgroup: Option<PathBuf>,
+    proxy_cgroup: Option<PathBuf>,
     metrics: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     let mut signals = SigSet::empty();
@@ -47,7 +48,11 @@ pub fn daemon(
         dir: daemon::daemon_dir(),
         attach: NodeAttach {
             cgroup,
-            proxy_cgroup: None,
+            // Never silently the capture cgroup: a proxy in a sibling cgroup must work too.
+            proxy_cgroup: Some(match proxy_cgroup {
+                Some(p) => p,
+                None => redirect_datapath::cgroup::cgroup2_root()?,
+            }),
         },
     })?;
     let stop = Arc::new(AtomicBool::new(false));

@@ -70,10 +70,15 @@ impl Node {
         self.daemon_with(&[]).0
     }
 
-    /// Same, with extra daemon arguments; also returns its `ready ...` line.
+    /// Same, with extra daemon arguments; also returns its `ready ...` line. The node's cgroup
+    /// holds applications and proxies alike: capture and the proxy hooks attach there.
     pub fn daemon_with(&self, extra: &[&str]) -> (Child, String) {
         let mut cmd = self.cmd(&["daemon"]);
-        cmd.arg("--cgroup").arg(self.cgroup.path()).args(extra);
+        cmd.arg("--cgroup")
+            .arg(self.cgroup.path())
+            .arg("--proxy-cgroup")
+            .arg(self.cgroup.path())
+            .args(extra);
         let mut child = Child::spawn("redirect daemon", cmd).expect("start redirect daemon");
         let ready = child
             .wait_line("its ready line", Duration::from_secs(10), |l| {

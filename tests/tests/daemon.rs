@@ -252,3 +252,42 @@ fn sigkill_leaves_no_gap_restart_adopts_uninstall_leaves_nothing() {
         "at=world/192.0.2.10:80 orig=192.0.2.10:80"
     );
 }
+
+#[test]
+fn a_proxy_in_a_sibling_cgroup_works_by_default() {
+    if !privileged_or_skip("a_proxy_in_a_sibling_cgroup_works") {
+        return;
+    }
+    let node = Node::new();
+    let app_cg = node.cgroup.child("app").expect("app cgroup");
+    let proxy_cg = node.cgroup.child("proxy").expect("proxy cgroup");
+    // Capture attaches at the app's cgroup only; the proxy lives beside it, not below.
+    let mut cmd = node.cmd(&["daemon", "--cgroup"]);
+    cmd.arg(app_cg.path());
+    let mut daemon = Child::spawn("redirect daemon", cmd).expect("start the daemon");
+    daemon
+        .wait_line("daemon ready", Duration::from_secs(10), |l| {
+            l.starts_with("ready ")
+        })
+        .expect("daemon ready");
+    let w = World::new("rds", false);
+    let netns = w.pod.path().display().to_string();
+    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
+    let _listeners = sidecar_listeners(&w, proxy_cg.path());
+    assert_eq!(
+        reach(&w, app_cg.path(), (1000, 1000), "192.0.2.10:80"),
+        CAPTURED,
+        "captured with its original destination"
+    );
+    let status = node.ok(&["status"]);
+    assert!(
+        status.contains(&format!(
+            "attached at cgroup {}, proxy cgroup {}",
+            app_cg.path().display(),
+            redirect_testkit::cgroup2_root().expect("cgroup2").display()
+        )),
+        "{status}"
+    );
+    node.ok(&["uninstall"]);
+    drop(daemon);
+}
