@@ -207,10 +207,17 @@ pub fn stats(netns_name: Option<&str>, bpffs: Option<PathBuf>, json: bool) -> an
             .map(|(ns, c)| {
                 let counters: serde_json::Map<String, serde_json::Value> =
                     c.iter().map(|(k, v)| ((*k).to_owned(), (*v).into())).collect();
-                serde_json::json!({"netns_cookie": ns, "netns": names.get(ns), "counters": counters})
+                serde_json::json!({"netns": names.get(ns), "cookie": ns, "counters": counters})
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if selected.is_empty() {
+        println!(
+            "no decision counted yet{}",
+            netns_name.map_or(String::new(), |n| format!(" in {n}"))
+        );
         return Ok(());
     }
     for (ns, counters) in selected {

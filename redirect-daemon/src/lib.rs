@@ -33,6 +33,24 @@ pub fn node_status(
     dir: &std::path::Path,
 ) -> redirect_datapath::Result<redirect_datapath::node_status::NodeStatus> {
     let mut status = redirect_datapath::node_status::collect(bpffs)?;
+    // The daemon's record against the kernel's maps.
+    let mut dp = redirect_datapath::node::NodeDatapath::open(bpffs)?;
+    for e in server::enrollments(dir) {
+        match dp.kernel_policy(e.cookie) {
+            Ok((true, inbound)) if inbound == e.inbound => {}
+            Ok((true, _)) => status.warnings.push(format!(
+                "{} is enrolled with inbound capture {}, but the kernel's maps say {}: re-enroll it",
+                e.netns.display(),
+                if e.inbound { "on" } else { "off" },
+                if e.inbound { "off" } else { "on" }
+            )),
+            _ => status.warnings.push(format!(
+                "{} is enrolled (netns cookie {}) but the kernel's maps hold no policy for it: its traffic is not captured; re-enroll it or restart the daemon",
+                e.netns.display(),
+                e.cookie
+            )),
+        }
+    }
     status.enrolled = server::enrollments(dir)
         .into_iter()
         .map(|e| redirect_datapath::node_status::EnrolledNs {

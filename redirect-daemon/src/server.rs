@@ -167,7 +167,12 @@ impl Daemon {
                             .filter(|c| self.enrollments.contains_key(c))
                     });
                 let Some(cookie) = found else {
-                    return Response::failed(format!("{} is not enrolled", netns.display()));
+                    // Idempotent, like CNI DEL: what is not enrolled is already as asked.
+                    return Response {
+                        ok: true,
+                        message: format!("nothing to do: {} is not enrolled", netns.display()),
+                        ..Response::default()
+                    };
                 };
                 match self.dp.remove_policy(cookie, &netns) {
                     Ok(()) => {

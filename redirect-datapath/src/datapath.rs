@@ -1,5 +1,5 @@
 //! Loads the embedded BPF object, configures it, attaches it to cgroups and detaches it on drop.
-use std::path::PathBuf;
+use std::{net::IpAddr, path::PathBuf};
 
 use aya::{maps::MapData, Ebpf, EbpfLoader};
 use aya_log::EbpfLogger;
@@ -11,7 +11,6 @@ use redirect_policy::{inbound_spec::InboundSpec, Cidrs, InboundPorts, Policy};
 pub use crate::plan::{Attachment, PEER_HOOKS};
 use crate::{
     cgroup,
-    enroll::Enrolled,
     error::{Error, Result},
     object, outbound,
     plan::{self, Link},
@@ -40,6 +39,17 @@ pub struct AttachOptions {
     /// Outbound IPv4 destinations never captured (istio-iptables -x).
     #[serde(default)]
     pub exclude_cidrs: Vec<ipnet::Ipv4Net>,
+}
+
+/// A namespace whose inbound connections are steered.
+#[derive(Debug, Clone, Serialize)]
+pub struct Enrolled {
+    /// What was asked.
+    pub spec: InboundSpec,
+    /// Its netns cookie.
+    pub cookie: u64,
+    /// Its own addresses, as last synchronised into `POD_ADDRS`.
+    pub addrs: Vec<IpAddr>,
 }
 
 impl AttachOptions {

@@ -7,26 +7,14 @@ use redirect_policy::{
     inbound_kernel::{policy_of, port_entries},
     inbound_spec::{InboundPorts, InboundSpec},
 };
-use serde::Serialize;
 
 use crate::{
     adopt,
-    datapath::Datapath,
+    datapath::{Datapath, Enrolled},
     error::{Error, Result},
     netns,
     store::{hash, keys_where, map_error, remove_where, MapStore},
 };
-
-/// A namespace whose inbound connections are steered.
-#[derive(Debug, Clone, Serialize)]
-pub struct Enrolled {
-    /// What was asked.
-    pub spec: InboundSpec,
-    /// Its netns cookie.
-    pub cookie: u64,
-    /// Its own addresses, as last synchronised into `POD_ADDRS`.
-    pub addrs: Vec<IpAddr>,
-}
 
 /// `POD_ADDRS` key of an address.
 pub fn addr_key(ip: IpAddr) -> AddrKey {

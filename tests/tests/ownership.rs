@@ -284,5 +284,14 @@ fn list_says_when_the_kernel_lost_an_enrollment() {
         stderr(&out).contains("differ from what the kernel's maps hold"),
         "{out:?}"
     );
+    let status = node.ok(&["status"]);
+    assert!(
+        status.contains("WARNING") && status.contains("the kernel's maps hold no policy for it"),
+        "{status}"
+    );
+    // Idempotent: unenrolling twice succeeds and says there was nothing to do.
+    node.ok(&["unenroll", "--netns", &netns]);
+    let again = node.ok(&["unenroll", "--netns", &netns]);
+    assert!(again.contains("nothing to do"), "{again}");
     node.ok(&["uninstall"]);
 }
