@@ -205,8 +205,10 @@ pub fn stats(netns_name: Option<&str>, bpffs: Option<PathBuf>, json: bool) -> an
         let v: Vec<serde_json::Value> = selected
             .iter()
             .map(|(ns, c)| {
-                let counters: serde_json::Map<String, serde_json::Value> =
-                    c.iter().map(|(k, v)| ((*k).to_owned(), (*v).into())).collect();
+                let counters: serde_json::Map<String, serde_json::Value> = c
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).into()))
+                    .collect();
                 serde_json::json!({"netns": names.get(ns), "cookie": ns, "counters": counters})
             })
             .collect();
