@@ -275,7 +275,13 @@ pub fn trace(
             }
             seen += 1;
             if json {
-                println!("{}", serde_json::to_string(&d)?);
+                // One shape: `netns` is the namespace's path (when known), `cookie` beside it.
+                let mut v = serde_json::to_value(&d)?;
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("netns".into(), names.get(&d.netns).cloned().into());
+                    o.insert("cookie".into(), d.netns.into());
+                }
+                println!("{}", serde_json::to_string(&v)?);
             } else {
                 let ns = names
                     .get(&d.netns)

@@ -110,6 +110,12 @@ fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
     );
     assert_eq!(events[0]["dst"], "192.0.2.10:80");
     assert_eq!(events[0]["comm"], "probe-matrix");
+    assert_eq!(
+        events[0]["netns"],
+        netns.as_str(),
+        "the path, the cookie beside it"
+    );
+    assert!(events[0]["cookie"].is_u64(), "{:?}", events[0]);
 
     let stats = node.ok(&["stats", "--netns", &netns, "--json"]);
     let stats: serde_json::Value = serde_json::from_str(&stats).expect("json");
