@@ -88,6 +88,20 @@ impl Node {
         (child, ready)
     }
 
+    /// `redirect istio-iptables --netns NETNS --cgroup <the node's> ARGS` with this node's
+    /// environment, asserting success; returns stdout.
+    pub fn apply(&self, netns: &std::path::Path, args: &[&str]) -> String {
+        let mut cmd = self.cmd(&["istio-iptables", "--netns"]);
+        cmd.arg(netns)
+            .arg("--cgroup")
+            .arg(self.cgroup.path())
+            .args(args);
+        ok(
+            &cmd.output().expect("run redirect istio-iptables"),
+            "redirect istio-iptables",
+        )
+    }
+
     /// Program ids attached at the node's cgroup, sorted.
     pub fn link_ids(&self) -> Vec<u64> {
         let mut ids = attached_program_ids(self.cgroup.path());

@@ -11,22 +11,19 @@ fn explain_inbound_names_the_rule_for_each_arrival() {
     let node = Node::new();
     let w = World::new("rxi", false);
     let netns = w.pod.path().display().to_string();
-    let cgroup = node.cgroup.path().display().to_string();
-    node.ok(&[
-        "istio-iptables",
-        "--netns",
-        &netns,
-        "--cgroup",
-        &cgroup,
-        "-i",
-        "*",
-        "-b",
-        "*",
-        "-d",
-        "15090,15021,15020",
-        "-c",
-        "not-istio-nic",
-    ]);
+    node.apply(
+        &w.pod.path(),
+        &[
+            "-i",
+            "*",
+            "-b",
+            "*",
+            "-d",
+            "15090,15021,15020",
+            "-c",
+            "not-istio-nic",
+        ],
+    );
     let explain = |src: &str, dst: &str, iface: Option<&str>| {
         let mut args = vec![
             "explain",

@@ -211,17 +211,7 @@ fn attach_at_above_or_below_a_node_datapath_is_refused_naming_it() {
     }
     let node = Node::new();
     let w = World::new("rln", false);
-    let netns = w.pod.path().display().to_string();
-    let cgroup = node.cgroup.path().display().to_string();
-    node.ok(&[
-        "istio-iptables",
-        "--netns",
-        &netns,
-        "--cgroup",
-        &cgroup,
-        "-i",
-        "*",
-    ]);
+    node.apply(&w.pod.path(), &["-i", "*"]);
     let child = node.cgroup.path().join("child");
     std::fs::create_dir(&child).expect("child cgroup");
     for at in [node.cgroup.path(), child.as_path()] {
