@@ -302,6 +302,16 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Probe this kernel for every feature the datapath uses: what needs it, the kernel that
+    /// added it, and whether this one has it. Exits 1 when one is missing.
+    Probe {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Also probe a feature no kernel has, to show what a missing feature says.
+        #[arg(long)]
+        demo_missing: bool,
+    },
     /// Show what is attached where (checked against the kernel) and the decision counters.
     Status {
         /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].

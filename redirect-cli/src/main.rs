@@ -58,6 +58,7 @@ fn needs_root(cmd: &Command) -> Option<&'static str> {
         Command::Trace { .. } => "trace",
         Command::Explain { .. } => "explain",
         Command::Status { .. } => "status",
+        Command::Probe { .. } => "probe",
     })
 }
 
@@ -196,6 +197,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 json,
             )
         }
+        Command::Probe { json, demo_missing } => probe(json, demo_missing),
         Command::Status { bpffs, json } => {
             let dir = bpffs.unwrap_or_else(redirect_daemon::default_bpffs);
             let node = if redirect_datapath::node::NodeDatapath::exists(&dir) {
@@ -214,6 +216,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// `redirect probe`: every feature, present or not; the first missing one is the error.
+fn probe(json: bool, demo_missing: bool) -> anyhow::Result<()> {
+    use redirect_datapath::probe;
+    let mut probed = probe::probe_all();
+    if demo_missing {
+        probed.push(probe::probe(&probe::NONEXISTENT));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&probed)?);
+    } else {
+        println!("kernel {}", probe::kernel_release());
+        for p in &probed {
+            println!(
+                "  {:<7} {:<58} since {:<6} for {}",
+                if p.present { "yes" } else { "MISSING" },
+                p.name,
+                p.since,
+                p.needed_by
+            );
+        }
+    }
+    match probe::missing(&probed) {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The few bpf(2) commands aya does not expose for every program type: `BPF_MAP_CREATE` (of the
-//! layout record), `BPF_LINK_CREATE`, `BPF_OBJ_PIN` and `BPF_OBJ_GET`. This is the loader's
-//! syscall edge; nothing else here.
+//! layout record), `BPF_PROG_LOAD` (of the two feature probes aya has no probe for),
+//! `BPF_LINK_CREATE`, `BPF_OBJ_PIN` and `BPF_OBJ_GET`. This is the loader's syscall edge;
+//! nothing else here.
 use std::{
     ffi::CString,
     io,
@@ -10,6 +11,7 @@ use std::{
 };
 
 const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_OBJ_PIN: libc::c_long = 6;
 const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_LINK_CREATE: libc::c_long = 28;
@@ -123,4 +125,80 @@ pub fn obj_pin(fd: BorrowedFd<'_>, path: &Path) -> io::Result<()> {
 pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
     let (attr, _keep) = path_attr(path, 0)?;
     owned(bpf(BPF_OBJ_GET, &attr)?)
+}
+
+/// One `struct bpf_insn`: opcode, dst and src registers, offset, immediate.
+fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> [u8; 8] {
+    let o = off.to_ne_bytes();
+    let i = imm.to_ne_bytes();
+    // The register byte is `dst_reg:4, src_reg:4` in the host's bit-field order.
+    let regs = if cfg!(target_endian = "little") {
+        (src << 4) | (dst & 0xf)
+    } else {
+        (dst << 4) | (src & 0xf)
+    };
+    [code, regs, o[0], o[1], i[0], i[1], i[2], i[3]]
+}
+
+/// Loads `insns` as a program of `prog_type` (with `expected_attach_type`) and unloads it
+/// again; whether the verifier accepted it.
+fn loads(prog_type: u32, expected_attach_type: u32, insns: &[[u8; 8]]) -> bool {
+    #[repr(C, align(8))]
+    struct LoadAttr([u32; 32]);
+    let code: Vec<u8> = insns.iter().flatten().copied().collect();
+    let license = c"GPL";
+    let mut attr = LoadAttr([0; 32]);
+    attr.0[0] = prog_type;
+    attr.0[1] = u32::try_from(insns.len()).unwrap_or(u32::MAX);
+    let p = code.as_ptr() as u64;
+    attr.0[2] = p as u32;
+    attr.0[3] = (p >> 32) as u32;
+    let l = license.as_ptr() as u64;
+    attr.0[4] = l as u32;
+    attr.0[5] = (l >> 32) as u32;
+    attr.0[17] = expected_attach_type; // byte offset 68
+                                       // SAFETY: syscall edge: `attr` is a zeroed bpf_attr large enough for BPF_PROG_LOAD, whose
+                                       // pointers (instructions, license) outlive the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_LOAD,
+            std::ptr::from_ref(&attr),
+            std::mem::size_of::<LoadAttr>(),
+        )
+    };
+    if rc < 0 {
+        return false;
+    }
+    drop(owned(rc));
+    true
+}
+
+/// Whether sk_lookup programs may read `ingress_ifindex` (Linux 5.17).
+pub fn sk_lookup_reads_ingress_ifindex() -> bool {
+    const BPF_PROG_TYPE_SK_LOOKUP: u32 = 30;
+    const OFFSET_INGRESS_IFINDEX: i16 = 64; // offsetof(struct bpf_sk_lookup, ingress_ifindex)
+    loads(
+        BPF_PROG_TYPE_SK_LOOKUP,
+        attach_type::SK_LOOKUP,
+        &[
+            insn(0x61, 2, 1, OFFSET_INGRESS_IFINDEX, 0), // r2 = *(u32 *)(r1 + 64)
+            insn(0xb7, 0, 0, 0, 1),                      // r0 = SK_PASS
+            insn(0x95, 0, 0, 0, 0),                      // exit
+        ],
+    )
+}
+
+/// Whether a socket filter may call helper `id`: false for an id the kernel does not know.
+pub fn helper_id_is_known(id: u32) -> bool {
+    const BPF_PROG_TYPE_SOCKET_FILTER: u32 = 1;
+    loads(
+        BPF_PROG_TYPE_SOCKET_FILTER,
+        0,
+        &[
+            insn(0x85, 0, 0, 0, i32::try_from(id).unwrap_or(i32::MAX)), // call id
+            insn(0xb7, 0, 0, 0, 0),                                     // r0 = 0
+            insn(0x95, 0, 0, 0, 0),                                     // exit
+        ],
+    )
 }

@@ -34,14 +34,6 @@ pub enum Error {
         /// The effective uid we run as.
         euid: u32,
     },
-    /// The kernel lacks a program type we need.
-    #[error("this kernel cannot load {program_type} programs{detail}; redirect needs Linux 5.10 or newer built with CONFIG_CGROUP_BPF and CONFIG_BPF_SYSCALL")]
-    Unsupported {
-        /// The program type that is missing.
-        program_type: &'static str,
-        /// Extra detail from the probe, with a leading separator, or empty.
-        detail: String,
-    },
     /// The binary was built with the empty stub object.
     #[error("this build of redirect has no BPF object embedded: run `cargo xtask build-ebpf` and rebuild (or use `cargo xtask run`)")]
     NoObject,
@@ -190,6 +182,20 @@ pub enum Error {
         recorded_id: u64,
         /// The cgroup asked for.
         asked: PathBuf,
+    },
+    /// The kernel lacks a feature the datapath uses.
+    #[error("this kernel ({kernel}) lacks {feature}, which {needed_by} needs (first in Linux: {since}){detail}; `redirect probe` lists every feature and what this kernel has")]
+    MissingFeature {
+        /// The feature.
+        feature: &'static str,
+        /// What needs it.
+        needed_by: &'static str,
+        /// The kernel release that added it.
+        since: &'static str,
+        /// This kernel's release.
+        kernel: String,
+        /// Why the probe failed, when it did.
+        detail: String,
     },
     /// Another `redirect trace` reads the decision stream.
     #[error("another `redirect trace` (pid {pid}) is reading the decision stream, which has one reader: stop it, or filter its output (`--netns`, `--json`)")]

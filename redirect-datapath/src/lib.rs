@@ -18,6 +18,7 @@ pub mod observe;
 pub mod outbound;
 pub mod plan;
 pub mod preflight;
+pub mod probe;
 pub mod routes;
 pub mod state;
 pub mod status;

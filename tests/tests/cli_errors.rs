@@ -23,6 +23,7 @@ fn every_command_without_root_says_so_in_one_sentence() {
     let root = root.to_str().expect("utf-8");
     for args in [
         &["status"][..],
+        &["probe"],
         &["list"],
         &["stats"],
         &["trace", "--seconds", "1"],
@@ -106,6 +107,47 @@ fn flag_errors_name_the_flag_before_anything_is_loaded() {
     assert!(!out.status.success(), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("/nonexistent-rdx/daemon.sock"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn probe_lists_every_feature_and_a_missing_one_is_a_sentence() {
+    if !privileged_or_skip("probe_lists_every_feature") {
+        return;
+    }
+    let out = Command::new(bin_path("redirect"))
+        .args(["probe", "--json"])
+        .output()
+        .expect("run redirect probe");
+    assert!(
+        out.status.success(),
+        "this kernel has every feature: {out:?}"
+    );
+    let probed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let names: Vec<&str> = probed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|p| p["name"].as_str().unwrap_or(""))
+        .collect();
+    assert!(names.contains(&"sk_lookup ingress_ifindex"), "{names:?}");
+    assert!(
+        names.contains(&"bpf_get_netns_cookie in sock_ops"),
+        "{names:?}"
+    );
+    let out = Command::new(bin_path("redirect"))
+        .args(["probe", "--demo-missing"])
+        .output()
+        .expect("run redirect probe");
+    assert!(!out.status.success(), "{out:?}");
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("lacks BPF helper #2147483647, which the --demo-missing check of `redirect probe` needs"),
+        "{e}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("MISSING"),
         "{out:?}"
     );
 }
