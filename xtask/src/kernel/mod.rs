@@ -151,12 +151,23 @@ pub fn test(opts: &Options) -> anyhow::Result<()> {
     bins.extend(runs.iter().map(|r| r.exe.clone()));
     let stripped = strip_all(&bins, &kernels_dir.join("stripped"))?;
     let data = [root.join("tests/data"), root.join("deploy")];
+    // Paths like redirect-testkit/../tests/data need each crate's directory to exist.
+    let crates: Vec<PathBuf> = std::fs::read_dir(&root)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .collect();
     let mut failures = Vec::new();
     let mut summaries = Vec::new();
     for s in &series {
         let kernel = fetch::fetch(s, &kernels_dir)?;
-        let (summary, failed) =
-            run_kernel(&kernel, &runs, &stripped, &data, &root.join("tests"), opts)?;
+        let files = GuestFiles {
+            stripped: &stripped,
+            data: &data,
+            crates: &crates,
+            cwd: &root.join("tests"),
+        };
+        let (summary, failed) = run_kernel(&kernel, &runs, &files, opts)?;
         summaries.push(summary);
         failures.extend(failed);
     }
@@ -171,18 +182,31 @@ pub fn test(opts: &Options) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Project files every guest holds.
+struct GuestFiles<'a> {
+    /// (binary, its debug-stripped copy).
+    stripped: &'a [(PathBuf, PathBuf)],
+    /// Directories copied whole (tests/data, deploy).
+    data: &'a [PathBuf],
+    /// The workspace's crate directories (created empty).
+    crates: &'a [PathBuf],
+    /// Where the test binaries run (as cargo runs them: the tests package).
+    cwd: &'a Path,
+}
+
 /// Builds the initramfs for one kernel, boots it and reports; returns the summary and failures.
 fn run_kernel(
     kernel: &fetch::Kernel,
     runs: &[guest::TestRun],
-    stripped: &[(PathBuf, PathBuf)],
-    data: &[PathBuf],
-    cwd: &Path,
+    files: &GuestFiles<'_>,
     opts: &Options,
 ) -> anyhow::Result<(String, Vec<String>)> {
     let tag = format!("linux {}", kernel.series);
     let mut tree = initramfs::Tree::default();
-    let missing_tools = guest::base(&mut tree, stripped, data)?;
+    let missing_tools = guest::base(&mut tree, files.stripped, files.data)?;
+    for dir in files.crates {
+        tree.dir(&dir.to_string_lossy());
+    }
     if !missing_tools.is_empty() {
         eprintln!(
             "[{tag}] not on this host, so not in the guest: {}",
@@ -201,7 +225,7 @@ fn run_kernel(
         &kernel.release,
         mods,
         runs,
-        cwd,
+        files.cwd,
         opts.per_binary.as_secs(),
     );
     let initrd = kernel.dir.join("initramfs.cpio");
