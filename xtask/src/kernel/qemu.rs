@@ -44,7 +44,7 @@ pub fn boot(
         .args(["-append", "console=ttyS0 panic=-1 quiet"])
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&qemu_log)?)
-        .stderr(std::fs::File::create(&qemu_log.with_extension("err"))?);
+        .stderr(std::fs::File::create(qemu_log.with_extension("err"))?);
     let start = Instant::now();
     let mut child = cmd.spawn().context("starting qemu-system-x86_64")?;
     let mut echo = Echo::default();
