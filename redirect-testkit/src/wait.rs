@@ -3,6 +3,7 @@
 //! sleeps that really mean "until X".
 use std::{
     fmt,
+    sync::OnceLock,
     time::{Duration, Instant},
 };
 
@@ -38,6 +39,20 @@ impl fmt::Display for TimedOut {
 
 impl std::error::Error for TimedOut {}
 
+/// `timeout` times `REDIRECT_TEST_TIMEOUT_SCALE` (a whole number, default 1): slow machines, such as
+/// the emulated guests of `cargo xtask test --kernel`, stretch every wait with it.
+pub fn scaled(timeout: Duration) -> Duration {
+    static SCALE: OnceLock<u32> = OnceLock::new();
+    let scale = *SCALE.get_or_init(|| {
+        std::env::var("REDIRECT_TEST_TIMEOUT_SCALE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&s| s >= 1)
+            .unwrap_or(1)
+    });
+    timeout * scale
+}
+
 /// Polls `poll` until it returns `Ok` (its value is returned) or `timeout` has passed; the
 /// `Err` of the last poll is kept for the timeout's message. Polls at least once.
 pub fn eventually<T, E: fmt::Debug>(
@@ -45,6 +60,7 @@ pub fn eventually<T, E: fmt::Debug>(
     timeout: Duration,
     mut poll: impl FnMut() -> Result<T, E>,
 ) -> Result<T, TimedOut> {
+    let timeout = scaled(timeout);
     let start = Instant::now();
     let mut interval = FIRST_INTERVAL;
     loop {

@@ -2,6 +2,7 @@
 mod bench;
 mod build;
 mod demo;
+mod kernel;
 mod setup;
 mod util;
 
@@ -28,7 +29,18 @@ enum Task {
     Lint,
     /// Setup, lint, build, unit tests, then the root integration tests in tests/.
     Test {
-        /// Extra arguments passed to `cargo test` (e.g. a test name filter).
+        /// Instead of the host run: run a subset of the integration tests inside Debian's cloud
+        /// kernel of this series under qemu (`6.1`, `6.12` or `all`).
+        #[arg(long, value_name = "SERIES")]
+        kernel: Option<String>,
+        /// With --kernel: test targets of tests/tests to run, `NAME[=FILTER],...`.
+        #[arg(long, value_name = "LIST", default_value = kernel::DEFAULT_TESTS, requires = "kernel")]
+        kernel_tests: String,
+        /// With --kernel: limit in seconds for each test binary inside the guest.
+        #[arg(long, value_name = "SECS", default_value_t = 1200, requires = "kernel")]
+        kernel_timeout: u64,
+        /// Extra arguments passed to `cargo test` (e.g. a test name filter); with --kernel, to
+        /// every test binary in the guest.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -58,7 +70,20 @@ fn main() -> ExitCode {
         Task::Setup => setup::setup(),
         Task::BuildEbpf => setup::setup().and_then(|()| build::build_ebpf()),
         Task::Lint => build::lint(),
-        Task::Test { args } => build::test(&args),
+        Task::Test {
+            kernel: None, args, ..
+        } => build::test(&args),
+        Task::Test {
+            kernel: Some(kernel),
+            kernel_tests,
+            kernel_timeout,
+            args,
+        } => kernel::test(&kernel::Options {
+            kernel,
+            tests: kernel_tests,
+            extra: args,
+            per_binary: std::time::Duration::from_secs(kernel_timeout),
+        }),
         Task::Run { once } => demo::run(once),
         Task::Bench { quick, tiny, out } => {
             let size = if tiny {

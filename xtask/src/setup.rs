@@ -43,34 +43,41 @@ fn bpf_linker_ok() -> bool {
     output("bpf-linker", &["--version"]).is_some_and(|v| v.contains(BPF_LINKER_VERSION))
 }
 
+/// Installs with apt the Debian packages of `packages` that are not installed yet (nothing to do
+/// and no apt call when all are present).
+/// With `no_remove`, apt fails rather than remove an installed package to satisfy a conflict.
+pub fn install_missing(packages: &[String], no_remove: bool) -> anyhow::Result<()> {
+    let missing: Vec<&String> = packages.iter().filter(|p| !package_installed(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = missing.iter().map(|p| p.as_str()).collect();
+    let line = format!("apt-get update && apt-get install -y {}", names.join(" "));
+    if !util::is_root() {
+        bail!(
+            "missing Debian packages {}: run as root: {line}",
+            names.join(", ")
+        );
+    }
+    if output("apt-get", &["--version"]).is_none() {
+        bail!("missing packages {} and apt-get is not available: install them with your package manager", names.join(", "));
+    }
+    eprintln!("xtask setup: installing {}", names.join(" "));
+    run(Command::new("apt-get").arg("update").arg("-q"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(no_remove.then_some("--no-remove"))
+        .args(&names)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
 /// Installs whatever is missing. With everything present it only runs a few queries.
 pub fn setup() -> anyhow::Result<()> {
     let llvm = nightly_llvm_major()?;
     let mut packages: Vec<String> =
         vec![format!("llvm-{llvm}-dev"), format!("libpolly-{llvm}-dev")];
     packages.extend(TOOL_PACKAGES.iter().map(|p| (*p).to_owned()));
-    let missing: Vec<String> = packages
-        .into_iter()
-        .filter(|p| !package_installed(p))
-        .collect();
-    if !missing.is_empty() {
-        let line = format!("apt-get update && apt-get install -y {}", missing.join(" "));
-        if !util::is_root() {
-            bail!(
-                "missing Debian packages {}: run as root: {line}",
-                missing.join(", ")
-            );
-        }
-        if output("apt-get", &["--version"]).is_none() {
-            bail!("missing packages {} and apt-get is not available: install them with your package manager", missing.join(", "));
-        }
-        eprintln!("xtask setup: installing {}", missing.join(" "));
-        run(Command::new("apt-get").arg("update").arg("-q"))?;
-        run(Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
-    }
+    install_missing(&packages, false)?;
     if !rust_src_installed() {
         eprintln!("xtask setup: adding rust-src to the nightly toolchain");
         run(Command::new("rustup").args([

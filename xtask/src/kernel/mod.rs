@@ -1,0 +1,309 @@
+//! `cargo xtask test --kernel 6.1|6.12|all`: runs a subset of the root integration tests inside
+//! Debian's cloud kernels under qemu (TCG) and reports per kernel and per test binary.
+mod fetch;
+mod guest;
+mod initramfs;
+mod modules;
+mod qemu;
+mod report;
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::{bail, Context as _};
+
+use crate::{build, setup, util};
+
+/// Test binaries run in each kernel unless `--kernel-tests` says otherwise.
+pub const DEFAULT_TESTS: &str = "outbound,inbound,daemon";
+/// Host packages the guest is built from.
+const PACKAGES: [&str; 3] = ["qemu-system-x86", "busybox-static", "xz-utils"];
+
+/// What `--kernel` runs.
+#[derive(Debug)]
+pub struct Options {
+    /// `6.1`, `6.12` or `all`.
+    pub kernel: String,
+    /// `NAME[=FILTER],...`: test targets of tests/tests, with an optional libtest name filter.
+    pub tests: String,
+    /// libtest arguments for every binary.
+    pub extra: Vec<String>,
+    /// Limit for each test binary inside the guest.
+    pub per_binary: Duration,
+}
+
+/// `outbound,conformance=dns` -> `[("outbound", []), ("conformance", ["dns"])]`.
+fn selection(spec: &str) -> anyhow::Result<Vec<(String, Vec<String>)>> {
+    let out: Vec<(String, Vec<String>)> = spec
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|item| match item.split_once('=') {
+            Some((name, filter)) => (name.to_owned(), vec![filter.to_owned()]),
+            None => (item.to_owned(), Vec::new()),
+        })
+        .collect();
+    if out.is_empty() {
+        bail!("--kernel-tests is empty: name test targets of tests/tests, e.g. {DEFAULT_TESTS}");
+    }
+    Ok(out)
+}
+
+/// Builds the named integration test targets (as `cargo test` would) and returns name -> executable.
+fn test_executables(names: &[&str]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
+    let mut cmd = util::cargo(None);
+    cmd.args([
+        "test",
+        "--workspace",
+        "--exclude",
+        "redirect-ebpf",
+        "--no-run",
+    ])
+    .args(["--message-format", "json-render-diagnostics"])
+    .env("REDIRECT_EBPF_OBJECT", util::ebpf_object())
+    .stdout(Stdio::piped());
+    for n in names {
+        cmd.args(["--test", n]);
+    }
+    let out = cmd.output().context("cargo test --no-run")?;
+    anyhow::ensure!(out.status.success(), "cargo test --no-run failed");
+    let mut exes = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let is_test = msg["target"]["kind"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k == "test"));
+        if let (true, Some(name), Some(exe)) = (
+            is_test,
+            msg["target"]["name"].as_str(),
+            msg["executable"].as_str(),
+        ) {
+            exes.insert(name.to_owned(), PathBuf::from(exe));
+        }
+    }
+    Ok(exes)
+}
+
+/// The workspace's binaries in target/debug (what `bin_path` finds), xtask excepted.
+fn project_bins(profile_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut bins = Vec::new();
+    for entry in std::fs::read_dir(profile_dir)? {
+        let path = entry?.path();
+        let exec = std::fs::metadata(&path).is_ok_and(|m| {
+            m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+        });
+        if exec && path.extension().is_none() && path.file_name().is_some_and(|n| n != "xtask") {
+            bins.push(path);
+        }
+    }
+    Ok(bins)
+}
+
+/// Debug-stripped copies (the guest's memory holds the whole initramfs).
+fn strip_all(bins: &[PathBuf], into: &Path) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
+    std::fs::create_dir_all(into)?;
+    bins.iter()
+        .map(|bin| {
+            let name = bin.file_name().context("binary without a name")?;
+            let out = into.join(name);
+            util::run(
+                Command::new("objcopy")
+                    .arg("--strip-debug")
+                    .arg(bin)
+                    .arg(&out),
+            )?;
+            Ok((bin.clone(), out))
+        })
+        .collect()
+}
+
+/// Everything `--kernel` does; fails when a test failed on any kernel.
+pub fn test(opts: &Options) -> anyhow::Result<()> {
+    let series = fetch::series_list(&opts.kernel)?;
+    let wanted = selection(&opts.tests)?;
+    setup::setup()?;
+    setup::install_missing(&PACKAGES.map(String::from), true)?;
+    build::build_ebpf()?;
+    build::build_bins(false)?;
+    let names: Vec<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
+    let exes = test_executables(&names)?;
+    let mut runs = Vec::new();
+    for (name, filter) in &wanted {
+        let exe = exes.get(name).with_context(|| {
+            format!("no integration test target {name:?} (tests/tests/{name}.rs)")
+        })?;
+        let mut args = filter.clone();
+        args.extend(opts.extra.iter().cloned());
+        runs.push(guest::TestRun {
+            name: name.clone(),
+            exe: exe.clone(),
+            args,
+        });
+    }
+    let root = util::workspace_root();
+    let kernels_dir = root.join("target/kernels");
+    let mut bins = project_bins(&root.join("target/debug"))?;
+    bins.extend(runs.iter().map(|r| r.exe.clone()));
+    let stripped = strip_all(&bins, &kernels_dir.join("stripped"))?;
+    let data = [root.join("tests/data"), root.join("deploy")];
+    // Paths like redirect-testkit/../tests/data need each crate's directory to exist.
+    let crates: Vec<PathBuf> = std::fs::read_dir(&root)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .collect();
+    let mut failures = Vec::new();
+    let mut summaries = Vec::new();
+    for s in &series {
+        let kernel = fetch::fetch(s, &kernels_dir)?;
+        let files = GuestFiles {
+            stripped: &stripped,
+            data: &data,
+            crates: &crates,
+            cwd: &root.join("tests"),
+        };
+        let (summary, failed) = run_kernel(&kernel, &runs, &files, opts)?;
+        summaries.push(summary);
+        failures.extend(failed);
+    }
+    println!("\n{}", summaries.join("\n"));
+    if !failures.is_empty() {
+        bail!(
+            "{} failure(s):\n  {}",
+            failures.len(),
+            failures.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+/// Project files every guest holds.
+struct GuestFiles<'a> {
+    /// (binary, its debug-stripped copy).
+    stripped: &'a [(PathBuf, PathBuf)],
+    /// Directories copied whole (tests/data, deploy).
+    data: &'a [PathBuf],
+    /// The workspace's crate directories (created empty).
+    crates: &'a [PathBuf],
+    /// Where the test binaries run (as cargo runs them: the tests package).
+    cwd: &'a Path,
+}
+
+/// Builds the initramfs for one kernel, boots it and reports; returns the summary and failures.
+fn run_kernel(
+    kernel: &fetch::Kernel,
+    runs: &[guest::TestRun],
+    files: &GuestFiles<'_>,
+    opts: &Options,
+) -> anyhow::Result<(String, Vec<String>)> {
+    let tag = format!("linux {}", kernel.series);
+    let mut tree = initramfs::Tree::default();
+    let missing_tools = guest::base(&mut tree, files.stripped, files.data)?;
+    for dir in files.crates {
+        tree.dir(&dir.to_string_lossy());
+    }
+    if !missing_tools.is_empty() {
+        eprintln!(
+            "[{tag}] not on this host, so not in the guest: {}",
+            missing_tools.join(" ")
+        );
+    }
+    let (mods, absent) = modules::collect(&kernel.modules())?;
+    if !absent.is_empty() {
+        eprintln!(
+            "[{tag}] modules neither built in nor shipped: {}",
+            absent.join(" ")
+        );
+    }
+    guest::init(
+        &mut tree,
+        &kernel.release,
+        mods,
+        runs,
+        files.cwd,
+        opts.per_binary.as_secs(),
+    );
+    let initrd = kernel.dir.join("initramfs.cpio");
+    let size = tree.write_cpio(&initrd)?;
+    println!(
+        "[{tag}] {} {} ({}): initramfs {} MiB, booting",
+        kernel.package,
+        kernel.version,
+        kernel.release,
+        size >> 20
+    );
+    let console = kernel.dir.join("console.log");
+    let limit = opts.per_binary * u32::try_from(runs.len()).unwrap_or(1) + Duration::from_secs(300);
+    let outcome = qemu::boot(&kernel.vmlinuz(), &initrd, &console, limit, &tag)?;
+    let text = std::fs::read_to_string(&console).unwrap_or_default();
+    let rep = report::parse(&text);
+    Ok(summarize(kernel, runs, &rep, &outcome, &console))
+}
+
+fn summarize(
+    kernel: &fetch::Kernel,
+    runs: &[guest::TestRun],
+    rep: &report::Report,
+    outcome: &qemu::Outcome,
+    console: &Path,
+) -> (String, Vec<String>) {
+    let k = format!(
+        "linux {} ({} {})",
+        kernel.series, kernel.package, kernel.version
+    );
+    let mut failures: Vec<String> = rep
+        .init_errors
+        .iter()
+        .map(|e| format!("{k}: /init: {e}"))
+        .collect();
+    let (passed, failed): (u32, u32) = rep
+        .binaries
+        .iter()
+        .fold((0, 0), |(p, f), b| (p + b.passed, f + b.failed));
+    let mut lines = vec![format!(
+        "{k}: {passed} passed, {failed} failed, wall {}{}; console {}",
+        report::human(outcome.wall),
+        if outcome.timed_out {
+            " (killed: timeout)"
+        } else {
+            ""
+        },
+        console.display()
+    )];
+    for run in runs {
+        let Some(b) = rep.binaries.iter().find(|b| b.name == run.name) else {
+            lines.push(format!("  {:<14} never started", run.name));
+            failures.push(format!("{k}: {} never started", run.name));
+            continue;
+        };
+        lines.push(format!(
+            "  {:<14} {:>3} passed {:>3} failed {:>3} ignored  {:>7}  rc={}",
+            b.name,
+            b.passed,
+            b.failed,
+            b.ignored,
+            report::human(Duration::from_secs_f64(b.secs.max(0.0))),
+            b.rc.map_or_else(|| "none (did not finish)".to_owned(), |r| r.to_string())
+        ));
+        for f in &b.failures {
+            failures.push(format!("{k}: {}::{f} FAILED", b.name));
+        }
+        if b.rc != Some(0) && b.failures.is_empty() {
+            let why = match b.rc {
+                Some(124) | Some(137) => "timed out in the guest".to_owned(),
+                Some(rc) => format!("exited with {rc}"),
+                None => "did not finish".to_owned(),
+            };
+            failures.push(format!("{k}: {} {why}", b.name));
+        }
+    }
+    if !rep.done && !outcome.timed_out {
+        failures.push(format!("{k}: the guest stopped before /init finished"));
+    }
+    (lines.join("\n"), failures)
+}
