@@ -57,19 +57,6 @@ pub enum Error {
         #[source]
         source: Box<aya::programs::ProgramError>,
     },
-    /// Attaching or detaching a program failed.
-    #[error("{action} {name} at {cgroup}")]
-    Attach {
-        /// "attaching" or "detaching".
-        action: &'static str,
-        /// Program name.
-        name: &'static str,
-        /// The cgroup directory.
-        cgroup: PathBuf,
-        /// The loader's error.
-        #[source]
-        source: Box<aya::programs::ProgramError>,
-    },
     /// A map operation failed.
     #[error("{op} on map {name}")]
     Map {

@@ -117,38 +117,29 @@ fn explain_inbound_names_the_rule_for_each_arrival() {
     assert_eq!(v["counter"], "inbound_steered", "{v}");
 
     // Bad input names the flag.
-    let bad = node.run(&[
-        "explain",
-        "--inbound",
-        "--netns",
-        &netns,
-        "--src",
-        "nope",
-        "--dst",
-        "10.200.0.2:80",
-    ]);
-    assert!(!bad.status.success());
-    assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("--src \"nope\""),
-        "{bad:?}"
-    );
-    let bad = node.run(&[
-        "explain",
-        "--inbound",
-        "--netns",
-        &netns,
-        "--src",
-        "10.200.0.1",
-        "--dst",
-        "10.200.0.2:80",
-        "--iface",
-        "nope0",
-    ]);
-    assert!(!bad.status.success());
-    assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("--iface nope0"),
-        "{bad:?}"
-    );
+    for (extra, names) in [
+        (&["--src", "nope"][..], "--src \"nope\""),
+        (
+            &["--src", "10.200.0.1", "--iface", "nope0"],
+            "--iface nope0",
+        ),
+    ] {
+        let mut args = vec![
+            "explain",
+            "--inbound",
+            "--netns",
+            &netns,
+            "--dst",
+            "10.200.0.2:80",
+        ];
+        args.extend_from_slice(extra);
+        let bad = node.run(&args);
+        assert!(!bad.status.success(), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&bad.stderr).contains(names),
+            "{bad:?}"
+        );
+    }
 
     // Real arrivals count in the namespace's own stats, inbound decisions included: 15021 is
     // excluded (-d), 8080 is captured but no proxy listens (refused).
