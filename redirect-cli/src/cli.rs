@@ -150,6 +150,8 @@ pub enum Command {
         /// Serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9967.
         #[arg(long, value_name = "ADDR")]
         metrics: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        sizing: crate::sizing_args::Sizing,
     },
     /// Enroll a namespace (a pod, or a VM) with a policy, through the daemon.
     Enroll {

@@ -137,6 +137,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             NodeDatapath::open(&dir)?.check_attach(&NodeAttach {
                 cgroup: Some(asked.clone()),
                 proxy_cgroup: None,
+                quotas: Default::default(),
             })?;
         }
         if crate::istio_daemon::run(pid, &socket, &ns, &inv, args)? {
@@ -170,6 +171,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let attach = NodeAttach {
         cgroup: inv.cgroup.clone(),
         proxy_cgroup: None,
+        quotas: crate::sizing_args::Sizing::from_env()?,
     };
     let (applied, created) = NodeDatapath::apply_at(&dir, &attach, &ns, &inv.policy)?;
     let inbound = if applied.inbound {

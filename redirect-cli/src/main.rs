@@ -6,6 +6,7 @@ mod istio;
 mod istio_daemon;
 mod node_cmds;
 mod observe_cmds;
+mod sizing_args;
 
 use std::{os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
 
@@ -114,7 +115,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cgroup,
             proxy_cgroup,
             metrics,
-        } => node_cmds::daemon(bpffs, cgroup, proxy_cgroup, metrics),
+            sizing,
+        } => node_cmds::daemon(bpffs, cgroup, proxy_cgroup, metrics, sizing.quotas()),
         Command::Enroll {
             netns,
             istio_args,

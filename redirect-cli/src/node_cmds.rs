@@ -36,6 +36,7 @@ pub fn daemon(
     cgroup: Option<PathBuf>,
     proxy_cgroup: Option<PathBuf>,
     metrics: Option<SocketAddr>,
+    quotas: redirect_datapath::node::sizing::Quotas,
 ) -> anyhow::Result<()> {
     let mut signals = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
@@ -53,6 +54,7 @@ pub fn daemon(
                 Some(p) => p,
                 None => redirect_datapath::cgroup::cgroup2_root()?,
             }),
+            quotas,
         },
     })?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -212,6 +214,7 @@ pub fn vm(
     let attach = NodeAttach {
         cgroup,
         proxy_cgroup: None,
+        quotas: crate::sizing_args::Sizing::from_env()?,
     };
     let (a, _) = NodeDatapath::apply_at(&dir, &attach, &path, &policy)?;
     let inbound = if a.inbound {

@@ -81,11 +81,18 @@ impl Daemon {
         Ok(daemon)
     }
 
+    /// Whether enrolled namespace `cookie` (enrolled as `path`) is gone: the kernel detached its
+    /// sk_lookup link, or `path` now names another namespace (a reused pid) or nothing.
+    fn gone(&self, path: &Path, cookie: u64) -> bool {
+        self.dp.namespace_gone(cookie)
+            || match netns::cookie(path) {
+                Ok(c) => c != cookie,
+                Err(_) => !path.exists(),
+            }
+    }
+
     fn reconcile(&mut self, e: Enrollment) {
-        let gone = match netns::cookie(&e.netns) {
-            Ok(c) => c != e.cookie,
-            Err(_) => !e.netns.exists(),
-        };
+        let gone = self.gone(&e.netns, e.cookie);
         if gone {
             tracing::info!(netns = %e.netns.display(), cookie = e.cookie, "enrolled namespace is gone: removing its policy");
             if let Err(err) = self.dp.remove_policy(e.cookie, &e.netns) {
@@ -229,10 +236,7 @@ impl Daemon {
             let Some(e) = self.enrollments.get(&cookie).cloned() else {
                 continue;
             };
-            let gone = match netns::cookie(&e.netns) {
-                Ok(c) => c != cookie,
-                Err(_) => !e.netns.exists(),
-            };
+            let gone = self.gone(&e.netns, cookie);
             if gone {
                 tracing::info!(netns = %e.netns.display(), cookie, "enrolled namespace is gone: removing its policy");
                 let _ = self.dp.remove_policy(cookie, &e.netns);

@@ -1,7 +1,7 @@
 //! The few bpf(2) commands aya does not expose for every program type: `BPF_MAP_CREATE` (of the
 //! layout record), `BPF_PROG_LOAD` (of the two feature probes aya has no probe for),
-//! `BPF_LINK_CREATE`, `BPF_OBJ_PIN` and `BPF_OBJ_GET`. This is the loader's syscall edge;
-//! nothing else here.
+//! `BPF_LINK_CREATE`, `BPF_OBJ_PIN`, `BPF_OBJ_GET` and `BPF_OBJ_GET_INFO_BY_FD` (of a netns
+//! link). This is the loader's syscall edge; nothing else here.
 use std::{
     ffi::CString,
     io,
@@ -14,6 +14,7 @@ const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_OBJ_PIN: libc::c_long = 6;
 const BPF_OBJ_GET: libc::c_long = 7;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_CREATE: libc::c_long = 28;
 
 /// `enum bpf_attach_type` values used by the datapath.
@@ -63,6 +64,14 @@ fn bpf(cmd: libc::c_long, attr: &Attr) -> io::Result<libc::c_long> {
     }
 }
 
+/// Stores `v` in the `__aligned_u64` field at `word` of a bpf_attr (two 32-bit words, in the
+/// host's byte order, so big-endian hosts get the halves right too).
+fn set_u64(words: &mut [u32], word: usize, v: u64) {
+    let b = v.to_ne_bytes();
+    words[word] = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+    words[word + 1] = u32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
+}
+
 fn owned(fd: libc::c_long) -> io::Result<OwnedFd> {
     let fd = i32::try_from(fd).map_err(|_| io::Error::other("fd out of range"))?;
     // SAFETY: the kernel just returned this new file descriptor; we are its only owner.
@@ -108,9 +117,7 @@ fn path_attr(path: &Path, fd: u32) -> io::Result<(Attr, CString)> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::other("path contains a NUL byte"))?;
     let mut attr = Attr([0; 16]);
-    let ptr = c.as_ptr() as u64;
-    attr.0[0] = ptr as u32;
-    attr.0[1] = (ptr >> 32) as u32;
+    set_u64(&mut attr.0, 0, c.as_ptr() as u64);
     attr.0[2] = fd;
     Ok((attr, c))
 }
@@ -125,6 +132,28 @@ pub fn obj_pin(fd: BorrowedFd<'_>, path: &Path) -> io::Result<()> {
 pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
     let (attr, _keep) = path_attr(path, 0)?;
     owned(bpf(BPF_OBJ_GET, &attr)?)
+}
+
+/// The network namespace inode a netns link (sk_lookup) is attached to: 0 once that namespace
+/// is gone (the kernel detaches the link when the namespace dies, whoever still sees it).
+pub fn link_netns_ino(link: BorrowedFd<'_>) -> io::Result<u32> {
+    /// `struct bpf_link_info`: type, id, prog_id, then (8-aligned) `netns { netns_ino, attach_type }`.
+    #[repr(C, align(8))]
+    struct LinkInfo([u32; 32]);
+    const BPF_LINK_TYPE_NETNS: u32 = 5;
+    let mut info = LinkInfo([0; 32]);
+    let mut attr = Attr([0; 16]);
+    attr.0[0] = link.as_raw_fd() as u32;
+    attr.0[1] = std::mem::size_of::<LinkInfo>() as u32;
+    set_u64(&mut attr.0, 2, std::ptr::from_mut(&mut info) as u64);
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &attr)?;
+    if info.0[0] != BPF_LINK_TYPE_NETNS {
+        return Err(io::Error::other(format!(
+            "link type {} is not a netns link",
+            info.0[0]
+        )));
+    }
+    Ok(info.0[4])
 }
 
 /// One `struct bpf_insn`: opcode, dst and src registers, offset, immediate.
@@ -150,12 +179,8 @@ fn loads(prog_type: u32, expected_attach_type: u32, insns: &[[u8; 8]]) -> bool {
     let mut attr = LoadAttr([0; 32]);
     attr.0[0] = prog_type;
     attr.0[1] = u32::try_from(insns.len()).unwrap_or(u32::MAX);
-    let p = code.as_ptr() as u64;
-    attr.0[2] = p as u32;
-    attr.0[3] = (p >> 32) as u32;
-    let l = license.as_ptr() as u64;
-    attr.0[4] = l as u32;
-    attr.0[5] = (l >> 32) as u32;
+    set_u64(&mut attr.0, 2, code.as_ptr() as u64);
+    set_u64(&mut attr.0, 4, license.as_ptr() as u64);
     attr.0[17] = expected_attach_type; // byte offset 68
                                        // SAFETY: syscall edge: `attr` is a zeroed bpf_attr large enough for BPF_PROG_LOAD, whose
                                        // pointers (instructions, license) outlive the call.

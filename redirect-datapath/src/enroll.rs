@@ -142,7 +142,7 @@ pub fn addr_of_key(k: &AddrKey) -> IpAddr {
 }
 
 /// Makes `POD_ADDRS` hold `new` instead of `old` for namespace `cookie`; an address owned by
-/// another namespace is refused.
+/// another namespace is refused before anything is changed.
 pub fn sync_addresses(
     store: &mut dyn MapStore,
     netns: &Path,
@@ -151,6 +151,15 @@ pub fn sync_addresses(
     new: &[IpAddr],
 ) -> Result<()> {
     let mut map = hash::<AddrKey, u64>(store, map_names::POD_ADDRS)?;
+    if let Some(ip) = new.iter().find(|ip| {
+        map.get(&addr_key(**ip), 0)
+            .is_ok_and(|owner| owner != cookie)
+    }) {
+        return Err(Error::AddressConflict {
+            addr: *ip,
+            netns: netns.to_path_buf(),
+        });
+    }
     for ip in old.iter().filter(|ip| !new.contains(ip)) {
         let key = addr_key(*ip);
         if map.get(&key, 0).is_ok_and(|owner| owner == cookie) {

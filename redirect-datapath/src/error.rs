@@ -121,6 +121,28 @@ pub enum Error {
         /// The limit.
         max: usize,
     },
+    /// An enrollment would use more of a shared map than the node's per-namespace quota.
+    #[error("{netns}: {count} {what} is over the per-namespace quota of {limit}, so nothing was written (the node datapath was created with {flag} {limit}; recreate it with a larger {flag} to allow more)")]
+    Quota {
+        /// The namespace being enrolled.
+        netns: PathBuf,
+        /// What is counted.
+        what: &'static str,
+        /// How many the enrollment has.
+        count: usize,
+        /// The quota.
+        limit: u32,
+        /// The flag that sets it when the datapath is created.
+        flag: &'static str,
+    },
+    /// The pin directory's parent is not a bpf filesystem (none is mounted on its behalf).
+    #[error("{mount} is not a bpf filesystem, so the datapath cannot be pinned at {dir}: run where the host's bpffs is mounted (a container needs -v /sys/fs/bpf:/sys/fs/bpf, or pass --bpffs inside a mounted bpffs); mounting a new one here would be private to this mount namespace and the capture would die with it")]
+    NoBpffs {
+        /// The pin directory asked for.
+        dir: PathBuf,
+        /// Its parent, which must be a bpffs mount.
+        mount: PathBuf,
+    },
     /// A bpffs operation on the pinned datapath failed.
     #[error("{op} {path}")]
     Pin {

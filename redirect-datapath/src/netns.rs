@@ -109,28 +109,3 @@ pub fn inode(path: &Path) -> Result<u64> {
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
         .map_err(|e| Error::io("reading network namespace", path, e))
 }
-
-/// Inodes of every network namespace still alive that a process or a bind mount under
-/// `/run/netns` keeps (what `lsns -t net` lists).
-pub fn live_inodes() -> std::collections::HashSet<u64> {
-    let mut out = std::collections::HashSet::new();
-    let procs = std::fs::read_dir("/proc").into_iter().flatten().flatten();
-    let pinned = std::fs::read_dir("/run/netns")
-        .into_iter()
-        .flatten()
-        .flatten();
-    for entry in procs {
-        let name = entry.file_name();
-        if name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            if let Ok(m) = std::fs::metadata(entry.path().join("ns/net")) {
-                out.insert(std::os::unix::fs::MetadataExt::ino(&m));
-            }
-        }
-    }
-    for entry in pinned {
-        if let Ok(m) = std::fs::metadata(entry.path()) {
-            out.insert(std::os::unix::fs::MetadataExt::ino(&m));
-        }
-    }
-    out
-}

@@ -109,11 +109,21 @@ fn a_gone_pods_policy_and_address_are_reclaimed() {
         reach(&second, cgroup.path(), (1000, 1000), "192.0.2.10:80"),
         "at=proxy/[::]:15001 orig=192.0.2.10:80"
     );
-    assert!(
-        std::fs::read_dir(pins.0.join("netns"))
-            .expect("netns pins")
-            .next()
-            .is_none(),
+    // Every enrolled namespace holds a link (how the kernel tells a gone one): only the new
+    // pod's is left.
+    let cookie = out
+        .split("netns cookie ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .expect("the apply names the cookie")
+        .to_owned();
+    let linked: Vec<String> = std::fs::read_dir(pins.0.join("netns"))
+        .expect("netns pins")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        linked,
+        [cookie],
         "the dead pod's sk_lookup link is unpinned"
     );
     let out = ok(

@@ -142,7 +142,16 @@ fn start_time(pid: u32) -> Option<u64> {
 }
 
 fn map_err(op: &'static str, dir: &Path) -> impl FnOnce(aya::maps::MapError) -> Error {
-    let name = dir.join(PIN).display().to_string();
+    record_err(op, dir, PIN)
+}
+
+/// The error of a map operation on the record pinned at `DIR/pin` (layout, sizing).
+pub(super) fn record_err(
+    op: &'static str,
+    dir: &Path,
+    pin: &str,
+) -> impl FnOnce(aya::maps::MapError) -> Error {
+    let name = dir.join(pin).display().to_string();
     move |source| Error::Map {
         op,
         name,

@@ -4,32 +4,27 @@
 //! Layout under the pin directory (default `/sys/fs/bpf/redirect`): `maps/NAME`,
 //! `progs/redirect_sk_lookup`, `links/HOOK-N` (cgroup links), `netns/COOKIE` (a namespace's
 //! sk_lookup link). Removing the directory detaches everything.
+mod apply;
 mod entries;
 pub mod layout;
 mod pins;
+pub mod sizing;
 
 use std::{
     collections::HashMap as StdHashMap,
-    fs::File,
     os::fd::AsFd as _,
     path::{Path, PathBuf},
 };
 
 use aya::maps::{Map, MapData};
-use redirect_common::{map_names, prog_names};
+use redirect_common::map_names;
 
+use self::entries::{owned_addresses, remove_ifaces, remove_ns_counters};
 pub use self::pins::{lock, remove_dir};
-use self::{
-    entries::{
-        owned_addresses, remove_ifaces, remove_ns_counters, seed_proxy_listeners, write_ifaces,
-    },
-    pins::pin_err,
-};
-use redirect_policy::{inbound_kernel, Policy};
+use redirect_policy::Policy;
 
 use crate::{
-    bpfsys::{self, attach_type},
-    enroll,
+    bpfsys, enroll,
     error::{Error, Result},
     netns, outbound, routes,
     store::{hash, MapStore, PinnedMaps},
@@ -45,6 +40,8 @@ pub struct NodeAttach {
     pub cgroup: Option<PathBuf>,
     /// Cgroup of the proxies' listeners (default: the same as `cgroup`).
     pub proxy_cgroup: Option<PathBuf>,
+    /// Node sizing: map sizes and per-namespace quotas (used when the datapath is created).
+    pub quotas: sizing::Quotas,
 }
 
 /// The pinned datapath, opened.
@@ -52,6 +49,7 @@ pub struct NodeAttach {
 pub struct NodeDatapath {
     dir: PathBuf,
     maps: PinnedMaps,
+    quotas: sizing::Quotas,
 }
 
 /// What `apply` did for a namespace.
@@ -99,6 +97,7 @@ impl NodeDatapath {
         Ok(Self {
             dir: dir.to_path_buf(),
             maps: PinnedMaps(maps),
+            quotas: sizing::read(dir)?,
         })
     }
 
@@ -193,76 +192,6 @@ impl NodeDatapath {
         &mut self.maps
     }
 
-    /// Applies `policy` to the namespace at `netns_path`, replacing a previous one. Nothing is
-    /// active for the namespace until its outbound policy value is written (last).
-    pub fn apply(&mut self, netns_path: &Path, policy: &Policy) -> Result<Applied> {
-        let cookie = netns::cookie(netns_path)?;
-        let addrs = netns::addresses(netns_path)?;
-        let ipv6 = ipv6_follows(policy, &addrs);
-        let routes = if policy.exclude_interfaces.is_empty() {
-            Vec::new()
-        } else {
-            routes::via_interfaces(netns_path, &policy.exclude_interfaces)?
-        };
-        let mut compiled = outbound::compile(policy, ipv6, routes)?;
-        compiled.policy.netns_ino = netns::inode(netns_path)?;
-        // Pods die without --cleanup-only (istio-init never runs it): their entries, and the
-        // addresses a new pod may reuse, go before this one is written.
-        self.remove_stale()?;
-        let old = owned_addresses(&mut self.maps, cookie)?;
-        enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old, &addrs)?;
-        let spec = inbound_kernel::spec_of(policy, netns_path);
-        let inbound = spec.is_some();
-        if let Some(spec) = spec {
-            // New rules first, stale ones after: a re-apply never leaves a moment without one.
-            let stale = enroll::inbound_port_keys(&mut self.maps, cookie)?;
-            enroll::write_inbound(&mut self.maps, &spec, cookie)?;
-            enroll::remove_port_keys(&mut self.maps, &stale, &spec)?;
-            self.attach_sk_lookup(netns_path, cookie)?;
-            enroll::adopt_listeners(&mut self.maps, &spec, cookie)?;
-        } else {
-            self.detach_sk_lookup(cookie)?;
-            enroll::remove_inbound(&mut self.maps, cookie)?;
-        }
-        write_ifaces(&mut self.maps, netns_path, cookie, policy)?;
-        outbound::write(&mut self.maps, cookie, &compiled)?;
-        // After the policy: from now on sock_ops counts listen() calls; this counts the
-        // listeners that were there before.
-        seed_proxy_listeners(&mut self.maps, netns_path, cookie, policy.proxy_port)?;
-        tracing::info!(netns = %netns_path.display(), cookie, ipv6, inbound, addrs = ?addrs, "policy applied");
-        Ok(Applied {
-            cookie,
-            addrs,
-            ipv6,
-            inbound,
-            compiled,
-        })
-    }
-
-    fn attach_sk_lookup(&mut self, netns_path: &Path, cookie: u64) -> Result<()> {
-        let pin = self.dir.join("netns").join(cookie.to_string());
-        if pin.exists() {
-            return Ok(());
-        }
-        let prog_path = self.dir.join("progs").join(prog_names::SK_LOOKUP);
-        let prog =
-            bpfsys::obj_get(&prog_path).map_err(pin_err("opening pinned program", &prog_path))?;
-        let ns = File::open(netns_path)
-            .map_err(|e| Error::io("opening network namespace", netns_path, e))?;
-        let link = bpfsys::link_create(prog.as_fd(), ns.as_fd(), attach_type::SK_LOOKUP)
-            .map_err(pin_err("attaching sk_lookup to", netns_path))?;
-        bpfsys::obj_pin(link.as_fd(), &pin).map_err(pin_err("pinning link", &pin))
-    }
-
-    fn detach_sk_lookup(&mut self, cookie: u64) -> Result<()> {
-        let pin = self.dir.join("netns").join(cookie.to_string());
-        match std::fs::remove_file(&pin) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(pin_err("unpinning", &pin)(e)),
-        }
-    }
-
     /// Removes the namespace's policy (`--cleanup-only`). When no namespace has a policy any
     /// more, the whole datapath is unpinned (and so detached) unless `keep_empty` (a daemon
     /// owns it and keeps it with no policy). Returns whether it was unpinned.
@@ -328,32 +257,47 @@ impl NodeDatapath {
             .is_ok_and(|m| m.get(&cookie, 0).is_ok_and(|n| n > 0))
     }
 
-    /// Removes the policies of namespaces that no longer exist (matched by the inode recorded
-    /// in each policy against every namespace a process or /run/netns keeps). Returns their
-    /// cookies.
+    /// Removes the policies of namespaces that no longer exist, as the kernel says: each
+    /// enrollment holds an sk_lookup link on its namespace, and a link whose namespace died
+    /// reports inode 0. What this process can see (its /proc, its /run/netns) does not matter,
+    /// so a run inside a pod's own PID and mount namespaces removes nobody else's policy. A
+    /// policy without a link (written by an older version) is kept: on doubt, capture.
+    /// Returns the cookies removed.
     pub fn remove_stale(&mut self) -> Result<Vec<u64>> {
-        let policies: Vec<(u64, u64)> = {
+        let cookies: Vec<u64> = {
             let map = hash::<u64, redirect_common::outbound::OutboundPolicy>(
                 &mut self.maps,
                 map_names::NETNS_OUTBOUND,
             )?;
-            map.iter()
-                .filter_map(|e| e.ok())
-                .map(|(k, v)| (k, v.netns_ino))
+            map.keys()
+                .filter_map(|k| k.ok())
+                .filter(|k| *k != 0)
                 .collect()
         };
-        if policies.iter().all(|(k, ino)| *k == 0 || *ino == 0) {
-            return Ok(Vec::new());
-        }
-        let live = netns::live_inodes();
         let mut gone = Vec::new();
-        for (cookie, ino) in policies {
-            if cookie != 0 && ino != 0 && !live.contains(&ino) {
+        for cookie in cookies {
+            if self.namespace_gone(cookie) {
                 self.remove_policy(cookie, Path::new("(a namespace that is gone)"))?;
                 gone.push(cookie);
             }
         }
         Ok(gone)
+    }
+
+    /// Whether the kernel says namespace `cookie` is gone (its pinned sk_lookup link reports
+    /// no namespace). No link, or a link that cannot be read: not known to be gone.
+    pub fn namespace_gone(&self, cookie: u64) -> bool {
+        let pin = self.dir.join("netns").join(cookie.to_string());
+        let Ok(link) = bpfsys::obj_get(&pin) else {
+            return false;
+        };
+        match bpfsys::link_netns_ino(link.as_fd()) {
+            Ok(ino) => ino == 0,
+            Err(e) => {
+                tracing::warn!(pin = %pin.display(), error = %e, "cannot read the namespace link");
+                false
+            }
+        }
     }
 
     /// Number of namespaces with a policy.

@@ -7,7 +7,7 @@ use redirect_common::{map_names, prog_names};
 
 use super::{
     layout::{self, Layout, Owner, LAYOUT_VERSION},
-    NodeAttach, NodeDatapath,
+    sizing, NodeAttach, NodeDatapath,
 };
 use crate::{
     bpfsys, cgroup,
@@ -26,29 +26,17 @@ fn is_bpffs(path: &Path) -> bool {
     nix::sys::statfs::statfs(path).is_ok_and(|s| s.filesystem_type().0 == BPF_FS_MAGIC)
 }
 
-/// Makes sure `dir`'s parent is a bpffs; mounts one at `/sys/fs/bpf` when that is the parent
-/// and nothing is mounted there yet (what systemd does on most distributions).
+/// Makes sure `dir`'s parent is a bpf filesystem. None is ever mounted here: one mounted by
+/// this process in a container's own mount namespace would be private to it, and a datapath
+/// pinned there would die with the container while looking applied.
 fn ensure_bpffs(dir: &Path) -> Result<()> {
     let parent = dir.parent().unwrap_or(Path::new("/"));
     if is_bpffs(parent) {
         return Ok(());
     }
-    if parent == Path::new("/sys/fs/bpf") {
-        nix::mount::mount(
-            Some("bpf"),
-            parent,
-            Some("bpf"),
-            nix::mount::MsFlags::empty(),
-            None::<&str>,
-        )
-        .map_err(|e| pin_err("mounting a bpf filesystem at", parent)(e.into()))?;
-        tracing::info!(path = %parent.display(), "mounted a bpf filesystem");
-        return Ok(());
-    }
-    Err(Error::Pin {
-        op: "the pin directory must be inside a bpf filesystem (mount -t bpf bpf DIR):",
-        path: dir.to_path_buf(),
-        source: std::io::Error::other("not on bpffs"),
+    Err(Error::NoBpffs {
+        dir: dir.to_path_buf(),
+        mount: parent.to_path_buf(),
     })
 }
 
@@ -66,17 +54,20 @@ impl NodeDatapath {
         preflight::require_kernel_support()?;
         ensure_bpffs(dir)?;
         let object = object::bpf_object().ok_or(Error::NoObject)?;
-        let mut ebpf = EbpfLoader::new()
-            .override_global("AYA_LOG_LEVEL", &0u8, false)
-            .load(object)
-            .map_err(|e| Error::Load(Box::new(e)))?;
-        let result = Self::pin_all(&mut ebpf, dir, &app, &proxy);
+        let mut loader = EbpfLoader::new();
+        loader.override_global("AYA_LOG_LEVEL", &0u8, false);
+        for (name, size) in attach.quotas.map_sizes() {
+            loader.map_max_entries(name, size);
+        }
+        let mut ebpf = loader.load(object).map_err(|e| Error::Load(Box::new(e)))?;
+        let result = Self::pin_all(&mut ebpf, dir, &app, &proxy)
+            .and_then(|()| sizing::create(dir, &attach.quotas));
         if result.is_err() {
             // Nothing half-applied: the pins are the only thing that outlives this process.
             let _ = std::fs::remove_dir_all(dir);
         }
         result?;
-        tracing::info!(dir = %dir.display(), cgroup = %app.display(), proxy_cgroup = %proxy.display(), "node datapath created and pinned");
+        tracing::info!(dir = %dir.display(), cgroup = %app.display(), proxy_cgroup = %proxy.display(), quotas = ?attach.quotas, "node datapath created and pinned");
         Ok(())
     }
 
@@ -136,14 +127,9 @@ fn flock_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>> {
 
 /// Serialises changes to pinned datapaths (`redirect istio-iptables` runs, the daemon): an
 /// exclusive flock on the bpffs directory that holds the pin directory, released on drop.
-/// Mounts the bpffs first when needed (under a lock on the mount point, so two first runs
-/// cannot stack two mounts). Leaves no file behind.
+/// Refuses when that directory is not a bpffs (see `ensure_bpffs`). Leaves no file behind.
 pub fn lock(dir: &Path) -> Result<nix::fcntl::Flock<File>> {
     preflight::require_root()?;
-    let parent = dir.parent().unwrap_or(Path::new("/"));
-    if !is_bpffs(parent) {
-        let _mounting = flock_dir(parent)?;
-        ensure_bpffs(dir)?;
-    }
-    flock_dir(parent)
+    ensure_bpffs(dir)?;
+    flock_dir(dir.parent().unwrap_or(Path::new("/")))
 }

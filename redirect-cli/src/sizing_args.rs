@@ -1,0 +1,57 @@
+//! Node sizing flags (`--max-pods`, `--quota-*`): they size the shared maps when a node
+//! datapath is created and become its per-namespace quotas. The same names as environment
+//! variables serve the commands that create a datapath without flags of their own
+//! (`istio-iptables`, whose arguments are Istio's, and `vm`).
+use clap::{Args, Parser};
+use redirect_datapath::node::sizing::Quotas;
+
+/// Node sizing, used only when the datapath is created (later runs use the pinned one's).
+#[derive(Debug, Clone, Args)]
+pub struct Sizing {
+    /// Namespaces the node datapath holds; every shared map is sized from it times the quotas.
+    #[arg(long, value_name = "N", env = "REDIRECT_MAX_PODS", default_value_t = Quotas::default().max_pods, value_parser = clap::value_parser!(u32).range(1..=65_535))]
+    pub max_pods: u32,
+    /// Per namespace: ports in each port list (-b, -d, -o, -q).
+    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_PORTS", default_value_t = Quotas::default().ports, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub quota_ports: u32,
+    /// Per namespace: CIDRs in each of -i and -x, per address family.
+    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_CIDRS", default_value_t = Quotas::default().cidrs, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub quota_cidrs: u32,
+    /// Per namespace: its addresses.
+    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_ADDRESSES", default_value_t = Quotas::default().addresses, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub quota_addresses: u32,
+    /// Per namespace: interfaces named by -c and -k.
+    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_INTERFACES", default_value_t = Quotas::default().interfaces, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub quota_interfaces: u32,
+    /// Per namespace: routes followed for -c.
+    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_ROUTES", default_value_t = Quotas::default().routes, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub quota_routes: u32,
+}
+
+impl Sizing {
+    /// The quotas these flags say.
+    pub fn quotas(&self) -> Quotas {
+        Quotas {
+            max_pods: self.max_pods,
+            ports: self.quota_ports,
+            cidrs: self.quota_cidrs,
+            addresses: self.quota_addresses,
+            interfaces: self.quota_interfaces,
+            routes: self.quota_routes,
+        }
+    }
+
+    /// The sizing the environment (`REDIRECT_MAX_PODS`, `REDIRECT_QUOTA_*`) asks for, else the
+    /// defaults; a bad value is an error naming the variable.
+    pub fn from_env() -> anyhow::Result<Quotas> {
+        #[derive(Parser)]
+        struct EnvOnly {
+            #[command(flatten)]
+            sizing: Sizing,
+        }
+        let parsed = EnvOnly::try_parse_from(["redirect"]).map_err(|e| {
+            anyhow::anyhow!("node sizing from the environment: {}", e.to_string().trim())
+        })?;
+        Ok(parsed.sizing.quotas())
+    }
+}

@@ -1,0 +1,139 @@
+//! Applying one namespace's policy to the node datapath: checked against the node's quotas
+//! before anything is written, then written in an order that never leaves a half policy
+//! active, and rolled back whole when a write fails.
+use std::{fs::File, os::fd::AsFd as _, path::Path};
+
+use redirect_common::{map_names, prog_names};
+use redirect_policy::{inbound_kernel, Policy};
+
+use super::{
+    entries::{owned_addresses, seed_proxy_listeners, write_ifaces},
+    ipv6_follows,
+    pins::pin_err,
+    sizing, Applied, NodeDatapath,
+};
+use crate::{
+    bpfsys::{self, attach_type},
+    enroll,
+    error::{Error, Result},
+    netns, outbound, routes,
+    store::hash,
+};
+
+impl NodeDatapath {
+    /// Applies `policy` to the namespace at `netns_path`, replacing a previous one. The quotas
+    /// are checked first (an over-quota policy writes nothing and leaves a previous one as it
+    /// was); nothing is active for the namespace until its outbound policy value is written
+    /// (last); a write that fails removes everything the namespace has, so no entry (an
+    /// address another pod may be given, a port rule) is left behind.
+    pub fn apply(&mut self, netns_path: &Path, policy: &Policy) -> Result<Applied> {
+        let cookie = netns::cookie(netns_path)?;
+        let addrs = netns::addresses(netns_path)?;
+        let ipv6 = ipv6_follows(policy, &addrs);
+        let routes = if policy.exclude_interfaces.is_empty() {
+            Vec::new()
+        } else {
+            routes::via_interfaces(netns_path, &policy.exclude_interfaces)?
+        };
+        let mut compiled = outbound::compile(policy, ipv6, routes)?;
+        compiled.policy.netns_ino = netns::inode(netns_path)?;
+        // Pods die without --cleanup-only (istio-init never runs it): their entries, and the
+        // addresses a new pod may reuse, go before this one is written.
+        self.remove_stale()?;
+        let new = !self.has_policy(cookie)?;
+        self.quotas.check(&sizing::Enrollment {
+            netns: netns_path,
+            policy,
+            compiled: &compiled,
+            addrs: &addrs,
+            new,
+            enrolled: outbound::count(&mut self.maps)?,
+        })?;
+        let inbound = match self.write_all(netns_path, cookie, policy, &addrs, &compiled) {
+            Ok(inbound) => inbound,
+            Err(e) => {
+                tracing::warn!(netns = %netns_path.display(), cookie, error = %e, "applying failed: removing everything written for the namespace");
+                if let Err(undo) = self.remove_policy(cookie, netns_path) {
+                    tracing::error!(netns = %netns_path.display(), error = %undo, "rolling back a failed apply");
+                }
+                return Err(e);
+            }
+        };
+        tracing::info!(netns = %netns_path.display(), cookie, ipv6, inbound, addrs = ?addrs, "policy applied");
+        Ok(Applied {
+            cookie,
+            addrs,
+            ipv6,
+            inbound,
+            compiled,
+        })
+    }
+
+    /// Whether namespace `cookie` has an outbound policy.
+    fn has_policy(&mut self, cookie: u64) -> Result<bool> {
+        Ok(hash::<u64, redirect_common::outbound::OutboundPolicy>(
+            &mut self.maps,
+            map_names::NETNS_OUTBOUND,
+        )?
+        .get(&cookie, 0)
+        .is_ok())
+    }
+
+    /// Every write of an apply, the outbound policy last. Returns whether inbound is on.
+    fn write_all(
+        &mut self,
+        netns_path: &Path,
+        cookie: u64,
+        policy: &Policy,
+        addrs: &[std::net::IpAddr],
+        compiled: &outbound::Compiled,
+    ) -> Result<bool> {
+        let old = owned_addresses(&mut self.maps, cookie)?;
+        enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old, addrs)?;
+        let spec = inbound_kernel::spec_of(policy, netns_path);
+        let inbound = spec.is_some();
+        if let Some(spec) = spec {
+            // New rules first, stale ones after: a re-apply never leaves a moment without one.
+            let stale = enroll::inbound_port_keys(&mut self.maps, cookie)?;
+            enroll::write_inbound(&mut self.maps, &spec, cookie)?;
+            enroll::remove_port_keys(&mut self.maps, &stale, &spec)?;
+            self.attach_sk_lookup(netns_path, cookie)?;
+            enroll::adopt_listeners(&mut self.maps, &spec, cookie)?;
+        } else {
+            enroll::remove_inbound(&mut self.maps, cookie)?;
+            // With no inbound policy the program passes every lookup: the link is how the
+            // kernel tells whether this namespace is gone (see `remove_stale`).
+            self.attach_sk_lookup(netns_path, cookie)?;
+        }
+        write_ifaces(&mut self.maps, netns_path, cookie, policy)?;
+        outbound::write(&mut self.maps, cookie, compiled)?;
+        // After the policy: from now on sock_ops counts listen() calls; this counts the
+        // listeners that were there before.
+        seed_proxy_listeners(&mut self.maps, netns_path, cookie, policy.proxy_port)?;
+        Ok(inbound)
+    }
+
+    pub(super) fn attach_sk_lookup(&mut self, netns_path: &Path, cookie: u64) -> Result<()> {
+        let pin = self.dir.join("netns").join(cookie.to_string());
+        if pin.exists() {
+            return Ok(());
+        }
+        let prog_path = self.dir.join("progs").join(prog_names::SK_LOOKUP);
+        let prog =
+            bpfsys::obj_get(&prog_path).map_err(pin_err("opening pinned program", &prog_path))?;
+        let ns = File::open(netns_path)
+            .map_err(|e| Error::io("opening network namespace", netns_path, e))?;
+        let link = bpfsys::link_create(prog.as_fd(), ns.as_fd(), attach_type::SK_LOOKUP)
+            .map_err(pin_err("attaching sk_lookup to", netns_path))?;
+        bpfsys::obj_pin(link.as_fd(), &pin).map_err(pin_err("pinning link", &pin))
+    }
+
+    pub(super) fn detach_sk_lookup(&mut self, cookie: u64) -> Result<()> {
+        let pin = self.dir.join("netns").join(cookie.to_string());
+        match std::fs::remove_file(&pin) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(pin_err("unpinning", &pin)(e)),
+        }
+    }
+}
