@@ -4,6 +4,7 @@
 mod counter;
 pub mod inbound;
 pub mod outbound;
+pub mod sock;
 pub mod tracking;
 pub mod types;
 
@@ -55,8 +56,11 @@ pub mod map_names {
     pub const TRACE: &str = "TRACE";
     /// `Array<u32>`, one entry: non-zero while a `redirect trace` runs.
     pub const TRACE_ON: &str = "TRACE_ON";
+    /// Socket storage of [`crate::sock::SockState`]: per-socket marks (the proxy's listener).
+    pub const SOCK_STATE: &str = "SOCK_STATE";
     /// Every map a datapath pins, in no particular order.
-    pub const ALL: [&str; 19] = [
+    pub const ALL: [&str; 20] = [
+        SOCK_STATE,
         PROXY_LISTENERS,
         NETNS_COUNTERS,
         TRACE,
@@ -206,6 +210,10 @@ pub mod prog_names {
     pub const GETPEERNAME4: &str = "redirect_getpeername4";
     /// `cgroup/getpeername6`: the same for IPv6 sockets.
     pub const GETPEERNAME6: &str = "redirect_getpeername6";
+    /// `cgroup/bind4`: marks the proxy's outbound listener (socket storage).
+    pub const BIND4: &str = "redirect_bind4";
+    /// `cgroup/bind6`: the same for IPv6 sockets.
+    pub const BIND6: &str = "redirect_bind6";
 }
 
 /// Maximum entries of [`map_names::PENDING`].

@@ -276,3 +276,25 @@ fn proxy_identity_bound_to_its_cgroup() {
         &conn(1000, 1000, [198, 18, 0, 2], 80)
     ));
 }
+
+#[test]
+fn the_unspecified_address_is_loopback() {
+    let (p, lk) = (sidecar(), pod());
+    let d = |c: Conn| decide(&p, &c, &lk);
+    // iptables sees a connect to 0.0.0.0 as one to 127.0.0.1: untouched for the application
+    // and for the proxy alike (the differential suite checks it against real iptables).
+    assert_eq!(
+        d(conn(1000, 1000, [0, 0, 0, 0], 8080)),
+        Verdict::Pass(Counter::Loopback)
+    );
+    assert_eq!(
+        d(conn(1337, 1000, [0, 0, 0, 0], 8080)),
+        Verdict::Pass(Counter::BypassUid)
+    );
+    let mut p6 = sidecar();
+    p6.flags |= OUT_IPV6;
+    let mut c = conn(1000, 1000, [0, 0, 0, 0], 8080);
+    c.family = AF_INET6;
+    c.dst = [0; 4];
+    assert_eq!(decide(&p6, &c, &lk), Verdict::Pass(Counter::Loopback));
+}

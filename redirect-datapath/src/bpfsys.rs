@@ -21,6 +21,10 @@ const BPF_LINK_CREATE: libc::c_long = 28;
 pub mod attach_type {
     /// `BPF_CGROUP_SOCK_OPS`.
     pub const SOCK_OPS: u32 = 3;
+    /// `BPF_CGROUP_INET4_BIND`.
+    pub const BIND4: u32 = 8;
+    /// `BPF_CGROUP_INET6_BIND`.
+    pub const BIND6: u32 = 9;
     /// `BPF_CGROUP_INET4_CONNECT`.
     pub const CONNECT4: u32 = 10;
     /// `BPF_CGROUP_INET6_CONNECT`.

@@ -162,7 +162,7 @@ pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<E
             ports,
         },
     );
-    let proxy_up = hash::<u64, u32>(store, map_names::PROXY_LISTENERS)?
+    let proxy_up = hash::<u64, u64>(store, map_names::PROXY_LISTENERS)?
         .get(&cookie, 0)
         .is_ok_and(|n| n > 0);
     let verdict = when_proxy_down(&policy, verdict, key == cookie && key != 0, proxy_up);

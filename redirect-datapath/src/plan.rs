@@ -66,7 +66,8 @@ pub struct Step {
 
 /// The cgroup links, in attach order: tracking first (getsockopt and sock_ops where the
 /// proxy's listeners live, and sock_ops at the application's cgroup when it is not below),
-/// then the peer and UDP hooks, capture last (connect4/6): a connect is only rewritten once
+/// the bind hooks that mark the proxy's outbound listener (where the proxy lives), then the
+/// peer and UDP hooks, capture last (connect4/6): a connect is only rewritten once
 /// its answer can be found. Detaching goes in the reverse order.
 pub fn cgroup_plan(app: &Path, proxy: &Path) -> Vec<Step> {
     let step = |program, hook, attach_type, target: &Path| Step {
@@ -97,6 +98,9 @@ pub fn cgroup_plan(app: &Path, proxy: &Path) -> Vec<Step> {
             app,
         ));
     }
+    // Where the proxy binds: its outbound listener is marked there before it listens.
+    plan.push(step(prog_names::BIND4, "bind4", attach_type::BIND4, proxy));
+    plan.push(step(prog_names::BIND6, "bind6", attach_type::BIND6, proxy));
     for (program, hook, at) in PEER_HOOKS {
         plan.push(step(program, hook, at, app));
     }
@@ -215,14 +219,17 @@ mod tests {
                 .collect()
         };
         let below = names("/cg/pod", "/cg");
-        assert_eq!(below.len(), 10);
+        assert_eq!(below.len(), 12);
         assert_eq!(below[0].0, prog_names::GETSOCKOPT);
         assert_eq!(below[1], (prog_names::SOCK_OPS, PathBuf::from("/cg")));
-        assert_eq!(below[8].0, prog_names::CONNECT4);
-        assert_eq!(below[9].0, prog_names::CONNECT6);
-        // A sibling proxy cgroup: sock_ops at both.
+        assert_eq!(below[2], (prog_names::BIND4, PathBuf::from("/cg")));
+        assert_eq!(below[3], (prog_names::BIND6, PathBuf::from("/cg")));
+        assert_eq!(below[10].0, prog_names::CONNECT4);
+        assert_eq!(below[11].0, prog_names::CONNECT6);
+        // A sibling proxy cgroup: sock_ops at both, the bind hooks where the proxy is.
         let sibling = names("/cg/app", "/cg/proxy");
-        assert_eq!(sibling.len(), 11);
+        assert_eq!(sibling.len(), 13);
         assert_eq!(sibling[2], (prog_names::SOCK_OPS, PathBuf::from("/cg/app")));
+        assert_eq!(sibling[3], (prog_names::BIND4, PathBuf::from("/cg/proxy")));
     }
 }

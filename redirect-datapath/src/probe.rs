@@ -130,6 +130,18 @@ pub const FEATURES: &[Feature] = &[
         ),
     ),
     f(
+        "bpf_sk_storage_get in cgroup_sock_addr",
+        "bind4/6 marking the proxy's outbound listener (SOCK_STATE)",
+        "5.3",
+        Check::Helper(P::CgroupSockAddr, H::BPF_FUNC_sk_storage_get),
+    ),
+    f(
+        "bpf_sk_storage_get in sock_ops",
+        "counting only the proxy's listeners (PROXY_LISTENERS)",
+        "5.3",
+        Check::Helper(P::SockOps, H::BPF_FUNC_sk_storage_get),
+    ),
+    f(
         "bpf_sk_assign in sk_lookup",
         "sk_lookup steering to the proxy's listener",
         "5.9",
@@ -158,6 +170,12 @@ pub const FEATURES: &[Feature] = &[
         "NETNS_COUNTERS",
         "4.6",
         Check::Map(MapType::PerCpuHash),
+    ),
+    f(
+        "socket storage maps",
+        "SOCK_STATE (per-socket marks)",
+        "5.2",
+        Check::Map(MapType::SkStorage),
     ),
     f(
         "ring buffer maps",

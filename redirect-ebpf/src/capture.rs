@@ -98,6 +98,20 @@ impl Lookups for Maps {
     }
 }
 
+/// The calling task's uid, gid and whether it runs in the policy's proxy cgroup (false when
+/// the policy binds none).
+#[inline(always)]
+pub fn caller(policy: &OutboundPolicy) -> (u32, u32, bool) {
+    let uid_gid = bpf_get_current_uid_gid();
+    let in_proxy_cgroup = policy.flags & OUT_PROXY_CGROUP != 0 && {
+        // SAFETY: the helper only reads the current task's cgroup.
+        let id =
+            unsafe { bpf_get_current_ancestor_cgroup_id(i32::from(policy.proxy_cgroup_level)) };
+        id == policy.proxy_cgroup
+    };
+    (uid_gid as u32, (uid_gid >> 32) as u32, in_proxy_cgroup)
+}
+
 /// A destination as the sock_addr hook saw it.
 pub struct Dest {
     /// [`AF_INET`] for IPv4 and v4-mapped, else `AF_INET6`.
@@ -122,20 +136,14 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
     let Some((policy, key)) = policy_of(netns) else {
         return (Counter::NoPolicy, None);
     };
-    let uid_gid = bpf_get_current_uid_gid();
-    let in_proxy_cgroup = policy.flags & OUT_PROXY_CGROUP != 0 && {
-        // SAFETY: the helper only reads the current task's cgroup.
-        let id =
-            unsafe { bpf_get_current_ancestor_cgroup_id(i32::from(policy.proxy_cgroup_level)) };
-        id == policy.proxy_cgroup
-    };
+    let (uid, gid, in_proxy_cgroup) = caller(policy);
     let conn = Conn {
         family: dst.family,
         tcp: dst.tcp,
         dst: dst.addr,
         dport: u16::from_be(dst.port),
-        uid: uid_gid as u32,
-        gid: (uid_gid >> 32) as u32,
+        uid,
+        gid,
         passthrough_src: dst.passthrough_src,
         in_proxy_cgroup,
     };

@@ -154,8 +154,9 @@ fn answer_v4(so: *mut bpf_sockopt, dst: &OrigDst) -> bool {
         addr: dst.addr[0],
         zero: [0; 8],
     };
-    // SAFETY: bounds checked above; the kernel's buffer is suitably aligned.
-    unsafe { core::ptr::write(optval as *mut SockaddrIn, answer) };
+    // SAFETY: bounds checked above. The kernel's buffer may sit at any offset (a small
+    // getsockopt uses an on-stack byte buffer), so the write makes no alignment assumption.
+    unsafe { core::ptr::write_unaligned(optval as *mut SockaddrIn, answer) };
     set_answer(so, len);
     true
 }
@@ -179,8 +180,8 @@ fn answer_v6(so: *mut bpf_sockopt, dst: &OrigDst) -> bool {
         addr,
         scope_id: 0,
     };
-    // SAFETY: bounds checked above; the kernel's buffer is suitably aligned.
-    unsafe { core::ptr::write(optval as *mut SockaddrIn6, answer) };
+    // SAFETY: bounds checked above; no alignment assumed (as for IPv4).
+    unsafe { core::ptr::write_unaligned(optval as *mut SockaddrIn6, answer) };
     set_answer(so, len);
     true
 }

@@ -1,7 +1,11 @@
 //! BPF object for redirect: one module per hook, shared maps in `maps`.
 #![no_std]
 #![no_main]
+// `atomic_xadd`: the BPF target has no atomic read-modify-write in core::sync::atomic.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 
+mod bind;
 mod capture;
 mod connect4;
 mod connect6;

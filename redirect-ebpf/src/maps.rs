@@ -1,8 +1,12 @@
 //! Maps shared by the hooks, and the per-CPU decision counters.
 use aya_ebpf::{
-    macros::map,
+    btf_maps::SkStorage,
+    helpers::generated::bpf_sk_storage_get,
+    macros::{btf_map, map},
     maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf, SockHash},
+    programs::SockOpsContext,
 };
+use redirect_common::sock::SockState;
 use redirect_common::{
     outbound::{CidrKey, OutboundPolicy},
     AddrKey, ConnKey, Counter, IfKey, InboundPolicy, ListenerKey, NetnsCookie, NsCounterKey,
@@ -90,8 +94,33 @@ pub static NETNS_COUNTERS: PerCpuHashMap<NsCounterKey, u64> =
 /// Netns cookie -> number of sockets listening on its outbound port (sock_ops keeps it; the
 /// loader seeds it for a proxy that listened before enrollment).
 #[map(name = "PROXY_LISTENERS")]
-pub static PROXY_LISTENERS: HashMap<u64, u32> =
+pub static PROXY_LISTENERS: HashMap<u64, u64> =
     HashMap::with_max_entries(MAX_NAMESPACES, BPF_F_NO_PREALLOC);
+
+/// Socket storage: per-socket marks (the proxy's outbound listener), gone with the socket.
+#[btf_map]
+pub static SOCK_STATE: SkStorage<SockState> = SkStorage::new();
+
+/// The `SOCK_STATE` of the socket a sock_ops callback runs for, if it has one.
+#[inline(always)]
+pub fn sock_state(ctx: &SockOpsContext) -> Option<*mut SockState> {
+    // SAFETY: the context is valid for the program run; `sk` may be NULL (checked).
+    let sk = unsafe { (*ctx.ops).__bindgen_anon_2.sk };
+    if sk.is_null() {
+        return None;
+    }
+    // SAFETY: the map symbol is the map (relocated by the loader); `sk` is a full socket;
+    // without the create flag the helper only looks up.
+    let p = unsafe {
+        bpf_sk_storage_get(
+            core::ptr::from_ref(&SOCK_STATE).cast_mut().cast(),
+            sk.cast(),
+            core::ptr::null_mut(),
+            0,
+        )
+    };
+    (!p.is_null()).then_some(p.cast::<SockState>())
+}
 
 /// Decisions streamed to `redirect trace` (only while `TRACE_ON[0]` is non-zero).
 #[map(name = "TRACE")]

@@ -39,6 +39,13 @@ pub fn protocol(ctx: &SockAddrContext) -> u32 {
     rd(unsafe { &raw const (*sa(ctx)).protocol })
 }
 
+/// The user port in host order (bind, connect: both families keep it in the same field).
+#[inline(always)]
+pub fn user_port(ctx: &SockAddrContext) -> u16 {
+    // SAFETY: field address of the context.
+    u16::from_be(rd(unsafe { &raw const (*sa(ctx)).user_port }) as u16)
+}
+
 /// The IPv4 user address (network order) and port (network order, low 16 bits).
 #[inline(always)]
 pub fn user4(ctx: &SockAddrContext) -> (u32, u16) {

@@ -56,6 +56,8 @@ fn outbound_probes(ipv6: bool) -> Vec<String> {
         "tcp:127.0.0.1:8000".to_owned(),
         "tcp:127.0.0.2:8000".to_owned(),
         "tcp:127.1.2.3:8000".to_owned(),
+        // The unspecified address reaches the host itself (`-o lo` for iptables).
+        "tcp:0.0.0.0:8000".to_owned(),
         format!("tcp:{POD4}:8000"),
         format!("tcp:{POD4}:15008"),
         "tcp:10.201.0.2:8000".to_owned(),
@@ -86,6 +88,7 @@ fn outbound_probes(ipv6: bool) -> Vec<String> {
     if ipv6 {
         p.extend([
             "tcp:[::1]:8000".to_owned(),
+            "tcp:[::]:8000".to_owned(),
             format!("tcp:[{POD6}]:8000"),
             format!("tcp:[{POD6}]:15008"),
             format!("tcpsrc:[::6]:[{POD6}]:8000"),

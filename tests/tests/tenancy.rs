@@ -1,9 +1,12 @@
 //! A node shared by many pods: one pod's `redirect istio-iptables`, run the way istio-init runs
 //! it (its own PID and mount namespaces, its own /run/netns), never removes another pod's policy,
 //! and without the host's bpffs it refuses instead of "applying" a datapath private to itself.
-use std::process::{Command, Output};
+use std::{
+    process::{Command, Output},
+    time::Duration,
+};
 
-use redirect_testkit::{privileged_or_skip, unique_name, Cgroup};
+use redirect_testkit::{privileged_or_skip, unique_name, Cgroup, Child};
 use redirect_tests::{
     bin_path,
     conformance::{reach, sidecar_listeners, World},
@@ -117,5 +120,101 @@ fn without_the_hosts_bpffs_the_command_refuses_and_mounts_nothing() {
         "cleanup",
     );
     assert!(!pins.exists());
+    wait_detached(cgroup.path());
+}
+
+/// `probe-churn` in the pod as an application (uid 1000) in `cgroup`.
+fn churn(w: &World, cgroup: &std::path::Path, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(bin_path("probe-churn"));
+    cmd.arg("--netns")
+        .arg(w.pod.path())
+        .arg("--cgroup")
+        .arg(cgroup)
+        .args(["--uid", "1000", "--gid", "1000", "--port", "15001"])
+        .args(extra);
+    cmd
+}
+
+#[test]
+fn only_the_proxys_own_listener_makes_the_proxy_up() {
+    if !privileged_or_skip("only_the_proxys_own_listener_makes_the_proxy_up") {
+        return;
+    }
+    let w = World::new("rtl", false);
+    let cgroup = Cgroup::new("rtc").expect("cgroup");
+    let pins = Pins::new();
+    ok(
+        &redirect(
+            &pins.0,
+            cgroup.path(),
+            &w.pod.path(),
+            &["-i", "*", "--no-proxy", "passthrough"],
+        ),
+        "apply with --no-proxy passthrough",
+    );
+    let go = || reach(&w, cgroup.path(), (1000, 1000), "192.0.2.10:80");
+    let world = "at=world/192.0.2.10:80 orig=192.0.2.10:80";
+    let _remote = redirect_tests::conformance::listen(
+        &w.world,
+        None,
+        None,
+        "world",
+        &["192.0.2.10:80".into()],
+        &[],
+    );
+    // An application listening on the outbound port is not the proxy: nothing is captured
+    // into it, the proxy is still down (passthrough).
+    let mut held = Child::spawn("probe-churn --hold", churn(&w, cgroup.path(), &["--hold"]))
+        .expect("start probe-churn");
+    held.wait_line("listening", Duration::from_secs(10), |l| l == "listening")
+        .expect("the application listens");
+    let ss = w
+        .pod
+        .exec("ss")
+        .args(["-Hltn", "sport = :15001"])
+        .output()
+        .expect("ss");
+    assert!(
+        String::from_utf8_lossy(&ss.stdout).contains("[::]:15001"),
+        "the application holds [::]:15001: {ss:?}"
+    );
+    assert_eq!(
+        go(),
+        world,
+        "an application's listener does not make the proxy up"
+    );
+
+    // The proxy (uid 1337) listens: captured.
+    let proxy = redirect_tests::conformance::listen(
+        &w.pod,
+        Some(cgroup.path()),
+        Some((1337, 1337)),
+        "proxy",
+        &["0.0.0.0:15001".into()],
+        &[],
+    );
+    let captured = "at=proxy/0.0.0.0:15001 orig=192.0.2.10:80";
+    assert_eq!(go(), captured, "the proxy's listener");
+    drop(held);
+    // Applications churning listen/close on the port, on every CPU, change nothing.
+    let out = churn(&w, cgroup.path(), &["--threads", "4", "--loops", "3000"])
+        .output()
+        .expect("run probe-churn");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.starts_with("done "), "{said}");
+    assert_ne!(said.trim(), "done 0", "the churn really listened");
+    for _ in 0..5 {
+        assert_eq!(go(), captured, "still captured after the churn");
+    }
+    // The proxy goes away: down again, passthrough (its close counted back).
+    drop(proxy);
+    redirect_testkit::until("the proxy counted down", Duration::from_secs(10), || {
+        go() == world
+    })
+    .expect("passthrough once the proxy is gone");
+    ok(
+        &redirect(&pins.0, cgroup.path(), &w.pod.path(), &["--cleanup-only"]),
+        "cleanup",
+    );
     wait_detached(cgroup.path());
 }

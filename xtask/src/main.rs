@@ -33,7 +33,8 @@ enum Task {
         /// kernel of this series under qemu (`6.1`, `6.12` or `all`).
         #[arg(long, value_name = "SERIES")]
         kernel: Option<String>,
-        /// With --kernel: test targets of tests/tests to run, `NAME[=FILTER],...`.
+        /// With --kernel: test targets of tests/tests to run, `NAME[=FILTER[+FILTER...]],...` (a
+        /// test runs when its name contains any FILTER, as libtest filters).
         #[arg(long, value_name = "LIST", default_value = kernel::DEFAULT_TESTS, requires = "kernel")]
         kernel_tests: String,
         /// With --kernel: limit in seconds for each test binary inside the guest.

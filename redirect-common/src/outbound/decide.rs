@@ -12,6 +12,22 @@ fn is_loopback(family: u16, dst: &[u32; 4]) -> bool {
     }
 }
 
+/// The destination the nat table sees: a connect to the unspecified address (0.0.0.0, `::`)
+/// is routed to the host itself, and the kernel makes it 127.0.0.1 / `::1` before OUTPUT.
+#[inline(always)]
+fn routed_dst(family: u16, dst: [u32; 4]) -> [u32; 4] {
+    let unspecified = if family == AF_INET {
+        dst[0] == 0
+    } else {
+        dst[0] == 0 && dst[1] == 0 && dst[2] == 0 && dst[3] == 0
+    };
+    match (unspecified, family == AF_INET) {
+        (false, _) => dst,
+        (true, true) => [u32::from_ne_bytes([127, 0, 0, 1]), 0, 0, 0],
+        (true, false) => [0, 0, 0, u32::from_be(1)],
+    }
+}
+
 /// `-d 127.0.0.1/32` (or the loopback CIDR) / `-d ::1/128`.
 #[inline(always)]
 fn is_loopback_dst(p: &OutboundPolicy, family: u16, dst: &[u32; 4]) -> bool {
@@ -98,17 +114,17 @@ fn proxy_place(p: &OutboundPolicy, conn: &Conn) -> bool {
     !p.has(OUT_PROXY_CGROUP) || conn.in_proxy_cgroup
 }
 
-/// True when the caller has a proxy uid or gid but runs outside the proxy's cgroup: it is
-/// captured like an application (and worth a warning: seed 1's silent bypass).
+/// Whether `(uid, gid)` (in the proxy's cgroup or not) is the namespace's proxy: one of its
+/// uids or gids, and inside its cgroup when the policy binds one.
 #[inline(always)]
-pub fn proxy_id_elsewhere(p: &OutboundPolicy, conn: &Conn) -> bool {
-    if !p.has(OUT_PROXY_CGROUP) || conn.in_proxy_cgroup {
+pub fn is_proxy(p: &OutboundPolicy, uid: u32, gid: u32, in_proxy_cgroup: bool) -> bool {
+    if p.has(OUT_PROXY_CGROUP) && !in_proxy_cgroup {
         return false;
     }
     let mut i = 0;
     while i < MAX_OWNERS {
-        if (i < p.n_uids as usize && p.uids[i] == conn.uid)
-            || (i < p.n_gids as usize && p.gids[i] == conn.gid)
+        if (i < p.n_uids as usize && p.uids[i] == uid)
+            || (i < p.n_gids as usize && p.gids[i] == gid)
         {
             return true;
         }
@@ -117,9 +133,21 @@ pub fn proxy_id_elsewhere(p: &OutboundPolicy, conn: &Conn) -> bool {
     false
 }
 
+/// True when the caller has a proxy uid or gid but runs outside the proxy's cgroup: it is
+/// captured like an application (and worth a warning: seed 1's silent bypass).
+#[inline(always)]
+pub fn proxy_id_elsewhere(p: &OutboundPolicy, conn: &Conn) -> bool {
+    p.has(OUT_PROXY_CGROUP) && !conn.in_proxy_cgroup && is_proxy(p, conn.uid, conn.gid, true)
+}
+
 /// Evaluates istio-iptables' `OUTPUT` chain (nat table, REDIRECT mode) for `conn`.
 #[inline(always)]
 pub fn decide<L: Lookups>(p: &OutboundPolicy, conn: &Conn, lk: &L) -> Verdict {
+    let routed = Conn {
+        dst: routed_dst(conn.family, conn.dst),
+        ..*conn
+    };
+    let conn = &routed;
     let v6 = conn.family == AF_INET6;
     if !p.has(OUT_ENABLED) {
         return Verdict::Pass(Counter::NoPolicy);

@@ -222,4 +222,4 @@ pub enum Verdict {
 }
 
 mod decide;
-pub use decide::{decide, proxy_id_elsewhere, when_proxy_down};
+pub use decide::{decide, is_proxy, proxy_id_elsewhere, when_proxy_down};

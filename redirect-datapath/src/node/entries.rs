@@ -89,13 +89,22 @@ pub(super) fn seed_proxy_listeners(
     cookie: u64,
     port: u16,
 ) -> Result<()> {
-    let found = crate::adopt::listeners(netns_path, port)?.len();
-    let mut map = hash::<u64, u32>(store, map_names::PROXY_LISTENERS)?;
-    map.insert(cookie, u32::try_from(found).unwrap_or(u32::MAX), 0)
-        .map_err(crate::store::map_error(
+    let found = crate::adopt::listeners(netns_path, port)?.len() as u64;
+    let mut map = hash::<u64, u64>(store, map_names::PROXY_LISTENERS)?;
+    // BPF_NOEXIST: once the namespace has a count, sock_ops keeps it (a re-apply must not
+    // overwrite it, or the close of a listener counted since would count below zero).
+    match map.insert(cookie, found, 1) {
+        Ok(()) => Ok(()),
+        Err(aya::maps::MapError::SyscallError(e))
+            if e.io_error.kind() == std::io::ErrorKind::AlreadyExists =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(crate::store::map_error(
             "writing",
             map_names::PROXY_LISTENERS,
-        ))
+        )(e)),
+    }
 }
 
 /// Drops namespace `cookie`'s per-namespace decision counters.

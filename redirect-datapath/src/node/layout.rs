@@ -15,8 +15,10 @@ use crate::{
     error::{Error, Result},
 };
 
-/// The layout this build reads and writes. v0: no record (before versions); v1: this record.
-pub const LAYOUT_VERSION: u32 = 1;
+/// The layout this build reads and writes. v0: no record (before versions); v1: this record;
+/// v2: `SOCK_STATE` socket storage, the bind4/bind6 links that mark the proxy's listeners,
+/// `PROXY_LISTENERS` counting in u64 (updated atomically) and `DIR/sizing`.
+pub const LAYOUT_VERSION: u32 = 2;
 /// Name of the record's pin and of the map in the kernel.
 pub const PIN: &str = "layout";
 const MAGIC: u64 = 0x7265_6469_7265_6374; // "redirect"

@@ -219,7 +219,7 @@ impl NodeDatapath {
         enroll::remove_inbound(&mut self.maps, cookie)?;
         remove_ifaces(&mut self.maps, cookie)?;
         remove_ns_counters(&mut self.maps, cookie)?;
-        let _ = hash::<u64, u32>(&mut self.maps, map_names::PROXY_LISTENERS)?.remove(&cookie);
+        let _ = hash::<u64, u64>(&mut self.maps, map_names::PROXY_LISTENERS)?.remove(&cookie);
         let old = owned_addresses(&mut self.maps, cookie)?;
         enroll::sync_addresses(&mut self.maps, shown, cookie, &old, &[])?;
         tracing::info!(netns = %shown.display(), cookie, "policy removed");
@@ -253,7 +253,7 @@ impl NodeDatapath {
 
     /// Whether something listens on the namespace's outbound port (the proxy is up).
     pub fn proxy_listening(&mut self, cookie: u64) -> bool {
-        hash::<u64, u32>(&mut self.maps, map_names::PROXY_LISTENERS)
+        hash::<u64, u64>(&mut self.maps, map_names::PROXY_LISTENERS)
             .is_ok_and(|m| m.get(&cookie, 0).is_ok_and(|n| n > 0))
     }
 

@@ -51,7 +51,7 @@ fn search(series: &str) -> Vec<String> {
 }
 
 /// `(package, candidate version)` for each package, from one `apt-cache policy` call.
-fn candidates(packages: &[String]) -> Vec<(String, String)> {
+pub(super) fn candidates(packages: &[String]) -> Vec<(String, String)> {
     let args: Vec<&str> = std::iter::once("policy")
         .chain(packages.iter().map(String::as_str))
         .collect();
@@ -105,18 +105,7 @@ pub fn fetch(series: &str, kernels_dir: &Path) -> anyhow::Result<Kernel> {
     let unpacked = kernels_dir.join(format!("{package}_{version}"));
     let done = unpacked.join(".unpacked");
     if !done.is_file() {
-        let deb = find_deb(kernels_dir, &package, &version);
-        let deb = match deb {
-            Some(d) => d,
-            None => {
-                eprintln!("xtask: downloading {package} {version}");
-                run(Command::new("apt-get")
-                    .args(["download", "-q", &format!("{package}={version}")])
-                    .current_dir(kernels_dir))?;
-                find_deb(kernels_dir, &package, &version)
-                    .with_context(|| format!("apt-get download left no {package}_*.deb"))?
-            }
-        };
+        let deb = download(kernels_dir, &package, &version)?;
         let _ = std::fs::remove_dir_all(&unpacked);
         run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked))?;
         std::fs::write(&done, "")?;
@@ -140,11 +129,34 @@ pub fn fetch(series: &str, kernels_dir: &Path) -> anyhow::Result<Kernel> {
     Ok(kernel)
 }
 
-/// The downloaded .deb of `package` at `version` (apt writes an epoch's ':' as `%3a`).
-fn find_deb(dir: &Path, package: &str, version: &str) -> Option<PathBuf> {
-    let name = format!("{package}_{}_amd64.deb", version.replace(':', "%3a"));
-    let path = dir.join(name);
-    path.is_file().then_some(path)
+/// The .deb of `package` at `version` in `dir`, downloaded with `apt-get download` unless it is
+/// there already (apt writes an epoch's ':' as `%3a`; the architecture is amd64 or all).
+pub(super) fn download(dir: &Path, package: &str, version: &str) -> anyhow::Result<PathBuf> {
+    let find = || {
+        ["amd64", "all"]
+            .iter()
+            .map(|arch| {
+                dir.join(format!(
+                    "{package}_{}_{arch}.deb",
+                    version.replace(':', "%3a")
+                ))
+            })
+            .find(|p| p.is_file())
+    };
+    if let Some(deb) = find() {
+        return Ok(deb);
+    }
+    std::fs::create_dir_all(dir)?;
+    eprintln!("xtask: downloading {package} {version}");
+    run(Command::new("apt-get")
+        .args(["download", "-q", &format!("{package}={version}")])
+        .current_dir(dir))?;
+    find().with_context(|| {
+        format!(
+            "apt-get download left no {package}_*.deb in {}",
+            dir.display()
+        )
+    })
 }
 
 fn single_dir(dir: &Path) -> anyhow::Result<String> {

@@ -1,5 +1,6 @@
 //! `cargo xtask test --kernel 6.1|6.12|all`: runs a subset of the root integration tests inside
 //! Debian's cloud kernels under qemu (TCG) and reports per kernel and per test binary.
+mod emulator;
 mod fetch;
 mod guest;
 mod initramfs;
@@ -18,10 +19,13 @@ use anyhow::{bail, Context as _};
 
 use crate::{build, setup, util};
 
-/// Test binaries run in each kernel unless `--kernel-tests` says otherwise.
-pub const DEFAULT_TESTS: &str = "outbound,inbound,daemon";
-/// Host packages the guest is built from.
-const PACKAGES: [&str; 3] = ["qemu-system-x86", "busybox-static", "xz-utils"];
+/// Test binaries run in each kernel unless `--kernel-tests` says otherwise: the outbound, inbound
+/// and daemon suites whole, and the conformance cases for DNS (IPv4 and IPv6), inbound ports `*`,
+/// owner groups with exclusions (IPv4 and IPv6 DNS) and an excluded interface. The README lists it.
+pub const DEFAULT_TESTS: &str = "outbound,inbound,daemon,\
+    conformance=dns_uid_gid+inbound_ports_wildcard+outbound_owner_groups_exclude+basic_exclude_nic";
+/// Host packages the guest is built from (qemu itself is extracted, see `emulator`).
+const PACKAGES: [&str; 2] = ["busybox-static", "xz-utils"];
 
 /// What `--kernel` runs.
 #[derive(Debug)]
@@ -36,13 +40,21 @@ pub struct Options {
     pub per_binary: Duration,
 }
 
-/// `outbound,conformance=dns` -> `[("outbound", []), ("conformance", ["dns"])]`.
+/// `outbound,conformance=dns+ipv6` -> `[("outbound", []), ("conformance", ["dns", "ipv6"])]`
+/// (each filter a libtest name filter; a test runs when it matches any of them).
 fn selection(spec: &str) -> anyhow::Result<Vec<(String, Vec<String>)>> {
     let out: Vec<(String, Vec<String>)> = spec
         .split(',')
         .filter(|s| !s.is_empty())
         .map(|item| match item.split_once('=') {
-            Some((name, filter)) => (name.to_owned(), vec![filter.to_owned()]),
+            Some((name, filters)) => (
+                name.to_owned(),
+                filters
+                    .split('+')
+                    .filter(|f| !f.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            ),
             None => (item.to_owned(), Vec::new()),
         })
         .collect();
@@ -157,17 +169,45 @@ pub fn test(opts: &Options) -> anyhow::Result<()> {
         .map(|e| e.path())
         .filter(|p| p.join("Cargo.toml").is_file())
         .collect();
+    let emulator = emulator::prepare(&kernels_dir)?;
+    println!(
+        "xtask: qemu-system-x86 {} from {}",
+        emulator.version,
+        emulator.root.display()
+    );
+    // Downloads one after the other; then the guests run side by side (each test binary in a
+    // guest runs its tests one at a time, so two guests keep two host CPUs busy).
+    let kernels = series
+        .iter()
+        .map(|s| fetch::fetch(s, &kernels_dir))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let files = GuestFiles {
+        stripped: &stripped,
+        data: &data,
+        crates: &crates,
+        cwd: &root.join("tests"),
+        emulator: &emulator,
+    };
+    let results: Vec<anyhow::Result<(String, Vec<String>)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = kernels
+            .iter()
+            .map(|kernel| {
+                let (files, runs) = (&files, &runs);
+                scope.spawn(move || run_kernel(kernel, runs, files, opts))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a guest runner panicked")))
+            })
+            .collect()
+    });
     let mut failures = Vec::new();
     let mut summaries = Vec::new();
-    for s in &series {
-        let kernel = fetch::fetch(s, &kernels_dir)?;
-        let files = GuestFiles {
-            stripped: &stripped,
-            data: &data,
-            crates: &crates,
-            cwd: &root.join("tests"),
-        };
-        let (summary, failed) = run_kernel(&kernel, &runs, &files, opts)?;
+    for r in results {
+        let (summary, failed) = r?;
         summaries.push(summary);
         failures.extend(failed);
     }
@@ -192,6 +232,8 @@ struct GuestFiles<'a> {
     crates: &'a [PathBuf],
     /// Where the test binaries run (as cargo runs them: the tests package).
     cwd: &'a Path,
+    /// The qemu that boots the guest.
+    emulator: &'a emulator::Emulator,
 }
 
 /// Builds the initramfs for one kernel, boots it and reports; returns the summary and failures.
@@ -239,7 +281,14 @@ fn run_kernel(
     );
     let console = kernel.dir.join("console.log");
     let limit = opts.per_binary * u32::try_from(runs.len()).unwrap_or(1) + Duration::from_secs(300);
-    let outcome = qemu::boot(&kernel.vmlinuz(), &initrd, &console, limit, &tag)?;
+    let outcome = qemu::boot(
+        files.emulator,
+        &kernel.vmlinuz(),
+        &initrd,
+        &console,
+        limit,
+        &tag,
+    )?;
     let text = std::fs::read_to_string(&console).unwrap_or_default();
     let rep = report::parse(&text);
     Ok(summarize(kernel, runs, &rep, &outcome, &console))
@@ -303,7 +352,13 @@ fn summarize(
         }
     }
     if !rep.done && !outcome.timed_out {
-        failures.push(format!("{k}: the guest stopped before /init finished"));
+        let qemu_err =
+            std::fs::read_to_string(console.with_file_name("qemu.err")).unwrap_or_default();
+        let why = match qemu_err.trim() {
+            "" => String::new(),
+            e => format!(" (qemu: {e})"),
+        };
+        failures.push(format!("{k}: the guest stopped before /init finished{why}"));
     }
     (lines.join("\n"), failures)
 }

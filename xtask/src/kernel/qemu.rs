@@ -3,7 +3,7 @@
 use std::{
     io::{Read as _, Seek as _, SeekFrom},
     path::Path,
-    process::{Command, Stdio},
+    process::Stdio,
     time::{Duration, Instant},
 };
 
@@ -23,6 +23,7 @@ pub const MARK: &str = "@@@";
 /// Runs qemu until the guest powers off (or `timeout`), echoing the console from /init's first
 /// line on, each line prefixed with `tag`.
 pub fn boot(
+    emulator: &super::emulator::Emulator,
     vmlinuz: &Path,
     initrd: &Path,
     console: &Path,
@@ -31,7 +32,7 @@ pub fn boot(
 ) -> anyhow::Result<Outcome> {
     let _ = std::fs::remove_file(console);
     let qemu_log = console.with_file_name("qemu.log");
-    let mut cmd = Command::new("qemu-system-x86_64");
+    let mut cmd = emulator.command();
     cmd.args(["-accel", "tcg,thread=multi", "-cpu", "max"])
         .args(["-m", "2048", "-smp", "2", "-nic", "none", "-no-reboot"])
         .args(["-display", "none", "-monitor", "none"])
