@@ -155,7 +155,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         }
         let mut dp = NodeDatapath::open(&dir)?;
         // A running daemon owns the datapath (whatever its directory) and keeps it empty.
-        let daemon_owned = dp.layout()?.owner.is_live_daemon();
+        let daemon_owned = node::layout::daemon_up(&dir, &dp.layout()?);
         let removed = dp.cleanup(&ns, daemon_owned)?;
         println!(
             "policy removed for {}{}",

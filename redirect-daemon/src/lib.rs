@@ -5,6 +5,7 @@ pub mod client;
 mod files;
 pub mod metrics;
 pub mod proto;
+pub mod repair;
 pub mod server;
 
 use std::path::PathBuf;
@@ -51,6 +52,19 @@ pub fn node_status(
             )),
         }
     }
+    let health = repair::read_health(dir);
+    if let Some(alarm) = &health.alarm {
+        status
+            .warnings
+            .push(format!("the daemon cannot repair its datapath: {alarm}"));
+    }
+    if health.repairs > 0 {
+        status.warnings.push(format!(
+            "the daemon repaired its datapath {} time(s); last: {}",
+            health.repairs,
+            health.last_problem.as_deref().unwrap_or("-")
+        ));
+    }
     status.enrolled = server::enrollments(dir)
         .into_iter()
         .map(|e| redirect_datapath::node_status::EnrolledNs {
@@ -71,10 +85,9 @@ pub fn owner(bpffs: &std::path::Path) -> Option<(u32, PathBuf)> {
         return None;
     }
     let record = layout::check(bpffs).ok()?;
+    let up = layout::daemon_up(bpffs, &record);
     match (record.owner, record.daemon_dir) {
-        (layout::Owner::Daemon { pid, .. }, Some(dir)) if record.owner.is_live_daemon() => {
-            Some((pid, server::socket(&dir)))
-        }
+        (layout::Owner::Daemon { pid, .. }, Some(dir)) if up => Some((pid, server::socket(&dir))),
         _ => None,
     }
 }

@@ -47,6 +47,9 @@ pub struct Daemon {
     listener: UnixListener,
     _lock: nix::fcntl::Flock<File>,
     uninstalled: bool,
+    health: crate::repair::Health,
+    /// Held for the daemon's lifetime: how a process in another PID namespace tells it runs.
+    _pins: nix::fcntl::Flock<File>,
 }
 
 impl Daemon {
@@ -60,6 +63,7 @@ impl Daemon {
         let guard = node::lock(&opts.bpffs)?;
         let (dp, created) = NodeDatapath::open_or_create(&opts.bpffs, &opts.attach)?;
         take_ownership(&dp, &opts.dir)?;
+        let pins = node::layout::hold_as_daemon(&opts.bpffs)?;
         let links = std::fs::read_dir(opts.bpffs.join("links")).map_or(0, |d| d.count());
         if created {
             tracing::info!(dir = %opts.bpffs.display(), links, "created and pinned the node datapath");
@@ -73,7 +77,10 @@ impl Daemon {
             enrollments: BTreeMap::new(),
             _lock: lock,
             uninstalled: false,
+            health: crate::repair::Health::default(),
+            _pins: pins,
         };
+        crate::repair::write_health(&daemon.opts.dir, &daemon.health);
         for e in read_enrollments(&daemon.opts.dir) {
             daemon.reconcile(e);
         }
@@ -89,6 +96,85 @@ impl Daemon {
                 Ok(c) => c != cookie,
                 Err(_) => !path.exists(),
             }
+    }
+
+    /// Checks the pins and every enrollment's policy (see `repair`); repairs what it can and
+    /// records the rest as an alarm.
+    fn check_datapath(&mut self) {
+        use crate::repair::{pin_state, write_health, PinState};
+        let before = self.health.clone();
+        let mut alarm = None;
+        match pin_state(&self.opts.bpffs, std::process::id()) {
+            Ok(PinState::Ours) => {}
+            Ok(PinState::Gone) => self.recreate(&mut alarm),
+            Ok(PinState::Other(owner)) => {
+                alarm = Some(format!(
+                    "the pinned datapath at {} is recorded as owned by {owner}, not this daemon",
+                    self.opts.bpffs.display()
+                ));
+            }
+            Err(e) => alarm = Some(format!("checking the pinned datapath: {e}")),
+        }
+        if alarm.is_none() {
+            let recreated = self.health.repairs > before.repairs;
+            let why = self.health.last_problem.clone();
+            self.reapply_missing(&mut alarm);
+            if recreated {
+                // Every policy was re-applied because the pins went: say that, not the last one.
+                self.health.last_problem = why;
+            }
+        }
+        if alarm.is_some() && alarm != before.alarm {
+            tracing::error!(alarm = ?alarm, "the daemon's datapath needs an operator");
+            self.health.last_problem.clone_from(&alarm);
+        }
+        self.health.alarm = alarm;
+        if self.health != before {
+            write_health(&self.opts.dir, &self.health);
+        }
+    }
+
+    /// The pins are gone: creates the datapath again and re-applies every enrollment.
+    fn recreate(&mut self, alarm: &mut Option<String>) {
+        tracing::error!("the pinned datapath is gone (unpinned behind the daemon's back): recreating it and re-applying every enrollment");
+        let recreated = NodeDatapath::open_or_create(&self.opts.bpffs, &self.opts.attach)
+            .and_then(|(dp, _)| take_ownership(&dp, &self.opts.dir).map(|()| dp))
+            .and_then(|dp| Ok((dp, node::layout::hold_as_daemon(&self.opts.bpffs)?)));
+        match recreated {
+            Ok((dp, pins)) => {
+                self.dp = dp;
+                self._pins = pins;
+                self.health.repairs += 1;
+                self.health.last_problem = Some(format!(
+                    "the pinned datapath at {} was unpinned behind the daemon's back; recreated",
+                    self.opts.bpffs.display()
+                ));
+            }
+            Err(e) => *alarm = Some(format!("recreating the unpinned datapath: {e}")),
+        }
+    }
+
+    /// Re-applies every enrollment whose policy is not in the maps.
+    fn reapply_missing(&mut self, alarm: &mut Option<String>) {
+        let missing: Vec<Enrollment> = self
+            .enrollments
+            .iter()
+            .filter(|(cookie, _)| !self.dp.kernel_policy(**cookie).is_ok_and(|(out, _)| out))
+            .map(|(_, e)| e.clone())
+            .collect();
+        for e in missing {
+            tracing::error!(netns = %e.netns.display(), cookie = e.cookie, "an enrolled namespace's policy is missing from the maps: re-applying it");
+            match self.enroll(&e.netns, e.policy.clone(), e.source.clone()) {
+                Ok(_) => {
+                    self.health.repairs += 1;
+                    self.health.last_problem = Some(format!(
+                        "the policy of {} was removed behind the daemon's back; re-applied",
+                        e.netns.display()
+                    ));
+                }
+                Err(err) => *alarm = Some(format!("re-applying {}: {err}", e.netns.display())),
+            }
+        }
     }
 
     fn reconcile(&mut self, e: Enrollment) {
@@ -231,6 +317,7 @@ impl Daemon {
         let Ok(_guard) = node::lock(&self.opts.bpffs) else {
             return;
         };
+        self.check_datapath();
         let cookies: Vec<u64> = self.enrollments.keys().copied().collect();
         for cookie in cookies {
             let Some(e) = self.enrollments.get(&cookie).cloned() else {

@@ -137,7 +137,7 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
         layout: layout.version,
         owner,
         owner_pid,
-        owner_up: layout.owner.is_live_daemon(),
+        owner_up: crate::node::layout::daemon_up(dir, &layout),
         cgroup: cgroup_name(layout.app_cgroup),
         proxy_cgroup: cgroup_name(layout.proxy_cgroup),
         links: names(&dir.join("links")),

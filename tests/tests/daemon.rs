@@ -194,7 +194,7 @@ fn sigkill_leaves_no_gap_restart_adopts_uninstall_leaves_nothing() {
     node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
     let _l = sidecar_listeners(&w, node.cgroup.path());
     let ids = node.link_ids();
-    assert_eq!(ids.len(), 10, "every program attached once: {ids:?}");
+    assert_eq!(ids.len(), 12, "every program attached once: {ids:?}");
 
     // A client loops connections while the daemon is SIGKILLed: every one is captured.
     let mut cmd = Command::new(bin_path("probe-matrix"));

@@ -3,8 +3,11 @@
 //! an explicit `--cgroup` elsewhere is refused, and `status` says who owns the datapath.
 use std::time::Duration;
 
-use redirect_testkit::{privileged_or_skip, Cgroup, Child};
-use redirect_tests::{conformance::World, node::Node};
+use redirect_testkit::{privileged_or_skip, until, Cgroup, Child};
+use redirect_tests::{
+    conformance::{reach, sidecar_listeners, World},
+    node::Node,
+};
 
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -239,8 +242,8 @@ fn attach_at_above_or_below_a_node_datapath_is_refused_naming_it() {
 }
 
 #[test]
-fn list_says_when_the_kernel_lost_an_enrollment() {
-    if !privileged_or_skip("list_says_when_the_kernel_lost_an_enrollment") {
+fn the_daemon_repairs_a_policy_removed_behind_its_back() {
+    if !privileged_or_skip("the_daemon_repairs_a_policy_removed_behind_its_back") {
         return;
     }
     let node = Node::new();
@@ -248,10 +251,17 @@ fn list_says_when_the_kernel_lost_an_enrollment() {
     let w = World::new("rlk", false);
     let netns = w.pod.path().display().to_string();
     node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
-    let list = node.ok(&["list", "--json"]);
-    let list: serde_json::Value = serde_json::from_str(&list).expect("json");
-    assert_eq!(list[0]["kernel"], "ok", "{list}");
-    let cookie = list[0]["cookie"].as_u64().expect("cookie is a number");
+    let kernel = || {
+        let list = node.ok(&["list", "--json"]);
+        let list: serde_json::Value = serde_json::from_str(&list).expect("json");
+        (
+            list[0]["kernel"].as_str().unwrap_or("").to_owned(),
+            list[0]["cookie"].as_u64(),
+        )
+    };
+    let (state, cookie) = kernel();
+    assert_eq!(state, "ok");
+    let cookie = cookie.expect("cookie is a number");
     // Someone removes the namespace's policy behind the daemon's back.
     let key: Vec<String> = cookie.to_ne_bytes().iter().map(|b| b.to_string()).collect();
     let out = std::process::Command::new("bpftool")
@@ -262,26 +272,76 @@ fn list_says_when_the_kernel_lost_an_enrollment() {
         .output()
         .expect("bpftool");
     assert!(out.status.success(), "{out:?}");
-    let out = node.run(&["list"]);
-    assert!(out.status.success(), "{out:?}");
-    let table = String::from_utf8_lossy(&out.stdout);
-    let row = table
-        .lines()
-        .find(|l| l.starts_with(&netns))
-        .expect("still listed");
-    assert!(row.contains(" MISSING "), "{table}");
-    assert!(
-        stderr(&out).contains("differ from what the kernel's maps hold"),
-        "{out:?}"
-    );
+    // The daemon's check puts it back, and says so.
+    until(
+        "the daemon re-applied the policy",
+        Duration::from_secs(10),
+        || {
+            node.ok(&["status"])
+                .contains("repaired its datapath 1 time(s)")
+        },
+    )
+    .expect("repaired");
+    assert_eq!(kernel().0, "ok", "the kernel holds the policy again");
     let status = node.ok(&["status"]);
     assert!(
-        status.contains("WARNING") && status.contains("the kernel's maps hold no policy for it"),
+        status.contains("was removed behind the daemon's back; re-applied"),
         "{status}"
     );
     // Idempotent: unenrolling twice succeeds and says there was nothing to do.
     node.ok(&["unenroll", "--netns", &netns]);
     let again = node.ok(&["unenroll", "--netns", &netns]);
     assert!(again.contains("nothing to do"), "{again}");
+    node.ok(&["uninstall"]);
+}
+
+#[test]
+fn a_datapath_unpinned_behind_the_daemons_back_is_recreated_and_no_container_unpins_it() {
+    if !privileged_or_skip("a_datapath_unpinned_behind_the_daemons_back") {
+        return;
+    }
+    let node = Node::new();
+    let _daemon = node.daemon();
+    let w = World::new("rlu", false);
+    let netns = w.pod.path().display().to_string();
+    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
+    let _l = sidecar_listeners(&w, node.cgroup.path());
+    let go = || reach(&w, node.cgroup.path(), (1000, 1000), "192.0.2.10:80");
+    let captured = "at=proxy/[::]:15001 orig=192.0.2.10:80";
+    assert_eq!(go(), captured);
+
+    // istio-init in a container (own PID and mount namespaces, no view of the daemon's
+    // directory) removing the last policy: the daemon's datapath is not unpinned (before, the
+    // daemon's pid looked dead from there and the CLI unpinned everything).
+    let script = format!(
+        "mount -t tmpfs t {} && exec {} istio-iptables --bpffs {} --netns {} --cleanup-only",
+        node.dir.display(),
+        redirect_tests::bin_path("redirect").display(),
+        node.pins.display(),
+        netns
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-pmf", "--mount-proc", "sh", "-c", &script])
+        .output()
+        .expect("unshare");
+    // It cannot reach the daemon that owns the datapath, so it changes nothing and says so.
+    assert!(!out.status.success(), "{out:?}");
+    assert!(stderr(&out).contains("daemon"), "names the daemon: {out:?}");
+    assert!(
+        node.pins.join("layout").exists(),
+        "the daemon's datapath stays pinned"
+    );
+    assert_eq!(go(), captured, "and the pod stays captured");
+
+    // The pins removed outright: the daemon recreates the datapath and re-applies.
+    std::fs::remove_dir_all(&node.pins).expect("unpin");
+    let said = |status: &str| status.contains("unpinned behind the daemon's back; recreated");
+    until(
+        "the daemon recreated its datapath",
+        Duration::from_secs(15),
+        || node.pins.join("layout").exists() && said(&node.ok(&["status"])),
+    )
+    .expect("recreated");
+    assert_eq!(go(), captured, "captured again");
     node.ok(&["uninstall"]);
 }

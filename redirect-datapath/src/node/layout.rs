@@ -57,13 +57,38 @@ impl Owner {
         })
     }
 
-    /// Whether the owner is a daemon that is still running (same pid, same start time).
+    /// Whether the owner is a daemon that is still running (same pid, same start time), as
+    /// this process's PID namespace sees it (see [`daemon_up`] for an answer from the kernel).
     pub fn is_live_daemon(&self) -> bool {
         match *self {
             Self::Cli => false,
             Self::Daemon { pid, start } => start_time(pid) == Some(start),
         }
     }
+}
+
+/// The lock a running daemon holds on its pin directory (shared, for its lifetime): a kernel
+/// object, so any process that sees the pins can tell, whatever its PID namespace.
+pub fn hold_as_daemon(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    let file = std::fs::File::open(dir).map_err(|e| Error::io("opening", dir, e))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock)
+        .map_err(|(_, e)| Error::io("locking (shared)", dir, e.into()))
+}
+
+/// Whether the daemon recorded as the owner of the datapath at `dir` runs: its pid is alive
+/// with the recorded start time, or (seen from a container, where pids mean nothing) its
+/// lock on the pin directory is held.
+pub fn daemon_up(dir: &Path, record: &Layout) -> bool {
+    if !matches!(record.owner, Owner::Daemon { .. }) {
+        return false;
+    }
+    record.owner.is_live_daemon()
+        || std::fs::File::open(dir).is_ok_and(|f| {
+            matches!(
+                nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock),
+                Err((_, nix::errno::Errno::EWOULDBLOCK))
+            )
+        })
 }
 
 /// The record of a pinned datapath.
