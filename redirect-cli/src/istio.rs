@@ -1,16 +1,14 @@
 //! `redirect istio-iptables`: parse istio-iptables' arguments and environment, then apply the
 //! policy to one namespace through the pinned node datapath (or print it with --dry-run).
-use std::{
-    collections::HashMap,
-    path::{Path, PathBuf},
-};
+use std::{collections::HashMap, path::PathBuf};
 
 use anyhow::Context as _;
 use redirect_datapath::{
     netns,
     node::{self, NodeAttach, NodeDatapath},
+    pod_files,
 };
-use redirect_policy::{self as policy, Invocation, Policy, RealSystem};
+use redirect_policy::{self as policy, Invocation, Policy};
 
 const HELP: &str = "\
 redirect istio-iptables: drop-in for istio-init's istio-iptables, backed by eBPF.
@@ -65,38 +63,31 @@ Examples:
   redirect istio-iptables --netns pod1 --cleanup-only
 ";
 
-fn resolv_conf(netns: Option<&str>) -> PathBuf {
-    if let Some(n) = netns.filter(|n| !n.contains('/')) {
-        let p = Path::new("/etc/netns").join(n).join("resolv.conf");
-        if p.exists() {
-            return p;
-        }
-    }
-    PathBuf::from("/etc/resolv.conf")
-}
-
-/// Finds our own `--netns` / `--cluster-env` values before the full parse (they decide which
-/// resolv.conf and environment that parse sees).
+/// Finds our own `--netns` / `--cluster-env` values before the full parse (they decide whose
+/// files and which environment that parse sees); the last one wins, as in the parse.
 fn pre_scan(args: &[String], flag: &str) -> Option<String> {
+    let mut found = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == flag {
-            return it.next().cloned();
-        }
-        if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
-            return Some(v.to_owned());
+            found = it.next().cloned();
+        } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+            found = Some(v.to_owned());
         }
     }
-    None
+    found
 }
 
-/// Parses istio-iptables arguments the way `redirect istio-iptables` does (cluster.env and
-/// resolv.conf of the namespace included).
+/// Parses istio-iptables arguments the way `redirect istio-iptables` does: cluster.env under
+/// the environment, and names and DNS servers from the target namespace's own files
+/// ([`redirect_datapath::pod_files::sources`]; this process's own `/etc` only when the target
+/// is the namespace it runs in).
 pub fn parse(args: &[String]) -> anyhow::Result<Invocation> {
-    let netns = pre_scan(args, "--netns");
-    let sys = RealSystem {
-        resolv_conf: resolv_conf(netns.as_deref()),
-    };
+    let netns = pre_scan(args, "--netns")
+        .or_else(|| pre_scan(args, "--network-namespace"))
+        .or_else(|| std::env::var("NETWORK_NAMESPACE").ok())
+        .filter(|n| !n.is_empty());
+    let sys = pod_files::sources(&netns::resolve(netns.as_deref()), netns.as_deref());
     let cluster = match pre_scan(args, "--cluster-env") {
         Some(file) => {
             let text = std::fs::read_to_string(&file)

@@ -7,9 +7,10 @@ use ipnet::{IpNet, Ipv4Net};
 
 use super::args::{Key, Raw, Values};
 use super::env::nameservers;
+use super::ids::{default_uid, ids, owner_groups, IdKind};
 use super::{
-    Cidrs, EnvSource, Group, InboundPorts, Invocation, Mode, NoProxy, OwnerGroups, Policy,
-    PolicyError, SystemLookup, DEFAULT_IPV4_LOOPBACK_CIDR, MAX_OWNER_IDS,
+    Cidrs, EnvSource, InboundPorts, Invocation, Mode, NoProxy, Policy, PolicyError, SystemLookup,
+    DEFAULT_IPV4_LOOPBACK_CIDR, MAX_OWNER_IDS,
 };
 
 type Result<T> = std::result::Result<T, PolicyError>;
@@ -30,16 +31,11 @@ pub(super) fn invocation(
     let path_of = |key| string_of(key).map(PathBuf::from);
 
     let proxy_uids = match v.get(Key::ProxyUid).filter(|r| !r.value.is_empty()) {
-        Some(raw) => ids(raw, "uid")?,
-        None => {
-            let user = env
-                .get("ENVOY_USER")
-                .unwrap_or_else(|| "istio-proxy".into());
-            vec![sys.user_uid(&user).unwrap_or(1337)]
-        }
+        Some(raw) => ids(raw, IdKind::Uid, sys)?,
+        None => vec![default_uid(env, sys)?],
     };
     let proxy_gids = match v.get(Key::ProxyGid).filter(|r| !r.value.is_empty()) {
-        Some(raw) => ids(raw, "gid")?,
+        Some(raw) => ids(raw, IdKind::Gid, sys)?,
         None => proxy_uids.clone(),
     };
     let mode = match v.get(Key::Mode) {
@@ -86,9 +82,19 @@ pub(super) fn invocation(
     let dns_servers = match v.get(Key::DnsServers) {
         Some(raw) => dns_list(raw)?,
         None if redirect_dns && !capture_all_dns => {
-            let servers = nameservers(&sys.resolv_conf().map_err(PolicyError::ResolvConf)?);
+            let origin = v
+                .get(Key::RedirectDns)
+                .map_or("--redirect-dns", |r| &r.origin);
+            let view = sys.resolv_conf().map_err(|lookup| PolicyError::PodFile {
+                needed: format!("{origin} is on and --capture-all-dns is off, so DNS capture needs the pod's nameservers"),
+                lookup: Box::new(lookup),
+                fix: "pass --dns-servers LIST (the pod's DNS servers, e.g. its cluster DNS) or --capture-all-dns".into(),
+            })?;
+            let servers = nameservers(&view.text);
             if servers.is_empty() {
-                tracing::warn!("--redirect-dns is set but resolv.conf names no DNS server: DNS capture is off (as istio-iptables does)");
+                tracing::warn!(from = %view.from, "--redirect-dns is set but resolv.conf names no DNS server: DNS capture is off (as istio-iptables does)");
+            } else {
+                tracing::info!(servers = ?servers, from = %view.from, "DNS servers of the pod");
             }
             servers
         }
@@ -133,12 +139,12 @@ pub(super) fn invocation(
     })
 }
 
-fn bad(raw: &Raw, value: &str, reason: &str) -> PolicyError {
+pub(super) fn bad(raw: &Raw, value: &str, reason: &str) -> PolicyError {
     PolicyError::invalid(&raw.origin, value, reason)
 }
 
 /// istio's list split: on `,`, empty items dropped, no trimming.
-fn items(s: &str) -> impl Iterator<Item = &str> {
+pub(super) fn items(s: &str) -> impl Iterator<Item = &str> {
     s.split(',').filter(|i| !i.is_empty())
 }
 
@@ -175,25 +181,7 @@ fn dns_list(raw: &Raw) -> Result<Vec<IpAddr>> {
         .collect()
 }
 
-/// `-u`/`-g`: 1 to [`MAX_OWNER_IDS`] decimal ids.
-fn ids(raw: &Raw, what: &str) -> Result<Vec<u32>> {
-    let list = items(&raw.value)
-        .map(|i| {
-            i.bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| i.parse::<u32>().ok())
-                .flatten()
-                .ok_or_else(|| bad(raw, i, &format!("is not a {what} (a decimal number)")))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    if list.is_empty() {
-        return Err(bad(raw, &raw.value, &format!("names no {what}")));
-    }
-    too_many(&raw.origin, &raw.value, list.len(), &format!("{what}s"))?;
-    Ok(list)
-}
-
-fn too_many(flag: &str, value: &str, n: usize, what: &str) -> Result<()> {
+pub(super) fn too_many(flag: &str, value: &str, n: usize, what: &str) -> Result<()> {
     if n > MAX_OWNER_IDS {
         return Err(PolicyError::invalid(
             flag,
@@ -226,48 +214,6 @@ fn interfaces(raw: &Raw) -> Result<Vec<String>> {
             })
         })
         .collect()
-}
-
-const GROUPS: &str = "ISTIO_OUTBOUND_OWNER_GROUPS";
-const GROUPS_EXCLUDE: &str = "ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE";
-
-/// Include `*` (default) uses the exclude list; any other include value wins and the exclude
-/// list is ignored (an empty include captures nothing), as istio-iptables does.
-fn owner_groups(env: &dyn EnvSource, sys: &dyn SystemLookup) -> Result<OwnerGroups> {
-    let include = env.get(GROUPS).unwrap_or_else(|| "*".into());
-    if include != "*" {
-        return Ok(OwnerGroups::Include(groups(GROUPS, &include, sys)?));
-    }
-    let exclude = env.get(GROUPS_EXCLUDE).unwrap_or_default();
-    let list = groups(GROUPS_EXCLUDE, &exclude, sys)?;
-    Ok(if list.is_empty() {
-        OwnerGroups::All
-    } else {
-        OwnerGroups::Exclude(list)
-    })
-}
-
-fn groups(var: &str, value: &str, sys: &dyn SystemLookup) -> Result<Vec<Group>> {
-    let flag = format!("${var}");
-    let list = items(value)
-        .map(|name| {
-            let numeric = name.bytes().all(|b| b.is_ascii_digit());
-            let gid = if numeric {
-                name.parse().ok()
-            } else {
-                sys.group_gid(name)
-            };
-            gid.map(|gid| Group {
-                name: name.to_string(),
-                gid,
-            })
-            .ok_or_else(|| {
-                PolicyError::invalid(&flag, name, "is not a known group (not in /etc/group)")
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    too_many(&flag, value, list.len(), "groups")?;
-    Ok(list)
 }
 
 const LOOPBACK: &str = "ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR";
