@@ -32,7 +32,10 @@ fn only_the_namespaces_own_tcp_listener_on_the_port_is_taken() {
     let cookie = netns::cookie(&pod.path()).expect("pod cookie");
     let addr = format!("0.0.0.0:{PORT}");
     // The same port in another namespace, open first.
-    let theirs = Listen::on(&addr).netns(&other).tcp().expect("other listener");
+    let theirs = Listen::on(&addr)
+        .netns(&other)
+        .tcp()
+        .expect("other listener");
     let ours = Listen::on(&addr).netns(&pod).tcp().expect("pod listener");
 
     // A socket inode that names the other namespace's listener is not taken for the pod.
@@ -66,7 +69,10 @@ fn only_the_namespaces_own_tcp_listener_on_the_port_is_taken() {
         check_listener(elsewhere.as_fd(), cookie, PORT),
         Err(NotAdoptable::OtherPort(15007))
     );
-    let udp: UdpSocket = Listen::on(&addr).netns(&pod).udp().expect("udp on the port");
+    let udp: UdpSocket = Listen::on(&addr)
+        .netns(&pod)
+        .udp()
+        .expect("udp on the port");
     assert!(matches!(
         check_listener(udp.as_fd(), cookie, PORT),
         Err(NotAdoptable::NotTcp { .. })

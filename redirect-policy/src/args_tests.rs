@@ -228,6 +228,11 @@ fn nothing_is_looked_up_without_a_source_of_the_pods_files() {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         parse_invocation(&args, &env_of(env), &none).map(|i| i.policy)
     };
+    // --cleanup-only applies no policy: nothing is looked up for it.
+    let args: Vec<String> = ["--cleanup-only", "--redirect-dns", "-g", "java"]
+        .map(String::from)
+        .to_vec();
+    assert!(parse_invocation(&args, &HashMap::new(), &none).is_ok());
     // Explicit values need no source.
     let p = parse(
         &[

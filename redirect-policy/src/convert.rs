@@ -8,9 +8,10 @@ use ipnet::{IpNet, Ipv4Net};
 use super::args::{Key, Raw, Values};
 use super::env::nameservers;
 use super::ids::{default_uid, ids, owner_groups, IdKind};
+use super::lookup::NotLookedUp;
 use super::{
-    Cidrs, EnvSource, InboundPorts, Invocation, Mode, NoProxy, Policy, PolicyError, SystemLookup,
-    DEFAULT_IPV4_LOOPBACK_CIDR, MAX_OWNER_IDS,
+    Cidrs, EnvSource, InboundPorts, Invocation, Mode, NoProxy, OwnerGroups, Policy, PolicyError,
+    SystemLookup, DEFAULT_IPV4_LOOPBACK_CIDR, MAX_OWNER_IDS,
 };
 
 type Result<T> = std::result::Result<T, PolicyError>;
@@ -29,15 +30,10 @@ pub(super) fn invocation(
     let ifaces_of = |key| v.get(key).map_or(Ok(Vec::new()), interfaces);
     let string_of = |key| v.get(key).map(|r: &Raw| r.value.clone());
     let path_of = |key| string_of(key).map(PathBuf::from);
+    let cleanup_only = bool_of(Key::CleanupOnly)?;
+    // --cleanup-only applies no policy: nothing of the pod is read for it.
+    let sys: &dyn SystemLookup = if cleanup_only { &NotLookedUp } else { sys };
 
-    let proxy_uids = match v.get(Key::ProxyUid).filter(|r| !r.value.is_empty()) {
-        Some(raw) => ids(raw, IdKind::Uid, sys)?,
-        None => vec![default_uid(env, sys)?],
-    };
-    let proxy_gids = match v.get(Key::ProxyGid).filter(|r| !r.value.is_empty()) {
-        Some(raw) => ids(raw, IdKind::Gid, sys)?,
-        None => proxy_uids.clone(),
-    };
     let mode = match v.get(Key::Mode) {
         None => Mode::Redirect,
         Some(raw) => match raw.value.as_str() {
@@ -80,32 +76,17 @@ pub(super) fn invocation(
     let redirect_dns = bool_of(Key::RedirectDns)?;
     let capture_all_dns = bool_of(Key::CaptureAllDns)?;
     let dns_servers = match v.get(Key::DnsServers) {
-        Some(raw) => dns_list(raw)?,
-        None if redirect_dns && !capture_all_dns => {
-            let origin = v
-                .get(Key::RedirectDns)
-                .map_or("--redirect-dns", |r| &r.origin);
-            let view = sys.resolv_conf().map_err(|lookup| PolicyError::PodFile {
-                needed: format!("{origin} is on and --capture-all-dns is off, so DNS capture needs the pod's nameservers"),
-                lookup: Box::new(lookup),
-                fix: "pass --dns-servers LIST (the pod's DNS servers, e.g. its cluster DNS) or --capture-all-dns".into(),
-            })?;
-            let servers = nameservers(&view.text);
-            if servers.is_empty() {
-                tracing::warn!(from = %view.from, "--redirect-dns is set but resolv.conf names no DNS server: DNS capture is off (as istio-iptables does)");
-            } else {
-                tracing::info!(servers = ?servers, from = %view.from, "DNS servers of the pod");
-            }
-            servers
-        }
-        None => Vec::new(),
+        Some(raw) => Some(dns_list(raw)?),
+        None if redirect_dns && !capture_all_dns && !cleanup_only => None,
+        None => Some(Vec::new()),
     };
     let policy = Policy {
         proxy_port: port_or(Key::EnvoyPort, d.proxy_port)?,
         inbound_capture_port: port_or(Key::CapturePort, d.inbound_capture_port)?,
         tunnel_port: port_or(Key::TunnelPort, d.tunnel_port)?,
-        proxy_uids,
-        proxy_gids,
+        // The pod's files are read last: every flag is checked first.
+        proxy_uids: Vec::new(),
+        proxy_gids: Vec::new(),
         mode,
         include_cidrs,
         exclude_cidrs,
@@ -117,17 +98,17 @@ pub(super) fn invocation(
         kube_virt_interfaces: ifaces_of(Key::KubeVirt)?,
         redirect_dns,
         capture_all_dns,
-        dns_servers,
-        owner_groups: owner_groups(env, sys)?,
+        dns_servers: Vec::new(),
+        owner_groups: OwnerGroups::All,
         ipv4_loopback_cidr: loopback_cidr(env)?,
         dual_stack: bool_of(Key::DualStack)?,
         drop_invalid: bool_of(Key::DropInvalid)?,
         proxy_cgroup: path_of(Key::ProxyCgroup),
         no_proxy,
     };
-    Ok(Invocation {
+    let mut inv = Invocation {
         policy,
-        cleanup_only: bool_of(Key::CleanupOnly)?,
+        cleanup_only,
         dry_run: bool_of(Key::DryRun)? || bool_of(Key::SkipRuleApply)?,
         netns: string_of(Key::Netns)
             .or_else(|| string_of(Key::NetworkNamespace).filter(|s| !s.is_empty())),
@@ -136,7 +117,43 @@ pub(super) fn invocation(
         cluster_env: path_of(Key::ClusterEnv),
         run_validation: bool_of(Key::RunValidation)?,
         ignored,
-    })
+    };
+    let p = &mut inv.policy;
+    p.proxy_uids = match v.get(Key::ProxyUid).filter(|r| !r.value.is_empty()) {
+        Some(raw) => ids(raw, IdKind::Uid, sys)?,
+        None => vec![default_uid(env, sys)?],
+    };
+    p.proxy_gids = match v.get(Key::ProxyGid).filter(|r| !r.value.is_empty()) {
+        Some(raw) => ids(raw, IdKind::Gid, sys)?,
+        None => p.proxy_uids.clone(),
+    };
+    p.owner_groups = owner_groups(env, sys)?;
+    p.dns_servers = match dns_servers {
+        Some(list) => list,
+        None => pod_nameservers(v, sys)?,
+    };
+    Ok(inv)
+}
+
+/// `--redirect-dns` without `--dns-servers` or `--capture-all-dns`: the pod's resolv.conf.
+fn pod_nameservers(v: &Values, sys: &dyn SystemLookup) -> Result<Vec<IpAddr>> {
+    let origin = v
+        .get(Key::RedirectDns)
+        .map_or("--redirect-dns", |r| &r.origin);
+    let view = sys.resolv_conf().map_err(|lookup| PolicyError::PodFile {
+        needed: format!(
+            "{origin} is on and --capture-all-dns is off, so DNS capture needs the pod's nameservers"
+        ),
+        lookup: Box::new(lookup),
+        fix: "pass --dns-servers LIST (the pod's DNS servers, e.g. its cluster DNS) or --capture-all-dns".into(),
+    })?;
+    let servers = nameservers(&view.text);
+    if servers.is_empty() {
+        tracing::warn!(from = %view.from, "--redirect-dns is set but resolv.conf names no DNS server: DNS capture is off (as istio-iptables does)");
+    } else {
+        tracing::info!(servers = ?servers, from = %view.from, "DNS servers of the pod");
+    }
+    Ok(servers)
 }
 
 pub(super) fn bad(raw: &Raw, value: &str, reason: &str) -> PolicyError {

@@ -24,6 +24,8 @@ mod errors_tests;
 #[cfg(test)]
 mod golden_tests;
 #[cfg(test)]
+mod lookup_tests;
+#[cfg(test)]
 mod test_support;
 
 use std::net::IpAddr;

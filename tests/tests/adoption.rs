@@ -13,7 +13,14 @@ use redirect_tests::{
 /// A listener on [::]:15006 in a namespace of its own, started before any enrollment.
 fn elsewhere() -> (Netns, redirect_testkit::Child) {
     let ns = Netns::new("rao").expect("another namespace");
-    let l = listen(&ns, None, Some((1337, 1337)), "other", &["[::]:15006".into()], &[]);
+    let l = listen(
+        &ns,
+        None,
+        Some((1337, 1337)),
+        "other",
+        &["[::]:15006".into()],
+        &[],
+    );
     (ns, l)
 }
 

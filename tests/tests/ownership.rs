@@ -20,7 +20,7 @@ fn a_layout_v0_datapath_is_refused_naming_both_versions() {
     let netns = w.pod.path().display().to_string();
     let cgroup = node.cgroup.path().display().to_string();
     let args = ["istio-iptables", "--netns", &netns, "--cgroup", &cgroup];
-    node.ok(&[&args[..], &["-i", "*"]].concat());
+    node.ok(&[&args[..], &["-u", "1337", "-i", "*"]].concat());
     let status = node.ok(&["status"]);
     assert!(status.contains("(layout v1)"), "{status}");
     assert!(status.contains("owner: the CLI"), "{status}");
@@ -32,7 +32,7 @@ fn a_layout_v0_datapath_is_refused_naming_both_versions() {
     // What a datapath pinned before layout records looks like: no record.
     std::fs::remove_file(node.pins.join("layout")).expect("unpin the layout record");
     for out in [
-        node.run(&[&args[..], &["-i", "*"]].concat()),
+        node.run(&[&args[..], &["-u", "1337", "-i", "*"]].concat()),
         node.run(&["status"]),
     ] {
         assert!(!out.status.success(), "{out:?}");
@@ -87,7 +87,13 @@ fn a_second_daemon_on_the_same_pins_is_refused_whatever_its_directory() {
     // The CLI removing the last policy from elsewhere leaves the daemon's datapath pinned.
     let w = World::new("rlo", false);
     let netns = w.pod.path().display().to_string();
-    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
+    node.ok(&[
+        "enroll",
+        "--netns",
+        &netns,
+        "--istio-args",
+        "-u 1337 -i '*'",
+    ]);
     let cleanup = other
         .cmd(&["istio-iptables", "--netns", &netns, "--cleanup-only"])
         .env("REDIRECT_BPFFS", &node.pins)
@@ -142,6 +148,8 @@ fn an_explicit_cgroup_elsewhere_is_refused_naming_the_attachment() {
             &netns,
             "--cgroup",
             cg,
+            "-u",
+            "1337",
             "-i",
             "*",
         ])
@@ -166,7 +174,13 @@ fn istio_iptables_goes_through_the_owning_daemon_so_list_stays_true() {
     let _daemon = node.daemon();
     let w = World::new("rlt", false);
     let netns = w.pod.path().display().to_string();
-    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*' -b '*'"]);
+    node.ok(&[
+        "enroll",
+        "--netns",
+        &netns,
+        "--istio-args",
+        "-u 1337 -i '*' -b '*'",
+    ]);
     let row = |list: &str| {
         list.lines()
             .find(|l| l.starts_with(&netns))
@@ -184,7 +198,17 @@ fn istio_iptables_goes_through_the_owning_daemon_so_list_stays_true() {
             .output()
             .expect("run redirect")
     };
-    let out = run(&["istio-iptables", "--netns", &netns, "-i", "*", "-b", ""]);
+    let out = run(&[
+        "istio-iptables",
+        "--netns",
+        &netns,
+        "-u",
+        "1337",
+        "-i",
+        "*",
+        "-b",
+        "",
+    ]);
     assert!(out.status.success(), "{out:?}");
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("(through the daemon, pid"), "{said}");
@@ -211,7 +235,7 @@ fn attach_at_above_or_below_a_node_datapath_is_refused_naming_it() {
     }
     let node = Node::new();
     let w = World::new("rln", false);
-    node.apply(&w.pod.path(), &["-i", "*"]);
+    node.apply(&w.pod.path(), &["-u", "1337", "-i", "*"]);
     let child = node.cgroup.path().join("child");
     std::fs::create_dir(&child).expect("child cgroup");
     for at in [node.cgroup.path(), child.as_path()] {
@@ -247,7 +271,13 @@ fn list_says_when_the_kernel_lost_an_enrollment() {
     let _daemon = node.daemon();
     let w = World::new("rlk", false);
     let netns = w.pod.path().display().to_string();
-    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
+    node.ok(&[
+        "enroll",
+        "--netns",
+        &netns,
+        "--istio-args",
+        "-u 1337 -i '*'",
+    ]);
     let list = node.ok(&["list", "--json"]);
     let list: serde_json::Value = serde_json::from_str(&list).expect("json");
     assert_eq!(list[0]["kernel"], "ok", "{list}");

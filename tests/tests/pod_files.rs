@@ -148,7 +148,10 @@ fn a_pods_own_resolv_conf_and_passwd_decide_its_enrollment() {
             "the host's nameserver {server} is not the pod's"
         );
     }
-    assert_eq!(explain(POD_USER.1, &format!("{CLUSTER_DNS}:53")), "untouched");
+    assert_eq!(
+        explain(POD_USER.1, &format!("{CLUSTER_DNS}:53")),
+        "untouched"
+    );
 
     // Real UDP from the application to the pod's nameserver lands on the DNS proxy, and the
     // answer comes from the server.
@@ -199,7 +202,14 @@ fn a_namespace_with_no_process_needs_the_flags() {
     }
     // The same through istio-iptables, which goes through the daemon.
     let out = node
-        .cmd(&["istio-iptables", "--netns", &netns, "-u", "1337", "--redirect-dns"])
+        .cmd(&[
+            "istio-iptables",
+            "--netns",
+            &netns,
+            "-u",
+            "1337",
+            "--redirect-dns",
+        ])
         .output()
         .expect("run redirect istio-iptables");
     assert!(!out.status.success());
