@@ -28,8 +28,8 @@ on the command line wins over the environment, which wins over --cluster-env):
   -p, --envoy-port PORT                  outbound capture port [15001]
   -z, --inbound-capture-port PORT        inbound capture port [15006]    INBOUND_CAPTURE_PORT
   -e, --inbound-tunnel-port PORT         tunnel port, never captured [15008]  INBOUND_TUNNEL_PORT
-  -u, --proxy-uid UIDS                   proxy uids, never captured [istio-proxy's or 1337]  PROXY_UID
-  -g, --proxy-gid GIDS                   proxy gids [same as -u]         PROXY_GID
+  -u, --proxy-uid UIDS|NAMES             proxy uids, never captured [ENVOY_USER's (istio-proxy) or 1337]  PROXY_UID
+  -g, --proxy-gid GIDS|NAMES             proxy gids [same as -u]         PROXY_GID
   -m, --istio-inbound-interception-mode  REDIRECT or TPROXY (same capture; no mangle rules needed)
   -b, --istio-inbound-ports PORTS|*      inbound ports captured; empty: none  ISTIO_INBOUND_PORTS
   -d, --istio-local-exclude-ports PORTS  inbound ports never captured (with -b *)  ISTIO_LOCAL_EXCLUDE_PORTS
@@ -39,17 +39,21 @@ on the command line wins over the environment, which wins over --cluster-env):
   -o, --istio-local-outbound-ports-exclude PORTS  outbound ports never captured
   -c, --istio-exclude-interfaces NICS    traffic through these interfaces is left alone
   -k, --kube-virt-interfaces NICS        accepted (KubeVirt inbound redirect is not applied)
-      --redirect-dns                     DNS (UDP/TCP 53) to the resolv.conf servers -> 15053
+      --redirect-dns                     DNS (UDP/TCP 53) to the pod's resolv.conf servers -> 15053
       --capture-all-dns                  with --redirect-dns: DNS to any server
       --drop-invalid, --dual-stack, --run-validation, --log_* ...  accepted
   ISTIO_OUTBOUND_OWNER_GROUPS / _EXCLUDE, ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR: as istio-iptables.
+
+Names and DNS servers come from the target namespace's files: this process's own /etc when
+it runs in that namespace (no --netns), else its processes' /proc/PID/root/etc, then
+/etc/netns/NAME; never the host's. Without any, pass -u and --dns-servers.
 
 redirect's own flags:
       --netns NAME|PATH    namespace to apply to (/run/netns/NAME) [the current one]
       --cgroup PATH        cgroup to attach at when the datapath is created [cgroup v2 root]
       --bpffs DIR          pin directory [/sys/fs/bpf/redirect]
       --cluster-env FILE   a VM's cluster.env, read under the environment
-      --dns-servers LIST   DNS servers instead of resolv.conf's
+      --dns-servers LIST   DNS servers instead of the pod's resolv.conf's
       --proxy-cgroup PATH  bypass only the proxy uid/gid *inside* this cgroup (uid 1337 elsewhere
                            is captured like an app)
       --no-proxy refuse|passthrough
