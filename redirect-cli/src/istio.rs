@@ -1,16 +1,14 @@
 //! `redirect istio-iptables`: parse istio-iptables' arguments and environment, then apply the
 //! policy to one namespace through the pinned node datapath (or print it with --dry-run).
-use std::{
-    collections::HashMap,
-    path::{Path, PathBuf},
-};
+use std::{collections::HashMap, path::PathBuf};
 
 use anyhow::Context as _;
 use redirect_datapath::{
     netns,
     node::{self, NodeAttach, NodeDatapath},
+    pod_files,
 };
-use redirect_policy::{self as policy, Invocation, Policy, RealSystem};
+use redirect_policy::{self as policy, Invocation, Policy};
 
 const HELP: &str = "\
 redirect istio-iptables: drop-in for istio-init's istio-iptables, backed by eBPF.
@@ -30,8 +28,8 @@ on the command line wins over the environment, which wins over --cluster-env):
   -p, --envoy-port PORT                  outbound capture port [15001]
   -z, --inbound-capture-port PORT        inbound capture port [15006]    INBOUND_CAPTURE_PORT
   -e, --inbound-tunnel-port PORT         tunnel port, never captured [15008]  INBOUND_TUNNEL_PORT
-  -u, --proxy-uid UIDS                   proxy uids, never captured [istio-proxy's or 1337]  PROXY_UID
-  -g, --proxy-gid GIDS                   proxy gids [same as -u]         PROXY_GID
+  -u, --proxy-uid UIDS|NAMES             proxy uids, never captured [ENVOY_USER's (istio-proxy) or 1337]  PROXY_UID
+  -g, --proxy-gid GIDS|NAMES             proxy gids [same as -u]         PROXY_GID
   -m, --istio-inbound-interception-mode  REDIRECT or TPROXY (same capture; no mangle rules needed)
   -b, --istio-inbound-ports PORTS|*      inbound ports captured; empty: none  ISTIO_INBOUND_PORTS
   -d, --istio-local-exclude-ports PORTS  inbound ports never captured (with -b *)  ISTIO_LOCAL_EXCLUDE_PORTS
@@ -41,17 +39,21 @@ on the command line wins over the environment, which wins over --cluster-env):
   -o, --istio-local-outbound-ports-exclude PORTS  outbound ports never captured
   -c, --istio-exclude-interfaces NICS    traffic through these interfaces is left alone
   -k, --kube-virt-interfaces NICS        accepted (KubeVirt inbound redirect is not applied)
-      --redirect-dns                     DNS (UDP/TCP 53) to the resolv.conf servers -> 15053
+      --redirect-dns                     DNS (UDP/TCP 53) to the pod's resolv.conf servers -> 15053
       --capture-all-dns                  with --redirect-dns: DNS to any server
       --drop-invalid, --dual-stack, --run-validation, --log_* ...  accepted
   ISTIO_OUTBOUND_OWNER_GROUPS / _EXCLUDE, ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR: as istio-iptables.
+
+Names and DNS servers come from the target namespace's files: this process's own /etc when
+it runs in that namespace (no --netns), else its processes' /proc/PID/root/etc, then
+/etc/netns/NAME; never the host's. Without any, pass -u and --dns-servers.
 
 redirect's own flags:
       --netns NAME|PATH    namespace to apply to (/run/netns/NAME) [the current one]
       --cgroup PATH        cgroup to attach at when the datapath is created [cgroup v2 root]
       --bpffs DIR          pin directory [/sys/fs/bpf/redirect]
       --cluster-env FILE   a VM's cluster.env, read under the environment
-      --dns-servers LIST   DNS servers instead of resolv.conf's
+      --dns-servers LIST   DNS servers instead of the pod's resolv.conf's
       --proxy-cgroup PATH  bypass only the proxy uid/gid *inside* this cgroup (uid 1337 elsewhere
                            is captured like an app)
       --no-proxy refuse|passthrough
@@ -65,38 +67,31 @@ Examples:
   redirect istio-iptables --netns pod1 --cleanup-only
 ";
 
-fn resolv_conf(netns: Option<&str>) -> PathBuf {
-    if let Some(n) = netns.filter(|n| !n.contains('/')) {
-        let p = Path::new("/etc/netns").join(n).join("resolv.conf");
-        if p.exists() {
-            return p;
-        }
-    }
-    PathBuf::from("/etc/resolv.conf")
-}
-
-/// Finds our own `--netns` / `--cluster-env` values before the full parse (they decide which
-/// resolv.conf and environment that parse sees).
+/// Finds our own `--netns` / `--cluster-env` values before the full parse (they decide whose
+/// files and which environment that parse sees); the last one wins, as in the parse.
 fn pre_scan(args: &[String], flag: &str) -> Option<String> {
+    let mut found = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == flag {
-            return it.next().cloned();
-        }
-        if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
-            return Some(v.to_owned());
+            found = it.next().cloned();
+        } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+            found = Some(v.to_owned());
         }
     }
-    None
+    found
 }
 
-/// Parses istio-iptables arguments the way `redirect istio-iptables` does (cluster.env and
-/// resolv.conf of the namespace included).
+/// Parses istio-iptables arguments the way `redirect istio-iptables` does: cluster.env under
+/// the environment, and names and DNS servers from the target namespace's own files
+/// ([`redirect_datapath::pod_files::sources`]; this process's own `/etc` only when the target
+/// is the namespace it runs in).
 pub fn parse(args: &[String]) -> anyhow::Result<Invocation> {
-    let netns = pre_scan(args, "--netns");
-    let sys = RealSystem {
-        resolv_conf: resolv_conf(netns.as_deref()),
-    };
+    let netns = pre_scan(args, "--netns")
+        .or_else(|| pre_scan(args, "--network-namespace"))
+        .or_else(|| std::env::var("NETWORK_NAMESPACE").ok())
+        .filter(|n| !n.is_empty());
+    let sys = pod_files::sources(&netns::resolve(netns.as_deref()), netns.as_deref());
     let cluster = match pre_scan(args, "--cluster-env") {
         Some(file) => {
             let text = std::fs::read_to_string(&file)

@@ -1,9 +1,13 @@
 //! Finds a proxy that was already listening on the inbound port when its namespace was
-//! enrolled (sock_ops only sees new `listen()` calls) and hands its socket to `LISTENERS`.
+//! enrolled (sock_ops only sees new `listen()` calls) and takes its socket for `LISTENERS`,
+//! only after checking it is that namespace's TCP listener on that port.
 use std::{
-    os::fd::{FromRawFd as _, OwnedFd},
+    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
     path::Path,
 };
+
+use nix::sys::socket::{getsockname, SockaddrStorage};
+use redirect_common::{AF_INET, AF_INET6};
 
 use crate::error::{Error, Result};
 
@@ -61,30 +65,35 @@ pub fn listeners(netns: &Path, port: u16) -> Result<Vec<Listening>> {
     .map_err(|e| Error::io("reading listeners in", &shown, e))
 }
 
-/// Finds (pid, fd) of a process holding the socket with `inode`.
-fn holder(inode: u64) -> Option<(i32, i32)> {
+/// Every (pid, fd) holding the socket with `inode`: the processes of the namespace whose
+/// inode is `netns_ino` first (the proxy itself), then any other. An inode number alone is
+/// no proof (sockfs numbers wrap; the table may be stale): each one taken is checked.
+fn holders(inode: u64, netns_ino: Option<u64>) -> Vec<(i32, i32)> {
     let target = format!("socket:[{inode}]");
-    for proc in std::fs::read_dir("/proc").ok()?.flatten() {
+    let mut found: Vec<(bool, i32, i32)> = Vec::new();
+    for proc in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = proc.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
         let Ok(fds) = std::fs::read_dir(proc.path().join("fd")) else {
             continue;
         };
+        let inside = std::fs::metadata(proc.path().join("ns/net"))
+            .is_ok_and(|m| Some(std::os::unix::fs::MetadataExt::ino(&m)) == netns_ino);
         for fd in fds.flatten() {
             if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str()) {
                 if let Ok(n) = fd.file_name().to_string_lossy().parse::<i32>() {
-                    return Some((pid, n));
+                    found.push((!inside, pid, n));
                 }
             }
         }
     }
-    None
+    found.sort_unstable();
+    found.into_iter().map(|(_, pid, fd)| (pid, fd)).collect()
 }
 
-/// Duplicates the socket with `inode` into this process (pidfd_open + pidfd_getfd).
-pub fn take_socket(inode: u64) -> Option<OwnedFd> {
-    let (pid, fd) = holder(inode)?;
+/// Duplicates fd `fd` of process `pid` into this process (pidfd_open + pidfd_getfd).
+fn take_fd(pid: i32, fd: i32) -> Option<OwnedFd> {
     // SAFETY: syscall edge: pidfd_open(pid, 0) returns a new fd or -1; no memory is passed.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if pidfd < 0 {
@@ -103,6 +112,147 @@ pub fn take_socket(inode: u64) -> Option<OwnedFd> {
     };
     // SAFETY: a non-negative return is a new file descriptor owned by us.
     (sock >= 0).then(|| unsafe { OwnedFd::from_raw_fd(sock as i32) })
+}
+
+/// Takes the socket a table of namespace `netns` (cookie `cookie`) lists as `found`, if it
+/// is that namespace's TCP listener on `port` ([`check_listener`]). Returns it with its
+/// address family.
+pub fn take_listener(
+    found: &Listening,
+    netns: &Path,
+    cookie: u64,
+    port: u16,
+) -> Option<(OwnedFd, u16)> {
+    let netns_ino = crate::netns::inode(netns).ok();
+    for (pid, fd) in holders(found.inode, netns_ino) {
+        let Some(sock) = take_fd(pid, fd) else {
+            continue;
+        };
+        match check_listener(sock.as_fd(), cookie, port) {
+            Ok(family) => return Some((sock, family)),
+            Err(why) => tracing::warn!(
+                inode = found.inode,
+                pid,
+                fd,
+                netns = %netns.display(),
+                port,
+                reason = %why,
+                "a socket found for the inbound listener is not adopted"
+            ),
+        }
+    }
+    None
+}
+
+/// Why a socket is not a namespace's inbound listener.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAdoptable {
+    /// It lives in another network namespace.
+    #[error("it belongs to another network namespace (netns cookie {found}, not {want})")]
+    OtherNamespace {
+        /// The socket's netns cookie.
+        found: u64,
+        /// The enrolled namespace's.
+        want: u64,
+    },
+    /// Not a TCP stream socket of AF_INET/AF_INET6.
+    #[error("it is not a TCP socket (domain {domain}, type {kind}, protocol {protocol})")]
+    NotTcp {
+        /// SO_DOMAIN.
+        domain: i32,
+        /// SO_TYPE.
+        kind: i32,
+        /// SO_PROTOCOL.
+        protocol: i32,
+    },
+    /// Not in LISTEN state.
+    #[error("it is not listening")]
+    NotListening,
+    /// Bound to another port.
+    #[error("it is bound to port {0}")]
+    OtherPort(u16),
+    /// A socket option could not be read.
+    #[error("{option} cannot be read: {error}")]
+    Unreadable {
+        /// The option or call.
+        option: &'static str,
+        /// The errno.
+        error: String,
+    },
+}
+
+fn int_opt(
+    fd: BorrowedFd<'_>,
+    name: libc::c_int,
+    option: &'static str,
+) -> Result<i32, NotAdoptable> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: syscall edge: `value` is a valid c_int buffer of `len` bytes for the kernel to fill.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            name,
+            (&raw mut value).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(NotAdoptable::Unreadable {
+            option,
+            error: std::io::Error::last_os_error().to_string(),
+        })
+    }
+}
+
+/// Checks that `fd` is a TCP socket (IPv4 or IPv6) of netns `cookie`, listening, bound to
+/// `port`; returns its address family.
+pub fn check_listener(fd: BorrowedFd<'_>, cookie: u64, port: u16) -> Result<u16, NotAdoptable> {
+    let found = crate::netns::socket_cookie_of_netns(fd).map_err(|e| NotAdoptable::Unreadable {
+        option: "SO_NETNS_COOKIE",
+        error: e.to_string(),
+    })?;
+    if found != cookie {
+        return Err(NotAdoptable::OtherNamespace {
+            found,
+            want: cookie,
+        });
+    }
+    let domain = int_opt(fd, libc::SO_DOMAIN, "SO_DOMAIN")?;
+    let kind = int_opt(fd, libc::SO_TYPE, "SO_TYPE")?;
+    let protocol = int_opt(fd, libc::SO_PROTOCOL, "SO_PROTOCOL")?;
+    let inet = domain == libc::AF_INET || domain == libc::AF_INET6;
+    if !inet || kind != libc::SOCK_STREAM || protocol != libc::IPPROTO_TCP {
+        return Err(NotAdoptable::NotTcp {
+            domain,
+            kind,
+            protocol,
+        });
+    }
+    if int_opt(fd, libc::SO_ACCEPTCONN, "SO_ACCEPTCONN")? == 0 {
+        return Err(NotAdoptable::NotListening);
+    }
+    let local: SockaddrStorage =
+        getsockname(fd.as_raw_fd()).map_err(|e| NotAdoptable::Unreadable {
+            option: "getsockname",
+            error: e.to_string(),
+        })?;
+    let bound = local
+        .as_sockaddr_in()
+        .map(|a| a.port())
+        .or_else(|| local.as_sockaddr_in6().map(|a| a.port()))
+        .unwrap_or(0);
+    if bound != port {
+        return Err(NotAdoptable::OtherPort(bound));
+    }
+    Ok(if domain == libc::AF_INET6 {
+        AF_INET6
+    } else {
+        AF_INET
+    })
 }
 
 #[cfg(test)]

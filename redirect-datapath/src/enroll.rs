@@ -181,7 +181,8 @@ pub fn sync_addresses(
 }
 
 /// Hands a proxy that already listens on the inbound port to `LISTENERS` (sock_ops only
-/// sees `listen()` calls made after it was attached).
+/// sees `listen()` calls made after it was attached): only a TCP socket of this namespace,
+/// listening on that port ([`adopt::check_listener`]).
 pub fn adopt_listeners(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64) -> Result<()> {
     let found = adopt::listeners(&spec.netns, spec.inbound_port)?;
     if found.is_empty() {
@@ -191,14 +192,16 @@ pub fn adopt_listeners(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64
     let mut hash: SockHash<&mut MapData, ListenerKey> =
         SockHash::try_from(map).map_err(map_error("opening", map_names::LISTENERS))?;
     for l in found {
-        let Some(sock) = adopt::take_socket(l.inode) else {
+        let Some((sock, family)) = adopt::take_listener(&l, &spec.netns, cookie, spec.inbound_port)
+        else {
             tracing::warn!(
                 inode = l.inode,
-                "inbound listener found but its socket could not be taken"
+                netns = %spec.netns.display(),
+                "inbound listener found but no socket of this namespace's listener could be taken"
             );
             continue;
         };
-        let family = u32::from(if l.ipv6 { AF_INET6 } else { AF_INET });
+        let family = u32::from(family);
         hash.insert(
             ListenerKey {
                 netns: cookie.into(),
@@ -212,7 +215,7 @@ pub fn adopt_listeners(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64
             "adopting the inbound listener into",
             map_names::LISTENERS,
         ))?;
-        tracing::info!(netns = %spec.netns.display(), port = spec.inbound_port, ipv6 = l.ipv6, "adopted a running inbound listener");
+        tracing::info!(netns = %spec.netns.display(), port = spec.inbound_port, family, "adopted a running inbound listener");
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ pub mod object;
 pub mod observe;
 pub mod outbound;
 pub mod plan;
+pub mod pod_files;
 pub mod preflight;
 pub mod probe;
 pub mod routes;

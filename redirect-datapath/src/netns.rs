@@ -42,24 +42,29 @@ pub fn cookie(path: &Path) -> Result<u64> {
             None,
         )
         .map_err(std::io::Error::from)?;
-        let mut value: u64 = 0;
-        let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
-        // SAFETY: syscall edge: `value` is a valid u64 buffer of `len` bytes for the kernel to fill.
-        let rc = unsafe {
-            libc::getsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_NETNS_COOKIE,
-                (&raw mut value).cast(),
-                &mut len,
-            )
-        };
-        if rc == 0 {
-            Ok(value)
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
+        socket_cookie_of_netns(socket.as_fd())
     })
+}
+
+/// The cookie of the network namespace socket `fd` belongs to (`SO_NETNS_COOKIE`).
+pub fn socket_cookie_of_netns(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<u64> {
+    let mut value: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: syscall edge: `value` is a valid u64 buffer of `len` bytes for the kernel to fill.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NETNS_COOKIE,
+            (&raw mut value).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// The namespace's own addresses, loopback excluded.

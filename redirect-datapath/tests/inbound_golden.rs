@@ -28,7 +28,7 @@ use redirect_common::{
 use redirect_datapath::enroll::addr_key;
 use redirect_policy::{
     inbound_kernel::{inbound_kernel, InboundKernel},
-    parse_invocation, SystemLookup,
+    parse_invocation, LookupError, PodFile, PodSource, Sources, View,
 };
 use redirect_testkit::reference;
 
@@ -39,17 +39,20 @@ use iptables::{nat_chains, prerouting, Match, Packet, Rule};
 /// resolv.conf from the row's notes; no users or groups beyond the two the cases name.
 struct Sys(String);
 
-impl SystemLookup for Sys {
-    fn group_gid(&self, name: &str) -> Option<u32> {
-        [("java", 1001), ("ftp", 14)]
-            .into_iter()
-            .find_map(|(n, g)| (n == name).then_some(g))
+impl PodSource for Sys {
+    fn describe(&self) -> String {
+        "the case's notes".into()
     }
-    fn user_uid(&self, _name: &str) -> Option<u32> {
-        None
-    }
-    fn resolv_conf(&self) -> std::io::Result<String> {
-        Ok(self.0.clone())
+    fn views(&self, file: PodFile) -> Result<Vec<View>, LookupError> {
+        let text = match file {
+            PodFile::ResolvConf => self.0.clone(),
+            PodFile::Group => "java:x:1001:\nftp:x:14:\n".into(),
+            PodFile::Passwd => String::new(),
+        };
+        Ok(vec![View {
+            text,
+            from: file.path().into(),
+        }])
     }
 }
 
@@ -262,8 +265,12 @@ fn inbound_decision_matches_istio_prerouting_for_every_redirect_case() {
             .map(|s| format!("nameserver {s}\n"))
             .collect();
         let env: HashMap<String, String> = case.env.iter().cloned().collect();
-        let inv = parse_invocation(&case.args(), &env, &Sys(resolv))
-            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let inv = parse_invocation(
+            &case.args(),
+            &env,
+            &Sources::new("the case's pod", vec![Box::new(Sys(resolv))]),
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", case.name));
         let row = Row {
             name: case.name.clone(),
             kernel: inbound_kernel(&inv.policy),

@@ -214,6 +214,63 @@ fn proxy_identity_defaults() {
     assert_eq!((p.proxy_uids, p.proxy_gids), (vec![3, 4], vec![3, 4]));
     let p = policy(&["-u", "3,4", "-g", "1,2"], &[]);
     assert_eq!((p.proxy_uids, p.proxy_gids), (vec![3, 4], vec![1, 2]));
+    // Names, as iptables' --uid-owner/--gid-owner take them, from the pod's files.
+    let p = run(&["-u", "envoy,7", "-g", "java"], &[], &sys)
+        .unwrap()
+        .policy;
+    assert_eq!((p.proxy_uids, p.proxy_gids), (vec![101, 7], vec![1001]));
+}
+
+#[test]
+fn nothing_is_looked_up_without_a_source_of_the_pods_files() {
+    let none = Sources::new("/run/netns/empty", Vec::new());
+    let parse = |args: &[&str], env: &[(&str, &str)]| {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        parse_invocation(&args, &env_of(env), &none).map(|i| i.policy)
+    };
+    // --cleanup-only applies no policy: nothing is looked up for it.
+    let args: Vec<String> = ["--cleanup-only", "--redirect-dns", "-g", "java"]
+        .map(String::from)
+        .to_vec();
+    assert!(parse_invocation(&args, &HashMap::new(), &none).is_ok());
+    // Explicit values need no source.
+    let p = parse(
+        &[
+            "-u",
+            "1337",
+            "--redirect-dns",
+            "--dns-servers",
+            "10.96.0.10",
+        ],
+        &[("ISTIO_OUTBOUND_OWNER_GROUPS", "2000")],
+    )
+    .unwrap();
+    assert_eq!(
+        p.dns_servers,
+        vec!["10.96.0.10".parse::<std::net::IpAddr>().unwrap()]
+    );
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 4] = [
+        (&[], &[], "pass -u UID"),
+        (
+            &["-u", "1337", "--redirect-dns"],
+            &[],
+            "pass --dns-servers LIST",
+        ),
+        (&["-u", "istio-proxy"], &[], "give the numeric uid"),
+        (
+            &["-u", "1337"],
+            &[("ISTIO_OUTBOUND_OWNER_GROUPS", "java")],
+            "give the numeric gid",
+        ),
+    ];
+    for (args, env, fix) in cases {
+        let e = parse(args, env).unwrap_err().to_string();
+        assert!(
+            e.contains("/run/netns/empty") && e.contains(fix),
+            "{args:?} {env:?}: {e}"
+        );
+    }
 }
 
 #[test]

@@ -7,9 +7,11 @@ use ipnet::{IpNet, Ipv4Net};
 
 use super::args::{Key, Raw, Values};
 use super::env::nameservers;
+use super::ids::{default_uid, ids, owner_groups, IdKind};
+use super::lookup::NotLookedUp;
 use super::{
-    Cidrs, EnvSource, Group, InboundPorts, Invocation, Mode, NoProxy, OwnerGroups, Policy,
-    PolicyError, SystemLookup, DEFAULT_IPV4_LOOPBACK_CIDR, MAX_OWNER_IDS,
+    Cidrs, EnvSource, InboundPorts, Invocation, Mode, NoProxy, OwnerGroups, Policy, PolicyError,
+    SystemLookup, DEFAULT_IPV4_LOOPBACK_CIDR, MAX_OWNER_IDS,
 };
 
 type Result<T> = std::result::Result<T, PolicyError>;
@@ -28,20 +30,10 @@ pub(super) fn invocation(
     let ifaces_of = |key| v.get(key).map_or(Ok(Vec::new()), interfaces);
     let string_of = |key| v.get(key).map(|r: &Raw| r.value.clone());
     let path_of = |key| string_of(key).map(PathBuf::from);
+    let cleanup_only = bool_of(Key::CleanupOnly)?;
+    // --cleanup-only applies no policy: nothing of the pod is read for it.
+    let sys: &dyn SystemLookup = if cleanup_only { &NotLookedUp } else { sys };
 
-    let proxy_uids = match v.get(Key::ProxyUid).filter(|r| !r.value.is_empty()) {
-        Some(raw) => ids(raw, "uid")?,
-        None => {
-            let user = env
-                .get("ENVOY_USER")
-                .unwrap_or_else(|| "istio-proxy".into());
-            vec![sys.user_uid(&user).unwrap_or(1337)]
-        }
-    };
-    let proxy_gids = match v.get(Key::ProxyGid).filter(|r| !r.value.is_empty()) {
-        Some(raw) => ids(raw, "gid")?,
-        None => proxy_uids.clone(),
-    };
     let mode = match v.get(Key::Mode) {
         None => Mode::Redirect,
         Some(raw) => match raw.value.as_str() {
@@ -84,22 +76,17 @@ pub(super) fn invocation(
     let redirect_dns = bool_of(Key::RedirectDns)?;
     let capture_all_dns = bool_of(Key::CaptureAllDns)?;
     let dns_servers = match v.get(Key::DnsServers) {
-        Some(raw) => dns_list(raw)?,
-        None if redirect_dns && !capture_all_dns => {
-            let servers = nameservers(&sys.resolv_conf().map_err(PolicyError::ResolvConf)?);
-            if servers.is_empty() {
-                tracing::warn!("--redirect-dns is set but resolv.conf names no DNS server: DNS capture is off (as istio-iptables does)");
-            }
-            servers
-        }
-        None => Vec::new(),
+        Some(raw) => Some(dns_list(raw)?),
+        None if redirect_dns && !capture_all_dns && !cleanup_only => None,
+        None => Some(Vec::new()),
     };
     let policy = Policy {
         proxy_port: port_or(Key::EnvoyPort, d.proxy_port)?,
         inbound_capture_port: port_or(Key::CapturePort, d.inbound_capture_port)?,
         tunnel_port: port_or(Key::TunnelPort, d.tunnel_port)?,
-        proxy_uids,
-        proxy_gids,
+        // The pod's files are read last: every flag is checked first.
+        proxy_uids: Vec::new(),
+        proxy_gids: Vec::new(),
         mode,
         include_cidrs,
         exclude_cidrs,
@@ -111,17 +98,17 @@ pub(super) fn invocation(
         kube_virt_interfaces: ifaces_of(Key::KubeVirt)?,
         redirect_dns,
         capture_all_dns,
-        dns_servers,
-        owner_groups: owner_groups(env, sys)?,
+        dns_servers: Vec::new(),
+        owner_groups: OwnerGroups::All,
         ipv4_loopback_cidr: loopback_cidr(env)?,
         dual_stack: bool_of(Key::DualStack)?,
         drop_invalid: bool_of(Key::DropInvalid)?,
         proxy_cgroup: path_of(Key::ProxyCgroup),
         no_proxy,
     };
-    Ok(Invocation {
+    let mut inv = Invocation {
         policy,
-        cleanup_only: bool_of(Key::CleanupOnly)?,
+        cleanup_only,
         dry_run: bool_of(Key::DryRun)? || bool_of(Key::SkipRuleApply)?,
         netns: string_of(Key::Netns)
             .or_else(|| string_of(Key::NetworkNamespace).filter(|s| !s.is_empty())),
@@ -130,15 +117,51 @@ pub(super) fn invocation(
         cluster_env: path_of(Key::ClusterEnv),
         run_validation: bool_of(Key::RunValidation)?,
         ignored,
-    })
+    };
+    let p = &mut inv.policy;
+    p.proxy_uids = match v.get(Key::ProxyUid).filter(|r| !r.value.is_empty()) {
+        Some(raw) => ids(raw, IdKind::Uid, sys)?,
+        None => vec![default_uid(env, sys)?],
+    };
+    p.proxy_gids = match v.get(Key::ProxyGid).filter(|r| !r.value.is_empty()) {
+        Some(raw) => ids(raw, IdKind::Gid, sys)?,
+        None => p.proxy_uids.clone(),
+    };
+    p.owner_groups = owner_groups(env, sys)?;
+    p.dns_servers = match dns_servers {
+        Some(list) => list,
+        None => pod_nameservers(v, sys)?,
+    };
+    Ok(inv)
 }
 
-fn bad(raw: &Raw, value: &str, reason: &str) -> PolicyError {
+/// `--redirect-dns` without `--dns-servers` or `--capture-all-dns`: the pod's resolv.conf.
+fn pod_nameservers(v: &Values, sys: &dyn SystemLookup) -> Result<Vec<IpAddr>> {
+    let origin = v
+        .get(Key::RedirectDns)
+        .map_or("--redirect-dns", |r| &r.origin);
+    let view = sys.resolv_conf().map_err(|lookup| PolicyError::PodFile {
+        needed: format!(
+            "{origin} is on and --capture-all-dns is off, so DNS capture needs the pod's nameservers"
+        ),
+        lookup: Box::new(lookup),
+        fix: "pass --dns-servers LIST (the pod's DNS servers, e.g. its cluster DNS) or --capture-all-dns".into(),
+    })?;
+    let servers = nameservers(&view.text);
+    if servers.is_empty() {
+        tracing::warn!(from = %view.from, "--redirect-dns is set but resolv.conf names no DNS server: DNS capture is off (as istio-iptables does)");
+    } else {
+        tracing::info!(servers = ?servers, from = %view.from, "DNS servers of the pod");
+    }
+    Ok(servers)
+}
+
+pub(super) fn bad(raw: &Raw, value: &str, reason: &str) -> PolicyError {
     PolicyError::invalid(&raw.origin, value, reason)
 }
 
 /// istio's list split: on `,`, empty items dropped, no trimming.
-fn items(s: &str) -> impl Iterator<Item = &str> {
+pub(super) fn items(s: &str) -> impl Iterator<Item = &str> {
     s.split(',').filter(|i| !i.is_empty())
 }
 
@@ -175,25 +198,7 @@ fn dns_list(raw: &Raw) -> Result<Vec<IpAddr>> {
         .collect()
 }
 
-/// `-u`/`-g`: 1 to [`MAX_OWNER_IDS`] decimal ids.
-fn ids(raw: &Raw, what: &str) -> Result<Vec<u32>> {
-    let list = items(&raw.value)
-        .map(|i| {
-            i.bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| i.parse::<u32>().ok())
-                .flatten()
-                .ok_or_else(|| bad(raw, i, &format!("is not a {what} (a decimal number)")))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    if list.is_empty() {
-        return Err(bad(raw, &raw.value, &format!("names no {what}")));
-    }
-    too_many(&raw.origin, &raw.value, list.len(), &format!("{what}s"))?;
-    Ok(list)
-}
-
-fn too_many(flag: &str, value: &str, n: usize, what: &str) -> Result<()> {
+pub(super) fn too_many(flag: &str, value: &str, n: usize, what: &str) -> Result<()> {
     if n > MAX_OWNER_IDS {
         return Err(PolicyError::invalid(
             flag,
@@ -226,48 +231,6 @@ fn interfaces(raw: &Raw) -> Result<Vec<String>> {
             })
         })
         .collect()
-}
-
-const GROUPS: &str = "ISTIO_OUTBOUND_OWNER_GROUPS";
-const GROUPS_EXCLUDE: &str = "ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE";
-
-/// Include `*` (default) uses the exclude list; any other include value wins and the exclude
-/// list is ignored (an empty include captures nothing), as istio-iptables does.
-fn owner_groups(env: &dyn EnvSource, sys: &dyn SystemLookup) -> Result<OwnerGroups> {
-    let include = env.get(GROUPS).unwrap_or_else(|| "*".into());
-    if include != "*" {
-        return Ok(OwnerGroups::Include(groups(GROUPS, &include, sys)?));
-    }
-    let exclude = env.get(GROUPS_EXCLUDE).unwrap_or_default();
-    let list = groups(GROUPS_EXCLUDE, &exclude, sys)?;
-    Ok(if list.is_empty() {
-        OwnerGroups::All
-    } else {
-        OwnerGroups::Exclude(list)
-    })
-}
-
-fn groups(var: &str, value: &str, sys: &dyn SystemLookup) -> Result<Vec<Group>> {
-    let flag = format!("${var}");
-    let list = items(value)
-        .map(|name| {
-            let numeric = name.bytes().all(|b| b.is_ascii_digit());
-            let gid = if numeric {
-                name.parse().ok()
-            } else {
-                sys.group_gid(name)
-            };
-            gid.map(|gid| Group {
-                name: name.to_string(),
-                gid,
-            })
-            .ok_or_else(|| {
-                PolicyError::invalid(&flag, name, "is not a known group (not in /etc/group)")
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    too_many(&flag, value, list.len(), "groups")?;
-    Ok(list)
 }
 
 const LOOPBACK: &str = "ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR";

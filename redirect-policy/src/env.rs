@@ -1,10 +1,8 @@
-//! Environment sources (process env, cluster.env, layering) and the system lookups behind [`SystemLookup`].
+//! Environment sources (process env, cluster.env, layering) and the passwd/group/resolv.conf text parsers.
 
+use super::{EnvSource, PolicyError};
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::PathBuf;
-
-use super::{EnvSource, PolicyError, SystemLookup};
 
 /// The process environment (`std::env`); a non-UTF-8 value counts as unset.
 #[derive(Debug, Clone, Copy, Default)]
@@ -82,39 +80,6 @@ fn unquote(v: &str) -> Option<String> {
         return None;
     }
     Some(v.to_string())
-}
-
-/// The real system: /etc/group, /etc/passwd and a resolv.conf.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RealSystem {
-    /// The resolv.conf to read nameservers from.
-    pub resolv_conf: PathBuf,
-}
-
-impl Default for RealSystem {
-    fn default() -> Self {
-        RealSystem {
-            resolv_conf: PathBuf::from("/etc/resolv.conf"),
-        }
-    }
-}
-
-impl SystemLookup for RealSystem {
-    fn group_gid(&self, name: &str) -> Option<u32> {
-        let text = std::fs::read_to_string("/etc/group").ok()?;
-        id_in_db(&text, name)
-    }
-
-    fn user_uid(&self, name: &str) -> Option<u32> {
-        let text = std::fs::read_to_string("/etc/passwd").ok()?;
-        id_in_db(&text, name)
-    }
-
-    fn resolv_conf(&self) -> std::io::Result<String> {
-        std::fs::read_to_string(&self.resolv_conf).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("{}: {e}", self.resolv_conf.display()))
-        })
-    }
 }
 
 /// The third field (uid or gid) of the `name:` line of /etc/passwd or /etc/group text.

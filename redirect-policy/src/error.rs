@@ -23,9 +23,17 @@ pub enum PolicyError {
     /// A positional argument (istio-iptables takes none).
     #[error("unexpected argument {0:?}: istio-iptables takes no positional arguments (a bool flag takes its value as --flag=false)")]
     UnexpectedArgument(String),
-    /// DNS capture needs the pod's nameservers and resolv.conf could not be read.
-    #[error("--redirect-dns is on and --capture-all-dns is off, so the nameservers come from resolv.conf, which cannot be read: {0} (pass --dns-servers or --capture-all-dns)")]
-    ResolvConf(#[source] std::io::Error),
+    /// A value that must come from the pod's files (its resolv.conf, passwd or group), and no
+    /// source of them could answer.
+    #[error("{needed}, and {lookup}: {fix}")]
+    PodFile {
+        /// What needed the lookup, naming the flag or variable that asked for it.
+        needed: String,
+        /// Why no answer was found.
+        lookup: Box<crate::LookupError>,
+        /// What to pass instead.
+        fix: String,
+    },
     /// A cluster.env line that is not `KEY=value`, `KEY='value'` or a comment.
     #[error("cluster.env line {line}: {reason}: {text:?}")]
     ClusterEnv {

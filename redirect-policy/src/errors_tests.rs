@@ -58,7 +58,12 @@ fn cidrs_loopback_and_dns() {
     let e = run(&["--redirect-dns"], &[], &none)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("resolv.conf") && e.contains("not found"), "{e}");
+    assert!(
+        e.contains("--redirect-dns is on")
+            && e.contains("/etc/resolv.conf")
+            && e.contains("pass --dns-servers LIST"),
+        "{e}"
+    );
 }
 
 #[test]

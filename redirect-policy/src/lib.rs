@@ -10,8 +10,10 @@ mod convert;
 pub mod describe;
 mod env;
 mod error;
+mod ids;
 pub mod inbound_kernel;
 pub mod inbound_spec;
+mod lookup;
 mod rules;
 mod rules_chains;
 
@@ -22,6 +24,8 @@ mod errors_tests;
 #[cfg(test)]
 mod golden_tests;
 #[cfg(test)]
+mod lookup_tests;
+#[cfg(test)]
 mod test_support;
 
 use std::net::IpAddr;
@@ -31,8 +35,9 @@ use ipnet::{IpNet, Ipv4Net};
 use serde::{Deserialize, Serialize};
 
 pub use args::parse_invocation;
-pub use env::{parse_cluster_env, std_env, LayeredEnv, RealSystem, StdEnv};
+pub use env::{parse_cluster_env, std_env, LayeredEnv, StdEnv};
 pub use error::PolicyError;
+pub use lookup::{Id, LookupError, OwnFiles, PodFile, PodSource, Sources, SystemLookup, View};
 pub use rules::iptables_restore_text;
 
 /// Most uids, gids or owner groups a policy may list (the eBPF datapath's fixed-size arrays).
@@ -239,14 +244,4 @@ impl<T: EnvSource + ?Sized> EnvSource for &T {
     fn get(&self, name: &str) -> Option<String> {
         (**self).get(name)
     }
-}
-
-/// Where group names, user names and resolv.conf come from (tests stub it).
-pub trait SystemLookup {
-    /// gid of group `name` (from /etc/group).
-    fn group_gid(&self, name: &str) -> Option<u32>;
-    /// uid of user `name` (from /etc/passwd).
-    fn user_uid(&self, name: &str) -> Option<u32>;
-    /// The text of resolv.conf.
-    fn resolv_conf(&self) -> std::io::Result<String>;
 }

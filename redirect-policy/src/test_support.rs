@@ -20,23 +20,46 @@ impl Stub {
     }
 }
 
+impl Stub {
+    fn id(found: Option<u32>, file: &str) -> Result<Id, LookupError> {
+        Ok(match found {
+            Some(id) => Id::Found {
+                id,
+                from: file.into(),
+            },
+            None => Id::NotListed {
+                searched: file.into(),
+            },
+        })
+    }
+}
+
 impl SystemLookup for Stub {
-    fn group_gid(&self, name: &str) -> Option<u32> {
-        match name {
+    fn group_gid(&self, name: &str) -> Result<Id, LookupError> {
+        let gid = match name {
             "java" => Some(1001),
             "ftp" => Some(14),
             _ => None,
+        };
+        Stub::id(gid, "/etc/group")
+    }
+
+    fn user_uid(&self, name: &str) -> Result<Id, LookupError> {
+        Stub::id(self.users.get(name).copied(), "/etc/passwd")
+    }
+
+    fn resolv_conf(&self) -> Result<View, LookupError> {
+        match &self.resolv {
+            Some(text) => Ok(View {
+                text: text.clone(),
+                from: "/etc/resolv.conf".into(),
+            }),
+            None => Err(LookupError::NoSource {
+                file: "/etc/resolv.conf",
+                netns: "the stub".into(),
+                tried: "the stub has none".into(),
+            }),
         }
-    }
-
-    fn user_uid(&self, name: &str) -> Option<u32> {
-        self.users.get(name).copied()
-    }
-
-    fn resolv_conf(&self) -> std::io::Result<String> {
-        self.resolv.clone().ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::NotFound, "/etc/resolv.conf: not found")
-        })
     }
 }
 

@@ -66,7 +66,7 @@ fn daemon_enrolls_follows_addresses_and_is_alone() {
         "--netns",
         &netns,
         "--istio-args",
-        "-i '*' -x '' -b '*' -d 15090,15021,15020",
+        "-u 1337 -i '*' -x '' -b '*' -d 15090,15021,15020",
     ]);
     assert!(out.contains("enrolled"), "{out}");
     let _l = sidecar_listeners(&w, node.cgroup.path());
@@ -191,7 +191,13 @@ fn sigkill_leaves_no_gap_restart_adopts_uninstall_leaves_nothing() {
     let w = World::new("rdk", false);
     let mut daemon = node.daemon();
     let netns = w.pod.path().display().to_string();
-    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
+    node.ok(&[
+        "enroll",
+        "--netns",
+        &netns,
+        "--istio-args",
+        "-u 1337 -i '*'",
+    ]);
     let _l = sidecar_listeners(&w, node.cgroup.path());
     let ids = node.link_ids();
     assert_eq!(ids.len(), 12, "every program attached once: {ids:?}");
@@ -272,7 +278,13 @@ fn a_proxy_in_a_sibling_cgroup_works_by_default() {
         .expect("daemon ready");
     let w = World::new("rds", false);
     let netns = w.pod.path().display().to_string();
-    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
+    node.ok(&[
+        "enroll",
+        "--netns",
+        &netns,
+        "--istio-args",
+        "-u 1337 -i '*'",
+    ]);
     let _listeners = sidecar_listeners(&w, proxy_cg.path());
     assert_eq!(
         reach(&w, app_cg.path(), (1000, 1000), "192.0.2.10:80"),

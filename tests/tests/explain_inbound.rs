@@ -14,6 +14,8 @@ fn explain_inbound_names_the_rule_for_each_arrival() {
     node.apply(
         &w.pod.path(),
         &[
+            "-u",
+            "1337",
             "-i",
             "*",
             "-b",

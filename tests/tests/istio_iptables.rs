@@ -106,12 +106,22 @@ fn namespaces_share_one_datapath_with_their_own_policies() {
     let cgroup = Cgroup::new("ric").expect("cgroup");
     let pins = Pins::new();
     let first = ok(
-        &redirect(&pins.0, cgroup.path(), &a.pod.path(), &["-i", "*"]),
+        &redirect(
+            &pins.0,
+            cgroup.path(),
+            &a.pod.path(),
+            &["-u", "1337", "-i", "*"],
+        ),
         "apply a",
     );
     assert!(first.contains("datapath created"), "{first}");
     // Pod addresses identify the namespace for inbound steering: a clash is refused by name.
-    let clash = redirect(&pins.0, cgroup.path(), &b.pod.path(), &["-i", "10.0.0.0/8"]);
+    let clash = redirect(
+        &pins.0,
+        cgroup.path(),
+        &b.pod.path(),
+        &["-u", "1337", "-i", "10.0.0.0/8"],
+    );
     assert!(!clash.status.success());
     assert!(
         String::from_utf8_lossy(&clash.stderr).contains(POD4),
@@ -120,7 +130,12 @@ fn namespaces_share_one_datapath_with_their_own_policies() {
     b.renumber("10.200.0.3", "10.201.0.3");
     c.renumber("10.200.0.4", "10.201.0.4");
     let second = ok(
-        &redirect(&pins.0, cgroup.path(), &b.pod.path(), &["-i", "10.0.0.0/8"]),
+        &redirect(
+            &pins.0,
+            cgroup.path(),
+            &b.pod.path(),
+            &["-u", "1337", "-i", "10.0.0.0/8"],
+        ),
         "apply b",
     );
     assert!(
@@ -161,7 +176,7 @@ fn namespaces_share_one_datapath_with_their_own_policies() {
             &pins.0,
             cgroup.path(),
             &b.pod.path(),
-            &["-i", "192.0.2.0/24"],
+            &["-u", "1337", "-i", "192.0.2.0/24"],
         ),
         "re-apply b",
     );
@@ -206,7 +221,7 @@ fn bad_input_names_the_flag_and_leaves_nothing_attached() {
     let cgroup = Cgroup::new("ric").expect("cgroup");
     let pins = Pins::new();
     let cases: [(&[&str], &str); 7] = [
-        (&["-i", "10.0.0.0/33"], "10.0.0.0/33"),
+        (&["-u", "1337", "-i", "10.0.0.0/33"], "10.0.0.0/33"),
         (&["-p", "70000"], "70000"),
         (&["-m", "TRANSPARENT"], "TRANSPARENT"),
         (&["--no-such-flag"], "--no-such-flag"),
@@ -233,7 +248,7 @@ fn bad_input_names_the_flag_and_leaves_nothing_attached() {
         &pins.0,
         cgroup.path(),
         Path::new("/run/netns/no-such-netns-rix"),
-        &["-i", "*"],
+        &["-u", "1337", "-i", "*"],
     );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-netns-rix"));
@@ -244,7 +259,12 @@ fn bad_input_names_the_flag_and_leaves_nothing_attached() {
     wait_detached(cgroup.path());
     // A rejected update leaves the namespace's previous policy active.
     ok(
-        &redirect(&pins.0, cgroup.path(), &w.pod.path(), &["-i", "*"]),
+        &redirect(
+            &pins.0,
+            cgroup.path(),
+            &w.pod.path(),
+            &["-u", "1337", "-i", "*"],
+        ),
         "apply",
     );
     let _l = sidecar_listeners(&w, cgroup.path());
@@ -252,7 +272,7 @@ fn bad_input_names_the_flag_and_leaves_nothing_attached() {
         &pins.0,
         cgroup.path(),
         &w.pod.path(),
-        &["-i", "300.0.0.0/8"],
+        &["-u", "1337", "-i", "300.0.0.0/8"],
     );
     assert!(!out.status.success());
     assert_eq!(
@@ -282,6 +302,8 @@ fn dry_run_prints_policy_and_istio_rules_and_changes_nothing() {
             &w.pod.path(),
             &[
                 "--dry-run",
+                "-u",
+                "1337",
                 "-i",
                 "10.0.0.0/8",
                 "-x",

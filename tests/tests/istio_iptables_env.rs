@@ -91,7 +91,7 @@ fn a_gone_pods_policy_and_address_are_reclaimed() {
             &pins.0,
             cgroup.path(),
             &first.pod.path(),
-            &["-i", "*", "-b", "*"],
+            &["-u", "1337", "-i", "*", "-b", "*"],
         ),
         "apply first",
     );
@@ -100,7 +100,12 @@ fn a_gone_pods_policy_and_address_are_reclaimed() {
     // A new pod reuses its address: its apply reclaims the dead pod's entries.
     let second = World::new("rih", false);
     let out = ok(
-        &redirect(&pins.0, cgroup.path(), &second.pod.path(), &["-i", "*"]),
+        &redirect(
+            &pins.0,
+            cgroup.path(),
+            &second.pod.path(),
+            &["-u", "1337", "-i", "*"],
+        ),
         "apply second",
     );
     assert!(!out.contains("datapath created"), "{out}");

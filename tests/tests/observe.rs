@@ -19,7 +19,10 @@ fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
     let w = World::new("rob", false);
     let _daemon = node.daemon();
     let netns = w.pod.path().display().to_string();
-    let args = format!("-i '*' --proxy-cgroup {}", proxy_cg.path().display());
+    let args = format!(
+        "-u 1337 -i '*' --proxy-cgroup {}",
+        proxy_cg.path().display()
+    );
     node.ok(&["enroll", "--netns", &netns, "--istio-args", &args]);
     let _proxy = listen(
         &w.pod,
@@ -175,7 +178,7 @@ fn app_before_proxy_is_refused_or_passed_through_until_the_proxy_listens() {
     let _daemon = node.daemon();
     let cg = node.cgroup.path();
     let enroll = |w: &World, extra: &str| {
-        let args = format!("-i '*' {extra}");
+        let args = format!("-u 1337 -i '*' {extra}");
         node.ok(&[
             "enroll",
             "--netns",

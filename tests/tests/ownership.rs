@@ -23,7 +23,7 @@ fn a_layout_v0_datapath_is_refused_naming_both_versions() {
     let netns = w.pod.path().display().to_string();
     let cgroup = node.cgroup.path().display().to_string();
     let args = ["istio-iptables", "--netns", &netns, "--cgroup", &cgroup];
-    node.ok(&[&args[..], &["-i", "*"]].concat());
+    node.ok(&[&args[..], &["-u", "1337", "-i", "*"]].concat());
     let status = node.ok(&["status"]);
     assert!(status.contains("(layout v2)"), "{status}");
     assert!(status.contains("owner: the CLI"), "{status}");
@@ -35,7 +35,7 @@ fn a_layout_v0_datapath_is_refused_naming_both_versions() {
     // What a datapath pinned before layout records looks like: no record.
     std::fs::remove_file(node.pins.join("layout")).expect("unpin the layout record");
     for out in [
-        node.run(&[&args[..], &["-i", "*"]].concat()),
+        node.run(&[&args[..], &["-u", "1337", "-i", "*"]].concat()),
         node.run(&["status"]),
     ] {
         assert!(!out.status.success(), "{out:?}");
@@ -90,7 +90,13 @@ fn a_second_daemon_on_the_same_pins_is_refused_whatever_its_directory() {
     // The CLI removing the last policy from elsewhere leaves the daemon's datapath pinned.
     let w = World::new("rlo", false);
     let netns = w.pod.path().display().to_string();
-    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
+    node.ok(&[
+        "enroll",
+        "--netns",
+        &netns,
+        "--istio-args",
+        "-u 1337 -i '*'",
+    ]);
     let cleanup = other
         .cmd(&["istio-iptables", "--netns", &netns, "--cleanup-only"])
         .env("REDIRECT_BPFFS", &node.pins)
@@ -145,6 +151,8 @@ fn an_explicit_cgroup_elsewhere_is_refused_naming_the_attachment() {
             &netns,
             "--cgroup",
             cg,
+            "-u",
+            "1337",
             "-i",
             "*",
         ])
@@ -169,7 +177,13 @@ fn istio_iptables_goes_through_the_owning_daemon_so_list_stays_true() {
     let _daemon = node.daemon();
     let w = World::new("rlt", false);
     let netns = w.pod.path().display().to_string();
-    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*' -b '*'"]);
+    node.ok(&[
+        "enroll",
+        "--netns",
+        &netns,
+        "--istio-args",
+        "-u 1337 -i '*' -b '*'",
+    ]);
     let row = |list: &str| {
         list.lines()
             .find(|l| l.starts_with(&netns))
@@ -187,7 +201,17 @@ fn istio_iptables_goes_through_the_owning_daemon_so_list_stays_true() {
             .output()
             .expect("run redirect")
     };
-    let out = run(&["istio-iptables", "--netns", &netns, "-i", "*", "-b", ""]);
+    let out = run(&[
+        "istio-iptables",
+        "--netns",
+        &netns,
+        "-u",
+        "1337",
+        "-i",
+        "*",
+        "-b",
+        "",
+    ]);
     assert!(out.status.success(), "{out:?}");
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("(through the daemon, pid"), "{said}");
@@ -214,7 +238,7 @@ fn attach_at_above_or_below_a_node_datapath_is_refused_naming_it() {
     }
     let node = Node::new();
     let w = World::new("rln", false);
-    node.apply(&w.pod.path(), &["-i", "*"]);
+    node.apply(&w.pod.path(), &["-u", "1337", "-i", "*"]);
     let child = node.cgroup.path().join("child");
     std::fs::create_dir(&child).expect("child cgroup");
     for at in [node.cgroup.path(), child.as_path()] {
@@ -250,7 +274,13 @@ fn the_daemon_repairs_a_policy_removed_behind_its_back() {
     let _daemon = node.daemon();
     let w = World::new("rlk", false);
     let netns = w.pod.path().display().to_string();
-    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
+    node.ok(&[
+        "enroll",
+        "--netns",
+        &netns,
+        "--istio-args",
+        "-u 1337 -i '*'",
+    ]);
     let kernel = || {
         let list = node.ok(&["list", "--json"]);
         let list: serde_json::Value = serde_json::from_str(&list).expect("json");
@@ -304,7 +334,13 @@ fn a_datapath_unpinned_behind_the_daemons_back_is_recreated_and_no_container_unp
     let _daemon = node.daemon();
     let w = World::new("rlu", false);
     let netns = w.pod.path().display().to_string();
-    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
+    node.ok(&[
+        "enroll",
+        "--netns",
+        &netns,
+        "--istio-args",
+        "-u 1337 -i '*'",
+    ]);
     let _l = sidecar_listeners(&w, node.cgroup.path());
     let go = || reach(&w, node.cgroup.path(), (1000, 1000), "192.0.2.10:80");
     let captured = "at=proxy/[::]:15001 orig=192.0.2.10:80";

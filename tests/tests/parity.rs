@@ -21,7 +21,7 @@ fn a_connect_to_the_unspecified_address_reaches_the_pod_itself() {
             &pins.0,
             cgroup.path(),
             &w.pod.path(),
-            &["-i", "*", "--dual-stack"],
+            &["-u", "1337", "-i", "*", "--dual-stack"],
         ),
         "apply",
     );

@@ -35,6 +35,12 @@ fn apply(pins: &Pins, cgroup: &Cgroup, ns: &Netns, env: &[(&str, &str)], args: &
         .arg(cgroup.path())
         .arg("--netns")
         .arg(ns.path())
+        // No process runs in these namespaces: the proxy's uid is given, not looked up.
+        .args(if args.contains(&"--cleanup-only") {
+            &[][..]
+        } else {
+            &["-u", "1337"][..]
+        })
         .args(args)
         .envs(env.iter().copied())
         .output()

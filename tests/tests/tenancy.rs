@@ -46,7 +46,12 @@ fn istio_init_in_its_own_pid_and_mount_namespaces_keeps_other_pods_policies() {
     let cgroup = Cgroup::new("rtc").expect("cgroup");
     let pins = Pins::new();
     ok(
-        &redirect(&pins.0, cgroup.path(), &a.pod.path(), &["-i", "*"]),
+        &redirect(
+            &pins.0,
+            cgroup.path(),
+            &a.pod.path(),
+            &["-u", "1337", "-i", "*"],
+        ),
         "apply a from the host",
     );
     let _la = sidecar_listeners(&a, cgroup.path());
@@ -112,7 +117,12 @@ fn without_the_hosts_bpffs_the_command_refuses_and_mounts_nothing() {
     );
     // The same command with the host's bpffs works (the refusal was about the mount only).
     ok(
-        &redirect(&pins, cgroup.path(), &w.pod.path(), &["-i", "*"]),
+        &redirect(
+            &pins,
+            cgroup.path(),
+            &w.pod.path(),
+            &["-u", "1337", "-i", "*"],
+        ),
         "apply with the host's bpffs",
     );
     ok(
@@ -148,7 +158,7 @@ fn only_the_proxys_own_listener_makes_the_proxy_up() {
             &pins.0,
             cgroup.path(),
             &w.pod.path(),
-            &["-i", "*", "--no-proxy", "passthrough"],
+            &["-u", "1337", "-i", "*", "--no-proxy", "passthrough"],
         ),
         "apply with --no-proxy passthrough",
     );

@@ -23,9 +23,15 @@ fn validate_proves_capture_and_fails_without_it() {
         "--netns",
         &path(&good),
         "--istio-args",
-        "-i '*' -b '*'",
+        "-u 1337 -i '*' -b '*'",
     ]);
-    node.ok(&["enroll", "--netns", &path(&off), "--istio-args", "-i ''"]);
+    node.ok(&[
+        "enroll",
+        "--netns",
+        &path(&off),
+        "--istio-args",
+        "-u 1337 -i ''",
+    ]);
     let cg = node.cgroup.path().display().to_string();
     let validate = |w: &World| {
         node.run(&[

@@ -79,7 +79,7 @@ pub fn run(once: bool) -> anyhow::Result<()> {
     setup::setup()?;
     build::build_ebpf()?;
     build::build_bins(false)?;
-    let bin = util::workspace_root().join("target/debug");
+    let bin = util::target_dir().join("debug");
     let redirect = bin.join("redirect");
 
     let mut signals = SigSet::empty();

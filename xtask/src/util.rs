@@ -12,6 +12,22 @@ pub fn workspace_root() -> PathBuf {
     manifest.parent().map_or(manifest.clone(), PathBuf::from)
 }
 
+/// Where cargo puts the host binaries: `$CARGO_TARGET_DIR`, else `<workspace>/target`.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map_or_else(
+            || workspace_root().join("target"),
+            |d| {
+                if d.is_absolute() {
+                    d
+                } else {
+                    workspace_root().join(d)
+                }
+            },
+        )
+}
+
 /// Where the BPF object lands.
 pub fn ebpf_object() -> PathBuf {
     workspace_root().join("target/ebpf/bpfel-unknown-none/release/redirect-ebpf")

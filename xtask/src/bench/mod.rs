@@ -163,11 +163,7 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
     build::build_ebpf()?;
     let release = size != Size::Tiny;
     build::build_bins(release)?;
-    let bin = util::workspace_root().join(if release {
-        "target/release"
-    } else {
-        "target/debug"
-    });
+    let bin = util::target_dir().join(if release { "release" } else { "debug" });
     let golden_path =
         redirect_testkit::reference::dir().join("capture-golden/inbound-ports-wildcard.golden");
     let golden = std::fs::read_to_string(&golden_path)

@@ -210,7 +210,11 @@ impl Bench {
             let boot = scene::netns("rbn-")?;
             let dir = PathBuf::from(format!("/sys/fs/bpf/redirect-bench-{}", self.id));
             let cgroup = cg.path().display().to_string();
-            self.istio_iptables(&dir, &boot.path(), &["--cgroup", &cgroup, "-i", "*"])?;
+            self.istio_iptables(
+                &dir,
+                &boot.path(),
+                &["--cgroup", &cgroup, "-u", "1337", "-i", "*"],
+            )?;
             self.node = Some(NodeDatapath {
                 dir,
                 cg,

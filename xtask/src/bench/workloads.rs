@@ -236,7 +236,9 @@ impl Bench {
         match (&node, mode) {
             // What a node does per new pod: the shared datapath exists, the pod's policy is
             // written (the counterpart of one iptables-restore).
-            (Some((dir, _)), Mode::Ebpf) => self.istio_iptables(dir, &ns.path(), &["-i", "*"])?,
+            (Some((dir, _)), Mode::Ebpf) => {
+                self.istio_iptables(dir, &ns.path(), &["-u", "1337", "-i", "*"])?
+            }
             (_, m) => ns.restore(
                 m.restore().context("restore")?,
                 &scene::sidecar_rules(&self.golden, &[]),

@@ -1,0 +1,89 @@
+//! Listener adoption takes only the enrolled namespace's TCP listener on its inbound port:
+//! real sockets in namespaces of the test's own; a socket of another namespace, on the same
+//! port, that a socket inode leads to (sockfs numbers wrap; a table can be stale) is refused.
+use std::{
+    net::{TcpStream, UdpSocket},
+    os::fd::AsFd as _,
+};
+
+use redirect_common::AF_INET;
+use redirect_datapath::{
+    adopt::{self, check_listener, Listening, NotAdoptable},
+    netns,
+};
+use redirect_testkit::{privileged_or_skip, Listen, Netns};
+
+const PORT: u16 = 15006;
+
+/// The one listener the namespace's table lists on `port`.
+fn listed(ns: &Netns, port: u16) -> Listening {
+    let found = adopt::listeners(&ns.path(), port).expect("read the namespace's table");
+    assert_eq!(found.len(), 1, "one listener on {port}: {found:?}");
+    found[0]
+}
+
+#[test]
+fn only_the_namespaces_own_tcp_listener_on_the_port_is_taken() {
+    if !privileged_or_skip("only_the_namespaces_own_tcp_listener_on_the_port_is_taken") {
+        return;
+    }
+    let pod = Netns::new("rap").expect("pod netns");
+    let other = Netns::new("rao").expect("other netns");
+    let cookie = netns::cookie(&pod.path()).expect("pod cookie");
+    let addr = format!("0.0.0.0:{PORT}");
+    // The same port in another namespace, open first.
+    let theirs = Listen::on(&addr)
+        .netns(&other)
+        .tcp()
+        .expect("other listener");
+    let ours = Listen::on(&addr).netns(&pod).tcp().expect("pod listener");
+
+    // A socket inode that names the other namespace's listener is not taken for the pod.
+    let wrong = listed(&other, PORT);
+    assert!(
+        adopt::take_listener(&wrong, &pod.path(), cookie, PORT).is_none(),
+        "another namespace's listener on the same port was taken"
+    );
+    let (taken, family) = adopt::take_listener(&listed(&pod, PORT), &pod.path(), cookie, PORT)
+        .expect("the pod's own listener is taken");
+    assert_eq!(family, AF_INET);
+    assert_eq!(
+        netns::socket_cookie_of_netns(taken.as_fd()).expect("cookie"),
+        cookie
+    );
+
+    // Each check on a real socket.
+    let other_cookie = netns::cookie(&other.path()).expect("other cookie");
+    assert_eq!(
+        check_listener(theirs.as_fd(), cookie, PORT),
+        Err(NotAdoptable::OtherNamespace {
+            found: other_cookie,
+            want: cookie
+        })
+    );
+    let elsewhere = Listen::on("0.0.0.0:15007")
+        .netns(&pod)
+        .tcp()
+        .expect("listener on another port");
+    assert_eq!(
+        check_listener(elsewhere.as_fd(), cookie, PORT),
+        Err(NotAdoptable::OtherPort(15007))
+    );
+    let udp: UdpSocket = Listen::on(&addr)
+        .netns(&pod)
+        .udp()
+        .expect("udp on the port");
+    assert!(matches!(
+        check_listener(udp.as_fd(), cookie, PORT),
+        Err(NotAdoptable::NotTcp { .. })
+    ));
+    let connected = pod
+        .run(move || TcpStream::connect(("127.0.0.1", PORT)))
+        .expect("in the pod")
+        .expect("connect to the pod's listener");
+    assert_eq!(
+        check_listener(connected.as_fd(), cookie, PORT),
+        Err(NotAdoptable::NotListening)
+    );
+    assert_eq!(check_listener(ours.as_fd(), cookie, PORT), Ok(AF_INET));
+}
