@@ -45,8 +45,8 @@ fn after_attach_stops_nothing_is_redirected_and_nothing_stays_attached() {
         let ids = attach.program_ids();
         assert_eq!(
             ids.len(),
-            10,
-            "connect4/6, sendmsg4/6, recvmsg4/6, getpeername4/6, sock_ops, getsockopt"
+            12,
+            "connect4/6, sendmsg4/6, recvmsg4/6, getpeername4/6, sock_ops, getsockopt, bind4/6"
         );
         assert_eq!(
             attached_program_ids(cgroup.path()).len(),
@@ -55,8 +55,8 @@ fn after_attach_stops_nothing_is_redirected_and_nothing_stays_attached() {
         );
         let at_root = attached_program_ids(&root_cgroup());
         assert!(
-            ids.iter().filter(|id| at_root.contains(id)).count() == 2,
-            "sock_ops + getsockopt at the root"
+            ids.iter().filter(|id| at_root.contains(id)).count() == 4,
+            "sock_ops, getsockopt and bind4/6 at the root"
         );
         let r = client("198.18.0.2:7021", "captured", &opts);
         assert!(captured(&r), "captured: {r:?}");

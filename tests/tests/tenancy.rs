@@ -94,7 +94,7 @@ fn without_the_hosts_bpffs_the_command_refuses_and_mounts_nothing() {
     let pins = std::path::PathBuf::from("/sys/fs/bpf").join(unique_name("rtp"));
     // A container without the host's /sys/fs/bpf: a private mount namespace with it unmounted.
     let script = format!(
-        "umount /sys/fs/bpf && exec {} istio-iptables --bpffs {} --cgroup {} --netns {} -i '*'",
+        "umount /sys/fs/bpf && exec {} istio-iptables --bpffs {} --cgroup {} --netns {} -u 1337 -i '*'",
         bin_path("redirect").display(),
         pins.display(),
         cgroup.path().display(),
