@@ -163,6 +163,8 @@ fn exec_runs_in_the_attached_cgroup_and_status_reports_attachments() {
         [
             ("getsockopt", root, true),
             ("sock_ops", root, true),
+            ("bind4", root, true),
+            ("bind6", root, true),
             ("sendmsg4", pod, true),
             ("sendmsg6", pod, true),
             ("recvmsg4", pod, true),
