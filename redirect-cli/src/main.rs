@@ -114,7 +114,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cgroup,
             proxy_cgroup,
             metrics,
-        } => node_cmds::daemon(bpffs, cgroup, proxy_cgroup, metrics),
+            metrics_per_namespace,
+        } => node_cmds::daemon(
+            bpffs,
+            cgroup,
+            proxy_cgroup,
+            metrics.map(|addr| (addr, metrics_per_namespace)),
+        ),
         Command::Enroll {
             netns,
             istio_args,
