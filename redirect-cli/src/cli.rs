@@ -147,9 +147,15 @@ pub enum Command {
         /// there) [default: the cgroup v2 root, so a proxy in any cgroup works].
         #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
         proxy_cgroup: Option<PathBuf>,
-        /// Serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9967.
-        #[arg(long, value_name = "ADDR")]
+        /// Serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9967 or
+        /// [NODE_IP]:9967 (no default: who may scrape is the operator's choice). Node-wide
+        /// decision counters and map fill only, unless --metrics-per-namespace.
+        #[arg(long, value_name = "ADDR", value_parser = parse_listen_addr)]
         metrics: Option<std::net::SocketAddr>,
+        /// Also serve redirect_netns_decisions_total{netns,cookie,decision}: every enrolled
+        /// namespace's path and counters, readable by whoever reaches --metrics.
+        #[arg(long, requires = "metrics")]
+        metrics_per_namespace: bool,
         #[command(flatten)]
         sizing: crate::sizing_args::Sizing,
     },

@@ -69,3 +69,55 @@ pub fn parse_cgroup(s: &str) -> Result<PathBuf, String> {
         .map(|_| path)
         .map_err(|e| e.to_string())
 }
+
+/// Parses a listening address `IP:PORT` (`[IPv6]:PORT`); `[IPv4]:PORT` is taken too, so one
+/// manifest (`[$(NODE_IP)]:9967`) fits IPv4 and IPv6 nodes alike.
+pub fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    let s = s.trim();
+    let bad = || {
+        format!("'{s}' is not an address to listen on: give IP:PORT, e.g. 127.0.0.1:9967, [::1]:9967 or [10.0.0.5]:9967")
+    };
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    let (ip, port) = s
+        .strip_prefix('[')
+        .and_then(|rest| rest.split_once("]:"))
+        .ok_or_else(bad)?;
+    let ip: std::net::Ipv4Addr = ip.parse().map_err(|_| bad())?;
+    Ok(std::net::SocketAddr::from((ip, parse_port(port)?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_listen_addr;
+
+    #[test]
+    fn listen_addresses_of_both_families_with_or_without_brackets() {
+        for (given, want) in [
+            ("127.0.0.1:9967", "127.0.0.1:9967"),
+            ("[10.0.0.5]:9967", "10.0.0.5:9967"),
+            ("[fd00::5]:9967", "[fd00::5]:9967"),
+            (" [::1]:0 ", "[::1]:0"),
+        ] {
+            assert_eq!(
+                parse_listen_addr(given).map(|a| a.to_string()),
+                Ok(want.to_owned())
+            );
+        }
+        for bad in [
+            "",
+            "9967",
+            "fd00::5:9967",
+            "[10.0.0.5]",
+            "[10.0.0.5]:x",
+            "[$(NODE_IP)]:9967",
+        ] {
+            let e = parse_listen_addr(bad).expect_err(bad);
+            assert!(
+                e.contains("e.g. 127.0.0.1:9967") || e.contains("port"),
+                "{bad}: {e}"
+            );
+        }
+    }
+}

@@ -115,8 +115,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cgroup,
             proxy_cgroup,
             metrics,
+            metrics_per_namespace,
             sizing,
-        } => node_cmds::daemon(bpffs, cgroup, proxy_cgroup, metrics, sizing.quotas()),
+        } => node_cmds::daemon(
+            bpffs,
+            cgroup,
+            proxy_cgroup,
+            metrics.map(|addr| (addr, metrics_per_namespace)),
+            sizing.quotas(),
+        ),
         Command::Enroll {
             netns,
             istio_args,

@@ -30,12 +30,13 @@ fn socket() -> PathBuf {
         .map_or_else(|| server::socket(&daemon::daemon_dir()), |(_, s)| s)
 }
 
-/// Runs the daemon until SIGINT/SIGTERM (capture stays pinned) or an uninstall.
+/// Runs the daemon until SIGINT/SIGTERM (capture stays pinned) or an uninstall; `metrics` is
+/// the endpoint's address and whether it serves per-namespace series.
 pub fn daemon(
     bpffs: Option<PathBuf>,
     cgroup: Option<PathBuf>,
     proxy_cgroup: Option<PathBuf>,
-    metrics: Option<SocketAddr>,
+    metrics: Option<(SocketAddr, bool)>,
     quotas: redirect_datapath::node::sizing::Quotas,
 ) -> anyhow::Result<()> {
     let mut signals = SigSet::empty();
@@ -66,9 +67,14 @@ pub fn daemon(
         tracing::info!(signal, from_pid = from, "stopping");
     });
     let metrics = match metrics {
-        Some(addr) => {
+        Some((addr, per_namespace)) => {
             let dir = daemon::daemon_dir();
-            let bound = daemon::metrics::spawn(addr, bpffs, move || server::enrolled_names(&dir))?;
+            let bound = daemon::metrics::spawn(
+                addr,
+                bpffs,
+                move || server::enrolled_names(&dir),
+                per_namespace,
+            )?;
             format!(" metrics=http://{bound}/metrics")
         }
         None => String::new(),

@@ -1,86 +1,103 @@
-//! The daemon's Prometheus endpoint: decision counters (node-wide and per namespace) and map
-//! fill levels, read from the pinned maps at each scrape.
+//! The daemon's Prometheus endpoint: node-wide decision counters and map fill levels, and the
+//! per-namespace counters (which name every enrolled namespace) only when the operator asks,
+//! read from the pinned maps at each scrape and served by redirect-http within its limits.
 use std::{
     collections::BTreeMap,
-    io::{BufRead as _, BufReader, Write as _},
-    net::{SocketAddr, TcpListener},
+    net::SocketAddr,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use redirect_common::Counter;
-use redirect_datapath::{
-    error::{Error, Result},
-    metrics,
-    node::NodeDatapath,
-    node_status, observe,
-};
+use redirect_datapath::{error::Result, metrics, node::NodeDatapath, node_status, observe};
+use redirect_http::{Limits, Method, Request, Response, StatusCode};
 
-/// Renders the exposition text for the datapath pinned at `bpffs`; `names` maps netns cookies
-/// to the namespaces' paths. Every enrolled namespace exports every counter, zeros included.
-pub fn render(bpffs: &Path, names: &BTreeMap<u64, String>) -> Result<String> {
+/// Renders the exposition text for the datapath pinned at `bpffs`. With `per_netns` (netns
+/// cookie -> the namespace's path) every enrolled namespace also exports every counter, zeros
+/// included; without it only the node-wide counters and the map fill are rendered.
+pub fn render(bpffs: &Path, per_netns: Option<&BTreeMap<u64, String>>) -> Result<String> {
     let status = node_status::collect(bpffs)?;
-    let mut dp = NodeDatapath::open(bpffs)?;
-    let mut per_ns = observe::ns_counters(dp.maps())?;
-    for cookie in names.keys() {
-        per_ns.entry(*cookie).or_default();
+    let mut rows = Vec::new();
+    if let Some(names) = per_netns {
+        let mut dp = NodeDatapath::open(bpffs)?;
+        let mut per_ns = observe::ns_counters(dp.maps())?;
+        for cookie in names.keys() {
+            per_ns.entry(*cookie).or_default();
+        }
+        rows = per_ns
+            .into_iter()
+            .map(|(cookie, seen)| {
+                let all = Counter::ALL
+                    .iter()
+                    .map(|c| {
+                        let n = seen
+                            .iter()
+                            .find(|(name, _)| *name == c.name())
+                            .map_or(0, |(_, n)| *n);
+                        (c.name(), n)
+                    })
+                    .collect();
+                (cookie, names.get(&cookie).map_or("", String::as_str), all)
+            })
+            .collect();
     }
-    let per_netns = per_ns
-        .into_iter()
-        .map(|(cookie, seen)| {
-            let all = Counter::ALL
-                .iter()
-                .map(|c| {
-                    let n = seen
-                        .iter()
-                        .find(|(name, _)| *name == c.name())
-                        .map_or(0, |(_, n)| *n);
-                    (c.name(), n)
-                })
-                .collect();
-            (cookie, names.get(&cookie).map_or("", String::as_str), all)
-        })
-        .collect();
     Ok(metrics::render(&metrics::Exposition {
         counters: status.counters.clone(),
-        per_netns,
+        per_netns: rows,
         maps: status.fill.clone(),
     }))
 }
 
-/// Serves `GET /metrics` on `addr` from a thread; returns the bound address.
+/// What a scrape reads.
+struct Source<N> {
+    bpffs: PathBuf,
+    names: N,
+    per_namespace: bool,
+}
+
+/// Serves `GET /metrics` (and `HEAD`) on `addr` from a thread of its own; returns the bound
+/// address. `names` (netns cookie -> path) is asked at each scrape only with `per_namespace`.
 pub fn spawn(
     addr: SocketAddr,
     bpffs: PathBuf,
-    names: impl Fn() -> BTreeMap<u64, String> + Send + 'static,
-) -> Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)
-        .map_err(|e| Error::io("binding the metrics endpoint on", addr.to_string(), e))?;
-    let bound = listener
-        .local_addr()
-        .map_err(|e| Error::io("binding the metrics endpoint on", addr.to_string(), e))?;
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            // An idle client must not hold up the next scrape.
-            let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-            let _ = stream.set_write_timeout(Some(std::time::Duration::from_secs(2)));
-            let mut line = String::new();
-            if BufReader::new(&stream).read_line(&mut line).is_err() {
-                continue;
-            }
-            let (status, body) = if line.starts_with("GET /metrics") {
-                match render(&bpffs, &names()) {
-                    Ok(text) => ("200 OK", text),
-                    Err(e) => ("500 Internal Server Error", format!("{e}\n")),
-                }
-            } else {
-                ("404 Not Found", "try GET /metrics\n".to_owned())
-            };
-            let _ = write!(
-                &stream,
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
+    names: impl Fn() -> BTreeMap<u64, String> + Send + Sync + 'static,
+    per_namespace: bool,
+) -> std::result::Result<SocketAddr, redirect_http::Error> {
+    let source = Arc::new(Source {
+        bpffs,
+        names,
+        per_namespace,
     });
-    Ok(bound)
+    redirect_http::spawn_thread(
+        "metrics endpoint",
+        addr,
+        Limits::default(),
+        move |req: Request| {
+            let source = Arc::clone(&source);
+            async move {
+                if req.path != "/metrics" {
+                    return Response::not_found(&req);
+                }
+                if req.method != Method::GET {
+                    return Response::method_not_allowed(&req, "GET, HEAD");
+                }
+                // Reading the maps blocks: off the thread that serves the connections.
+                let rendered = tokio::task::spawn_blocking(move || {
+                    let names = source.per_namespace.then(|| (source.names)());
+                    render(&source.bpffs, names.as_ref())
+                })
+                .await;
+                match rendered {
+                    Ok(Ok(text)) => Response::prometheus(text),
+                    Ok(Err(e)) => {
+                        Response::text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"))
+                    }
+                    Err(e) => Response::text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("rendering the metrics: {e}\n"),
+                    ),
+                }
+            }
+        },
+    )
 }

@@ -36,10 +36,13 @@ pub fn render(e: &Exposition<'_>) -> String {
     for (decision, n) in &e.counters {
         let _ = writeln!(out, "{DECISIONS}{{decision=\"{decision}\"}} {n}");
     }
-    let _ = writeln!(
-        out,
-        "# HELP {NETNS_DECISIONS} Capture decisions per network namespace.\n# TYPE {NETNS_DECISIONS} counter"
-    );
+    // Declared only when exported: the daemon serves it only when asked.
+    if !e.per_netns.is_empty() {
+        let _ = writeln!(
+            out,
+            "# HELP {NETNS_DECISIONS} Capture decisions per network namespace.\n# TYPE {NETNS_DECISIONS} counter"
+        );
+    }
     for (cookie, netns, counters) in &e.per_netns {
         for (decision, n) in counters {
             let _ = writeln!(
@@ -92,5 +95,16 @@ mod tests {
             "redirect_netns_decisions_total{netns=\"/run/netns/a\\\"b\",cookie=\"7\",decision=\"redirected\"} 0\n"
         ));
         assert!(text.ends_with("redirect_map_entries{map=\"TRACKED\"} 1\n"));
+    }
+
+    #[test]
+    fn no_namespaces_no_namespace_family() {
+        let text = render(&Exposition {
+            counters: vec![("redirected", 3)],
+            per_netns: Vec::new(),
+            maps: vec![("TRACKED", 1)],
+        });
+        assert!(!text.contains(NETNS_DECISIONS), "{text}");
+        assert!(text.contains("redirect_decisions_total{decision=\"redirected\"} 3\n"));
     }
 }

@@ -1,11 +1,10 @@
 //! Admin HTTP endpoints: readiness (15021), own stats (15090), merged stats (15020), and the
-//! local admin port (15000) with `POST /drain_listeners`.
+//! local admin port (15000) with `POST /drain_listeners`; served by redirect-http within its
+//! limits.
 use std::{sync::Arc, time::Duration};
 
-use tokio::{
-    io::{AsyncReadExt as _, AsyncWriteExt as _},
-    net::{TcpListener, TcpStream},
-};
+use redirect_http::{Limits, Method, Request, Response, StatusCode};
+use tokio::net::TcpListener;
 
 use crate::state::Shared;
 
@@ -22,70 +21,58 @@ pub enum Role {
     Admin,
 }
 
-const TIMEOUT: Duration = Duration::from_secs(5);
-const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// How long the application's metrics may take (within the connection's deadline).
+const APP_METRICS_DEADLINE: Duration = Duration::from_secs(2);
+/// The largest application metrics page merged into 15020.
+const APP_METRICS_MAX: usize = 8 * 1024 * 1024;
 
 /// Serves `role` on `listener` for ever.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>, role: Role) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
+    redirect_http::serve(listener, Limits::default(), move |req| {
         let shared = Arc::clone(&shared);
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(TIMEOUT, handle(stream, &shared, role)).await;
-        });
+        async move { route(&shared, role, &req).await }
+    })
+    .await;
+}
+
+/// The methods each (role, path) takes.
+fn methods(role: Role, path: &str) -> Option<&'static str> {
+    match (role, path) {
+        (Role::Readiness, "/healthz/ready")
+        | (Role::Admin, "/ready")
+        | (Role::Stats | Role::MergedStats | Role::Admin, "/stats/prometheus") => Some("GET, HEAD"),
+        (Role::Admin, "/drain_listeners") => Some("POST"),
+        _ => None,
     }
 }
 
-async fn read_head(stream: &mut TcpStream) -> Option<(String, String)> {
-    let mut buf = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16 * 1024 {
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let text = String::from_utf8_lossy(&buf);
-    let mut parts = text.lines().next()?.split_whitespace();
-    Some((parts.next()?.to_owned(), parts.next()?.to_owned()))
-}
-
-async fn handle(mut stream: TcpStream, shared: &Shared, role: Role) {
-    let Some((method, path)) = read_head(&mut stream).await else {
-        return;
+async fn route(shared: &Shared, role: Role, req: &Request) -> Response {
+    let Some(allow) = methods(role, &req.path) else {
+        return Response::not_found(req);
     };
-    let (status, content_type, body) = match (role, method.as_str(), path.as_str()) {
-        (Role::Readiness, "GET", "/healthz/ready") | (Role::Admin, "GET", "/ready") => {
-            match shared.readiness() {
-                Ok(()) => (200, "text/plain", "ready\n".to_owned()),
-                Err(why) => (503, "text/plain", format!("not ready: {why}\n")),
-            }
-        }
-        (Role::Stats | Role::Admin, "GET", "/stats/prometheus") => {
-            (200, PROMETHEUS, shared.stats.render())
-        }
-        (Role::MergedStats, "GET", "/stats/prometheus") => (200, PROMETHEUS, merged(shared).await),
-        (Role::Admin, "POST", "/drain_listeners") => {
+    let wanted = if allow == "POST" {
+        Method::POST
+    } else {
+        Method::GET
+    };
+    if req.method != wanted {
+        return Response::method_not_allowed(req, allow);
+    }
+    match (role, req.path.as_str()) {
+        (Role::Admin, "/drain_listeners") => {
             shared.drain();
-            (200, "text/plain", "OK\n".to_owned())
+            Response::text(StatusCode::OK, "OK\n")
         }
-        _ => (404, "text/plain", format!("no {method} {path} here\n")),
-    };
-    let reason = match status {
-        200 => "OK",
-        404 => "Not Found",
-        _ => "Service Unavailable",
-    };
-    let response = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = stream.write_all(response.as_bytes()).await;
-    let _ = stream.shutdown().await;
+        (Role::MergedStats, _) => Response::prometheus(merged(shared).await),
+        (_, "/stats/prometheus") => Response::prometheus(shared.stats.render()),
+        _ => match shared.readiness() {
+            Ok(()) => Response::text(StatusCode::OK, "ready\n"),
+            Err(why) => Response::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {why}\n"),
+            ),
+        },
+    }
 }
 
 async fn merged(shared: &Shared) -> String {
@@ -100,71 +87,33 @@ async fn merged(shared: &Shared) -> String {
         }
     }
     if let Some(url) = &shared.app_metrics {
-        match scrape(url).await {
+        match redirect_http::get(url, APP_METRICS_DEADLINE, APP_METRICS_MAX).await {
             Ok(text) => {
                 out.push_str(&text);
                 if !text.ends_with('\n') {
                     out.push('\n');
                 }
             }
-            Err(e) => out.push_str(&format!("# application metrics unavailable ({url}): {e}\n")),
+            Err(e) => out.push_str(&format!("# application metrics unavailable: {e}\n")),
         }
     }
     out
 }
 
-/// Splits `http://host:port/path` into (host:port, /path).
-pub fn split_url(url: &str) -> Result<(&str, &str), String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("'{url}' is not an http:// URL"))?;
-    Ok(match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    })
-}
-
-async fn scrape(url: &str) -> Result<String, String> {
-    let (authority, path) = split_url(url)?;
-    let fetch = async {
-        let mut s = TcpStream::connect(authority)
-            .await
-            .map_err(|e| e.to_string())?;
-        let req = format!("GET {path} HTTP/1.0\r\nHost: {authority}\r\nAccept: text/plain\r\n\r\n");
-        s.write_all(req.as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
-        Ok::<_, String>(String::from_utf8_lossy(&buf).into_owned())
-    };
-    let text = tokio::time::timeout(Duration::from_secs(2), fetch)
-        .await
-        .map_err(|_| "timed out".to_owned())??;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or("malformed HTTP response")?;
-    let status = head.split_whitespace().nth(1).unwrap_or_default();
-    if status != "200" {
-        return Err(format!("HTTP status {status}"));
-    }
-    Ok(body.to_owned())
-}
-
 #[cfg(test)]
 mod tests {
-    use super::split_url;
+    use super::{methods, Role};
 
     #[test]
-    fn urls() {
+    fn each_port_takes_its_paths_and_methods() {
         assert_eq!(
-            split_url("http://127.0.0.1:9091/metrics"),
-            Ok(("127.0.0.1:9091", "/metrics"))
+            methods(Role::Readiness, "/healthz/ready"),
+            Some("GET, HEAD")
         );
-        assert_eq!(
-            split_url("http://127.0.0.1:9091"),
-            Ok(("127.0.0.1:9091", "/"))
-        );
-        assert!(split_url("https://x/").is_err());
+        assert_eq!(methods(Role::Readiness, "/stats/prometheus"), None);
+        assert_eq!(methods(Role::Stats, "/stats/prometheus"), Some("GET, HEAD"));
+        assert_eq!(methods(Role::Admin, "/drain_listeners"), Some("POST"));
+        assert_eq!(methods(Role::Stats, "/drain_listeners"), None);
+        assert_eq!(methods(Role::MergedStats, "/ready"), None);
     }
 }

@@ -110,6 +110,15 @@ impl Node {
     }
 }
 
+/// The metrics address in a daemon's `ready ... metrics=http://ADDR/metrics` line.
+pub fn metrics_addr(ready: &str) -> std::net::SocketAddr {
+    ready
+        .split("metrics=http://")
+        .nth(1)
+        .and_then(|url| url.trim().trim_end_matches("/metrics").parse().ok())
+        .unwrap_or_else(|| panic!("no metrics address in the ready line {ready:?}"))
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.pins);

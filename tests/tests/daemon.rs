@@ -37,7 +37,8 @@ fn daemon_enrolls_follows_addresses_and_is_alone() {
     }
     let node = Node::new();
     let w = World::new("rdp", false);
-    let (_daemon, ready) = node.daemon_with(&["--metrics", "127.0.0.1:0"]);
+    let (_daemon, ready) =
+        node.daemon_with(&["--metrics", "127.0.0.1:0", "--metrics-per-namespace"]);
     // One daemon per node.
     let second = node.run(&["daemon"]);
     assert!(!second.status.success());
@@ -154,13 +155,8 @@ fn daemon_enrolls_follows_addresses_and_is_alone() {
     assert!(why["query"]["cookie"].is_u64(), "{why}");
     assert_eq!(why["query"]["dst"], "192.0.2.10:80", "{why}");
 
-    // The daemon's Prometheus endpoint, per namespace.
-    let url = ready
-        .split("metrics=http://")
-        .nth(1)
-        .expect("metrics address in the ready line");
-    let addr = url.trim_end_matches("/metrics");
-    let text = scrape(addr);
+    // The daemon's Prometheus endpoint, per namespace (asked for).
+    let text = scrape(&redirect_tests::node::metrics_addr(&ready).to_string());
     redirect_tests::http::check_prometheus(&text).expect("valid exposition");
     let series = format!("redirect_netns_decisions_total{{netns=\"{netns}\",");
     assert!(

@@ -149,10 +149,12 @@ fn deploy_artifacts_use_real_commands() {
         .lines()
         .find_map(|l| l.trim().strip_prefix("args: ["))
         .expect("daemonset args");
+    // The kubelet expands $(NODE_IP) from the downward API (status.hostIP).
+    assert!(ds.contains("fieldPath: status.hostIP"), "{ds}");
     lines.push(
         args.trim_end_matches(']')
             .split(',')
-            .map(|w| w.trim().trim_matches('"').to_owned())
+            .map(|w| w.trim().trim_matches('"').replace("$(NODE_IP)", "10.0.0.5"))
             .collect(),
     );
     assert_eq!(lines.len(), 4, "{lines:?}");
