@@ -7,6 +7,7 @@ use ipnet::{IpNet, Ipv4Net};
 
 use super::args::{Key, Raw, Values};
 use super::env::nameservers;
+use super::validate::{interface_problem, loopback_problem};
 use super::{
     Cidrs, EnvSource, Group, InboundPorts, Invocation, Mode, NoProxy, OwnerGroups, Policy,
     PolicyError, SystemLookup, DEFAULT_IPV4_LOOPBACK_CIDR, MAX_OWNER_IDS,
@@ -212,18 +213,12 @@ fn boolean(raw: &Raw) -> Result<bool> {
     }
 }
 
-/// An interface name as the kernel allows it: 1-15 bytes, no `/`, no whitespace.
+/// Interface names as the kernel allows them (see [`interface_problem`]).
 fn interfaces(raw: &Raw) -> Result<Vec<String>> {
     items(&raw.value)
-        .map(|i| {
-            let ok = i.len() <= 15 && !i.contains('/') && !i.contains(char::is_whitespace);
-            ok.then(|| i.to_string()).ok_or_else(|| {
-                bad(
-                    raw,
-                    i,
-                    "is not an interface name (1-15 bytes, no '/' or spaces)",
-                )
-            })
+        .map(|i| match interface_problem(i) {
+            Some(reason) => Err(bad(raw, i, reason)),
+            None => Ok(i.to_string()),
         })
         .collect()
 }
@@ -257,13 +252,16 @@ fn groups(var: &str, value: &str, sys: &dyn SystemLookup) -> Result<Vec<Group>> 
             } else {
                 sys.group_gid(name)
             };
+            let reason = if numeric {
+                "is not a gid (a number below 4294967296)"
+            } else {
+                "is not a known group (not in /etc/group)"
+            };
             gid.map(|gid| Group {
                 name: name.to_string(),
                 gid,
             })
-            .ok_or_else(|| {
-                PolicyError::invalid(&flag, name, "is not a known group (not in /etc/group)")
-            })
+            .ok_or_else(|| PolicyError::invalid(&flag, name, reason))
         })
         .collect::<Result<Vec<_>>>()?;
     too_many(&flag, value, list.len(), "groups")?;
@@ -279,11 +277,8 @@ fn loopback_cidr(env: &dyn EnvSource) -> Result<Ipv4Net> {
     };
     let err = |reason: &str| PolicyError::invalid(&format!("${LOOPBACK}"), &value, reason);
     let net: Ipv4Net = value.parse().map_err(|_| err("is not an IPv4 CIDR"))?;
-    if !net.addr().is_loopback() {
-        return Err(err("is not an IPv4 loopback address (127.0.0.0/8)"));
+    match loopback_problem(&net) {
+        Some(reason) => Err(err(reason)),
+        None => Ok(net),
     }
-    if !(8..=32).contains(&net.prefix_len()) {
-        return Err(err("has a mask outside 8-32 bits"));
-    }
-    Ok(net)
 }

@@ -12,13 +12,17 @@ mod env;
 mod error;
 pub mod inbound_kernel;
 pub mod inbound_spec;
+mod json;
 mod rules;
 mod rules_chains;
+mod validate;
 
 #[cfg(test)]
 mod args_tests;
 #[cfg(test)]
 mod errors_tests;
+#[cfg(test)]
+mod fuzz_regressions;
 #[cfg(test)]
 mod golden_tests;
 #[cfg(test)]
@@ -33,6 +37,7 @@ use serde::{Deserialize, Serialize};
 pub use args::parse_invocation;
 pub use env::{parse_cluster_env, std_env, LayeredEnv, RealSystem, StdEnv};
 pub use error::PolicyError;
+pub use json::{policy_from_json, policy_from_value};
 pub use rules::iptables_restore_text;
 
 /// Most uids, gids or owner groups a policy may list (the eBPF datapath's fixed-size arrays).
