@@ -8,12 +8,12 @@ pub fn parse_port(s: &str) -> Result<u16, String> {
         format!("'{s}' is not a port number: use a number from 1 to 65535, e.g. 15001")
     })?;
     match u16::try_from(n) {
-        Ok(0) => {
-            Err("port 0 cannot be connected to: use a number from 1 to 65535, e.g. 15001".into())
-        }
+        Ok(0) => Err(format!(
+            "'{s}' is port 0, which cannot be connected to: use a number from 1 to 65535, e.g. 15001"
+        )),
         Ok(p) => Ok(p),
         Err(_) => Err(format!(
-            "port {n} is above 65535: use a number from 1 to 65535, e.g. 15001"
+            "'{s}' is port {n}, above 65535: use a number from 1 to 65535, e.g. 15001"
         )),
     }
 }

@@ -76,18 +76,18 @@ fn resolv_conf(netns: Option<&str>) -> PathBuf {
 }
 
 /// Finds our own `--netns` / `--cluster-env` values before the full parse (they decide which
-/// resolv.conf and environment that parse sees).
-fn pre_scan(args: &[String], flag: &str) -> Option<String> {
+/// resolv.conf and environment that parse sees): the last one given, as the parse takes it.
+pub(crate) fn pre_scan(args: &[String], flag: &str) -> Option<String> {
+    let mut found = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == flag {
-            return it.next().cloned();
-        }
-        if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
-            return Some(v.to_owned());
+            found = it.next().cloned().or(found);
+        } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+            found = Some(v.to_owned());
         }
     }
-    None
+    found
 }
 
 /// Parses istio-iptables arguments the way `redirect istio-iptables` does (cluster.env and

@@ -2,6 +2,8 @@
 mod attach_cmd;
 mod cli;
 mod cli_values;
+#[cfg(test)]
+mod fuzz_tests;
 mod istio;
 mod istio_daemon;
 mod node_cmds;
