@@ -63,8 +63,8 @@ fn request() -> impl Strategy<Value = Request> {
 
 fn enrollment() -> impl Strategy<Value = Enrollment> {
     let addr = prop_oneof![
-        any::<[u8; 4]>().prop_map(|o| std::net::IpAddr::from(o)),
-        any::<[u16; 8]>().prop_map(|s| std::net::IpAddr::from(s)),
+        any::<[u8; 4]>().prop_map(std::net::IpAddr::from),
+        any::<[u16; 8]>().prop_map(std::net::IpAddr::from),
     ];
     (
         path(),
