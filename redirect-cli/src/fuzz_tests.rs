@@ -5,6 +5,7 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt as _;
 
+use crate::cli_values::non_utf8_argument;
 use clap::Parser as _;
 use proptest::prelude::*;
 use redirect_testkit::fuzz::{self, assert_names};
@@ -148,9 +149,16 @@ proptest! {
         sub in proptest::sample::select(SUBCOMMANDS),
         args in proptest::collection::vec(os_arg(), 0..6),
     ) {
-        let argv = [OsString::from("redirect"), OsString::from(sub)].into_iter().chain(args);
-        if let Err(e) = Cli::try_parse_from(argv) {
-            prop_assert!(!e.to_string().is_empty());
+        let argv: Vec<OsString> = [OsString::from("redirect"), OsString::from(sub)].into_iter().chain(args).collect();
+        match Cli::try_parse_from(&argv) {
+            Err(e) if e.kind() == clap::error::ErrorKind::InvalidUtf8 => {
+                // What main prints instead of clap's message: the argument, by position.
+                let i = argv.iter().position(|a| a.to_str().is_none()).expect("a non-UTF-8 argument");
+                let named = crate::cli_values::non_utf8_argument(argv.clone());
+                prop_assert!(named.starts_with(&format!("argument {i} ")), "{}", named);
+            }
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
+            Ok(_) => {}
         }
     }
 }
@@ -186,4 +194,18 @@ fn port_refusals_name_the_value_as_written() {
         let e = parse_port(s).expect_err(s);
         assert!(e.contains(&format!("'{s}'")), "{e}");
     }
+}
+
+/// clap said "invalid UTF-8 was detected in one or more arguments", naming none.
+#[test]
+fn a_non_utf8_argument_is_named_with_its_flag() {
+    let argv = ["redirect", "enroll", "--netns"]
+        .map(OsString::from)
+        .into_iter()
+        .chain([OsString::from_vec(b"pod\xff".to_vec())]);
+    let e = non_utf8_argument(argv);
+    assert_eq!(
+        e,
+        "argument 3 \"pod\u{fffd}\" (the value of --netns) is not UTF-8: give it as text"
+    );
 }

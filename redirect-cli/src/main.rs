@@ -26,7 +26,17 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::InvalidUtf8 => {
+            eprintln!(
+                "error: {}",
+                cli_values::non_utf8_argument(std::env::args_os())
+            );
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
