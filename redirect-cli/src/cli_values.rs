@@ -1,5 +1,6 @@
 //! Value parsers of the `redirect` command line: each error says what is wrong with the value
 //! and what would be right (clap prefixes the flag).
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// Parses a TCP port, 1..=65535.
@@ -8,12 +9,12 @@ pub fn parse_port(s: &str) -> Result<u16, String> {
         format!("'{s}' is not a port number: use a number from 1 to 65535, e.g. 15001")
     })?;
     match u16::try_from(n) {
-        Ok(0) => {
-            Err("port 0 cannot be connected to: use a number from 1 to 65535, e.g. 15001".into())
-        }
+        Ok(0) => Err(format!(
+            "'{s}' is port 0, which cannot be connected to: use a number from 1 to 65535, e.g. 15001"
+        )),
         Ok(p) => Ok(p),
         Err(_) => Err(format!(
-            "port {n} is above 65535: use a number from 1 to 65535, e.g. 15001"
+            "'{s}' is port {n}, above 65535: use a number from 1 to 65535, e.g. 15001"
         )),
     }
 }
@@ -68,6 +69,25 @@ pub fn parse_cgroup(s: &str) -> Result<PathBuf, String> {
     redirect_datapath::cgroup::validate(&path)
         .map(|_| path)
         .map_err(|e| e.to_string())
+}
+
+/// Names the argument clap refused as not UTF-8 (clap's own message names none): its position,
+/// its bytes shown lossily, and the flag it is the value of.
+pub fn non_utf8_argument(args: impl IntoIterator<Item = OsString>) -> String {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let Some(i) = args.iter().position(|a| a.to_str().is_none()) else {
+        return "an argument is not UTF-8: give every argument as text".into();
+    };
+    let flag = i
+        .checked_sub(1)
+        .and_then(|p| args[p].to_str())
+        .filter(|a| a.starts_with('-'))
+        .map(|f| format!(" (the value of {f})"))
+        .unwrap_or_default();
+    format!(
+        "argument {i} {:?}{flag} is not UTF-8: give it as text",
+        args[i].to_string_lossy()
+    )
 }
 
 /// Parses a listening address `IP:PORT` (`[IPv6]:PORT`); `[IPv4]:PORT` is taken too, so one

@@ -67,14 +67,14 @@ Examples:
   redirect istio-iptables --netns pod1 --cleanup-only
 ";
 
-/// Finds our own `--netns` / `--cluster-env` values before the full parse (they decide whose
-/// files and which environment that parse sees); the last one wins, as in the parse.
-fn pre_scan(args: &[String], flag: &str) -> Option<String> {
+/// Finds our own `--netns` / `--cluster-env` values before the full parse (they decide which
+/// resolv.conf and environment that parse sees): the last one given, as the parse takes it.
+pub(crate) fn pre_scan(args: &[String], flag: &str) -> Option<String> {
     let mut found = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == flag {
-            found = it.next().cloned();
+            found = it.next().cloned().or(found);
         } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
             found = Some(v.to_owned());
         }

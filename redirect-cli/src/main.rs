@@ -2,6 +2,8 @@
 mod attach_cmd;
 mod cli;
 mod cli_values;
+#[cfg(test)]
+mod fuzz_tests;
 mod istio;
 mod istio_daemon;
 mod node_cmds;
@@ -25,7 +27,17 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::InvalidUtf8 => {
+            eprintln!(
+                "error: {}",
+                cli_values::non_utf8_argument(std::env::args_os())
+            );
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

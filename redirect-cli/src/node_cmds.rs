@@ -113,7 +113,7 @@ pub(crate) fn ask_at(socket: &Path, req: &Request) -> anyhow::Result<Response> {
 }
 
 /// Splits `ARGS` like a shell would for simple quoting: whitespace, '...' and "...".
-fn split_args(s: &str) -> anyhow::Result<Vec<String>> {
+pub(crate) fn split_args(s: &str) -> anyhow::Result<Vec<String>> {
     let mut out = Vec::new();
     let mut cur: Option<String> = None;
     let mut quote: Option<char> = None;
@@ -167,8 +167,8 @@ pub fn enroll(
         (None, None, Some(file)) => {
             let text = std::fs::read(file)
                 .with_context(|| format!("--policy: reading {}", file.display()))?;
-            let p = serde_json::from_slice(&text)
-                .with_context(|| format!("--policy {}: not a policy", file.display()))?;
+            let p = redirect_policy::policy_from_json(&text)
+                .with_context(|| format!("--policy {}: not a valid policy", file.display()))?;
             (p, format!("--policy {}", file.display()))
         }
         _ => bail!("give exactly one of --istio-args, --cluster-env or --policy"),

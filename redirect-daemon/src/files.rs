@@ -127,9 +127,16 @@ pub(crate) fn read_enrollments(dir: &Path) -> Vec<Enrollment> {
         if path.extension().is_none_or(|x| x != "json") {
             continue;
         }
-        match std::fs::read(&path).map(|b| serde_json::from_slice::<Enrollment>(&b)) {
-            Ok(Ok(e)) => out.push(e),
-            _ => tracing::warn!(file = %path.display(), "unreadable enrollment file skipped"),
+        match std::fs::read(&path) {
+            Ok(bytes) => match crate::decode::decode_enrollment(&bytes) {
+                Ok(e) => out.push(e),
+                Err(error) => {
+                    tracing::warn!(file = %path.display(), %error, "invalid enrollment file skipped");
+                }
+            },
+            Err(error) => {
+                tracing::warn!(file = %path.display(), %error, "unreadable enrollment file skipped");
+            }
         }
     }
     out

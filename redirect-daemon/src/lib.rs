@@ -2,6 +2,7 @@
 //! unix socket, keeps one state file per enrollment so a restart re-adopts them, and follows
 //! each namespace's addresses.
 pub mod client;
+pub mod decode;
 mod files;
 pub mod metrics;
 pub mod proto;

@@ -3,7 +3,7 @@
 use std::{
     collections::BTreeMap,
     fs::File,
-    io::{BufRead as _, BufReader, Write as _},
+    io::{BufReader, Write as _},
     os::unix::{
         fs::PermissionsExt as _,
         net::{UnixListener, UnixStream},
@@ -15,6 +15,7 @@ use std::{
 
 pub use crate::files::{enrolled_names, enrollments, running, socket};
 use crate::{
+    decode::{decode_request, read_frame},
     files::{
         bind, enrollment_dir, read_enrollments, remove_enrollment, single_instance, socket_path,
         take_ownership, write_enrollment,
@@ -380,13 +381,13 @@ impl Daemon {
     fn serve(&mut self, stream: UnixStream) {
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-        let mut line = String::new();
-        let response = match BufReader::new(&stream).read_line(&mut line) {
-            Ok(_) => match serde_json::from_str::<Request>(&line) {
-                Ok(req) => self.handle(req),
-                Err(e) => Response::failed(format!("bad request: {e}")),
-            },
-            Err(e) => Response::failed(format!("reading the request: {e}")),
+        let request = read_frame(BufReader::new(&stream)).and_then(|line| decode_request(&line));
+        let response = match request {
+            Ok(req) => self.handle(req),
+            Err(e) => {
+                tracing::warn!(error = %e, "bad request refused");
+                Response::failed(format!("bad request: {e}"))
+            }
         };
         if let Ok(mut text) = serde_json::to_string(&response) {
             text.push('\n');

@@ -9,6 +9,7 @@ use super::args::{Key, Raw, Values};
 use super::env::nameservers;
 use super::ids::{default_uid, ids, owner_groups, IdKind};
 use super::lookup::NotLookedUp;
+use super::validate::{interface_problem, loopback_problem};
 use super::{
     Cidrs, EnvSource, InboundPorts, Invocation, Mode, NoProxy, OwnerGroups, Policy, PolicyError,
     SystemLookup, DEFAULT_IPV4_LOOPBACK_CIDR, MAX_OWNER_IDS,
@@ -217,18 +218,12 @@ fn boolean(raw: &Raw) -> Result<bool> {
     }
 }
 
-/// An interface name as the kernel allows it: 1-15 bytes, no `/`, no whitespace.
+/// Interface names as the kernel allows them (see [`interface_problem`]).
 fn interfaces(raw: &Raw) -> Result<Vec<String>> {
     items(&raw.value)
-        .map(|i| {
-            let ok = i.len() <= 15 && !i.contains('/') && !i.contains(char::is_whitespace);
-            ok.then(|| i.to_string()).ok_or_else(|| {
-                bad(
-                    raw,
-                    i,
-                    "is not an interface name (1-15 bytes, no '/' or spaces)",
-                )
-            })
+        .map(|i| match interface_problem(i) {
+            Some(reason) => Err(bad(raw, i, reason)),
+            None => Ok(i.to_string()),
         })
         .collect()
 }
@@ -242,11 +237,8 @@ fn loopback_cidr(env: &dyn EnvSource) -> Result<Ipv4Net> {
     };
     let err = |reason: &str| PolicyError::invalid(&format!("${LOOPBACK}"), &value, reason);
     let net: Ipv4Net = value.parse().map_err(|_| err("is not an IPv4 CIDR"))?;
-    if !net.addr().is_loopback() {
-        return Err(err("is not an IPv4 loopback address (127.0.0.0/8)"));
+    match loopback_problem(&net) {
+        Some(reason) => Err(err(reason)),
+        None => Ok(net),
     }
-    if !(8..=32).contains(&net.prefix_len()) {
-        return Err(err("has a mask outside 8-32 bits"));
-    }
-    Ok(net)
 }

@@ -4,13 +4,15 @@ use super::{EnvSource, PolicyError};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-/// The process environment (`std::env`); a non-UTF-8 value counts as unset.
+/// The process environment (`std::env`). A non-UTF-8 value is read lossily (each bad byte
+/// becomes U+FFFD) so that the parser refuses it naming the variable, rather than taking the
+/// variable as unset and capturing by istio's defaults.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StdEnv;
 
 impl EnvSource for StdEnv {
     fn get(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok()
+        std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
     }
 }
 

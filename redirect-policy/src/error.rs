@@ -1,4 +1,4 @@
-//! Errors of istio-iptables argument, environment and cluster.env parsing.
+//! Errors of istio-iptables argument, environment, cluster.env and policy JSON parsing.
 
 /// Why an istio-iptables invocation was refused. Every variant names the flag (short and long
 /// form, plus the env var when the value came from one) and the offending value.
@@ -33,6 +33,15 @@ pub enum PolicyError {
         lookup: Box<crate::LookupError>,
         /// What to pass instead.
         fix: String,
+    },
+    /// Policy JSON that does not deserialize: the field (`policy.proxy_port`, or `policy`
+    /// for the document itself) and serde's reason, which names the bad value.
+    #[error("{field}: {reason}")]
+    Json {
+        /// `policy`, then the path of the failing field.
+        field: String,
+        /// What is wrong, with its line and column.
+        reason: String,
     },
     /// A cluster.env line that is not `KEY=value`, `KEY='value'` or a comment.
     #[error("cluster.env line {line}: {reason}: {text:?}")]

@@ -69,6 +69,10 @@ impl std::str::FromStr for InboundSpec {
         }
         let netns = if ns.contains('/') {
             PathBuf::from(ns)
+        } else if ns == "." || ns == ".." {
+            return Err(format!(
+                "'{ns}' is not a network namespace name: give NAME (of /run/netns) or a path"
+            ));
         } else {
             PathBuf::from("/run/netns").join(ns)
         };

@@ -13,14 +13,18 @@ mod error;
 mod ids;
 pub mod inbound_kernel;
 pub mod inbound_spec;
+mod json;
 mod lookup;
 mod rules;
 mod rules_chains;
+mod validate;
 
 #[cfg(test)]
 mod args_tests;
 #[cfg(test)]
 mod errors_tests;
+#[cfg(test)]
+mod fuzz_regressions;
 #[cfg(test)]
 mod golden_tests;
 #[cfg(test)]
@@ -37,6 +41,7 @@ use serde::{Deserialize, Serialize};
 pub use args::parse_invocation;
 pub use env::{parse_cluster_env, std_env, LayeredEnv, StdEnv};
 pub use error::PolicyError;
+pub use json::{policy_from_json, policy_from_value};
 pub use lookup::{Id, LookupError, OwnFiles, PodFile, PodSource, Sources, SystemLookup, View};
 pub use rules::iptables_restore_text;
 

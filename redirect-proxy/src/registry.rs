@@ -71,11 +71,13 @@ pub enum RegistryError {
         source: std::io::Error,
     },
     /// The file is not valid registry JSON.
-    #[error("parsing registry file {path}")]
+    #[error("parsing registry file {path} at {field}")]
     Parse {
         /// The file.
         path: String,
-        /// The JSON error.
+        /// Where in it: `services[0].ports[1]`, or `the top level`.
+        field: String,
+        /// The JSON error (names the bad value, its line and column).
         #[source]
         source: serde_json::Error,
     },
@@ -93,6 +95,31 @@ pub enum RegistryError {
         /// The service.
         service: String,
     },
+    /// A port 0 among a service's ports or endpoints: nothing can be reached there.
+    #[error("service {service}: {what} '{value}' has port 0 (use 1-65535)")]
+    PortZero {
+        /// The service.
+        service: String,
+        /// `port` or `endpoint`.
+        what: &'static str,
+        /// The bad value.
+        value: String,
+    },
+}
+
+impl RegistryFile {
+    /// Parses registry JSON; `path` names the file in errors.
+    pub fn parse(path: &str, text: &str) -> Result<Self, RegistryError> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(&mut de).map_err(|e| RegistryError::Parse {
+            path: path.to_owned(),
+            field: match e.path().to_string().as_str() {
+                "." => "the top level".to_owned(),
+                p => p.to_owned(),
+            },
+            source: e.into_inner(),
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -159,6 +186,17 @@ impl Registry {
             if s.ports.is_empty() {
                 return Err(RegistryError::NoPorts { service: s.name });
             }
+            let zero = |what, value: String| RegistryError::PortZero {
+                service: s.name.clone(),
+                what,
+                value,
+            };
+            if s.ports.contains(&0) {
+                return Err(zero("port", "0".to_owned()));
+            }
+            if let Some(e) = s.endpoints.iter().find(|e| e.port() == 0) {
+                return Err(zero("endpoint", e.to_string()));
+            }
             let nets = s
                 .addresses
                 .iter()
@@ -190,12 +228,7 @@ impl Registry {
             path: shown.clone(),
             source,
         })?;
-        let file: RegistryFile =
-            serde_json::from_str(&text).map_err(|source| RegistryError::Parse {
-                path: shown,
-                source,
-            })?;
-        Self::from_file_contents(file)
+        Self::from_file_contents(RegistryFile::parse(&shown, &text)?)
     }
 
     /// The policy in force.
@@ -308,6 +341,44 @@ mod tests {
         assert!(
             err.contains("10.0.0.300") && err.contains("service x"),
             "{err}"
+        );
+    }
+
+    /// Found by tests/fuzz.rs: port 0 was accepted, and every connection to it failed later.
+    #[test]
+    fn port_zero_is_refused_naming_the_service() {
+        for (json, named) in [
+            (
+                r#"{"services":[{"name":"x","addresses":["10.0.0.1"],"ports":[80,0]}]}"#,
+                "port '0'",
+            ),
+            (
+                r#"{"services":[{"name":"x","addresses":["10.0.0.1"],"ports":[80],"endpoints":["10.1.0.5:0"]}]}"#,
+                "endpoint '10.1.0.5:0'",
+            ),
+        ] {
+            let file = RegistryFile::parse("f", json).expect("json");
+            let err = Registry::from_file_contents(file)
+                .expect_err("port 0")
+                .to_string();
+            assert!(err.contains("service x") && err.contains(named), "{err}");
+        }
+    }
+
+    #[test]
+    fn json_errors_name_the_field() {
+        let err = RegistryFile::parse(
+            "f",
+            r#"{"services":[{"name":"x","addresses":[],"ports":[70000]}]}"#,
+        )
+        .expect_err("70000");
+        let chain = format!(
+            "{err}: {}",
+            std::error::Error::source(&err).expect("source")
+        );
+        assert!(
+            chain.contains("services[0].ports[0]") && chain.contains("70000"),
+            "{chain}"
         );
     }
 

@@ -37,13 +37,15 @@ pub fn unescape(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Parses the text of `/proc/self/mountinfo`; malformed lines are skipped.
+/// Parses the text of `/proc/self/mountinfo`; malformed lines are skipped. Fields are split
+/// on single spaces, as the kernel writes them: it escapes only space, tab, newline and
+/// backslash, so a path may hold other whitespace.
 pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
     text.lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
-            let mount_point = left.split_whitespace().nth(4)?;
-            let fstype = right.split_whitespace().next()?;
+            let mount_point = left.split(' ').nth(4).filter(|p| !p.is_empty())?;
+            let fstype = right.split(' ').next().filter(|t| !t.is_empty())?;
             Some(Mount {
                 mount_point: PathBuf::from(unescape(mount_point)),
                 fstype: fstype.to_owned(),
@@ -113,6 +115,18 @@ mod tests {
         assert_eq!(unescape("/a\\0"), "/a\\0", "too short for an escape");
         assert_eq!(unescape("/a\\089"), "/a\\089", "not octal");
         assert_eq!(unescape("/a\\777"), "/a\\777", "above a byte");
+    }
+
+    /// Found by redirect-datapath/tests/fuzz_proc.rs: the kernel escapes only space, tab,
+    /// newline and backslash, so a mount point may hold other whitespace (vertical tab, a
+    /// no-break space), which splitting on any whitespace cut short.
+    #[test]
+    fn fields_are_split_on_spaces_only() {
+        let text = "40 25 0:35 / /mnt/a\u{b}b\u{a0}c rw shared:20 - cgroup2 none rw\n";
+        assert_eq!(
+            cgroup2_mount_in(&parse_mountinfo(text)),
+            Some(Path::new("/mnt/a\u{b}b\u{a0}c"))
+        );
     }
 
     #[test]

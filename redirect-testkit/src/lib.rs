@@ -1,9 +1,11 @@
 //! Test support shared by unit tests, integration tests and xtask: guards for network
 //! namespaces, cgroups and child processes that clean up on drop, cgroup v2 discovery,
-//! waiting for a condition, the probe binaries' typed results, a listener builder and Istio's
-//! reference data. Nothing here knows redirect's own crates.
+//! waiting for a condition, the probe binaries' typed results, a listener builder, the
+//! parsers' property-test helpers ([`fuzz`]) and Istio's reference data. Nothing here knows
+//! redirect's own crates.
 pub mod cgroup;
 pub mod env;
+pub mod fuzz;
 pub mod listener;
 pub mod netns;
 pub mod probe;

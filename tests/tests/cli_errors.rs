@@ -151,3 +151,35 @@ fn probe_lists_every_feature_and_a_missing_one_is_a_sentence() {
         "{out:?}"
     );
 }
+
+/// Bytes that are not UTF-8 are refused naming where they are: an environment variable was
+/// taken as unset (a pod's `ISTIO_SERVICE_CIDR` silently captured nothing), and clap's message
+/// named no argument.
+#[test]
+fn non_utf8_input_is_named() {
+    use std::{ffi::OsStr, os::unix::ffi::OsStrExt as _};
+    let out = Command::new(bin_path("redirect"))
+        .args(["istio-iptables", "--dry-run"])
+        .env("ISTIO_SERVICE_CIDR", OsStr::from_bytes(b"10.0.0.0/8\xff"))
+        .output()
+        .expect("run redirect istio-iptables");
+    assert!(!out.status.success(), "{out:?}");
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains(
+            "-i/--istio-service-cidr ($ISTIO_SERVICE_CIDR): \"10.0.0.0/8\u{fffd}\" is not a CIDR"
+        ),
+        "{e}"
+    );
+    let out = Command::new(bin_path("redirect"))
+        .args(["enroll", "--netns"])
+        .arg(OsStr::from_bytes(b"pod\xff"))
+        .output()
+        .expect("run redirect enroll");
+    assert!(!out.status.success(), "{out:?}");
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("argument 3 \"pod\u{fffd}\" (the value of --netns) is not UTF-8"),
+        "{e}"
+    );
+}
