@@ -62,10 +62,21 @@ pub struct Status {
 fn linked_program_ids() -> Result<BTreeSet<u32>> {
     let mut ids = BTreeSet::new();
     for link in aya::programs::loaded_links() {
-        let link = link.map_err(|e| Error::Query {
-            op: "listing BPF links".into(),
-            source: Box::new(e),
-        })?;
+        let link = match link {
+            Ok(link) => link,
+            // Released between the listing and the open (another process detaching): gone.
+            Err(aya::programs::links::LinkError::SyscallError(e))
+                if e.io_error.kind() == std::io::ErrorKind::NotFound =>
+            {
+                continue
+            }
+            Err(e) => {
+                return Err(Error::Query {
+                    op: "listing BPF links".into(),
+                    source: Box::new(e),
+                })
+            }
+        };
         ids.insert(link.program_id());
     }
     Ok(ids)

@@ -142,7 +142,13 @@ fn daemon_metrics_show_namespaces_only_when_asked() {
     let w = World::new("rdh", false);
     let netns = w.pod.path().display().to_string();
     let (mut daemon, target) = daemon_target(&node, &[]);
-    node.ok(&["enroll", "--netns", &netns, "--istio-args", "-i '*'"]);
+    node.ok(&[
+        "enroll",
+        "--netns",
+        &netns,
+        "--istio-args",
+        "-u 1337 -i '*'",
+    ]);
     let (status, text) = target.get("/metrics", DEADLINE).expect("scrape");
     assert_eq!(status, 200, "{text}");
     check_prometheus(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
