@@ -10,7 +10,7 @@ use std::{
 
 use ipnet::IpNet;
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
 };
 use netlink_packet_route::{
     route::{RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteNextHopFlags, RouteType},
@@ -27,6 +27,17 @@ const TABLE_DEFAULT: u32 = 253;
 /// The current namespace's routes and rules; `lo` is the loopback's ifindex (local delivery
 /// leaves by it, whatever device holds the address).
 pub(super) fn read(lo: u32) -> io::Result<Tables> {
+    let mut tries = 0;
+    loop {
+        match read_once(lo) {
+            // The tables changed while they were dumped: read them again.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted && tries < 4 => tries += 1,
+            other => return other,
+        }
+    }
+}
+
+fn read_once(lo: u32) -> io::Result<Tables> {
     let socket = open()?;
     let mut tables = Tables::default();
     for msg in dump(
@@ -76,7 +87,8 @@ fn open() -> io::Result<Socket> {
     Ok(socket)
 }
 
-/// Sends one dump request and collects its answers up to `NLMSG_DONE`.
+/// Sends one dump request and collects its answers up to `NLMSG_DONE`; a dump the kernel
+/// marks inconsistent (`NLM_F_DUMP_INTR`: changed meanwhile) is an `Interrupted` error.
 fn dump(socket: &Socket, request: RouteNetlinkMessage) -> io::Result<Vec<RouteNetlinkMessage>> {
     let what = match &request {
         RouteNetlinkMessage::GetRoute(_) => "RTM_GETROUTE dump",
@@ -91,6 +103,7 @@ fn dump(socket: &Socket, request: RouteNetlinkMessage) -> io::Result<Vec<RouteNe
     packet.serialize(&mut buf);
     socket.send(&buf, 0)?;
     let mut out = Vec::new();
+    let mut torn = false;
     loop {
         let (datagram, _) = socket.recv_from_full()?;
         let mut offset = 0;
@@ -98,7 +111,14 @@ fn dump(socket: &Socket, request: RouteNetlinkMessage) -> io::Result<Vec<RouteNe
             let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&datagram[offset..])
                 .map_err(|e| io::Error::other(format!("{what}: decoding an answer: {e}")))?;
             let len = msg.header.length as usize;
+            torn |= msg.header.flags & NLM_F_DUMP_INTR != 0;
             match msg.payload {
+                NetlinkPayload::Done(_) if torn => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Interrupted,
+                        format!("{what}: the tables changed during the dump"),
+                    ))
+                }
                 NetlinkPayload::Done(_) => return Ok(out),
                 NetlinkPayload::Error(e) if e.code.is_some() => {
                     let err = e.to_io();
