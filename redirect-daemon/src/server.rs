@@ -313,7 +313,8 @@ impl Daemon {
         }
     }
 
-    /// Follows every enrolled namespace's addresses; drops namespaces that are gone.
+    /// Follows every enrolled namespace's addresses (and, with `-c`, its routes and rules);
+    /// drops namespaces that are gone.
     pub fn tick(&mut self) {
         let Ok(_guard) = node::lock(&self.opts.bpffs) else {
             return;
@@ -341,7 +342,7 @@ impl Daemon {
                 }
                 Ok(_) => {}
                 Err(err) => {
-                    tracing::warn!(netns = %e.netns.display(), error = %err, "following addresses")
+                    tracing::warn!(netns = %e.netns.display(), error = %err, "following addresses and routes")
                 }
             }
         }

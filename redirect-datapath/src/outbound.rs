@@ -195,6 +195,27 @@ fn trie_keys(
         .collect())
 }
 
+/// The `OUT_ROUTES` entries stored for `netns` (prefix, via an excluded interface), sorted as
+/// [`crate::routes::Resolved::entries`] are: what a refresh compares the namespace's routes to.
+pub fn stored_routes(store: &mut dyn MapStore, netns: u64) -> Result<Vec<(IpNet, bool)>> {
+    let trie = lpm::<CidrKey, u8>(store, map_names::OUT_ROUTES)?;
+    let want = netns.to_be_bytes();
+    let mut out: Vec<(IpNet, bool)> = trie
+        .iter()
+        .filter_map(|e| e.ok())
+        .filter(|(k, _)| k.data().netns == want)
+        .filter_map(|(k, via)| {
+            let d = k.data();
+            let family = u16::try_from(u32::from_be_bytes(d.family)).ok()?;
+            let bits = u8::try_from(k.prefix_len().checked_sub(CidrKey::prefix_len(0))?).ok()?;
+            let net = IpNet::new(ip_of(family, d.addr), bits).ok()?;
+            Some((net, via != 0))
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
 fn port_keys(store: &mut dyn MapStore, netns: u64) -> Result<Vec<PortKey>> {
     keys_where::<PortKey, u8>(store, map_names::OUT_PORTS, |k| k.netns == netns)
 }

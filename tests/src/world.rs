@@ -36,14 +36,19 @@ impl World {
     /// Builds pod + world: `eth0` (pod 10.200.0.2, fd00:200::2) to the world's default
     /// gateway, and `not-istio-nic` (10.201.0.2) routing 203.0.113.0/24.
     pub fn new(prefix: &str, ipv6: bool) -> Self {
-        Self::build(prefix, ipv6).expect("building the pod and world namespaces")
+        Self::build(prefix, ipv6, "not-istio-nic").expect("building the pod and world namespaces")
     }
 
-    fn build(prefix: &str, ipv6: bool) -> anyhow::Result<Self> {
+    /// The same IPv4 world with the second link named `nic` (such as a Multus `net1`).
+    pub fn with_nic(prefix: &str, nic: &str) -> Self {
+        Self::build(prefix, false, nic).expect("building the pod and world namespaces")
+    }
+
+    fn build(prefix: &str, ipv6: bool, nic: &str) -> anyhow::Result<Self> {
         let pod = Netns::new(prefix)?;
         let world = Netns::new("rcw")?;
         let (p, w) = (pod.name().to_owned(), world.name().to_owned());
-        for (dev, peer) in [("eth0", "weth0"), ("not-istio-nic", "wnic")] {
+        for (dev, peer) in [("eth0", "weth0"), (nic, "wnic")] {
             ip(&[
                 "-n", &p, "link", "add", dev, "type", "veth", "peer", "name", peer, "netns", &w,
             ])?;
@@ -60,15 +65,7 @@ impl World {
             "eth0",
         ])?;
         ip(&["-n", &w, "addr", "add", "10.200.0.1/24", "dev", "weth0"])?;
-        ip(&[
-            "-n",
-            &p,
-            "addr",
-            "add",
-            "10.201.0.2/24",
-            "dev",
-            "not-istio-nic",
-        ])?;
+        ip(&["-n", &p, "addr", "add", "10.201.0.2/24", "dev", nic])?;
         ip(&["-n", &w, "addr", "add", "10.201.0.1/24", "dev", "wnic"])?;
         ip(&["-n", &p, "route", "add", "default", "via", "10.200.0.1"])?;
         ip(&[
@@ -80,7 +77,7 @@ impl World {
             "via",
             "10.201.0.1",
             "dev",
-            "not-istio-nic",
+            nic,
         ])?;
         for a in WORLD4 {
             ip(&["-n", &w, "addr", "add", &format!("{a}/32"), "dev", "lo"])?;
@@ -136,7 +133,8 @@ impl World {
         Ok(Self { pod, world })
     }
 
-    /// Gives the pod other addresses on its two links (instead of [`POD4`] and 10.201.0.2):
+    /// Gives the pod other addresses on its two links (instead of [`POD4`] and 10.201.0.2;
+    /// a world of [`World::new`]):
     /// pods sharing one datapath need addresses of their own, as on a node.
     pub fn renumber(&self, eth0: &str, nic: &str) {
         self.try_renumber(eth0, nic).expect("renumbering the pod");

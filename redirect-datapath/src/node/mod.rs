@@ -226,8 +226,9 @@ impl NodeDatapath {
         Ok(())
     }
 
-    /// Re-reads the namespace's addresses (and, with `-c`, its routes) and updates the maps
-    /// when they changed. Returns the addresses now stored.
+    /// Re-reads the namespace's addresses (and, with `-c`, its routes and rules) and updates
+    /// the maps when they changed: `OUT_ROUTES` is recompiled when the routes resolve to other
+    /// entries than those stored, or the addresses changed. Returns the addresses now stored.
     pub fn refresh(
         &mut self,
         netns_path: &Path,
@@ -239,12 +240,19 @@ impl NodeDatapath {
         let (mut a, mut b) = (addrs.clone(), old.clone());
         a.sort();
         b.sort();
-        if a != b {
+        let addrs_changed = a != b;
+        if addrs_changed {
             enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old, &addrs)?;
             tracing::info!(netns = %netns_path.display(), addrs = ?addrs, "pod addresses changed");
-            if !policy.exclude_interfaces.is_empty() {
-                let routes = routes::via_interfaces(netns_path, &policy.exclude_interfaces)?;
-                let compiled = outbound::compile(policy, ipv6_follows(policy, &addrs), routes)?;
+        }
+        if !policy.exclude_interfaces.is_empty() {
+            let routes = routes::resolve_in(netns_path, &policy.exclude_interfaces)?;
+            if addrs_changed || outbound::stored_routes(&mut self.maps, cookie)? != routes.entries {
+                routes::warn_doubts(netns_path, &routes);
+                tracing::info!(netns = %netns_path.display(), entries = routes.entries.len(), "routes changed: OUT_ROUTES recompiled");
+                let ipv6 = ipv6_follows(policy, &addrs);
+                let mut compiled = outbound::compile(policy, ipv6, routes.entries)?;
+                compiled.policy.netns_ino = netns::inode(netns_path)?;
                 outbound::write(&mut self.maps, cookie, &compiled)?;
             }
         }

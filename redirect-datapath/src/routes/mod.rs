@@ -1,0 +1,48 @@
+//! A namespace's routes for istio-iptables `-c` (`OUTPUT -o NIC -j RETURN`): read over
+//! rtnetlink inside it (`netlink`) and resolved per prefix as the kernel's lookup chooses
+//! (`table`), into the `OUT_ROUTES` entries the BPF side matches longest-prefix first.
+mod netlink;
+pub mod table;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+use ipnet::IpNet;
+
+pub use self::table::{resolve, Resolved, Route, Tables};
+use crate::{error::Result, netns};
+
+/// Reads the namespace's routes and rules and resolves them for the interfaces `excluded`
+/// (names; one the namespace does not have excludes nothing).
+pub fn resolve_in(netns_path: &Path, excluded: &[String]) -> Result<Resolved> {
+    let names = excluded.to_vec();
+    netns::in_netns(netns_path, move || {
+        let index = |name: &str| nix::net::if_::if_nametoindex(name).ok();
+        let excluded: Vec<u32> = names.iter().filter_map(|n| index(n)).collect();
+        if excluded.is_empty() {
+            return Ok(Resolved::default());
+        }
+        let tables = netlink::read(index("lo").unwrap_or(1))?;
+        Ok(table::resolve(&tables, &excluded))
+    })
+}
+
+/// The namespace's `OUT_ROUTES` entries (prefix, leaves through an excluded interface); a
+/// family whose routes cannot be emulated gets none (captured) and a warning.
+pub fn via_interfaces(netns_path: &Path, excluded: &[String]) -> Result<Vec<(IpNet, bool)>> {
+    let resolved = resolve_in(netns_path, excluded)?;
+    warn_doubts(netns_path, &resolved);
+    Ok(resolved.entries)
+}
+
+/// Logs each family `resolved` left captured, with the reason.
+pub fn warn_doubts(netns_path: &Path, resolved: &Resolved) {
+    for reason in &resolved.doubts {
+        tracing::warn!(
+            netns = %netns_path.display(),
+            reason = %reason,
+            "-c (excluded interfaces): the kernel's route choice cannot be emulated; this family's traffic is captured"
+        );
+    }
+}
