@@ -3,36 +3,29 @@
 use super::*;
 use crate::{Counter, AF_INET, AF_INET6};
 
+/// The destination leaves through `lo`: loopback, or the unspecified address, which the kernel
+/// routes to the host itself (it becomes 127.0.0.1 / `::1` before nat `OUTPUT` sees it).
 #[inline(always)]
 fn is_loopback(family: u16, dst: &[u32; 4]) -> bool {
     if family == AF_INET {
-        dst[0].to_ne_bytes()[0] == 127
+        dst[0].to_ne_bytes()[0] == 127 || dst[0] == 0
     } else {
-        dst[0] == 0 && dst[1] == 0 && dst[2] == 0 && dst[3] == u32::from_be(1)
+        dst[0] | dst[1] | dst[2] == 0 && (dst[3] == u32::from_be(1) || dst[3] == 0)
     }
 }
 
-/// The destination the nat table sees: a connect to the unspecified address (0.0.0.0, `::`)
-/// is routed to the host itself, and the kernel makes it 127.0.0.1 / `::1` before OUTPUT.
-#[inline(always)]
-fn routed_dst(family: u16, dst: [u32; 4]) -> [u32; 4] {
-    let unspecified = if family == AF_INET {
-        dst[0] == 0
-    } else {
-        dst[0] == 0 && dst[1] == 0 && dst[2] == 0 && dst[3] == 0
-    };
-    match (unspecified, family == AF_INET) {
-        (false, _) => dst,
-        (true, true) => [u32::from_ne_bytes([127, 0, 0, 1]), 0, 0, 0],
-        (true, false) => [0, 0, 0, u32::from_be(1)],
-    }
-}
-
-/// `-d 127.0.0.1/32` (or the loopback CIDR) / `-d ::1/128`.
+/// `-d 127.0.0.1/32` (or the loopback CIDR) / `-d ::1/128`; the unspecified address matches as
+/// the 127.0.0.1 / `::1` it is routed to. The destination itself is never rewritten: a second
+/// copy of it doubled the verifier's states on 6.1 (sendmsg6 went over the limit).
 #[inline(always)]
 fn is_loopback_dst(p: &OutboundPolicy, family: u16, dst: &[u32; 4]) -> bool {
     if family == AF_INET {
-        dst[0] & p.loopback_v4_mask == p.loopback_v4 & p.loopback_v4_mask
+        let d = if dst[0] == 0 {
+            u32::from_ne_bytes([127, 0, 0, 1])
+        } else {
+            dst[0]
+        };
+        d & p.loopback_v4_mask == p.loopback_v4 & p.loopback_v4_mask
     } else {
         is_loopback(family, dst)
     }
@@ -143,11 +136,6 @@ pub fn proxy_id_elsewhere(p: &OutboundPolicy, conn: &Conn) -> bool {
 /// Evaluates istio-iptables' `OUTPUT` chain (nat table, REDIRECT mode) for `conn`.
 #[inline(always)]
 pub fn decide<L: Lookups>(p: &OutboundPolicy, conn: &Conn, lk: &L) -> Verdict {
-    let routed = Conn {
-        dst: routed_dst(conn.family, conn.dst),
-        ..*conn
-    };
-    let conn = &routed;
     let v6 = conn.family == AF_INET6;
     if !p.has(OUT_ENABLED) {
         return Verdict::Pass(Counter::NoPolicy);
