@@ -142,7 +142,7 @@ fn the_daemon_follows_route_and_rule_changes() {
         "--netns",
         &netns,
         "--istio-args",
-        "-i '*' -c net1",
+        "-u 1337 -i '*' -c net1",
     ]);
     let _l = listeners(&w, &node);
     let cg = node.cgroup.path();
