@@ -29,7 +29,9 @@ pub use crate::cli_values::*;
 ///
 /// Environment (each also a flag): REDIRECT_BPFFS (--bpffs: the pin directory, default
 /// /sys/fs/bpf/redirect), REDIRECT_DAEMON_DIR (--daemon-dir), REDIRECT_STATE_DIR
-/// (--state-dir), RUST_LOG (log filter, default info).
+/// (--state-dir), REDIRECT_MAX_PODS and REDIRECT_QUOTA_PORTS|CIDRS|ADDRESSES|INTERFACES|ROUTES
+/// (node sizing when a datapath is created; `daemon` takes them as flags too), RUST_LOG (log
+/// filter, default info).
 #[derive(Debug, Parser)]
 #[command(
     name = "redirect",

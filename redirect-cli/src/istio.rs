@@ -61,14 +61,19 @@ redirect's own flags:
       --cleanup-only       remove the namespace's policy
   -n, --dry-run            print the resolved policy and istio-iptables' rules; change nothing
 
+Node sizing, read only by the run that creates the datapath (later runs use the pinned one's):
+REDIRECT_MAX_PODS [110], REDIRECT_QUOTA_PORTS [1024 per port list], REDIRECT_QUOTA_CIDRS [1024
+per -i/-x list and family], REDIRECT_QUOTA_ADDRESSES [64], REDIRECT_QUOTA_INTERFACES [16],
+REDIRECT_QUOTA_ROUTES [4096]. A policy over a quota is refused, naming it; nothing is written.
+
 Examples:
   redirect istio-iptables -p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x \"\" -b '*' -d 15090,15021,15020
   redirect istio-iptables --netns pod1 --dry-run -i 10.0.0.0/8 --redirect-dns
   redirect istio-iptables --netns pod1 --cleanup-only
 ";
 
-/// Finds our own `--netns` / `--cluster-env` values before the full parse (they decide which
-/// resolv.conf and environment that parse sees): the last one given, as the parse takes it.
+/// Finds our own `--netns` / `--cluster-env` values before the full parse (they decide whose
+/// files and which environment that parse sees): the last one given, as the parse takes it.
 pub(crate) fn pre_scan(args: &[String], flag: &str) -> Option<String> {
     let mut found = None;
     let mut it = args.iter();

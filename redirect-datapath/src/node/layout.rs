@@ -71,7 +71,8 @@ impl Owner {
 /// object, so any process that sees the pins can tell, whatever its PID namespace.
 pub fn hold_as_daemon(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
     let file = std::fs::File::open(dir).map_err(|e| Error::io("opening", dir, e))?;
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock)
+    // Blocking: a process asking `daemon_up` holds the exclusive lock only for an instant.
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockShared)
         .map_err(|(_, e)| Error::io("locking (shared)", dir, e.into()))
 }
 
