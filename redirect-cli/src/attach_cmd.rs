@@ -50,11 +50,11 @@ pub fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Re
         let id = |name| ids.map_id(name).context("map id");
         let counters = counters::read_counters_by_id(id(map_names::COUNTERS)?)?;
         let tracked = counters::tracked_len_by_id(id(map_names::TRACKED)?)?;
-        let pending = counters::pending_len_by_id(id(map_names::PENDING)?)?;
+        let inbound = counters::tracked_len_by_id(id(map_names::INBOUND)?)?;
         let text = metrics::render(&metrics::Exposition {
             counters: counters.iter().map(|c| (c.name, c.value)).collect(),
             per_netns: Vec::new(),
-            maps: vec![(map_names::TRACKED, tracked), (map_names::PENDING, pending)],
+            maps: vec![(map_names::TRACKED, tracked), (map_names::INBOUND, inbound)],
         });
         metrics::write_atomically(path, &text)?;
         Ok(())

@@ -64,7 +64,8 @@ redirect's own flags:
 Node sizing, read only by the run that creates the datapath (later runs use the pinned one's):
 REDIRECT_MAX_PODS [110], REDIRECT_QUOTA_PORTS [1024 per port list], REDIRECT_QUOTA_CIDRS [1024
 per -i/-x list and family], REDIRECT_QUOTA_ADDRESSES [64], REDIRECT_QUOTA_INTERFACES [16],
-REDIRECT_QUOTA_ROUTES [4096]. A policy over a quota is refused, naming it; nothing is written.
+REDIRECT_QUOTA_ROUTES [4096], REDIRECT_QUOTA_HANDSHAKES [2048 connections in hand-off to the
+proxy]. A policy over a quota is refused, naming it; nothing is written.
 
 Examples:
   redirect istio-iptables -p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x \"\" -b '*' -d 15090,15021,15020

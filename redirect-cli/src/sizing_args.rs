@@ -26,6 +26,11 @@ pub struct Sizing {
     /// Per namespace: routes followed for -c.
     #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_ROUTES", default_value_t = Quotas::default().routes, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub quota_routes: u32,
+    /// Per namespace: redirected connections in hand-off at once (connected to the proxy's
+    /// port, its side of the handshake not yet complete); above it SO_ORIGINAL_DST is unanswered
+    /// for that namespace only (counter handoff_quota).
+    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_HANDSHAKES", default_value_t = Quotas::default().handshakes, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub quota_handshakes: u32,
 }
 
 impl Sizing {
@@ -38,6 +43,7 @@ impl Sizing {
             addresses: self.quota_addresses,
             interfaces: self.quota_interfaces,
             routes: self.quota_routes,
+            handshakes: self.quota_handshakes,
         }
     }
 

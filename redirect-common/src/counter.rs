@@ -99,12 +99,14 @@ counters! {
         "The proxy does not listen yet and the policy says passthrough: left alone.";
     NoProxyRefused = 28, "no_proxy_refused", "(redirect) the proxy does not listen yet: --no-proxy refuse",
         "The proxy does not listen yet and the policy says refuse: sent to the closed port.";
-    PendingError = 29, "pending_error", "(redirect) PENDING full: getpeername and the TRACKED hand-off lose the original destination",
-        "A captured connect's PENDING entry could not be written; it was redirected anyway (fail closed).";
+    StateError = 29, "state_error", "(redirect) no socket storage: getpeername and the TRACKED hand-off lose the original destination",
+        "A captured socket's original destination could not be kept in its socket storage; it was redirected anyway (fail closed).";
     InboundTrackError = 30, "inbound_track_error", "(redirect) INBOUND full: SO_ORIGINAL_DST of the steered connection falls back to its local address",
         "sk_lookup steered a connection but could not record it in INBOUND.";
     ListenerError = 31, "listener_error", "(redirect) LISTENERS update failed: the proxy's inbound listener is not known",
         "The proxy's inbound listener could not be put into LISTENERS; inbound connections are refused until it listens again.";
+    HandoffQuota = 32, "handoff_quota", "(redirect) the policy has its --quota-handshakes connections in hand-off: SO_ORIGINAL_DST unanswered",
+        "A captured connect went to the proxy without a TRACKED hand-off: its namespace already has its quota of connections whose proxy side has not completed the handshake.";
 }
 
 impl Counter {

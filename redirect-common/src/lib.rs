@@ -22,10 +22,10 @@ mod outbound_tests;
 pub mod map_names {
     /// `PerCpuArray<u64>`: one slot per [`crate::Counter`].
     pub const COUNTERS: &str = "COUNTERS";
-    /// `LruHashMap<u64, OrigDst>`: socket cookie -> original destination, between connect4 and sock_ops.
-    pub const PENDING: &str = "PENDING";
-    /// `HashMap<ConnKey, Tracked>`: the redirected connection as the proxy sees it -> original destination.
+    /// `HashMap<ConnKey, Tracked>`: a redirected connection's hand-off to the proxy's socket.
     pub const TRACKED: &str = "TRACKED";
+    /// `HashMap<u64, u64>`: policy key (netns cookie, 0 = default) -> its `TRACKED` entries.
+    pub const HANDOFFS: &str = "HANDOFFS";
     /// `LruHashMap<ConnKey, Tracked>`: inbound connections steered by sk_lookup -> original destination.
     pub const INBOUND: &str = "INBOUND";
     /// `HashMap<u64, InboundPolicy>`: netns cookie -> inbound capture policy of an enrolled namespace.
@@ -56,7 +56,7 @@ pub mod map_names {
     pub const TRACE: &str = "TRACE";
     /// `Array<u32>`, one entry: non-zero while a `redirect trace` runs.
     pub const TRACE_ON: &str = "TRACE_ON";
-    /// Socket storage of [`crate::sock::SockState`]: per-socket marks (the proxy's listener).
+    /// Socket storage of [`crate::sock::SockState`]: per-socket marks and original destinations.
     pub const SOCK_STATE: &str = "SOCK_STATE";
     /// Every map a datapath pins, in no particular order.
     pub const ALL: [&str; 20] = [
@@ -67,7 +67,7 @@ pub mod map_names {
         TRACE_ON,
         IFACES,
         COUNTERS,
-        PENDING,
+        HANDOFFS,
         TRACKED,
         INBOUND,
         NETNS_INBOUND,
@@ -216,10 +216,13 @@ pub mod prog_names {
     pub const BIND6: &str = "redirect_bind6";
 }
 
-/// Maximum entries of [`map_names::PENDING`].
-pub const PENDING_MAX_ENTRIES: u32 = 65_536;
-/// Maximum entries of [`map_names::TRACKED`].
+/// Maximum entries of [`map_names::TRACKED`] where no node sizing applies (`redirect attach`).
 pub const TRACKED_MAX_ENTRIES: u32 = 262_144;
+/// Hand-offs one policy may have in flight at once where no node sizing applies
+/// (`redirect attach`: its one default policy may use the whole map).
+pub const ATTACH_HANDOFF_QUOTA: u64 = TRACKED_MAX_ENTRIES as u64;
+/// Name of the BPF global (read-only data) holding the per-policy hand-off quota.
+pub const HANDOFF_QUOTA_GLOBAL: &str = "HANDOFF_QUOTA";
 
 /// `AF_INET` as the kernel numbers it.
 pub const AF_INET: u16 = 2;
@@ -263,17 +266,18 @@ pub struct ConnKey {
     pub _pad: u16,
 }
 
-/// Value of [`map_names::TRACKED`]: the original destination and which sockets own the entry.
+/// Value of [`map_names::TRACKED`] and [`map_names::INBOUND`]: a hand-off to the proxy's
+/// accepted socket, which claims (copies and deletes) it when its handshake completes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tracked {
     /// What `SO_ORIGINAL_DST` answers.
     pub dst: OrigDst,
-    /// Socket cookie of the application's connecting socket.
+    /// Socket cookie of the application's connecting socket (0 for `INBOUND`): only that
+    /// socket's close removes an unclaimed entry.
     pub client_cookie: u64,
-    /// Socket cookie of the proxy's accepted socket once it exists, else 0. When set, the entry
-    /// lives until that socket closes (the application may close first).
-    pub proxy_cookie: u64,
+    /// `TRACKED`: the policy key whose `HANDOFFS` count includes this entry (0 for `INBOUND`).
+    pub quota_key: u64,
 }
 
 const _: () = assert!(core::mem::size_of::<OrigDst>() == 24);

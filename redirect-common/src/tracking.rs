@@ -1,51 +1,31 @@
-//! Who owns a `TRACKED` / `INBOUND` entry, and so which socket's close deletes it.
+//! The hand-off of a redirected connection's original destination from the application's
+//! socket to the proxy's accepted socket, where `SO_ORIGINAL_DST` is read.
 //!
-//! A `TRACKED` entry is created by the application's connecting socket (`client_cookie`); an
-//! `INBOUND` entry by sk_lookup (no client cookie). The proxy's accepted socket claims either
-//! when its handshake completes (`proxy_cookie`) and from then on owns it: the application may
-//! close first (connect, send, close) and the proxy may read `SO_ORIGINAL_DST` only after that.
-//! Unclaimed, a `TRACKED` entry belongs to the application's socket. `PENDING[cookie]` always
-//! goes with its own socket. sock_ops applies these rules; they are tested here without a kernel.
+//! The two sockets share nothing but the connection's 4-tuple, so the hand-off needs a keyed
+//! map: `TRACKED` (netns + 4-tuple), written by the application's socket at `tcp_connect()`,
+//! or `INBOUND`, written by sk_lookup. The proxy's accepted socket claims the entry when its
+//! handshake completes: it copies the destination into its own socket storage and deletes the
+//! entry at once. An entry nobody claims (the proxy never completed the handshake) goes when
+//! the application's socket closes (`TRACKED`) or by LRU eviction (`INBOUND`, a SYN that never
+//! completed). Each policy may have at most its quota of `TRACKED` entries at once (counted in
+//! `HANDOFFS`), so one pod holding connections cannot fill the map for the others.
+//! sock_ops applies these rules; they are tested here without a kernel.
 use crate::Tracked;
 
-/// Under which of its two keys the closing socket found the entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FoundAs {
-    /// Its local end as the client (the application's connecting socket).
-    Client,
-    /// Its remote end as the client (the proxy's accepted socket).
-    Proxy,
-}
-
-/// What a closing socket does with an entry found under one of its keys.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnClose {
-    /// The socket owns the entry: delete it.
-    Delete,
-    /// Another socket owns it (or nobody yet): keep it and look further.
-    Keep,
-}
-
-/// The proxy's accepted socket `sock` claims `entry`: its close deletes it from now on.
+/// Whether a new hand-off may be written once the policy's count, this one included, is
+/// `count_after`. The count is kept as wrapping u64 adds of +1 and -1; a policy re-created
+/// while its old sockets still close may briefly count below zero, read here as signed so that
+/// it never locks the namespace out.
 #[inline(always)]
-pub fn claim(entry: &mut Tracked, sock: u64) {
-    entry.proxy_cookie = sock;
+pub fn admit(count_after: u64, quota: u64) -> bool {
+    (count_after as i64) <= quota as i64
 }
 
-/// The rule for socket `sock` closing while `entry` exists under its key `found`.
+/// Whether the closing application socket `sock` owns `entry`, found under its client key:
+/// an entry still there is unclaimed, but the 4-tuple may already belong to a newer socket.
 #[inline(always)]
-pub fn on_close(sock: u64, found: FoundAs, entry: &Tracked) -> OnClose {
-    let owns = match found {
-        // The application's socket owns its entry until the proxy claimed it.
-        FoundAs::Client => entry.client_cookie == sock && entry.proxy_cookie == 0,
-        // The proxy's socket owns what it claimed.
-        FoundAs::Proxy => entry.proxy_cookie == sock,
-    };
-    if owns {
-        OnClose::Delete
-    } else {
-        OnClose::Keep
-    }
+pub fn app_close_deletes(sock: u64, entry: &Tracked) -> bool {
+    entry.client_cookie == sock
 }
 
 #[cfg(test)]
@@ -53,11 +33,7 @@ mod tests {
     use super::*;
     use crate::OrigDst;
 
-    const APP: u64 = 11;
-    const PROXY: u64 = 22;
-    const OTHER: u64 = 33;
-
-    fn entry(client_cookie: u64, proxy_cookie: u64) -> Tracked {
+    fn entry(client_cookie: u64) -> Tracked {
         Tracked {
             dst: OrigDst {
                 addr: [1, 0, 0, 0],
@@ -66,50 +42,32 @@ mod tests {
                 _pad: 0,
             },
             client_cookie,
-            proxy_cookie,
+            quota_key: 0,
         }
     }
 
     #[test]
-    fn unclaimed_tracked_entry_goes_with_the_application_socket() {
-        let e = entry(APP, 0);
-        assert_eq!(on_close(APP, FoundAs::Client, &e), OnClose::Delete);
-        assert_eq!(on_close(OTHER, FoundAs::Client, &e), OnClose::Keep);
-        // Found under the mirrored key, an unclaimed entry is nobody's to delete.
-        assert_eq!(on_close(APP, FoundAs::Proxy, &e), OnClose::Keep);
-        assert_eq!(on_close(OTHER, FoundAs::Proxy, &e), OnClose::Keep);
+    fn the_quota_admits_up_to_its_value() {
+        assert!(admit(1, 2));
+        assert!(admit(2, 2));
+        assert!(!admit(3, 2));
+        assert!(!admit(1, 0), "a zero quota admits nothing");
     }
 
     #[test]
-    fn claimed_entry_outlives_the_application_and_goes_with_the_proxy_socket() {
-        let mut e = entry(APP, 0);
-        claim(&mut e, PROXY);
-        assert_eq!(e.proxy_cookie, PROXY);
-        assert_eq!(e.client_cookie, APP);
-        // The application closes first: the proxy may still ask for SO_ORIGINAL_DST.
-        assert_eq!(on_close(APP, FoundAs::Client, &e), OnClose::Keep);
-        assert_eq!(on_close(OTHER, FoundAs::Proxy, &e), OnClose::Keep);
-        assert_eq!(on_close(PROXY, FoundAs::Proxy, &e), OnClose::Delete);
+    fn a_count_below_zero_never_locks_the_namespace_out() {
+        // Two old sockets closed after the policy's counter was re-created at zero.
+        let count = 0u64.wrapping_sub(2).wrapping_add(1);
+        assert!(admit(count, 2));
     }
 
     #[test]
-    fn inbound_entry_belongs_only_to_the_proxy_socket_that_claimed_it() {
-        // sk_lookup writes no client cookie.
-        let mut e = entry(0, 0);
-        assert_eq!(on_close(PROXY, FoundAs::Proxy, &e), OnClose::Keep);
-        assert_eq!(on_close(PROXY, FoundAs::Client, &e), OnClose::Keep);
-        claim(&mut e, PROXY);
-        assert_eq!(on_close(OTHER, FoundAs::Proxy, &e), OnClose::Keep);
-        assert_eq!(on_close(PROXY, FoundAs::Client, &e), OnClose::Keep);
-        assert_eq!(on_close(PROXY, FoundAs::Proxy, &e), OnClose::Delete);
-    }
-
-    #[test]
-    fn a_second_claim_moves_ownership() {
-        // PASSIVE_ESTABLISHED overwrites: the last accepted socket with this 4-tuple owns it.
-        let mut e = entry(APP, PROXY);
-        claim(&mut e, OTHER);
-        assert_eq!(on_close(PROXY, FoundAs::Proxy, &e), OnClose::Keep);
-        assert_eq!(on_close(OTHER, FoundAs::Proxy, &e), OnClose::Delete);
+    fn an_unclaimed_entry_goes_only_with_the_socket_that_wrote_it() {
+        let e = entry(11);
+        assert!(app_close_deletes(11, &e));
+        assert!(
+            !app_close_deletes(33, &e),
+            "a newer socket's entry on the same 4-tuple"
+        );
     }
 }

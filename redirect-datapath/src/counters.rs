@@ -1,6 +1,6 @@
 //! Reads the per-CPU decision counters and the tracking-map fill levels.
 use aya::maps::{HashMap, Map, MapData, PerCpuArray};
-use redirect_common::{ConnKey, Counter, OrigDst, Tracked};
+use redirect_common::{ConnKey, Counter, Tracked};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -61,9 +61,4 @@ fn hash_len_by_id<K: aya::Pod, V: aya::Pod>(id: u32) -> Result<usize> {
 /// Number of entries in the `TRACKED` map with this id.
 pub fn tracked_len_by_id(id: u32) -> Result<usize> {
     hash_len_by_id::<ConnKey, Tracked>(id)
-}
-
-/// Number of entries in the `PENDING` (LRU) map with this id.
-pub fn pending_len_by_id(id: u32) -> Result<usize> {
-    hash_len_by_id::<u64, OrigDst>(id)
 }

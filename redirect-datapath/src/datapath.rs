@@ -104,6 +104,11 @@ impl Datapath {
         let object = object::bpf_object().ok_or(Error::NoObject)?;
         let mut ebpf = EbpfLoader::new()
             .override_global("AYA_LOG_LEVEL", &options.bpf_log_level, false)
+            .override_global(
+                redirect_common::HANDOFF_QUOTA_GLOBAL,
+                &redirect_common::ATTACH_HANDOFF_QUOTA,
+                true,
+            )
             .load(object)
             .map_err(|e| Error::Load(Box::new(e)))?;
         let logger = match EbpfLogger::init(&mut ebpf) {

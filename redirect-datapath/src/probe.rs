@@ -109,14 +109,8 @@ pub const FEATURES: &[Feature] = &[
         Check::Helper(P::SockOps, H::BPF_FUNC_get_netns_cookie),
     ),
     f(
-        "bpf_get_socket_cookie in cgroup_sock_addr",
-        "the connect -> PENDING hand-off",
-        "5.0",
-        Check::Helper(P::CgroupSockAddr, H::BPF_FUNC_get_socket_cookie),
-    ),
-    f(
         "bpf_get_socket_cookie in sock_ops",
-        "the PENDING -> TRACKED hand-off",
+        "the TRACKED hand-off's owner",
         "5.0",
         Check::Helper(P::SockOps, H::BPF_FUNC_get_socket_cookie),
     ),
@@ -131,15 +125,21 @@ pub const FEATURES: &[Feature] = &[
     ),
     f(
         "bpf_sk_storage_get in cgroup_sock_addr",
-        "bind4/6 marking the proxy's outbound listener (SOCK_STATE)",
+        "the original destination in SOCK_STATE (connect, sendmsg, getpeername, recvmsg, bind)",
         "5.3",
         Check::Helper(P::CgroupSockAddr, H::BPF_FUNC_sk_storage_get),
     ),
     f(
         "bpf_sk_storage_get in sock_ops",
-        "counting only the proxy's listeners (PROXY_LISTENERS)",
+        "the hand-off claim and counting only the proxy's listeners (PROXY_LISTENERS)",
         "5.3",
         Check::Helper(P::SockOps, H::BPF_FUNC_sk_storage_get),
+    ),
+    f(
+        "bpf_sk_storage_get in cgroup_sockopt",
+        "SO_ORIGINAL_DST from the proxy socket's claimed destination",
+        "5.3",
+        Check::Helper(P::CgroupSockopt, H::BPF_FUNC_sk_storage_get),
     ),
     f(
         "bpf_sk_assign in sk_lookup",
@@ -155,7 +155,7 @@ pub const FEATURES: &[Feature] = &[
     ),
     f(
         "LRU hash maps",
-        "PENDING, INBOUND",
+        "INBOUND",
         "4.10",
         Check::Map(MapType::LruHash),
     ),
@@ -173,7 +173,7 @@ pub const FEATURES: &[Feature] = &[
     ),
     f(
         "socket storage maps",
-        "SOCK_STATE (per-socket marks)",
+        "SOCK_STATE (per-socket marks and original destinations)",
         "5.2",
         Check::Map(MapType::SkStorage),
     ),

@@ -41,10 +41,10 @@ pub struct InstanceStatus {
     pub attachments: Vec<AttachmentStatus>,
     /// Decision counters.
     pub counters: Vec<CounterValue>,
-    /// Entries in the 4-tuple tracking map.
+    /// Redirected connections whose hand-off the proxy has not claimed yet (`TRACKED`).
     pub tracked_entries: usize,
-    /// Entries in the connect4 -> sock_ops handoff map.
-    pub pending_entries: usize,
+    /// Steered inbound connections whose hand-off the proxy has not claimed yet (`INBOUND`).
+    pub inbound_entries: usize,
 }
 
 /// The whole report: the node datapath (pinned) and the running `redirect attach` instances
@@ -91,8 +91,8 @@ fn instance_status(state: &InstanceState, linked: &BTreeSet<u32>) -> Result<Inst
         Some(id) => counters::tracked_len_by_id(id)?,
         None => 0,
     };
-    let pending_entries = match state.map_id(map_names::PENDING) {
-        Some(id) => counters::pending_len_by_id(id)?,
+    let inbound_entries = match state.map_id(map_names::INBOUND) {
+        Some(id) => counters::tracked_len_by_id(id)?,
         None => 0,
     };
     Ok(InstanceStatus {
@@ -113,7 +113,7 @@ fn instance_status(state: &InstanceState, linked: &BTreeSet<u32>) -> Result<Inst
             .collect(),
         counters,
         tracked_entries,
-        pending_entries,
+        inbound_entries,
     })
 }
 
@@ -178,8 +178,8 @@ pub fn render(status: &Status) -> String {
         }
         let _ = writeln!(
             out,
-            "  tracked connections: {}   pending connects: {}",
-            inst.tracked_entries, inst.pending_entries
+            "  hand-offs in flight: {} outbound (TRACKED), {} inbound (INBOUND)",
+            inst.tracked_entries, inst.inbound_entries
         );
     }
     for s in &status.stale_removed {

@@ -1,12 +1,10 @@
 //! The outbound decision for sock_addr hooks (connect4/6, sendmsg4/6): reads the caller and
 //! the namespace's policy, evaluates [`redirect_common::outbound::decide`] with map-backed
-//! lookups, and records the original destination under the socket's cookie.
+//! lookups, and records the original destination in the socket's storage.
 use aya_ebpf::{
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
-        generated::{
-            bpf_get_current_ancestor_cgroup_id, bpf_get_netns_cookie, bpf_get_socket_cookie,
-        },
+        generated::{bpf_get_current_ancestor_cgroup_id, bpf_get_netns_cookie},
     },
     maps::lpm_trie::Key,
     programs::SockAddrContext,
@@ -18,13 +16,14 @@ use redirect_common::{
         decide, proxy_id_elsewhere, when_proxy_down, CidrKey, Conn, Lookups, OutboundPolicy,
         Verdict, OUT_PROXY_CGROUP,
     },
+    sock,
     types::PASSTHROUGH_V4,
     AddrKey, Counter, NetnsCookie, OrigDst, PortBe, PortKey, TraceEvent, AF_INET,
 };
 
 use crate::maps::{
     count, count_ns, tracing_on, NETNS_OUTBOUND, OUT_EXCLUDE, OUT_INCLUDE, OUT_PORTS, OUT_ROUTES,
-    PENDING, POD_ADDRS, TRACE,
+    POD_ADDRS, SOCK_STATE, TRACE,
 };
 use crate::readiness::proxy_listens;
 
@@ -126,8 +125,8 @@ pub struct Dest {
     pub passthrough_src: bool,
 }
 
-/// Decides for `dst`; when redirecting, records the original destination under the socket's
-/// cookie (read by sock_ops, getpeername and recvmsg). Returns the counter and, when
+/// Decides for `dst`; when redirecting, records the original destination in the socket's own
+/// storage (read by sock_ops, getpeername and recvmsg). Returns the counter and, when
 /// redirecting, the host-order port on loopback to rewrite to.
 #[inline(always)]
 pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
@@ -159,8 +158,6 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
     let (counter, port) = match verdict {
         Verdict::Pass(c) => (c, None),
         Verdict::Redirect(port, c) => {
-            // SAFETY: bpf_get_socket_cookie accepts a sock_addr context.
-            let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
             let orig = OrigDst {
                 addr: dst.addr,
                 port: PortBe::from_raw(dst.port),
@@ -171,12 +168,17 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
                 ctx,
                 "capture: port {} -> loopback:{} uid={}", conn.dport, port, conn.uid
             );
-            // Capture even when tracking failed: the proxy then refuses the connection, which
-            // is safer than letting it leave the mesh unseen.
-            if PENDING.insert(cookie, orig, 0).is_ok() {
-                (c, Some(port))
+            // Capture even when the state cannot be kept: the proxy then refuses the
+            // connection, which is safer than letting it leave the mesh unseen.
+            // SAFETY: the socket's own storage, created zeroed when absent; valid for the
+            // program run, and the socket is locked while it connects or sends.
+            let state = unsafe { SOCK_STATE.get_or_insert_ptr_mut(ctx, None) };
+            if state.is_null() {
+                (Counter::StateError, Some(port))
             } else {
-                (Counter::PendingError, Some(port))
+                // SAFETY: as above.
+                sock::redirected(unsafe { &mut *state }, orig, key);
+                (c, Some(port))
             }
         }
     };

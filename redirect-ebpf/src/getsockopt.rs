@@ -1,20 +1,12 @@
 //! `cgroup/getsockopt`: answers `SO_ORIGINAL_DST` (SOL_IP, sockaddr_in) and
-//! `IP6T_SO_ORIGINAL_DST` (SOL_IPV6, sockaddr_in6) for redirected and steered connections.
+//! `IP6T_SO_ORIGINAL_DST` (SOL_IPV6, sockaddr_in6) for redirected and steered connections, from
+//! the original destination the proxy's accepted socket claimed into its socket storage.
 //!
 //! Every other (level, optname) pair, and every miss, leaves the kernel's answer untouched.
-use aya_ebpf::{
-    bindings::{bpf_sock, bpf_sockopt},
-    helpers::generated::bpf_get_netns_cookie,
-    macros::cgroup_sockopt,
-    programs::SockoptContext,
-    EbpfContext,
-};
-use redirect_common::{
-    normalise_addr, types::V4_MAPPED_WORD, ConnKey, Counter, NetnsCookie, OrigDst, AF_INET,
-    AF_INET6,
-};
+use aya_ebpf::{bindings::bpf_sockopt, macros::cgroup_sockopt, programs::SockoptContext};
+use redirect_common::{sock, types::V4_MAPPED_WORD, Counter, OrigDst, AF_INET, AF_INET6};
 
-use crate::maps::{count, INBOUND, TRACKED};
+use crate::maps::{count, sock_state_of};
 
 const SOL_IP: i32 = 0;
 const SOL_IPV6: i32 = 41;
@@ -49,35 +41,6 @@ pub fn redirect_getsockopt(ctx: SockoptContext) -> i32 {
     1
 }
 
-/// The connection key of an accepted socket: client = peer, server = local address.
-#[inline(always)]
-fn key_of(ctx: &SockoptContext, sk: *mut bpf_sock) -> Option<ConnKey> {
-    // SAFETY: `sk` is a valid bpf_sock for the program run; fields are readable.
-    let (family, src_port, dst_port) = unsafe { ((*sk).family, (*sk).src_port, (*sk).dst_port) };
-    // SAFETY: as above.
-    let (family, local, peer) = unsafe {
-        if family == u32::from(AF_INET) {
-            (AF_INET, [(*sk).src_ip4, 0, 0, 0], [(*sk).dst_ip4, 0, 0, 0])
-        } else if family == u32::from(AF_INET6) {
-            let (f, local) = normalise_addr(AF_INET6, (*sk).src_ip6);
-            let (_, peer) = normalise_addr(AF_INET6, (*sk).dst_ip6);
-            (f, local, peer)
-        } else {
-            return None;
-        }
-    };
-    Some(ConnKey {
-        // SAFETY: bpf_get_netns_cookie accepts a sockopt context.
-        netns: NetnsCookie(unsafe { bpf_get_netns_cookie(ctx.as_ptr()) }),
-        client_addr: peer,
-        server_addr: local,
-        client_port: u16::from_be(dst_port),
-        server_port: src_port as u16,
-        family,
-        _pad: 0,
-    })
-}
-
 fn try_getsockopt(ctx: &SockoptContext) {
     let so = ctx.sockopt;
     // SAFETY: `so` is the kernel-provided context; level/optname/optlen are readable.
@@ -95,14 +58,13 @@ fn try_getsockopt(ctx: &SockoptContext) {
     if sk.is_null() {
         return;
     }
-    let Some(key) = key_of(ctx, sk) else { return };
-    let entry = TRACKED.get_ptr(key).or_else(|| INBOUND.get_ptr(key));
-    let Some(entry) = entry else {
+    // The proxy's accepted socket claimed its original destination into its own storage.
+    // SAFETY: the state is the socket's own, valid for this run; copied out at once.
+    let dst = sock_state_of(sk, false).and_then(|s| sock::original_dst(unsafe { &*s }));
+    let Some(dst) = dst else {
         count(Counter::OrigDstMiss);
         return;
     };
-    // SAFETY: map value pointer valid for this run; copied out at once.
-    let dst = unsafe { (*entry).dst };
     let answered = if level == SOL_IP {
         answer_v4(so, &dst)
     } else {

@@ -1,5 +1,6 @@
 //! Maps shared by the hooks, and the per-CPU decision counters.
 use aya_ebpf::{
+    bindings::{bpf_sock, BPF_SK_STORAGE_GET_F_CREATE},
     btf_maps::SkStorage,
     helpers::generated::bpf_sk_storage_get,
     macros::{btf_map, map},
@@ -10,8 +11,7 @@ use redirect_common::sock::SockState;
 use redirect_common::{
     outbound::{CidrKey, OutboundPolicy},
     AddrKey, ConnKey, Counter, IfKey, InboundPolicy, ListenerKey, NetnsCookie, NsCounterKey,
-    OrigDst, PortKey, Tracked, CIDR_MAX_ENTRIES, INBOUND_MAX_ENTRIES, MAX_NAMESPACES,
-    PENDING_MAX_ENTRIES, TRACKED_MAX_ENTRIES,
+    PortKey, Tracked, CIDR_MAX_ENTRIES, INBOUND_MAX_ENTRIES, MAX_NAMESPACES, TRACKED_MAX_ENTRIES,
 };
 
 /// Netns cookie -> outbound policy of that namespace (0: the default for the others).
@@ -46,16 +46,30 @@ pub static OUT_PORTS: HashMap<PortKey, u8> =
 #[map(name = "COUNTERS")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
 
-/// Socket cookie of a redirected socket -> original destination (connect4/6 and sendmsg4/6;
-/// read by sock_ops at `tcp_connect()`, by getpeername and by recvmsg; deleted by sock_ops when
-/// a TCP socket closes). LRU so that UDP sockets and failed connects cannot leak entries.
-#[map(name = "PENDING")]
-pub static PENDING: LruHashMap<u64, OrigDst> = LruHashMap::with_max_entries(PENDING_MAX_ENTRIES, 0);
-
-/// The redirected connection (netns + 4-tuple) -> original destination (sock_ops -> getsockopt).
+/// The redirected connection (netns + 4-tuple) -> its original destination, handed from the
+/// application's socket (sock_ops `TCP_CONNECT_CB`) to the proxy's accepted socket, which
+/// claims and deletes it when its handshake completes (`PASSIVE_ESTABLISHED_CB`). Each policy
+/// may hold at most `HANDOFF_QUOTA` entries (counted in `HANDOFFS`).
 #[map(name = "TRACKED")]
 pub static TRACKED: HashMap<ConnKey, Tracked> =
     HashMap::with_max_entries(TRACKED_MAX_ENTRIES, BPF_F_NO_PREALLOC);
+
+/// Policy key (netns cookie, or 0 for the default policy) -> its `TRACKED` entries now
+/// (wrapping adds of +1 / -1; the loader removes a namespace's entry with its policy).
+#[map(name = "HANDOFFS")]
+pub static HANDOFFS: HashMap<u64, u64> =
+    HashMap::with_max_entries(MAX_NAMESPACES + 1, BPF_F_NO_PREALLOC);
+
+/// `TRACKED` entries one policy may hold at once (`--quota-handshakes`), set by the loader.
+#[unsafe(no_mangle)]
+static HANDOFF_QUOTA: u64 = 0;
+
+/// The per-policy hand-off quota the loader set.
+#[inline(always)]
+pub fn handoff_quota() -> u64 {
+    // SAFETY: a read of read-only data the loader filled in before loading.
+    unsafe { core::ptr::read_volatile(&raw const HANDOFF_QUOTA) }
+}
 
 /// Inbound connections steered by sk_lookup (netns + 4-tuple) -> original destination (the
 /// local address). LRU: a SYN that never completes must not leak an entry.
@@ -97,29 +111,39 @@ pub static NETNS_COUNTERS: PerCpuHashMap<NsCounterKey, u64> =
 pub static PROXY_LISTENERS: HashMap<u64, u64> =
     HashMap::with_max_entries(MAX_NAMESPACES, BPF_F_NO_PREALLOC);
 
-/// Socket storage: per-socket marks (the proxy's outbound listener), gone with the socket.
+/// Socket storage: per-socket marks and original destinations, gone with the socket.
 #[btf_map]
 pub static SOCK_STATE: SkStorage<SockState> = SkStorage::new();
 
-/// The `SOCK_STATE` of the socket a sock_ops callback runs for, if it has one.
+/// The `SOCK_STATE` of socket `sk` (NULL-checked), created zeroed when `create` and absent.
 #[inline(always)]
-pub fn sock_state(ctx: &SockOpsContext) -> Option<*mut SockState> {
-    // SAFETY: the context is valid for the program run; `sk` may be NULL (checked).
-    let sk = unsafe { (*ctx.ops).__bindgen_anon_2.sk };
+pub fn sock_state_of(sk: *mut bpf_sock, create: bool) -> Option<*mut SockState> {
     if sk.is_null() {
         return None;
     }
-    // SAFETY: the map symbol is the map (relocated by the loader); `sk` is a full socket;
-    // without the create flag the helper only looks up.
+    let flags = if create {
+        u64::from(BPF_SK_STORAGE_GET_F_CREATE)
+    } else {
+        0
+    };
+    // SAFETY: the map symbol is the map (relocated by the loader); `sk` is a full socket of
+    // the program's context; with no initial value the helper zero-fills a created entry.
     let p = unsafe {
         bpf_sk_storage_get(
             core::ptr::from_ref(&SOCK_STATE).cast_mut().cast(),
             sk.cast(),
             core::ptr::null_mut(),
-            0,
+            flags,
         )
     };
     (!p.is_null()).then_some(p.cast::<SockState>())
+}
+
+/// The `SOCK_STATE` of the socket a sock_ops callback runs for, if it has one (or created).
+#[inline(always)]
+pub fn sock_state(ctx: &SockOpsContext, create: bool) -> Option<*mut SockState> {
+    // SAFETY: the context is valid for the program run; `sk` may be NULL (checked).
+    sock_state_of(unsafe { (*ctx.ops).__bindgen_anon_2.sk }, create)
 }
 
 /// Decisions streamed to `redirect trace` (only while `TRACE_ON[0]` is non-zero).

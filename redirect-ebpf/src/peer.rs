@@ -2,16 +2,14 @@
 //! destination as the peer (the DNS server as the source of a captured reply; the service, not
 //! 127.0.0.1:15001, from getpeername).
 use aya_ebpf::{
-    helpers::generated::{bpf_get_netns_cookie, bpf_get_socket_cookie},
-    macros::cgroup_sock_addr,
-    programs::SockAddrContext,
+    helpers::generated::bpf_get_netns_cookie, macros::cgroup_sock_addr, programs::SockAddrContext,
     EbpfContext,
 };
-use redirect_common::{Counter, OrigDst, AF_INET, AF_INET6};
+use redirect_common::{sock, Counter, OrigDst, AF_INET, AF_INET6};
 
 use crate::{
     capture::policy_of,
-    maps::{count, PENDING},
+    maps::{count, SOCK_STATE},
     sockaddr::{
         is_mapped, loopback6, set_user4, set_user6, user4, user6, LOCALHOST_NET, MAPPED_WORD,
     },
@@ -28,21 +26,21 @@ enum Ports {
 /// ports it could have been sent to.
 #[inline(always)]
 fn original(ctx: &SockAddrContext, port: u16, which: Ports) -> Option<OrigDst> {
-    // SAFETY: both helpers accept a sock_addr context.
-    let (netns, cookie) = unsafe {
-        (
-            bpf_get_netns_cookie(ctx.as_ptr()),
-            bpf_get_socket_cookie(ctx.as_ptr()),
-        )
-    };
+    // SAFETY: the helper accepts a sock_addr context.
+    let netns = unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
     let (policy, _) = policy_of(netns)?;
     let known = port == policy.dns_port
         || (which == Ports::Any && (port == policy.proxy_port || port == policy.inbound_port));
     if !known {
         return None;
     }
-    // SAFETY: value copied out at once.
-    unsafe { PENDING.get(cookie) }.copied()
+    // SAFETY: the socket's own storage (lookup only), copied out at once.
+    let state = unsafe { SOCK_STATE.get_ptr_mut(ctx) };
+    if state.is_null() {
+        return None;
+    }
+    // SAFETY: as above.
+    sock::redirected_to(unsafe { &*state })
 }
 
 #[inline(always)]

@@ -47,7 +47,7 @@ fn add(netns: u64, up: bool) {
 /// `TCP_LISTEN_CB`: the proxy's marked listener counts once, and is watched until it closes.
 #[inline(always)]
 pub fn on_listen(ctx: &SockOpsContext, netns: u64) {
-    let Some(state) = sock_state(ctx) else {
+    let Some(state) = sock_state(ctx, false) else {
         return;
     };
     // SAFETY: the socket's own storage, valid for the program run; a socket's callbacks run
@@ -63,7 +63,7 @@ pub fn on_listen(ctx: &SockOpsContext, netns: u64) {
 /// `STATE_CB` LISTEN -> CLOSE: a counted listener counts back.
 #[inline(always)]
 pub fn on_listener_close(ctx: &SockOpsContext, netns: u64) {
-    let Some(state) = sock_state(ctx) else {
+    let Some(state) = sock_state(ctx, false) else {
         return;
     };
     // SAFETY: as in `on_listen`.

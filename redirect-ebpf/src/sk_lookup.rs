@@ -153,7 +153,7 @@ fn record(conn: &InboundConn) {
             _pad: 0,
         },
         client_cookie: 0,
-        proxy_cookie: 0,
+        quota_key: 0,
     };
     if INBOUND.insert(key, entry, 0).is_err() {
         count(Counter::InboundTrackError);

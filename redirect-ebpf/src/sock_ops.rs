@@ -1,13 +1,16 @@
-//! `sock_ops`: turns a redirected connect into a 4-tuple entry, and removes it on close.
+//! `sock_ops`: hands a redirected connection's original destination from the application's
+//! socket to the proxy's accepted socket, and counts the proxy's listeners.
 //!
-//! The application's socket (active side) moves its entry from `PENDING` (by socket cookie) to
-//! `TRACKED` (by netns + 4-tuple) in `TCP_CONNECT_CB`, before the SYN leaves. The proxy's accepted
-//! socket (passive side) claims the entry when the handshake completes. The entry is removed when
-//! its owner closes: the proxy's socket once it claimed it, else the application's socket
-//! (the rules: [`redirect_common::tracking`]).
+//! The application's socket (active side) publishes the destination kept in its socket storage
+//! as a `TRACKED` entry (netns + 4-tuple) in `TCP_CONNECT_CB`, before the SYN leaves, within its
+//! policy's hand-off quota. The proxy's accepted socket (passive side) claims the entry into its
+//! own storage when the handshake completes and deletes it; an entry never claimed goes when the
+//! application's socket closes (the rules: [`redirect_common::tracking`]).
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
+
 use aya_ebpf::{
     bindings::{
-        BPF_ANY, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB,
+        BPF_ANY, BPF_NOEXIST, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB,
         BPF_SOCK_OPS_STATE_CB_FLAG, BPF_SOCK_OPS_TCP_CONNECT_CB, BPF_SOCK_OPS_TCP_LISTEN_CB,
     },
     helpers::generated::{bpf_get_netns_cookie, bpf_get_socket_cookie},
@@ -17,12 +20,15 @@ use aya_ebpf::{
 };
 use redirect_common::{
     normalise_addr,
-    tracking::{self, FoundAs, OnClose},
-    ConnKey, Counter, ListenerKey, NetnsCookie, Tracked, AF_INET, AF_INET6,
+    sock::{self, SOCK_HANDOFF},
+    tracking, ConnKey, Counter, ListenerKey, NetnsCookie, Tracked, AF_INET, AF_INET6,
 };
 
 use crate::{
-    maps::{count, INBOUND, LISTENERS, NETNS_INBOUND, PENDING, TRACKED},
+    maps::{
+        count, count_ns, handoff_quota, sock_state, HANDOFFS, INBOUND, LISTENERS, NETNS_INBOUND,
+        TRACKED,
+    },
     readiness,
 };
 
@@ -129,24 +135,74 @@ fn watch_close(ctx: &SockOpsContext) {
     let _ = ctx.set_cb_flags((ctx.cb_flags() | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
 }
 
+/// `tcp_connect()` of a redirected application socket: publishes the hand-off under the
+/// connection's 4-tuple, within its policy's quota, before the SYN leaves.
 fn on_connect(ctx: &SockOpsContext) {
-    let sock = cookie(ctx);
-    // SAFETY: the value is copied out at once; a concurrent delete cannot alias it because
-    // only this socket's own callbacks touch its cookie's entry.
-    let Some(orig) = (unsafe { PENDING.get(sock) }).copied() else {
+    let Some(state) = sock_state(ctx, false) else {
         return;
     };
-    // The PENDING entry stays for getpeername until the socket closes.
+    // SAFETY: the socket's own storage, valid for the program run; its callbacks run under
+    // the socket's lock, one at a time.
+    let state = unsafe { &mut *state };
+    let Some(orig) = sock::redirected_to(state) else {
+        return;
+    };
+    let quota_key = state.quota_key;
+    if !handoff_add(quota_key) {
+        count(Counter::HandoffQuota);
+        count_ns(netns(ctx), Counter::HandoffQuota);
+        return;
+    }
     let entry = Tracked {
         dst: orig,
-        client_cookie: sock,
-        proxy_cookie: 0,
+        client_cookie: cookie(ctx),
+        quota_key,
     };
     if TRACKED.insert(key_as_client(ctx), entry, 0).is_err() {
+        handoff_sub(quota_key);
         count(Counter::TrackError);
         return;
     }
+    state.flags |= SOCK_HANDOFF;
     watch_close(ctx);
+}
+
+/// Counts one more hand-off for `key`; false (and nothing counted) when over its quota.
+#[inline(always)]
+fn handoff_add(key: u64) -> bool {
+    let slot = match HANDOFFS.get_ptr_mut(key) {
+        Some(n) => n,
+        None => {
+            // The policy's first hand-off; a concurrent first insert makes this one fail.
+            let _ = HANDOFFS.insert(key, 0, u64::from(BPF_NOEXIST));
+            match HANDOFFS.get_ptr_mut(key) {
+                Some(n) => n,
+                None => return false,
+            }
+        }
+    };
+    // SAFETY: a map value valid for the program run, changed only by atomic adds (as in
+    // `readiness`); the read after the add may see other CPUs' adds too, so a policy can go
+    // over its quota by at most the number of CPUs adding at that instant.
+    let after = unsafe {
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(slot, 1);
+        core::ptr::read_volatile(slot)
+    };
+    if tracking::admit(after, handoff_quota()) {
+        return true;
+    }
+    // SAFETY: as above.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(slot, u64::MAX) };
+    false
+}
+
+/// Counts one hand-off of `key` less (its entry was deleted).
+#[inline(always)]
+fn handoff_sub(key: u64) {
+    if let Some(slot) = HANDOFFS.get_ptr_mut(key) {
+        // SAFETY: as in `handoff_add`.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(slot, u64::MAX) };
+    }
 }
 
 /// Registers the proxy's inbound listener of an enrolled namespace for sk_lookup.
@@ -174,43 +230,55 @@ fn on_listen(ctx: &SockOpsContext) {
     }
 }
 
+/// The proxy's accepted socket completed its handshake: it claims the connection's hand-off
+/// (a redirected connect's `TRACKED` entry, or sk_lookup's `INBOUND` entry) into its own
+/// storage, and the entry goes at once.
 fn on_passive_established(ctx: &SockOpsContext) {
     let key = key_as_proxy(ctx);
-    let Some(entry) = TRACKED
-        .get_ptr_mut(key)
-        .or_else(|| INBOUND.get_ptr_mut(key))
-    else {
+    let (entry, tracked) = match TRACKED.get_ptr(key) {
+        Some(e) => (e, true),
+        None => match INBOUND.get_ptr(key) {
+            Some(e) => (e, false),
+            None => return,
+        },
+    };
+    // SAFETY: pointer into a map value, valid for this program run; copied out at once.
+    let Tracked { dst, quota_key, .. } = unsafe { *entry };
+    let Some(state) = sock_state(ctx, true) else {
+        // The entry stays for its owner's close (or eviction); the proxy gets no answer.
+        count(Counter::StateError);
+        return;
+    };
+    // SAFETY: the socket's own storage, valid for the program run.
+    sock::claim(unsafe { &mut *state }, dst);
+    if tracked {
+        // Only the delete that wins counts back: the application's close may race with it.
+        if TRACKED.remove(key).is_ok() {
+            handoff_sub(quota_key);
+        }
+    } else {
+        let _ = INBOUND.remove(key);
+    }
+}
+
+/// An application socket with a hand-off closes: an entry still there was never claimed and
+/// goes with it.
+fn on_close(ctx: &SockOpsContext) {
+    let Some(state) = sock_state(ctx, false) else {
+        return;
+    };
+    // SAFETY: the socket's own storage, valid for the program run.
+    let state = unsafe { &mut *state };
+    if state.flags & SOCK_HANDOFF == 0 {
+        return;
+    }
+    state.flags &= !SOCK_HANDOFF;
+    let key = key_as_client(ctx);
+    let Some(entry) = TRACKED.get_ptr(key) else {
         return;
     };
     // SAFETY: pointer into a map value, valid for this program run.
-    tracking::claim(unsafe { &mut *entry }, cookie(ctx));
-    watch_close(ctx);
-}
-
-fn on_close(ctx: &SockOpsContext) {
-    let sock = cookie(ctx);
-    let _ = PENDING.remove(sock);
-    // The socket's entry is under one of its two keys; the first it owns goes.
-    let client_key = key_as_client(ctx);
-    if let Some(entry) = TRACKED.get_ptr(client_key) {
-        // SAFETY: pointer into a map value, valid for this program run.
-        if tracking::on_close(sock, FoundAs::Client, unsafe { &*entry }) == OnClose::Delete {
-            let _ = TRACKED.remove(client_key);
-            return;
-        }
-    }
-    let proxy_key = key_as_proxy(ctx);
-    if let Some(entry) = TRACKED.get_ptr(proxy_key) {
-        // SAFETY: as above.
-        if tracking::on_close(sock, FoundAs::Proxy, unsafe { &*entry }) == OnClose::Delete {
-            let _ = TRACKED.remove(proxy_key);
-            return;
-        }
-    }
-    if let Some(entry) = INBOUND.get_ptr(proxy_key) {
-        // SAFETY: as above.
-        if tracking::on_close(sock, FoundAs::Proxy, unsafe { &*entry }) == OnClose::Delete {
-            let _ = INBOUND.remove(proxy_key);
-        }
+    if tracking::app_close_deletes(cookie(ctx), unsafe { &*entry }) && TRACKED.remove(key).is_ok() {
+        handoff_sub(state.quota_key);
     }
 }

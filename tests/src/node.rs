@@ -149,19 +149,38 @@ impl Drop for Pins {
     }
 }
 
+/// `max_entries` of map `name` of the datapath pinned at `pins`, as bpftool reports it.
+pub fn map_max_entries(pins: &Path, name: &str) -> u64 {
+    let shown = Command::new("bpftool")
+        .args(["-j", "map", "show", "pinned"])
+        .arg(pins.join("maps").join(name))
+        .output()
+        .expect("bpftool");
+    let json: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("bpftool json");
+    json["max_entries"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no max_entries for {name}: {json}"))
+}
+
 /// `redirect istio-iptables --bpffs PINS --cgroup CGROUP --netns NETNS ARGS...`.
 pub fn istio_iptables(pins: &Path, cgroup: &Path, netns: &Path, args: &[&str]) -> Output {
-    Command::new(bin_path("redirect"))
-        .arg("istio-iptables")
+    istio_iptables_cmd(pins, cgroup, netns, args)
+        .output()
+        .expect("run redirect istio-iptables")
+}
+
+/// The command [`istio_iptables`] runs, to add environment before running it.
+pub fn istio_iptables_cmd(pins: &Path, cgroup: &Path, netns: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin_path("redirect"));
+    cmd.arg("istio-iptables")
         .arg("--bpffs")
         .arg(pins)
         .arg("--cgroup")
         .arg(cgroup)
         .arg("--netns")
         .arg(netns)
-        .args(args)
-        .output()
-        .expect("run redirect istio-iptables")
+        .args(args);
+    cmd
 }
 
 /// Asserts that `out` (of `what`) succeeded; returns its stdout.

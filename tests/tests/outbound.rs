@@ -254,7 +254,7 @@ fn map_fill(attach: &Attach) -> (u64, u64) {
     let i = &s["instances"][0];
     (
         i["tracked_entries"].as_u64().expect("tracked"),
-        i["pending_entries"].as_u64().expect("pending"),
+        i["inbound_entries"].as_u64().expect("inbound"),
     )
 }
 

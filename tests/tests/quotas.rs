@@ -1,12 +1,11 @@
 //! Per-namespace quotas on the shared maps and all-or-nothing enrollment: a policy over a quota,
 //! a pod beyond `--max-pods` or a pod claiming another's address writes nothing, names the
 //! limit, and leaves no entry that would refuse the next pod.
-use std::process::{Command, Output};
+use std::process::Output;
 
 use redirect_testkit::{ip, privileged_or_skip, Cgroup, Netns};
 use redirect_tests::{
-    bin_path,
-    node::{ok, Pins},
+    node::{istio_iptables_cmd, ok, Pins},
     wait_detached,
 };
 
@@ -27,21 +26,13 @@ fn pod(prefix: &str, addr: &str) -> Netns {
 
 /// `redirect istio-iptables` for `ns` with `env` set.
 fn apply(pins: &Pins, cgroup: &Cgroup, ns: &Netns, env: &[(&str, &str)], args: &[&str]) -> Output {
-    Command::new(bin_path("redirect"))
-        .arg("istio-iptables")
-        .arg("--bpffs")
-        .arg(&pins.0)
-        .arg("--cgroup")
-        .arg(cgroup.path())
-        .arg("--netns")
-        .arg(ns.path())
-        // No process runs in these namespaces: the proxy's uid is given, not looked up.
-        .args(if args.contains(&"--cleanup-only") {
-            &[][..]
-        } else {
-            &["-u", "1337"][..]
-        })
-        .args(args)
+    // No process runs in these namespaces: the proxy's uid is given, not looked up.
+    let uid: &[&str] = if args.contains(&"--cleanup-only") {
+        &[]
+    } else {
+        &["-u", "1337"]
+    };
+    istio_iptables_cmd(&pins.0, cgroup.path(), &ns.path(), &[uid, args].concat())
         .envs(env.iter().copied())
         .output()
         .expect("run redirect istio-iptables")
@@ -136,16 +127,10 @@ fn max_pods_sizes_the_maps_and_a_refused_pod_leaves_nothing() {
         "pod a creates the datapath",
     );
     // The sizing of the creating run holds: the maps are sized from it.
-    let shown = Command::new("bpftool")
-        .args(["-j", "map", "show", "pinned"])
-        .arg(pins.0.join("maps/POD_ADDRS"))
-        .output()
-        .expect("bpftool");
-    let json: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("bpftool json");
     assert_eq!(
-        json["max_entries"],
+        redirect_tests::node::map_max_entries(&pins.0, "POD_ADDRS"),
         3 * 8,
-        "(max pods + 1) x addresses: {json}"
+        "(max pods + 1) x addresses"
     );
     ok(&apply(&pins, &cgroup, &b, &[], &["-i", "*"]), "pod b");
     let out = apply(&pins, &cgroup, &c, &[], &["-i", "*"]);

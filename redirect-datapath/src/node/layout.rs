@@ -17,8 +17,10 @@ use crate::{
 
 /// The layout this build reads and writes. v0: no record (before versions); v1: this record;
 /// v2: `SOCK_STATE` socket storage, the bind4/bind6 links that mark the proxy's listeners,
-/// `PROXY_LISTENERS` counting in u64 (updated atomically) and `DIR/sizing`.
-pub const LAYOUT_VERSION: u32 = 2;
+/// `PROXY_LISTENERS` counting in u64 (updated atomically) and `DIR/sizing`; v3: original
+/// destinations in `SOCK_STATE` (no `PENDING`), `TRACKED` hand-offs claimed and deleted by the
+/// proxy's socket, counted per policy in `HANDOFFS` against the `--quota-handshakes` quota.
+pub const LAYOUT_VERSION: u32 = 3;
 /// Name of the record's pin and of the map in the kernel.
 pub const PIN: &str = "layout";
 const MAGIC: u64 = 0x7265_6469_7265_6374; // "redirect"

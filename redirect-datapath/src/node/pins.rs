@@ -56,6 +56,8 @@ impl NodeDatapath {
         let object = object::bpf_object().ok_or(Error::NoObject)?;
         let mut loader = EbpfLoader::new();
         loader.override_global("AYA_LOG_LEVEL", &0u8, false);
+        let quota = u64::from(attach.quotas.handshakes);
+        loader.override_global(redirect_common::HANDOFF_QUOTA_GLOBAL, &quota, true);
         for (name, size) in attach.quotas.map_sizes() {
             loader.map_max_entries(name, size);
         }

@@ -17,6 +17,8 @@ use crate::{
 /// Name of the sizing record's pin.
 pub const PIN: &str = "sizing";
 const MAGIC: u32 = 0x7a69_7365; // "size"
+/// `TRACKED` entries beyond `slots * handshakes`: concurrent adds on every CPU at once.
+const HANDOFF_SLACK: u32 = 1024;
 type Raw = [u32; 8];
 
 /// How many namespaces a node datapath holds and what each may use of the shared maps.
@@ -34,6 +36,9 @@ pub struct Quotas {
     pub interfaces: u32,
     /// Routes of one namespace followed for `-c` (`--quota-routes`).
     pub routes: u32,
+    /// Redirected connections of one namespace whose proxy side has not completed its
+    /// handshake yet (`TRACKED` hand-offs in flight) (`--quota-handshakes`).
+    pub handshakes: u32,
 }
 
 impl Default for Quotas {
@@ -45,6 +50,7 @@ impl Default for Quotas {
             addresses: 64,
             interfaces: 16,
             routes: 4096,
+            handshakes: 2048,
         }
     }
 }
@@ -68,6 +74,12 @@ impl Quotas {
             (map_names::IFACES, per(self.interfaces)),
             (map_names::LISTENERS, per(2)),
             (map_names::NETNS_COUNTERS, per(Counter::COUNT)),
+            (map_names::HANDOFFS, slots),
+            // Each policy may go over its quota by one add per CPU at the same instant.
+            (
+                map_names::TRACKED,
+                per(self.handshakes).saturating_add(HANDOFF_SLACK),
+            ),
         ]
     }
 
@@ -80,7 +92,7 @@ impl Quotas {
             self.addresses,
             self.interfaces,
             self.routes,
-            0,
+            self.handshakes,
         ]
     }
 
@@ -92,6 +104,7 @@ impl Quotas {
             addresses: raw[4],
             interfaces: raw[5],
             routes: raw[6],
+            handshakes: raw[7],
         })
     }
 
@@ -251,6 +264,7 @@ mod tests {
         assert_eq!(size(map_names::NETNS_OUTBOUND), Some(111));
         assert_eq!(size(map_names::INBOUND_PORTS), Some(111 * 2048));
         assert_eq!(size(map_names::POD_ADDRS), Some(111 * 64));
+        assert_eq!(size(map_names::TRACKED), Some(111 * 2048 + 1024));
         assert!(sizes.iter().all(|(_, s)| *s > 0));
     }
 }

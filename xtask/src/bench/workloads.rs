@@ -309,7 +309,7 @@ impl Bench {
                 let kv = info["bytes_key"].as_u64().unwrap_or(0)
                     + info["bytes_value"].as_u64().unwrap_or(0);
                 let per = match name.as_str() {
-                    "TRACKED" | "PENDING" => Some("per tracked connection"),
+                    "TRACKED" | "INBOUND" => Some("per connection in hand-off"),
                     "NETNS_INBOUND" => Some("per enrolled namespace"),
                     "INBOUND_PORTS" => Some("per listed port of an enrolled namespace"),
                     "POD_ADDRS" => Some("per address of an enrolled namespace"),

@@ -1,0 +1,315 @@
+//! One pod flooding the per-connection state (hardening finding 4) never costs another pod its
+//! DNS replies' source, its getpeername or its `SO_ORIGINAL_DST`: original destinations live in
+//! each socket's own storage, and the keyed hand-off to the proxy has a per-namespace quota.
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    time::Duration,
+};
+
+use redirect_testkit::{privileged_or_skip, unique_name, Cgroup, Child, Netns};
+use redirect_tests::{
+    bin_path,
+    conformance::listen,
+    node::{istio_iptables, istio_iptables_cmd, ok, Pins},
+    wait_detached,
+};
+
+const DNS: &str = "10.96.0.10:53";
+const SERVICE: &str = "192.0.2.10:80";
+const APP: (&str, &str) = ("1000", "1000");
+
+/// `redirect istio-iptables` capturing all TCP and DNS of `ns` (no process runs there: the
+/// proxy's uid and the DNS servers are given).
+fn enroll(pins: &Pins, cgroup: &Cgroup, ns: &Netns, env: &[(&str, &str)]) -> Output {
+    let dns = DNS.trim_end_matches(":53");
+    let args = [
+        "-u",
+        "1337",
+        "-i",
+        "*",
+        "--redirect-dns",
+        "--dns-servers",
+        dns,
+    ];
+    istio_iptables_cmd(&pins.0, cgroup.path(), &ns.path(), &args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run redirect istio-iptables")
+}
+
+fn cleanup(pins: &Pins, cgroup: &Cgroup, ns: &Netns) {
+    let out = istio_iptables(&pins.0, cgroup.path(), &ns.path(), &["--cleanup-only"]);
+    ok(&out, "cleanup");
+}
+
+/// `probe-flood ARGS` in `ns` and `cgroup` as uid/gid `id`.
+fn flood(ns: &Netns, cgroup: &Cgroup, id: (&str, &str), args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin_path("probe-flood"));
+    cmd.arg("--netns")
+        .arg(ns.path())
+        .arg("--cgroup")
+        .arg(cgroup.path())
+        .args(["--uid", id.0, "--gid", id.1])
+        .args(args);
+    cmd
+}
+
+/// The pod's proxy: TCP on 15001, DNS on 15053, as uid 1337.
+fn proxy(ns: &Netns, cgroup: &Cgroup) -> Child {
+    listen(
+        ns,
+        Some(cgroup.path()),
+        Some((1337, 1337)),
+        "proxy",
+        &["0.0.0.0:15001".into()],
+        &["127.0.0.1:15053".into()],
+    )
+}
+
+/// A file that does not exist yet, removed on drop.
+struct GoFile(PathBuf);
+
+impl GoFile {
+    fn new() -> Self {
+        Self(std::env::temp_dir().join(unique_name("rfgo")))
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+    fn create(&self) {
+        std::fs::write(&self.0, b"go").expect("create the go file");
+    }
+}
+
+impl Drop for GoFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn node_json(pins: &Pins) -> serde_json::Value {
+    let out = Command::new(bin_path("redirect"))
+        .args(["status", "--json", "--bpffs"])
+        .arg(&pins.0)
+        .output()
+        .expect("run redirect status");
+    serde_json::from_slice(&ok(&out, "status").into_bytes()).expect("status json")
+}
+
+/// Entries the node status reports in `map`.
+fn fill(pins: &Pins, map: &str) -> u64 {
+    let v = node_json(pins);
+    v["node"]["fill"][map]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {map} fill in {v}"))
+}
+
+/// Two pods of one node datapath (not created yet) in one cgroup.
+struct Tenants {
+    cgroup: Cgroup,
+    pins: Pins,
+    hostile: Netns,
+    neighbour: Netns,
+}
+
+impl Tenants {
+    fn new() -> Self {
+        Self {
+            cgroup: Cgroup::new("rfc").expect("cgroup"),
+            pins: Pins::new(),
+            hostile: Netns::new("rfa").expect("netns"),
+            neighbour: Netns::new("rfb").expect("netns"),
+        }
+    }
+}
+
+#[test]
+fn a_pod_churning_captured_dns_sockets_leaves_its_neighbours_replies_and_peers_alone() {
+    if !privileged_or_skip("a_pod_churning_captured_dns_sockets") {
+        return;
+    }
+    let Tenants {
+        cgroup,
+        pins,
+        hostile,
+        neighbour,
+    } = Tenants::new();
+    ok(
+        &enroll(&pins, &cgroup, &hostile, &[]),
+        "enroll the hostile pod",
+    );
+    ok(
+        &enroll(&pins, &cgroup, &neighbour, &[]),
+        "enroll the neighbour",
+    );
+    let _proxy = proxy(&neighbour, &cgroup);
+
+    // The neighbour sends its DNS query and opens its connection, then waits for its replies
+    // while the other pod churns captured DNS sockets.
+    let go = GoFile::new();
+    let mut cmd = flood(
+        &neighbour,
+        &cgroup,
+        APP,
+        &["--victim-dns", DNS, "--victim-tcp", SERVICE, "--go"],
+    );
+    cmd.arg(go.path());
+    let mut victim = Child::spawn("probe-flood victim", cmd).expect("start the victim");
+    victim
+        .wait_line("ready", Duration::from_secs(20), |l| l == "ready")
+        .expect("the victim's query and connection");
+
+    // More captured sockets than the old node-wide 65,536-entry map held, in seconds.
+    let out = flood(
+        &hostile,
+        &cgroup,
+        APP,
+        &["--udp", DNS, "--count", "200000", "--threads", "2"],
+    )
+    .output()
+    .expect("run the flood");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.trim() == "done 200000",
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    go.create();
+    let answer = victim
+        .wait_line("its answers", Duration::from_secs(30), |l| {
+            l.starts_with("dns-from=")
+        })
+        .expect("the victim's answers");
+    assert!(
+        answer.starts_with(&format!("dns-from={DNS} ")),
+        "the neighbour's DNS reply still comes from its server: {answer}"
+    );
+    assert!(
+        answer.contains(&format!("tcp-peer={SERVICE} ")),
+        "getpeername still shows the service: {answer}"
+    );
+    assert!(
+        answer.contains(&format!("\"orig\":\"{SERVICE}\"")) || answer.contains(SERVICE),
+        "the proxy got the original destination: {answer}"
+    );
+    drop(victim);
+    cleanup(&pins, &cgroup, &hostile);
+    cleanup(&pins, &cgroup, &neighbour);
+    wait_detached(cgroup.path());
+}
+
+#[test]
+fn a_pod_holding_connections_in_hand_off_uses_only_its_own_quota() {
+    if !privileged_or_skip("a_pod_holding_connections_in_hand_off") {
+        return;
+    }
+    let Tenants {
+        cgroup,
+        pins,
+        hostile,
+        neighbour,
+    } = Tenants::new();
+    let sizing = [
+        ("REDIRECT_MAX_PODS", "4"),
+        ("REDIRECT_QUOTA_HANDSHAKES", "32"),
+    ];
+    ok(
+        &enroll(&pins, &cgroup, &hostile, &sizing),
+        "enroll the hostile pod",
+    );
+    ok(
+        &enroll(&pins, &cgroup, &neighbour, &[]),
+        "enroll the neighbour",
+    );
+    assert_eq!(
+        redirect_tests::node::map_max_entries(&pins.0, "TRACKED"),
+        5 * 32 + 1024,
+        "TRACKED is sized from the quota"
+    );
+
+    // The hostile pod's "proxy" never accepts: past its backlog, connects stay in SYN_SENT
+    // and their hand-offs are never claimed.
+    let mut stuck = Child::spawn(
+        "probe-flood stuck listener",
+        flood(
+            &hostile,
+            &cgroup,
+            ("1337", "1337"),
+            &["--stuck-listen", "15001"],
+        ),
+    )
+    .expect("start the stuck listener");
+    stuck
+        .wait_line("listening", Duration::from_secs(10), |l| l == "listening")
+        .expect("listening");
+    let mut held = Child::spawn(
+        "probe-flood holder",
+        flood(
+            &hostile,
+            &cgroup,
+            APP,
+            &["--hold-tcp", SERVICE, "--count", "300"],
+        ),
+    )
+    .expect("start the holder");
+    held.wait_line("holding", Duration::from_secs(20), |l| l == "holding 300")
+        .expect("300 connects held");
+    redirect_testkit::until(
+        "the hand-offs past the quota are counted",
+        Duration::from_secs(20),
+        || counter(&pins, &hostile, "handoff_quota") >= 300 - 32 - 2,
+    )
+    .expect("handoff_quota counted for the hostile pod");
+    let in_flight = fill(&pins, "TRACKED");
+    assert!(
+        (30..=40).contains(&in_flight),
+        "the hostile pod holds about its quota of 32 hand-offs, not 300: {in_flight}"
+    );
+
+    // The neighbour's connections all get their original destination.
+    let _proxy = proxy(&neighbour, &cgroup);
+    for _ in 0..20 {
+        let r = redirect_tests::conformance::probe(
+            &neighbour,
+            Some(cgroup.path()),
+            Some((1000, 1000)),
+            &[format!("tcp:{SERVICE}")],
+        );
+        assert_eq!(
+            r[0].at(),
+            format!("at=proxy/0.0.0.0:15001 orig={SERVICE}"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(counter(&pins, &neighbour, "handoff_quota"), 0);
+
+    // The holder goes: its unclaimed hand-offs go with its sockets.
+    drop(held);
+    redirect_testkit::until("the hand-offs are gone", Duration::from_secs(20), || {
+        fill(&pins, "TRACKED") == 0
+    })
+    .expect("TRACKED back to empty");
+    drop(stuck);
+    cleanup(&pins, &cgroup, &hostile);
+    cleanup(&pins, &cgroup, &neighbour);
+    wait_detached(cgroup.path());
+}
+
+/// Counter `name` of namespace `ns` (`redirect stats --netns`).
+fn counter(pins: &Pins, ns: &Netns, name: &str) -> u64 {
+    let out = Command::new(bin_path("redirect"))
+        .args(["stats", "--json", "--bpffs"])
+        .arg(&pins.0)
+        .arg("--netns")
+        .arg(ns.path())
+        .output()
+        .expect("run redirect stats");
+    let v: serde_json::Value = serde_json::from_slice(ok(&out, "stats").as_bytes()).expect("json");
+    // A namespace (or counter) nothing has counted for yet is absent: zero.
+    v.as_array()
+        .and_then(|a| a.first())
+        .and_then(|ns| ns["counters"][name].as_u64())
+        .unwrap_or(0)
+}
