@@ -80,8 +80,10 @@ impl Node {
             .arg(self.cgroup.path())
             .args(extra);
         let mut child = Child::spawn("redirect daemon", cmd).expect("start redirect daemon");
+        // Creating the datapath runs the verifier over every program: seconds of CPU, more
+        // when other tests load theirs at the same moment.
         let ready = child
-            .wait_line("its ready line", Duration::from_secs(10), |l| {
+            .wait_line("its ready line", Duration::from_secs(40), |l| {
                 l.starts_with("ready ")
             })
             .expect("daemon ready");

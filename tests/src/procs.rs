@@ -46,7 +46,7 @@ impl Attach {
             .env("RUST_LOG", test_log());
         let mut child = Child::spawn("redirect attach", cmd).expect("start redirect attach");
         child
-            .wait_line("its ready line", Duration::from_secs(20), |l| {
+            .wait_line("its ready line", Duration::from_secs(40), |l| {
                 l.starts_with("ready ")
             })
             .expect("redirect attach ready");
