@@ -128,7 +128,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         .or_else(|| std::env::var_os("REDIRECT_BPFFS").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(node::DEFAULT_DIR));
     if inv.dry_run {
-        let addrs = netns::addresses(&ns).unwrap_or_default();
+        let addrs = netns::NetnsHandle::open(&ns)
+            .and_then(|h| h.addresses())
+            .unwrap_or_default();
         let ipv6 = node::ipv6_follows(&inv.policy, &addrs);
         print!("{}", side_by_side(&inv.policy, ipv6));
         return Ok(());
@@ -174,7 +176,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         proxy_cgroup: None,
         quotas: crate::sizing_args::Sizing::from_env()?,
     };
-    let (applied, created) = NodeDatapath::apply_at(&dir, &attach, &ns, &inv.policy)?;
+    // Opened once: the apply reads and attaches through this descriptor only.
+    let handle = netns::NetnsHandle::open(&ns)?;
+    let (applied, created) = NodeDatapath::apply_at(&dir, &attach, &handle, &inv.policy)?;
     let inbound = if applied.inbound {
         format!(", inbound capture to :{}", inv.policy.inbound_capture_port)
     } else {

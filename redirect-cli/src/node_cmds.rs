@@ -222,7 +222,8 @@ pub fn vm(
         proxy_cgroup: None,
         quotas: crate::sizing_args::Sizing::from_env()?,
     };
-    let (a, _) = NodeDatapath::apply_at(&dir, &attach, &path, &policy)?;
+    let handle = netns::NetnsHandle::open(&path)?;
+    let (a, _) = NodeDatapath::apply_at(&dir, &attach, &handle, &policy)?;
     let inbound = if a.inbound {
         format!(", inbound to :{}", policy.inbound_capture_port)
     } else {

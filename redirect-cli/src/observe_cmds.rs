@@ -96,9 +96,11 @@ pub fn explain_inbound(
     };
     let mut dp = open_pinned(bpffs)?;
     let path = netns::resolve(Some(netns_name));
-    let cookie = netns::cookie(&path)?;
+    let ns = netns::NetnsHandle::open(&path)?;
+    let cookie = ns.cookie();
     let ifindex = match iface {
-        Some(name) => netns::ifindex(&path, name)?
+        Some(name) => ns
+            .ifindex(name)?
             .with_context(|| format!("--iface {name}: no such interface in {}", path.display()))?,
         None => 0,
     };

@@ -8,11 +8,14 @@ use std::{
         fs::PermissionsExt as _,
         net::{UnixListener, UnixStream},
     },
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
+mod followed;
+
+use self::followed::{gone, Followed};
 pub use crate::files::{enrolled_names, enrollments, running, socket};
 use crate::{
     decode::{decode_request, read_frame},
@@ -44,7 +47,7 @@ pub struct Options {
 pub struct Daemon {
     opts: Options,
     dp: NodeDatapath,
-    enrollments: BTreeMap<u64, Enrollment>,
+    enrollments: BTreeMap<u64, Followed>,
     listener: UnixListener,
     _lock: nix::fcntl::Flock<File>,
     uninstalled: bool,
@@ -87,16 +90,6 @@ impl Daemon {
         }
         drop(guard);
         Ok(daemon)
-    }
-
-    /// Whether enrolled namespace `cookie` (enrolled as `path`) is gone: the kernel detached its
-    /// sk_lookup link, or `path` now names another namespace (a reused pid) or nothing.
-    fn gone(&self, path: &Path, cookie: u64) -> bool {
-        self.dp.namespace_gone(cookie)
-            || match netns::cookie(path) {
-                Ok(c) => c != cookie,
-                Err(_) => !path.exists(),
-            }
     }
 
     /// Checks the pins and every enrollment's policy (see `repair`); repairs what it can and
@@ -155,80 +148,6 @@ impl Daemon {
         }
     }
 
-    /// Re-applies every enrollment whose policy is not in the maps.
-    fn reapply_missing(&mut self, alarm: &mut Option<String>) {
-        let missing: Vec<Enrollment> = self
-            .enrollments
-            .iter()
-            .filter(|(cookie, _)| !self.dp.kernel_policy(**cookie).is_ok_and(|(out, _)| out))
-            .map(|(_, e)| e.clone())
-            .collect();
-        for e in missing {
-            tracing::error!(netns = %e.netns.display(), cookie = e.cookie, "an enrolled namespace's policy is missing from the maps: re-applying it");
-            match self.enroll(&e.netns, e.policy.clone(), e.source.clone()) {
-                Ok(_) => {
-                    self.health.repairs += 1;
-                    self.health.last_problem = Some(format!(
-                        "the policy of {} was removed behind the daemon's back; re-applied",
-                        e.netns.display()
-                    ));
-                }
-                Err(err) => *alarm = Some(format!("re-applying {}: {err}", e.netns.display())),
-            }
-        }
-    }
-
-    fn reconcile(&mut self, e: Enrollment) {
-        let gone = self.gone(&e.netns, e.cookie);
-        if gone {
-            tracing::info!(netns = %e.netns.display(), cookie = e.cookie, "enrolled namespace is gone: removing its policy");
-            if let Err(err) = self.dp.remove_policy(e.cookie, &e.netns) {
-                tracing::warn!(error = %err, "removing a stale policy");
-            }
-            remove_enrollment(&self.opts.dir, e.cookie);
-            return;
-        }
-        match self.enroll(&e.netns, e.policy.clone(), e.source.clone()) {
-            Ok(_) => tracing::info!(netns = %e.netns.display(), "enrollment re-adopted"),
-            Err(err) => {
-                // Its previous policy is still in the maps: keep it listed and followed, so
-                // `unenroll` and the namespace-gone check still reach it.
-                tracing::warn!(netns = %e.netns.display(), error = %err, "re-applying an enrollment failed; the previous policy stays");
-                self.enrollments.insert(e.cookie, e);
-            }
-        }
-    }
-
-    fn enroll(
-        &mut self,
-        netns: &Path,
-        policy: redirect_policy::Policy,
-        source: String,
-    ) -> Result<Enrollment> {
-        if !netns.is_absolute()
-            || netns.starts_with("/proc/self")
-            || netns.starts_with("/proc/thread-self")
-        {
-            return Err(Error::NetnsPath {
-                path: netns.to_path_buf(),
-            });
-        }
-        let applied = self.dp.apply(netns, &policy)?;
-        let e = Enrollment {
-            netns: netns.to_path_buf(),
-            cookie: applied.cookie,
-            source,
-            policy,
-            addrs: applied.addrs,
-            ipv6: applied.ipv6,
-            inbound: applied.inbound,
-            proxy_listening: false,
-        };
-        write_enrollment(&self.opts.dir, &e)?;
-        self.enrollments.insert(e.cookie, e.clone());
-        Ok(e)
-    }
-
     /// Carries out one request.
     pub fn handle(&mut self, req: Request) -> Response {
         let _guard = match node::lock(&self.opts.bpffs) {
@@ -253,8 +172,8 @@ impl Daemon {
                 let found = self
                     .enrollments
                     .values()
-                    .find(|e| e.netns == netns)
-                    .map(|e| e.cookie)
+                    .find(|f| f.record.netns == netns)
+                    .map(|f| f.record.cookie)
                     .or_else(|| {
                         netns::cookie(&netns)
                             .ok()
@@ -282,7 +201,11 @@ impl Daemon {
                 }
             }
             Request::List => {
-                let mut list: Vec<Enrollment> = self.enrollments.values().cloned().collect();
+                let mut list: Vec<Enrollment> = self
+                    .enrollments
+                    .values()
+                    .map(|f| f.record.clone())
+                    .collect();
                 for e in &mut list {
                     e.proxy_listening = self.dp.proxy_listening(e.cookie);
                 }
@@ -322,23 +245,27 @@ impl Daemon {
         self.check_datapath();
         let cookies: Vec<u64> = self.enrollments.keys().copied().collect();
         for cookie in cookies {
-            let Some(e) = self.enrollments.get(&cookie).cloned() else {
+            let Some(f) = self.enrollments.get(&cookie) else {
                 continue;
             };
-            let gone = self.gone(&e.netns, cookie);
-            if gone {
+            let e = f.record.clone();
+            if gone(&self.dp, f) {
                 tracing::info!(netns = %e.netns.display(), cookie, "enrolled namespace is gone: removing its policy");
                 let _ = self.dp.remove_policy(cookie, &e.netns);
                 self.enrollments.remove(&cookie);
                 remove_enrollment(&self.opts.dir, cookie);
                 continue;
             }
-            match self.dp.refresh(&e.netns, cookie, &e.policy) {
+            // Through the descriptor held since the enrollment: never the path again.
+            let Some(ns) = &f.ns else { continue };
+            match self.dp.refresh(ns, &e.policy) {
                 Ok(addrs) if addrs != e.addrs => {
                     let mut updated = e;
                     updated.addrs = addrs;
                     let _ = write_enrollment(&self.opts.dir, &updated);
-                    self.enrollments.insert(cookie, updated);
+                    if let Some(f) = self.enrollments.get_mut(&cookie) {
+                        f.record = updated;
+                    }
                 }
                 Ok(_) => {}
                 Err(err) => {

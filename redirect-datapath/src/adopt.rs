@@ -1,15 +1,12 @@
 //! Finds a proxy that was already listening on the inbound port when its namespace was
 //! enrolled (sock_ops only sees new `listen()` calls) and takes its socket for `LISTENERS`,
 //! only after checking it is that namespace's TCP listener on that port.
-use std::{
-    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
-    path::Path,
-};
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd};
 
 use nix::sys::socket::{getsockname, SockaddrStorage};
 use redirect_common::{AF_INET, AF_INET6};
 
-use crate::error::{Error, Result};
+use crate::{error::Result, netns::NetnsHandle};
 
 /// A listening socket found in a namespace: its inode and whether it is IPv6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,14 +32,9 @@ pub fn parse_listeners(text: &str, port: u16, ipv6: bool) -> Vec<Listening> {
         .collect()
 }
 
-/// The listening sockets on `port` inside the namespace at `netns`.
-pub fn listeners(netns: &Path, port: u16) -> Result<Vec<Listening>> {
-    let file =
-        std::fs::File::open(netns).map_err(|e| Error::io("opening network namespace", netns, e))?;
-    let shown = netns.to_path_buf();
-    std::thread::spawn(move || -> std::io::Result<Vec<Listening>> {
-        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-            .map_err(std::io::Error::from)?;
+/// The listening sockets on `port` inside namespace `ns`.
+pub fn listeners(ns: &NetnsHandle, port: u16) -> Result<Vec<Listening>> {
+    ns.run(|| {
         let mut out = Vec::new();
         for (path, ipv6) in [
             ("/proc/thread-self/net/tcp", false),
@@ -54,15 +46,6 @@ pub fn listeners(netns: &Path, port: u16) -> Result<Vec<Listening>> {
         }
         Ok(out)
     })
-    .join()
-    .map_err(|_| {
-        Error::io(
-            "reading listeners in",
-            &shown,
-            std::io::Error::other("thread panicked"),
-        )
-    })?
-    .map_err(|e| Error::io("reading listeners in", &shown, e))
 }
 
 /// Every (pid, fd) holding the socket with `inode`: the processes of the namespace whose
@@ -114,21 +97,15 @@ fn take_fd(pid: i32, fd: i32) -> Option<OwnedFd> {
     (sock >= 0).then(|| unsafe { OwnedFd::from_raw_fd(sock as i32) })
 }
 
-/// Takes the socket a table of namespace `netns` (cookie `cookie`) lists as `found`, if it
-/// is that namespace's TCP listener on `port` ([`check_listener`]). Returns it with its
-/// address family.
-pub fn take_listener(
-    found: &Listening,
-    netns: &Path,
-    cookie: u64,
-    port: u16,
-) -> Option<(OwnedFd, u16)> {
-    let netns_ino = crate::netns::inode(netns).ok();
-    for (pid, fd) in holders(found.inode, netns_ino) {
+/// Takes the socket a table of namespace `ns` lists as `found`, if it is that namespace's
+/// TCP listener on `port` ([`check_listener`]). Returns it with its address family.
+pub fn take_listener(found: &Listening, ns: &NetnsHandle, port: u16) -> Option<(OwnedFd, u16)> {
+    let netns = ns.path();
+    for (pid, fd) in holders(found.inode, Some(ns.inode())) {
         let Some(sock) = take_fd(pid, fd) else {
             continue;
         };
-        match check_listener(sock.as_fd(), cookie, port) {
+        match check_listener(sock.as_fd(), ns.cookie(), port) {
             Ok(family) => return Some((sock, family)),
             Err(why) => tracing::warn!(
                 inode = found.inode,

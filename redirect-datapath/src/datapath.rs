@@ -75,6 +75,8 @@ pub struct Datapath {
     pub(crate) ebpf: Ebpf,
     logger: Option<EbpfLogger<&'static dyn log::Log>>,
     pub(crate) ebpf_enrolled: Vec<Enrolled>,
+    /// Each enrolled namespace's descriptor, in `ebpf_enrolled`'s order (followed through it).
+    pub(crate) ebpf_netns: Vec<crate::netns::NetnsHandle>,
     /// Links in attach order.
     pub(crate) links: Vec<Link>,
     attachments: Vec<Attachment>,
@@ -128,6 +130,7 @@ impl Datapath {
             ebpf,
             logger,
             ebpf_enrolled: Vec::new(),
+            ebpf_netns: Vec::new(),
             links: Vec::new(),
             attachments: Vec::new(),
             options: AttachOptions {

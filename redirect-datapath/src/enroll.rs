@@ -12,7 +12,7 @@ use crate::{
     adopt,
     datapath::{Datapath, Enrolled},
     error::{Error, Result},
-    netns,
+    netns::NetnsHandle,
     store::{hash, keys_where, map_error, remove_where, MapStore},
 };
 
@@ -34,20 +34,25 @@ impl Datapath {
             tracing::info!(netns = %spec.netns.display(), "inbound capture disabled (empty -b)");
             return Ok(());
         }
-        let cookie = netns::cookie(&spec.netns)?;
-        let addrs = netns::addresses(&spec.netns)?;
+        // Opened once: every lookup and the link below go through this descriptor.
+        let ns = NetnsHandle::open(&spec.netns)?;
+        let cookie = ns.cookie();
+        let addrs = ns.addresses()?;
         write_inbound(&mut self.ebpf, spec, cookie)?;
         sync_addresses(&mut self.ebpf, &spec.netns, cookie, &[], &addrs)?;
 
-        let link = crate::plan::link_sk_lookup(&mut self.ebpf, &spec.netns)?;
+        let link = crate::plan::link_sk_lookup(&mut self.ebpf, &ns)?;
         self.hold(link);
-        adopt_listeners(&mut self.ebpf, spec, cookie)?;
+        adopt_listeners(&mut self.ebpf, spec, &ns)?;
+        // The process's maps and links go with it: an error here leaves nothing behind.
+        ns.verify()?;
         tracing::info!(netns = %spec.netns.display(), cookie, addrs = ?addrs, "inbound capture enrolled");
         self.ebpf_enrolled.push(Enrolled {
             spec: spec.clone(),
             cookie,
             addrs,
         });
+        self.ebpf_netns.push(ns);
         Ok(())
     }
 
@@ -60,7 +65,8 @@ impl Datapath {
                 let e = &self.ebpf_enrolled[i];
                 (e.spec.netns.clone(), e.cookie, e.addrs.clone())
             };
-            let new = netns::addresses(&path)?;
+            // The descriptor opened at enrollment, not the path again.
+            let new = self.ebpf_netns[i].addresses()?;
             if new != old {
                 sync_addresses(&mut self.ebpf, &path, cookie, &old, &new)?;
                 tracing::info!(netns = %path.display(), addrs = ?new, "pod addresses changed");
@@ -182,9 +188,15 @@ pub fn sync_addresses(
 
 /// Hands a proxy that already listens on the inbound port to `LISTENERS` (sock_ops only
 /// sees `listen()` calls made after it was attached): only a TCP socket of this namespace,
-/// listening on that port ([`adopt::check_listener`]).
-pub fn adopt_listeners(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64) -> Result<()> {
-    let found = adopt::listeners(&spec.netns, spec.inbound_port)?;
+/// listening on that port ([`adopt::check_listener`]), looked for in `ns` (`spec`'s namespace,
+/// opened once for the whole apply).
+pub fn adopt_listeners(
+    store: &mut dyn MapStore,
+    spec: &InboundSpec,
+    ns: &NetnsHandle,
+) -> Result<()> {
+    let cookie = ns.cookie();
+    let found = adopt::listeners(ns, spec.inbound_port)?;
     if found.is_empty() {
         return Ok(());
     }
@@ -192,8 +204,7 @@ pub fn adopt_listeners(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64
     let mut hash: SockHash<&mut MapData, ListenerKey> =
         SockHash::try_from(map).map_err(map_error("opening", map_names::LISTENERS))?;
     for l in found {
-        let Some((sock, family)) = adopt::take_listener(&l, &spec.netns, cookie, spec.inbound_port)
-        else {
+        let Some((sock, family)) = adopt::take_listener(&l, ns, spec.inbound_port) else {
             tracing::warn!(
                 inode = l.inode,
                 netns = %spec.netns.display(),

@@ -105,6 +105,19 @@ pub enum Error {
         /// The namespace being enrolled.
         netns: PathBuf,
     },
+    /// The path named another namespace (or none) by the end of an apply than the one it
+    /// opened at the start (a reused pid, a remounted name): the apply was rolled back.
+    #[error("network namespace {path} changed during the apply: it was opened as netns cookie {cookie} (inode {inode}), and the path now names {found}; everything written for cookie {cookie} was removed: apply again")]
+    NetnsChanged {
+        /// The path given.
+        path: PathBuf,
+        /// The cookie of the namespace it opened first.
+        cookie: u64,
+        /// That namespace's inode.
+        inode: u64,
+        /// What the path names now (its cookie and inode, or nothing).
+        found: String,
+    },
     /// A namespace path the daemon cannot keep using (relative, or another process's view).
     #[error("--netns {path}: the daemon opens the namespace itself and keeps following it, so give a path that names it from any process and stays valid: /run/netns/NAME, or /proc/PID/ns/net of a long-lived process of the pod")]
     NetnsPath {

@@ -3,7 +3,7 @@
 //! detaches); the node datapath pins them. Nothing else differs between the two.
 use std::{
     fs::File,
-    os::fd::{AsFd as _, OwnedFd},
+    os::fd::{AsFd as _, BorrowedFd, OwnedFd},
     path::{Path, PathBuf},
 };
 
@@ -163,23 +163,35 @@ pub fn link(
     attach: u32,
     target: &Path,
 ) -> Result<Link> {
+    let file = File::open(target).map_err(|e| Error::io("opening", target, e))?;
+    link_fd(ebpf, program, hook, attach, file.as_fd(), target)
+}
+
+/// Attaches program `program` at the open `target` (named `shown`) by bpf_link.
+fn link_fd(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    hook: &'static str,
+    attach: u32,
+    target: BorrowedFd<'_>,
+    shown: &Path,
+) -> Result<Link> {
     let prog = loaded(ebpf, program)?;
     let program_id = prog.info().map_or(0, |i| i.id());
     let fd = prog.fd().map_err(|source| Error::Verify {
         name: program,
         source: Box::new(source),
     })?;
-    let file = File::open(target).map_err(|e| Error::io("opening", target, e))?;
-    let fd = bpfsys::link_create(fd.as_fd(), file.as_fd(), attach).map_err(|e| Error::Pin {
+    let fd = bpfsys::link_create(fd.as_fd(), target, attach).map_err(|e| Error::Pin {
         op: "attaching (bpf_link_create) at",
-        path: target.to_path_buf(),
+        path: shown.to_path_buf(),
         source: e,
     })?;
     Ok(Link {
         attachment: Attachment {
             program: program.to_owned(),
             attach_type: hook.to_owned(),
-            target: target.to_path_buf(),
+            target: shown.to_path_buf(),
             program_id,
         },
         fd,
@@ -195,14 +207,15 @@ pub fn link_cgroups(ebpf: &mut Ebpf, app: &Path, proxy: &Path) -> Result<Vec<Lin
         .collect()
 }
 
-/// Attaches sk_lookup to the network namespace at `netns`.
-pub fn link_sk_lookup(ebpf: &mut Ebpf, netns: &Path) -> Result<Link> {
-    link(
+/// Attaches sk_lookup to network namespace `ns` (through its descriptor).
+pub fn link_sk_lookup(ebpf: &mut Ebpf, ns: &crate::netns::NetnsHandle) -> Result<Link> {
+    link_fd(
         ebpf,
         prog_names::SK_LOOKUP,
         "sk_lookup",
         attach_type::SK_LOOKUP,
-        netns,
+        ns.as_fd(),
+        ns.path(),
     )
 }
 

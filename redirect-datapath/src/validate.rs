@@ -104,7 +104,8 @@ fn listen_on(port: u16) -> std::io::Result<TcpListener> {
 /// Runs the checks. The caller has already moved this process into the pod's cgroup and
 /// network namespace (`netns_path` is only used for its addresses and cookie).
 pub fn run(store: &mut dyn MapStore, netns_path: &Path, timeout: Duration) -> Result<Report> {
-    let cookie = netns::cookie(netns_path)?;
+    let ns = netns::NetnsHandle::open(netns_path)?;
+    let cookie = ns.cookie();
     let Some(policy) = policy_of(store, cookie)? else {
         return Ok(Report {
             ok: false,
@@ -146,7 +147,7 @@ pub fn run(store: &mut dyn MapStore, netns_path: &Path, timeout: Duration) -> Re
         },
     });
 
-    let addrs = netns::addresses(netns_path)?;
+    let addrs = ns.addresses()?;
     let pod_ip = addrs.iter().find(|a| a.is_ipv4()).copied();
     let proxy_uid = policy.uids[0];
     match pod_ip {

@@ -17,7 +17,8 @@ const PORT: u16 = 15006;
 
 /// The one listener the namespace's table lists on `port`.
 fn listed(ns: &Netns, port: u16) -> Listening {
-    let found = adopt::listeners(&ns.path(), port).expect("read the namespace's table");
+    let handle = netns::NetnsHandle::open(&ns.path()).expect("open the namespace");
+    let found = adopt::listeners(&handle, port).expect("read the namespace's table");
     assert_eq!(found.len(), 1, "one listener on {port}: {found:?}");
     found[0]
 }
@@ -29,7 +30,8 @@ fn only_the_namespaces_own_tcp_listener_on_the_port_is_taken() {
     }
     let pod = Netns::new("rap").expect("pod netns");
     let other = Netns::new("rao").expect("other netns");
-    let cookie = netns::cookie(&pod.path()).expect("pod cookie");
+    let pod_ns = netns::NetnsHandle::open(&pod.path()).expect("open the pod namespace");
+    let cookie = pod_ns.cookie();
     let addr = format!("0.0.0.0:{PORT}");
     // The same port in another namespace, open first.
     let theirs = Listen::on(&addr)
@@ -41,10 +43,10 @@ fn only_the_namespaces_own_tcp_listener_on_the_port_is_taken() {
     // A socket inode that names the other namespace's listener is not taken for the pod.
     let wrong = listed(&other, PORT);
     assert!(
-        adopt::take_listener(&wrong, &pod.path(), cookie, PORT).is_none(),
+        adopt::take_listener(&wrong, &pod_ns, PORT).is_none(),
         "another namespace's listener on the same port was taken"
     );
-    let (taken, family) = adopt::take_listener(&listed(&pod, PORT), &pod.path(), cookie, PORT)
+    let (taken, family) = adopt::take_listener(&listed(&pod, PORT), &pod_ns, PORT)
         .expect("the pod's own listener is taken");
     assert_eq!(family, AF_INET);
     assert_eq!(

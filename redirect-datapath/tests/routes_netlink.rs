@@ -40,7 +40,9 @@ fn pod() -> Netns {
 
 fn resolve(ns: &Netns, excluded: &[&str]) -> Resolved {
     let names: Vec<String> = excluded.iter().map(|s| (*s).to_owned()).collect();
-    resolve_in(&ns.path(), &names).expect("resolve_in")
+    let handle =
+        redirect_datapath::netns::NetnsHandle::open(&ns.path()).expect("open the namespace");
+    resolve_in(&handle, &names).expect("resolve_in")
 }
 
 #[test]

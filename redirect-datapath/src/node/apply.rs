@@ -1,7 +1,8 @@
 //! Applying one namespace's policy to the node datapath: checked against the node's quotas
 //! before anything is written, then written in an order that never leaves a half policy
-//! active, and rolled back whole when a write fails.
-use std::{fs::File, os::fd::AsFd as _, path::Path};
+//! active, and rolled back whole when a write fails or the namespace's path names another
+//! namespace by the end.
+use std::os::fd::AsFd as _;
 
 use redirect_common::{map_names, prog_names};
 use redirect_policy::{inbound_kernel, Policy};
@@ -15,28 +16,32 @@ use super::{
 use crate::{
     bpfsys::{self, attach_type},
     enroll,
-    error::{Error, Result},
-    netns, outbound, routes,
+    error::Result,
+    netns::NetnsHandle,
+    outbound, routes,
     store::hash,
 };
 
 impl NodeDatapath {
-    /// Applies `policy` to the namespace at `netns_path`, replacing a previous one. The quotas
+    /// Applies `policy` to namespace `ns`, replacing a previous one. Every lookup and the
+    /// sk_lookup link go through `ns`'s descriptor (its path is not opened again). The quotas
     /// are checked first (an over-quota policy writes nothing and leaves a previous one as it
     /// was); nothing is active for the namespace until its outbound policy value is written
-    /// (last); a write that fails removes everything the namespace has, so no entry (an
+    /// (last); a write that fails, or a path that names another namespace after the last
+    /// write ([`NetnsHandle::verify`]), removes everything the namespace has, so no entry (an
     /// address another pod may be given, a port rule) is left behind.
-    pub fn apply(&mut self, netns_path: &Path, policy: &Policy) -> Result<Applied> {
-        let cookie = netns::cookie(netns_path)?;
-        let addrs = netns::addresses(netns_path)?;
+    pub fn apply(&mut self, ns: &NetnsHandle, policy: &Policy) -> Result<Applied> {
+        let netns_path = ns.path();
+        let cookie = ns.cookie();
+        let addrs = ns.addresses()?;
         let ipv6 = ipv6_follows(policy, &addrs);
         let routes = if policy.exclude_interfaces.is_empty() {
             Vec::new()
         } else {
-            routes::via_interfaces(netns_path, &policy.exclude_interfaces)?
+            routes::via_interfaces(ns, &policy.exclude_interfaces)?
         };
         let mut compiled = outbound::compile(policy, ipv6, routes)?;
-        compiled.policy.netns_ino = netns::inode(netns_path)?;
+        compiled.policy.netns_ino = ns.inode();
         // Pods die without --cleanup-only (istio-init never runs it): their entries, and the
         // addresses a new pod may reuse, go before this one is written.
         self.remove_stale()?;
@@ -49,7 +54,10 @@ impl NodeDatapath {
             new,
             enrolled: outbound::count(&mut self.maps)?,
         })?;
-        let inbound = match self.write_all(netns_path, cookie, policy, &addrs, &compiled) {
+        let written = self
+            .write_all(ns, policy, &addrs, &compiled)
+            .and_then(|inbound| ns.verify().map(|()| inbound));
+        let inbound = match written {
             Ok(inbound) => inbound,
             Err(e) => {
                 tracing::warn!(netns = %netns_path.display(), cookie, error = %e, "applying failed: removing everything written for the namespace");
@@ -82,12 +90,12 @@ impl NodeDatapath {
     /// Every write of an apply, the outbound policy last. Returns whether inbound is on.
     fn write_all(
         &mut self,
-        netns_path: &Path,
-        cookie: u64,
+        ns: &NetnsHandle,
         policy: &Policy,
         addrs: &[std::net::IpAddr],
         compiled: &outbound::Compiled,
     ) -> Result<bool> {
+        let (netns_path, cookie) = (ns.path(), ns.cookie());
         let old = owned_addresses(&mut self.maps, cookie)?;
         enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old, addrs)?;
         let spec = inbound_kernel::spec_of(policy, netns_path);
@@ -97,34 +105,32 @@ impl NodeDatapath {
             let stale = enroll::inbound_port_keys(&mut self.maps, cookie)?;
             enroll::write_inbound(&mut self.maps, &spec, cookie)?;
             enroll::remove_port_keys(&mut self.maps, &stale, &spec)?;
-            self.attach_sk_lookup(netns_path, cookie)?;
-            enroll::adopt_listeners(&mut self.maps, &spec, cookie)?;
+            self.attach_sk_lookup(ns)?;
+            enroll::adopt_listeners(&mut self.maps, &spec, ns)?;
         } else {
             enroll::remove_inbound(&mut self.maps, cookie)?;
             // With no inbound policy the program passes every lookup: the link is how the
             // kernel tells whether this namespace is gone (see `remove_stale`).
-            self.attach_sk_lookup(netns_path, cookie)?;
+            self.attach_sk_lookup(ns)?;
         }
-        write_ifaces(&mut self.maps, netns_path, cookie, policy)?;
+        write_ifaces(&mut self.maps, ns, policy)?;
         outbound::write(&mut self.maps, cookie, compiled)?;
         // After the policy: from now on sock_ops counts listen() calls; this counts the
         // listeners that were there before.
-        seed_proxy_listeners(&mut self.maps, netns_path, cookie, policy.proxy_port)?;
+        seed_proxy_listeners(&mut self.maps, ns, policy.proxy_port)?;
         Ok(inbound)
     }
 
-    pub(super) fn attach_sk_lookup(&mut self, netns_path: &Path, cookie: u64) -> Result<()> {
-        let pin = self.dir.join("netns").join(cookie.to_string());
+    pub(super) fn attach_sk_lookup(&mut self, ns: &NetnsHandle) -> Result<()> {
+        let pin = self.dir.join("netns").join(ns.cookie().to_string());
         if pin.exists() {
             return Ok(());
         }
         let prog_path = self.dir.join("progs").join(prog_names::SK_LOOKUP);
         let prog =
             bpfsys::obj_get(&prog_path).map_err(pin_err("opening pinned program", &prog_path))?;
-        let ns = File::open(netns_path)
-            .map_err(|e| Error::io("opening network namespace", netns_path, e))?;
         let link = bpfsys::link_create(prog.as_fd(), ns.as_fd(), attach_type::SK_LOOKUP)
-            .map_err(pin_err("attaching sk_lookup to", netns_path))?;
+            .map_err(pin_err("attaching sk_lookup to", ns.path()))?;
         bpfsys::obj_pin(link.as_fd(), &pin).map_err(pin_err("pinning link", &pin))
     }
 

@@ -1,7 +1,5 @@
 //! One namespace's entries outside the policy value: its addresses, its interfaces (`-c`,
 //! `-k`) and the count of listeners on its outbound port.
-use std::path::Path;
-
 use redirect_common::map_names;
 
 use redirect_policy::Policy;
@@ -9,7 +7,7 @@ use redirect_policy::Policy;
 use crate::{
     enroll,
     error::Result,
-    netns,
+    netns::NetnsHandle,
     store::{hash, remove_where, MapStore},
 };
 
@@ -30,10 +28,10 @@ pub(super) fn owned_addresses(
 /// index in the namespace; names that do not exist (yet) are skipped with a warning.
 pub(super) fn write_ifaces(
     store: &mut dyn MapStore,
-    netns_path: &Path,
-    cookie: u64,
+    ns: &NetnsHandle,
     policy: &Policy,
 ) -> Result<()> {
+    let cookie = ns.cookie();
     let mut wanted: Vec<(String, u8)> = Vec::new();
     for (names, bit) in [
         (&policy.exclude_interfaces, redirect_common::IFACE_EXCLUDED),
@@ -50,17 +48,12 @@ pub(super) fn write_ifaces(
         }
     }
     let names: Vec<String> = wanted.iter().map(|(n, _)| n.clone()).collect();
-    let indexes = netns::in_netns(netns_path, move || {
-        Ok(names
-            .iter()
-            .map(|n| nix::net::if_::if_nametoindex(n.as_str()).ok())
-            .collect::<Vec<_>>())
-    })?;
+    let indexes = ns.ifindexes(&names)?;
     remove_ifaces(store, cookie)?;
     let mut map = hash::<redirect_common::IfKey, u8>(store, map_names::IFACES)?;
     for ((name, bits), index) in wanted.iter().zip(indexes) {
         let Some(ifindex) = index else {
-            tracing::warn!(interface = %name, netns = %netns_path.display(), "interface not found; its inbound traffic is not exempted");
+            tracing::warn!(interface = %name, netns = %ns.path().display(), "interface not found; its inbound traffic is not exempted");
             continue;
         };
         map.insert(
@@ -85,11 +78,11 @@ pub(super) fn remove_ifaces(store: &mut dyn MapStore, cookie: u64) -> Result<()>
 /// calls made after the policy exists), so a proxy that started first is known to be up.
 pub(super) fn seed_proxy_listeners(
     store: &mut dyn MapStore,
-    netns_path: &Path,
-    cookie: u64,
+    ns: &NetnsHandle,
     port: u16,
 ) -> Result<()> {
-    let found = crate::adopt::listeners(netns_path, port)?.len() as u64;
+    let cookie = ns.cookie();
+    let found = crate::adopt::listeners(ns, port)?.len() as u64;
     let mut map = hash::<u64, u64>(store, map_names::PROXY_LISTENERS)?;
     // BPF_NOEXIST: once the namespace has a count, sock_ops keeps it (a re-apply must not
     // overwrite it, or the close of a listener counted since would count below zero).

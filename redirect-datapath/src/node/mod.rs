@@ -26,7 +26,8 @@ use redirect_policy::Policy;
 use crate::{
     bpfsys, enroll,
     error::{Error, Result},
-    netns, outbound, routes,
+    netns::{self, NetnsHandle},
+    outbound, routes,
     store::{hash, MapStore, PinnedMaps},
 };
 
@@ -119,11 +120,11 @@ impl NodeDatapath {
     pub fn apply_at(
         dir: &Path,
         attach: &NodeAttach,
-        netns_path: &Path,
+        ns: &NetnsHandle,
         policy: &Policy,
     ) -> Result<(Applied, bool)> {
         let (mut dp, created) = Self::open_or_create(dir, attach)?;
-        match dp.apply(netns_path, policy) {
+        match dp.apply(ns, policy) {
             Ok(applied) => Ok((applied, created)),
             Err(e) => {
                 if created {
@@ -228,16 +229,13 @@ impl NodeDatapath {
         Ok(())
     }
 
-    /// Re-reads the namespace's addresses (and, with `-c`, its routes and rules) and updates
-    /// the maps when they changed: `OUT_ROUTES` is recompiled when the routes resolve to other
-    /// entries than those stored, or the addresses changed. Returns the addresses now stored.
-    pub fn refresh(
-        &mut self,
-        netns_path: &Path,
-        cookie: u64,
-        policy: &Policy,
-    ) -> Result<Vec<std::net::IpAddr>> {
-        let addrs = netns::addresses(netns_path)?;
+    /// Re-reads the namespace's addresses (and, with `-c`, its routes and rules) through the
+    /// descriptor `ns` it was applied with and updates the maps when they changed: `OUT_ROUTES`
+    /// is recompiled when the routes resolve to other entries than those stored, or the
+    /// addresses changed. Returns the addresses now stored.
+    pub fn refresh(&mut self, ns: &NetnsHandle, policy: &Policy) -> Result<Vec<std::net::IpAddr>> {
+        let (netns_path, cookie) = (ns.path(), ns.cookie());
+        let addrs = ns.addresses()?;
         let old = owned_addresses(&mut self.maps, cookie)?;
         let (mut a, mut b) = (addrs.clone(), old.clone());
         a.sort();
@@ -248,13 +246,13 @@ impl NodeDatapath {
             tracing::info!(netns = %netns_path.display(), addrs = ?addrs, "pod addresses changed");
         }
         if !policy.exclude_interfaces.is_empty() {
-            let routes = routes::resolve_in(netns_path, &policy.exclude_interfaces)?;
+            let routes = routes::resolve_in(ns, &policy.exclude_interfaces)?;
             if addrs_changed || outbound::stored_routes(&mut self.maps, cookie)? != routes.entries {
                 routes::warn_doubts(netns_path, &routes);
                 tracing::info!(netns = %netns_path.display(), entries = routes.entries.len(), "routes changed: OUT_ROUTES recompiled");
                 let ipv6 = ipv6_follows(policy, &addrs);
                 let mut compiled = outbound::compile(policy, ipv6, routes.entries)?;
-                compiled.policy.netns_ino = netns::inode(netns_path)?;
+                compiled.policy.netns_ino = ns.inode();
                 outbound::write(&mut self.maps, cookie, &compiled)?;
             }
         }

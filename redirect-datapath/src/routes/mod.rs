@@ -11,15 +11,14 @@ use std::path::Path;
 use ipnet::IpNet;
 
 pub use self::table::{resolve, Resolved, Route, Tables};
-use crate::{error::Result, netns};
+use crate::{error::Result, netns::NetnsHandle};
 
 /// Reads the namespace's routes and rules and resolves them for the interfaces `excluded`
 /// (names; one the namespace does not have excludes nothing).
-pub fn resolve_in(netns_path: &Path, excluded: &[String]) -> Result<Resolved> {
-    let names = excluded.to_vec();
-    netns::in_netns(netns_path, move || {
+pub fn resolve_in(ns: &NetnsHandle, excluded: &[String]) -> Result<Resolved> {
+    ns.run(|| {
         let index = |name: &str| nix::net::if_::if_nametoindex(name).ok();
-        let excluded: Vec<u32> = names.iter().filter_map(|n| index(n)).collect();
+        let excluded: Vec<u32> = excluded.iter().filter_map(|n| index(n)).collect();
         if excluded.is_empty() {
             return Ok(Resolved::default());
         }
@@ -30,9 +29,9 @@ pub fn resolve_in(netns_path: &Path, excluded: &[String]) -> Result<Resolved> {
 
 /// The namespace's `OUT_ROUTES` entries (prefix, leaves through an excluded interface); a
 /// family whose routes cannot be emulated gets none (captured) and a warning.
-pub fn via_interfaces(netns_path: &Path, excluded: &[String]) -> Result<Vec<(IpNet, bool)>> {
-    let resolved = resolve_in(netns_path, excluded)?;
-    warn_doubts(netns_path, &resolved);
+pub fn via_interfaces(ns: &NetnsHandle, excluded: &[String]) -> Result<Vec<(IpNet, bool)>> {
+    let resolved = resolve_in(ns, excluded)?;
+    warn_doubts(ns.path(), &resolved);
     Ok(resolved.entries)
 }
 
