@@ -39,7 +39,7 @@ impl Datapath {
         write_inbound(&mut self.ebpf, spec, cookie)?;
         sync_addresses(&mut self.ebpf, &spec.netns, cookie, &[], &addrs)?;
 
-        let link = crate::plan::link_sk_lookup(&mut self.ebpf, &spec.netns)?;
+        let link = crate::plan::link_sk_lookup(&mut self.ebpf, self.sk_lookup, &spec.netns)?;
         self.hold(link);
         adopt_listeners(&mut self.ebpf, spec, cookie)?;
         tracing::info!(netns = %spec.netns.display(), cookie, addrs = ?addrs, "inbound capture enrolled");

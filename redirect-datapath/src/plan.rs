@@ -195,15 +195,10 @@ pub fn link_cgroups(ebpf: &mut Ebpf, app: &Path, proxy: &Path) -> Result<Vec<Lin
         .collect()
 }
 
-/// Attaches sk_lookup to the network namespace at `netns`.
-pub fn link_sk_lookup(ebpf: &mut Ebpf, netns: &Path) -> Result<Link> {
-    link(
-        ebpf,
-        prog_names::SK_LOOKUP,
-        "sk_lookup",
-        attach_type::SK_LOOKUP,
-        netns,
-    )
+/// Attaches the sk_lookup program `program` ([`crate::probe::sk_lookup_program`]: with or
+/// without `ingress_ifindex`) to the network namespace at `netns`.
+pub fn link_sk_lookup(ebpf: &mut Ebpf, program: &'static str, netns: &Path) -> Result<Link> {
+    link(ebpf, program, "sk_lookup", attach_type::SK_LOOKUP, netns)
 }
 
 #[cfg(test)]

@@ -3,12 +3,12 @@
 //! active, and rolled back whole when a write fails.
 use std::{fs::File, os::fd::AsFd as _, path::Path};
 
-use redirect_common::{map_names, prog_names};
+use redirect_common::map_names;
 use redirect_policy::{inbound_kernel, Policy};
 
 use super::{
     entries::{owned_addresses, seed_proxy_listeners, write_ifaces},
-    ipv6_follows,
+    ipv6_follows, needs,
     pins::pin_err,
     sizing, Applied, NodeDatapath,
 };
@@ -27,6 +27,8 @@ impl NodeDatapath {
     /// (last); a write that fails removes everything the namespace has, so no entry (an
     /// address another pod may be given, a port rule) is left behind.
     pub fn apply(&mut self, netns_path: &Path, policy: &Policy) -> Result<Applied> {
+        // Before anything is read or written: a policy this datapath cannot enforce.
+        needs::check(&self.dir, self.sk_lookup, policy, netns_path)?;
         let cookie = netns::cookie(netns_path)?;
         let addrs = netns::addresses(netns_path)?;
         let ipv6 = ipv6_follows(policy, &addrs);
@@ -118,7 +120,7 @@ impl NodeDatapath {
         if pin.exists() {
             return Ok(());
         }
-        let prog_path = self.dir.join("progs").join(prog_names::SK_LOOKUP);
+        let prog_path = self.dir.join("progs").join(self.sk_lookup);
         let prog =
             bpfsys::obj_get(&prog_path).map_err(pin_err("opening pinned program", &prog_path))?;
         let ns = File::open(netns_path)
