@@ -207,7 +207,7 @@ pub enum Error {
         detail: String,
     },
     /// A policy needs a feature the pinned datapath was loaded without.
-    #[error("this kernel ({kernel}) lacks {feature}{why}, which {flag} needs with inbound capture (first in Linux: {since}): the node datapath at {dir} runs sk_lookup without the arrival interface, so this policy is refused and nothing was written; drop {flag}, or turn inbound capture off for this namespace (-b '')")]
+    #[error("this kernel ({kernel}) lacks {feature}{why}, which {flag} needs with inbound capture (first in Linux: {since}): the node datapath runs sk_lookup without the arrival interface, so this policy is refused and nothing was written; drop {flag}, or turn inbound capture off for this namespace (-b '')")]
     FeatureNeeded {
         /// The feature.
         feature: &'static str,
@@ -220,8 +220,6 @@ pub enum Error {
         /// Why it counts as missing when the kernel has it (assumed missing, or the datapath
         /// was created while it was), else empty.
         why: String,
-        /// The pin directory.
-        dir: PathBuf,
     },
     /// The feature override names an unknown feature.
     #[error("{var} names {id:?}, which is no probed feature: name one or more of {known} (comma-separated), or unset it")]

@@ -88,6 +88,17 @@ fn without_ingress_ifindex_inbound_works_and_interface_policies_are_refused() {
     let progs = pins.0.join("progs");
     assert!(progs.join("redirect_sk_lookup_no_ifindex").exists());
     assert!(!progs.join("redirect_sk_lookup").exists());
+    let status = Command::new(bin_path("redirect"))
+        .args(["status", "--bpffs"])
+        .arg(&pins.0)
+        .output()
+        .expect("run redirect status");
+    let status = ok(&status, "redirect status");
+    assert!(
+        status
+            .contains("sk_lookup program: redirect_sk_lookup_no_ifindex (without ingress_ifindex"),
+        "{status}"
+    );
     let _l = sidecar_listeners(&w, cgroup.path());
     let expect = [
         format!("at=proxy/[::]:15006 orig={POD4}:80"),

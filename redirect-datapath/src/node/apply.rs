@@ -28,7 +28,7 @@ impl NodeDatapath {
     /// address another pod may be given, a port rule) is left behind.
     pub fn apply(&mut self, netns_path: &Path, policy: &Policy) -> Result<Applied> {
         // Before anything is read or written: a policy this datapath cannot enforce.
-        needs::check(&self.dir, self.sk_lookup, policy, netns_path)?;
+        needs::check(self.sk_lookup, policy, netns_path)?;
         let cookie = netns::cookie(netns_path)?;
         let addrs = netns::addresses(netns_path)?;
         let ipv6 = ipv6_follows(policy, &addrs);

@@ -25,9 +25,9 @@ pub fn interface_flag(policy: &Policy, netns_path: &Path) -> Option<String> {
     .map(|(flag, names)| format!("{flag} {}", names.join(",")))
 }
 
-/// Refuses `policy` when it needs the arrival interface and the datapath at `dir` runs
+/// Refuses `policy` when it needs the arrival interface and the datapath runs
 /// `sk_lookup` (the pinned program's name) without it.
-pub fn check(dir: &Path, sk_lookup: &str, policy: &Policy, netns_path: &Path) -> Result<()> {
+pub fn check(sk_lookup: &str, policy: &Policy, netns_path: &Path) -> Result<()> {
     if sk_lookup != prog_names::SK_LOOKUP_NO_IFINDEX {
         return Ok(());
     }
@@ -48,7 +48,6 @@ pub fn check(dir: &Path, sk_lookup: &str, policy: &Policy, netns_path: &Path) ->
         since: feature.since,
         kernel: probe::kernel_release(),
         why,
-        dir: dir.to_path_buf(),
     })
 }
 
@@ -82,7 +81,7 @@ mod tests {
             ..Policy::default()
         };
         let ns = Path::new("/run/netns/x");
-        assert!(check(Path::new("/d"), prog_names::SK_LOOKUP, &p, ns).is_ok());
-        assert!(check(Path::new("/d"), prog_names::SK_LOOKUP_NO_IFINDEX, &p, ns).is_err());
+        assert!(check(prog_names::SK_LOOKUP, &p, ns).is_ok());
+        assert!(check(prog_names::SK_LOOKUP_NO_IFINDEX, &p, ns).is_err());
     }
 }

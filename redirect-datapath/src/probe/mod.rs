@@ -265,7 +265,9 @@ mod tests {
             without: None,
             error: None,
         };
-        let e = missing(&[p.clone()]).expect("missing").to_string();
+        let e = missing(std::slice::from_ref(&p))
+            .expect("missing")
+            .to_string();
         assert!(
             e.contains("x helper")
                 && e.contains("the y hook")
@@ -279,7 +281,7 @@ mod tests {
             without: Some("something else"),
             ..p
         };
-        assert!(missing(&[optional.clone()]).is_none());
+        assert!(missing(std::slice::from_ref(&optional)).is_none());
         assert_eq!(
             sk_lookup_program(&[optional]),
             redirect_common::prog_names::SK_LOOKUP_NO_IFINDEX
