@@ -313,7 +313,14 @@ pub enum Command {
         json: bool,
     },
     /// Probe this kernel for every feature the datapath uses: what needs it, the kernel that
-    /// added it, and whether this one has it. Exits 1 when one is missing.
+    /// added it, and whether this one has it. Exits 1 when a required one is missing; without
+    /// the optional one (sk_lookup ingress_ifindex, Linux 5.17) the datapath loads an sk_lookup
+    /// program that does not read it and refuses policies with inbound -c/-k.
+    ///
+    /// REDIRECT_PROBE_ASSUME_MISSING=ID[,ID...] treats the named features as missing whatever
+    /// the kernel says, here and in every command that loads the datapath (shown as "assumed
+    /// missing by REDIRECT_PROBE_ASSUME_MISSING"); the ids are those of `--json`, e.g.
+    /// sk_lookup_ingress_ifindex.
     Probe {
         /// Print JSON.
         #[arg(long)]

@@ -243,7 +243,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 /// `redirect probe`: every feature, present or not; the first missing one is the error.
 fn probe(json: bool, demo_missing: bool) -> anyhow::Result<()> {
     use redirect_datapath::probe;
-    let mut probed = probe::probe_all();
+    let mut probed = probe::probe_all()?;
     if demo_missing {
         probed.push(probe::probe(&probe::NONEXISTENT));
     }
@@ -253,12 +253,20 @@ fn probe(json: bool, demo_missing: bool) -> anyhow::Result<()> {
         println!("kernel {}", probe::kernel_release());
         for p in &probed {
             println!(
-                "  {:<7} {:<58} since {:<6} for {}",
+                "  {:<7} {:<58} since {:<6} for {}{}",
                 if p.present { "yes" } else { "MISSING" },
                 p.name,
                 p.since,
-                p.needed_by
+                p.needed_by,
+                if p.present {
+                    String::new()
+                } else {
+                    probe::detail(p)
+                }
             );
+            if let (false, Some(without)) = (p.present, p.without) {
+                println!("          optional: without it {without}");
+            }
         }
     }
     match probe::missing(&probed) {

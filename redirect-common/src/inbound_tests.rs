@@ -222,6 +222,29 @@ fn exempt_interfaces_are_not_captured_on_any_port() {
 }
 
 #[test]
+fn an_unknown_interface_matches_no_interface_rule_and_is_not_looked_up() {
+    let (p, lk) = sidecar();
+    let c = InboundConn {
+        ifindex: IFINDEX_UNKNOWN,
+        ..from(PEER, 80)
+    };
+    assert_eq!(run(&p, &lk, &c), Verdict::Steer);
+    assert_eq!(lk.calls.get(), 101, "own-address and port lookups only");
+    // Excluded ports and the tunnel port still pass, by their own rules.
+    for port in [15008, 15090] {
+        let c = InboundConn {
+            ifindex: IFINDEX_UNKNOWN,
+            ..from(PEER, port)
+        };
+        assert_eq!(
+            run(&p, &lk, &c),
+            Verdict::Pass(Counter::InboundExcludedPort),
+            "{port}"
+        );
+    }
+}
+
+#[test]
 fn lookups_happen_lazily_in_rule_order() {
     let (p, lk) = sidecar();
     run(&p, &lk, &from(PEER, 15008));

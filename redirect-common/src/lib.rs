@@ -198,6 +198,9 @@ pub mod prog_names {
     pub const GETSOCKOPT: &str = "redirect_getsockopt";
     /// `sk_lookup`: steers inbound connections of an enrolled namespace to the proxy.
     pub const SK_LOOKUP: &str = "redirect_sk_lookup";
+    /// The same for kernels without sk_lookup's `ingress_ifindex` (before 5.17): the arrival
+    /// interface is unknown, so policies with inbound `-c`/`-k` interfaces are refused.
+    pub const SK_LOOKUP_NO_IFINDEX: &str = "redirect_sk_lookup_no_ifindex";
     /// `cgroup/sendmsg4`: unconnected UDP DNS to the DNS capture port.
     pub const SENDMSG4: &str = "redirect_sendmsg4";
     /// `cgroup/sendmsg6`: the same for IPv6 sockets.

@@ -81,6 +81,8 @@ pub struct Datapath {
     pub(crate) links: Vec<Link>,
     attachments: Vec<Attachment>,
     options: AttachOptions,
+    /// The sk_lookup program this kernel loads (with or without `ingress_ifindex`).
+    pub(crate) sk_lookup: &'static str,
 }
 
 impl std::fmt::Debug for Datapath {
@@ -89,6 +91,7 @@ impl std::fmt::Debug for Datapath {
             .field("attachments", &self.attachments)
             .field("options", &self.options)
             .field("logger", &self.logger.is_some())
+            .field("sk_lookup", &self.sk_lookup)
             .finish_non_exhaustive()
     }
 }
@@ -102,7 +105,7 @@ impl Datapath {
             Some(p) => cgroup::validate(p)?,
             None => cgroup::validate(&cgroup::cgroup2_root()?)?,
         };
-        preflight::require_kernel_support()?;
+        let probed = preflight::require_kernel_support()?;
         let object = object::bpf_object().ok_or(Error::NoObject)?;
         let mut ebpf = EbpfLoader::new()
             .override_global("AYA_LOG_LEVEL", &options.bpf_log_level, false)
@@ -138,6 +141,8 @@ impl Datapath {
                 proxy_cgroup: Some(proxy_cgroup.clone()),
                 ..options.clone()
             },
+            // `attach --inbound` has no interface rules, so either program serves it.
+            sk_lookup: crate::probe::sk_lookup_program(&probed),
         };
         // The node datapath's plan, links held by this process instead of pinned.
         for link in plan::link_cgroups(&mut dp.ebpf, &app_cgroup, &proxy_cgroup)? {
@@ -152,6 +157,7 @@ impl Datapath {
             proxy_uid = options.proxy_uid,
             proxy_gid = options.proxy_gid,
             outbound_port = options.outbound_port,
+            sk_lookup = dp.sk_lookup,
             "datapath attached"
         );
         Ok(dp)

@@ -41,7 +41,7 @@ impl Datapath {
         write_inbound(&mut self.ebpf, spec, cookie)?;
         sync_addresses(&mut self.ebpf, &spec.netns, cookie, &[], &addrs)?;
 
-        let link = crate::plan::link_sk_lookup(&mut self.ebpf, &ns)?;
+        let link = crate::plan::link_sk_lookup(&mut self.ebpf, self.sk_lookup, &ns)?;
         self.hold(link);
         adopt_listeners(&mut self.ebpf, spec, &ns)?;
         // The process's maps and links go with it: an error here leaves nothing behind.

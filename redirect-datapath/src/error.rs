@@ -219,6 +219,31 @@ pub enum Error {
         /// Why the probe failed, when it did.
         detail: String,
     },
+    /// A policy needs a feature the pinned datapath was loaded without.
+    #[error("this kernel ({kernel}) lacks {feature}{why}, which {flag} needs with inbound capture (first in Linux: {since}): the node datapath runs sk_lookup without the arrival interface, so this policy is refused and nothing was written; drop {flag}, or turn inbound capture off for this namespace (-b '')")]
+    FeatureNeeded {
+        /// The feature.
+        feature: &'static str,
+        /// The flag (and its value) that needs it.
+        flag: String,
+        /// The kernel release that added it.
+        since: &'static str,
+        /// This kernel's release.
+        kernel: String,
+        /// Why it counts as missing when the kernel has it (assumed missing, or the datapath
+        /// was created while it was), else empty.
+        why: String,
+    },
+    /// The feature override names an unknown feature.
+    #[error("{var} names {id:?}, which is no probed feature: name one or more of {known} (comma-separated), or unset it")]
+    UnknownFeatureId {
+        /// The environment variable.
+        var: &'static str,
+        /// The id given.
+        id: String,
+        /// Every feature id.
+        known: String,
+    },
     /// Another `redirect trace` reads the decision stream.
     #[error("another `redirect trace` (pid {pid}) is reading the decision stream, which has one reader: stop it, or filter its output (`--netns`, `--json`)")]
     TraceBusy {

@@ -44,6 +44,8 @@ pub struct NodeStatus {
     pub proxy_cgroup: String,
     /// Pinned cgroup links (program-n).
     pub links: Vec<String>,
+    /// The sk_lookup program it runs (the one without `ingress_ifindex` refuses `-c`/`-k`).
+    pub sk_lookup: &'static str,
     /// Namespaces (cookies) with an sk_lookup link.
     pub inbound_netns: Vec<String>,
     /// Entries per map, for the maps whose fill matters.
@@ -104,6 +106,7 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
             |p| p.display().to_string(),
         )
     };
+    let sk_lookup = dp.sk_lookup();
     let store = dp.maps();
     let mut fill = Vec::new();
     for name in [
@@ -141,6 +144,7 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
         cgroup: cgroup_name(layout.app_cgroup),
         proxy_cgroup: cgroup_name(layout.proxy_cgroup),
         links: names(&dir.join("links")),
+        sk_lookup,
         inbound_netns: names(&dir.join("netns")),
         fill,
         counters: totals,
@@ -168,6 +172,12 @@ pub fn render(s: &NodeStatus) -> String {
         s.proxy_cgroup
     );
     out.push_str(&format!("  links: {}\n", s.links.join(" ")));
+    if s.sk_lookup == redirect_common::prog_names::SK_LOOKUP_NO_IFINDEX {
+        out.push_str(&format!(
+            "  sk_lookup program: {} (without ingress_ifindex: policies with inbound -c/-k are refused)\n",
+            s.sk_lookup
+        ));
+    }
     if !s.inbound_netns.is_empty() {
         out.push_str(&format!(
             "  sk_lookup linked in netns cookies: {}\n",

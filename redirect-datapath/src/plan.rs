@@ -207,11 +207,16 @@ pub fn link_cgroups(ebpf: &mut Ebpf, app: &Path, proxy: &Path) -> Result<Vec<Lin
         .collect()
 }
 
-/// Attaches sk_lookup to network namespace `ns` (through its descriptor).
-pub fn link_sk_lookup(ebpf: &mut Ebpf, ns: &crate::netns::NetnsHandle) -> Result<Link> {
+/// Attaches the sk_lookup program `program` ([`crate::probe::sk_lookup_program`]: with or
+/// without `ingress_ifindex`) to network namespace `ns` (through its descriptor).
+pub fn link_sk_lookup(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    ns: &crate::netns::NetnsHandle,
+) -> Result<Link> {
     link_fd(
         ebpf,
-        prog_names::SK_LOOKUP,
+        program,
         "sk_lookup",
         attach_type::SK_LOOKUP,
         ns.as_fd(),

@@ -12,7 +12,8 @@ pub fn require_root() -> Result<()> {
 }
 
 /// Probes the kernel for every feature the datapath uses ([`crate::probe::FEATURES`]); the first
-/// missing one is an error naming it, what needs it and the kernel that added it.
-pub fn require_kernel_support() -> Result<()> {
+/// missing required one is an error naming it, what needs it and the kernel that added it.
+/// Returns every answer (the loader picks its sk_lookup program from them).
+pub fn require_kernel_support() -> Result<Vec<crate::probe::Probed>> {
     crate::probe::require_all()
 }

@@ -7,7 +7,7 @@ use aya_ebpf::{
     programs::SkLookupContext,
 };
 use redirect_common::{
-    inbound::{decide, without_listener, InboundConn, NoListener, Verdict},
+    inbound::{decide, without_listener, InboundConn, NoListener, Verdict, IFINDEX_UNKNOWN},
     types::IPPROTO_TCP,
     ConnKey, Counter, ListenerKey, NetnsCookie, OrigDst, PortBe, Tracked, AF_INET, AF_INET6,
 };
@@ -19,10 +19,20 @@ use crate::{
 
 #[sk_lookup]
 pub fn redirect_sk_lookup(ctx: SkLookupContext) -> u32 {
-    try_sk_lookup(&ctx)
+    try_sk_lookup::<true>(&ctx)
 }
 
-fn try_sk_lookup(ctx: &SkLookupContext) -> u32 {
+/// The same program for kernels without `ingress_ifindex` (Linux < 5.17, where reading it
+/// fails verification): the arrival interface is unknown ([`IFINDEX_UNKNOWN`]); the loader
+/// picks this one when the probe says the field is missing and refuses `-c`/`-k` then.
+#[sk_lookup]
+pub fn redirect_sk_lookup_no_ifindex(ctx: SkLookupContext) -> u32 {
+    try_sk_lookup::<false>(&ctx)
+}
+
+/// Both programs: `IFINDEX` says whether the context's `ingress_ifindex` may be read.
+#[inline(always)]
+fn try_sk_lookup<const IFINDEX: bool>(ctx: &SkLookupContext) -> u32 {
     let sl = ctx.lookup;
     // Volatile loads keep LLVM from addressing context fields through a modified pointer,
     // which the verifier rejects.
@@ -75,12 +85,15 @@ fn try_sk_lookup(ctx: &SkLookupContext) -> u32 {
     let Some(policy) = policy_of(netns) else {
         return SK_PASS;
     };
-    // SAFETY: remote_port is a readable __be16 (with padding); ingress_ifindex a readable u32.
-    let (remote_port, ifindex) = unsafe {
-        (
-            u16::from_be(core::ptr::read_volatile(&raw const (*sl).remote_port)),
-            rd(&raw const (*sl).ingress_ifindex),
-        )
+    // SAFETY: remote_port is a readable __be16 (with padding).
+    let remote_port =
+        u16::from_be(unsafe { core::ptr::read_volatile(&raw const (*sl).remote_port) });
+    let ifindex = if IFINDEX {
+        // SAFETY: ingress_ifindex is a readable u32 (Linux 5.17 and later: this program is
+        // loaded only where the probe found it).
+        unsafe { rd(&raw const (*sl).ingress_ifindex) }
+    } else {
+        IFINDEX_UNKNOWN
     };
     let conn = InboundConn {
         netns,

@@ -48,7 +48,8 @@ pub fn decide<L: Lookups>(p: &InboundPolicy, conn: &InboundConn, lk: &L) -> Verd
         return Verdict::Pass(Counter::InboundLocal);
     }
     // PREROUTING -i <-c nic> -j RETURN; -I PREROUTING 1 -i <-k nic> -j RETURN
-    if lk.exempt_interface(conn) {
+    // (without the arrival interface no such rule can match: nothing is looked up).
+    if conn.ifindex != IFINDEX_UNKNOWN && lk.exempt_interface(conn) {
         return Verdict::Pass(Counter::InboundInterface);
     }
     // ISTIO_INBOUND -p tcp --dport <-e> -j RETURN

@@ -12,6 +12,12 @@ pub const INBOUND_ALL_PORTS: u16 = 1;
 /// [`InboundPolicy::flags`]: with no listener, let connections reach the application.
 pub const INBOUND_NO_LISTENER_PASSTHROUGH: u16 = 2;
 
+/// [`InboundConn::ifindex`] when the arrival interface is not known: the sk_lookup program
+/// for kernels without `ingress_ifindex` (before 5.17). The kernel numbers interfaces from 1,
+/// so no interface rule (`-c`, `-k`) ever matches it; policies with such rules are refused by
+/// the loader on those kernels.
+pub const IFINDEX_UNKNOWN: u32 = 0;
+
 /// `INBOUND_PORTS` value: the port is in the `-d` list (never captured).
 pub const PORT_EXCLUDED: u8 = 1;
 /// `INBOUND_PORTS` value: the port is in the `-b` list.
@@ -58,7 +64,8 @@ pub struct InboundConn {
     pub remote: [u32; 4],
     /// Remote (source) port, host order.
     pub remote_port: u16,
-    /// Index of the interface the packet arrived on, in the namespace.
+    /// Index of the interface the packet arrived on, in the namespace, or
+    /// [`IFINDEX_UNKNOWN`].
     pub ifindex: u32,
 }
 

@@ -4,12 +4,12 @@
 //! namespace by the end.
 use std::os::fd::AsFd as _;
 
-use redirect_common::{map_names, prog_names};
+use redirect_common::map_names;
 use redirect_policy::{inbound_kernel, Policy};
 
 use super::{
     entries::{owned_addresses, seed_proxy_listeners, write_ifaces},
-    ipv6_follows,
+    ipv6_follows, needs,
     pins::pin_err,
     sizing, Applied, NodeDatapath,
 };
@@ -32,6 +32,8 @@ impl NodeDatapath {
     /// address another pod may be given, a port rule) is left behind.
     pub fn apply(&mut self, ns: &NetnsHandle, policy: &Policy) -> Result<Applied> {
         let netns_path = ns.path();
+        // Before anything is read or written: a policy this datapath cannot enforce.
+        needs::check(self.sk_lookup, policy, netns_path)?;
         let cookie = ns.cookie();
         let addrs = ns.addresses()?;
         let ipv6 = ipv6_follows(policy, &addrs);
@@ -126,7 +128,7 @@ impl NodeDatapath {
         if pin.exists() {
             return Ok(());
         }
-        let prog_path = self.dir.join("progs").join(prog_names::SK_LOOKUP);
+        let prog_path = self.dir.join("progs").join(self.sk_lookup);
         let prog =
             bpfsys::obj_get(&prog_path).map_err(pin_err("opening pinned program", &prog_path))?;
         let link = bpfsys::link_create(prog.as_fd(), ns.as_fd(), attach_type::SK_LOOKUP)

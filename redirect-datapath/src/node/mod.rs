@@ -2,11 +2,13 @@
 //! in bpffs so capture outlives the command, shared by every namespace that has a policy.
 //!
 //! Layout under the pin directory (default `/sys/fs/bpf/redirect`): `maps/NAME`,
-//! `progs/redirect_sk_lookup`, `links/HOOK-N` (cgroup links), `netns/COOKIE` (a namespace's
+//! `progs/redirect_sk_lookup` (or `progs/redirect_sk_lookup_no_ifindex` on a kernel without
+//! sk_lookup's `ingress_ifindex`: the pin says which one runs), `links/HOOK-N` (cgroup links), `netns/COOKIE` (a namespace's
 //! sk_lookup link). Removing the directory detaches everything.
 mod apply;
 mod entries;
 pub mod layout;
+pub mod needs;
 mod pins;
 pub mod sizing;
 
@@ -17,7 +19,7 @@ use std::{
 };
 
 use aya::maps::{Map, MapData};
-use redirect_common::map_names;
+use redirect_common::{map_names, prog_names};
 
 use self::entries::{owned_addresses, remove_ifaces, remove_ns_counters};
 pub use self::pins::{lock, remove_dir};
@@ -51,6 +53,7 @@ pub struct NodeDatapath {
     dir: PathBuf,
     maps: PinnedMaps,
     quotas: sizing::Quotas,
+    sk_lookup: &'static str,
 }
 
 /// What `apply` did for a namespace.
@@ -99,7 +102,15 @@ impl NodeDatapath {
             dir: dir.to_path_buf(),
             maps: PinnedMaps(maps),
             quotas: sizing::read(dir)?,
+            sk_lookup: pinned_sk_lookup(dir),
         })
+    }
+
+    /// The sk_lookup program this datapath runs, as pinned when it was created:
+    /// [`prog_names::SK_LOOKUP`], or [`prog_names::SK_LOOKUP_NO_IFINDEX`] on a kernel without
+    /// `ingress_ifindex` (then policies with inbound `-c`/`-k` are refused).
+    pub fn sk_lookup(&self) -> &'static str {
+        self.sk_lookup
     }
 
     /// Opens the datapath at `dir`, creating (loading, attaching, pinning) it when absent.
@@ -311,6 +322,20 @@ impl NodeDatapath {
     /// Number of namespaces with a policy.
     pub fn policies(&mut self) -> Result<usize> {
         outbound::count(&mut self.maps)
+    }
+}
+
+/// The sk_lookup program pinned under `dir/progs`: the one without `ingress_ifindex` when
+/// that is what is pinned, else the full one (whose absence attaching then reports).
+fn pinned_sk_lookup(dir: &Path) -> &'static str {
+    if dir
+        .join("progs")
+        .join(prog_names::SK_LOOKUP_NO_IFINDEX)
+        .exists()
+    {
+        prog_names::SK_LOOKUP_NO_IFINDEX
+    } else {
+        prog_names::SK_LOOKUP
     }
 }
 

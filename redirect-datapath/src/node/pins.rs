@@ -3,7 +3,7 @@
 use std::{fs::File, os::fd::AsFd as _, path::Path};
 
 use aya::{Ebpf, EbpfLoader};
-use redirect_common::{map_names, prog_names};
+use redirect_common::map_names;
 
 use super::{
     layout::{self, Layout, Owner, LAYOUT_VERSION},
@@ -51,7 +51,8 @@ impl NodeDatapath {
             Some(p) => cgroup::validate(p)?,
             None => app.clone(),
         };
-        preflight::require_kernel_support()?;
+        let probed = preflight::require_kernel_support()?;
+        let sk_lookup = crate::probe::sk_lookup_program(&probed);
         ensure_bpffs(dir)?;
         let object = object::bpf_object().ok_or(Error::NoObject)?;
         let mut loader = EbpfLoader::new();
@@ -62,18 +63,26 @@ impl NodeDatapath {
             loader.map_max_entries(name, size);
         }
         let mut ebpf = loader.load(object).map_err(|e| Error::Load(Box::new(e)))?;
-        let result = Self::pin_all(&mut ebpf, dir, &app, &proxy)
+        let result = Self::pin_all(&mut ebpf, dir, &app, &proxy, sk_lookup)
             .and_then(|()| sizing::create(dir, &attach.quotas));
         if result.is_err() {
             // Nothing half-applied: the pins are the only thing that outlives this process.
             let _ = std::fs::remove_dir_all(dir);
         }
         result?;
-        tracing::info!(dir = %dir.display(), cgroup = %app.display(), proxy_cgroup = %proxy.display(), quotas = ?attach.quotas, "node datapath created and pinned");
+        tracing::info!(dir = %dir.display(), cgroup = %app.display(), proxy_cgroup = %proxy.display(), sk_lookup, quotas = ?attach.quotas, "node datapath created and pinned");
         Ok(())
     }
 
-    fn pin_all(ebpf: &mut Ebpf, dir: &Path, app: &Path, proxy: &Path) -> Result<()> {
+    /// Pins maps, cgroup links and the sk_lookup program `sk_lookup` (under its own name: the
+    /// pin is the record of which one the datapath runs, see [`NodeDatapath::sk_lookup`]).
+    fn pin_all(
+        ebpf: &mut Ebpf,
+        dir: &Path,
+        app: &Path,
+        proxy: &Path,
+        sk_lookup: &'static str,
+    ) -> Result<()> {
         for sub in ["maps", "progs", "links", "netns"] {
             let p = dir.join(sub);
             std::fs::create_dir_all(&p).map_err(pin_err("creating", &p))?;
@@ -102,8 +111,8 @@ impl NodeDatapath {
                 .join(format!("{}-{}", link.attachment.program, n + 1));
             bpfsys::obj_pin(link.fd.as_fd(), &path).map_err(pin_err("pinning link", &path))?;
         }
-        let prog = plan::loaded(ebpf, prog_names::SK_LOOKUP)?;
-        let path = dir.join("progs").join(prog_names::SK_LOOKUP);
+        let prog = plan::loaded(ebpf, sk_lookup)?;
+        let path = dir.join("progs").join(sk_lookup);
         prog.pin(&path).map_err(|e| Error::Pin {
             op: "pinning program",
             path: path.clone(),
