@@ -65,7 +65,12 @@ struct Report {
     comparison: Option<Comparison>,
 }
 
-pub fn run(file: &Path, json: bool, migrate: bool, cluster_dns: Option<IpAddr>) -> anyhow::Result<()> {
+pub fn run(
+    file: &Path,
+    json: bool,
+    migrate: bool,
+    cluster_dns: Option<IpAddr>,
+) -> anyhow::Result<()> {
     let text = read(file)?;
     let shown = file.display();
     let mut docs = manifest::documents(&text).with_context(|| format!("reading {shown}"))?;
@@ -75,8 +80,7 @@ pub fn run(file: &Path, json: bool, migrate: bool, cluster_dns: Option<IpAddr>) 
             manifest::migrate(d).with_context(|| format!("migrating {shown}"))?;
             out.push(manifest::to_yaml(d)?);
         }
-        print!("{}", out.join("---\n"));
-        return Ok(());
+        return emit(&out.join("---\n"));
     }
     let mut reports = Vec::new();
     for d in &docs {
@@ -89,30 +93,48 @@ pub fn run(file: &Path, json: bool, migrate: bool, cluster_dns: Option<IpAddr>) 
         bail!("{shown} has no Pod or workload with a pod template (its kinds: {kinds:?})");
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        emit(&format!("{}\n", serde_json::to_string_pretty(&reports)?))?;
     } else {
-        for r in &reports {
-            print_report(r);
-        }
+        emit(&reports.iter().map(render).collect::<String>())?;
     }
     let differ: Vec<String> = reports
         .iter()
         .filter_map(|r| {
             let c = r.comparison.as_ref().filter(|c| !c.agree())?;
             let fields: Vec<&str> = c.differences.iter().map(|d| d.field.as_str()).collect();
-            Some(format!("document {} ({} {}): {}", r.document, r.kind, r.name, fields.join(", ")))
+            Some(format!(
+                "document {} ({} {}): {}",
+                r.document,
+                r.kind,
+                r.name,
+                fields.join(", ")
+            ))
         })
         .collect();
     if !differ.is_empty() {
-        bail!("the policy istio-cni's path gives differs from istio-init's arguments in {}", differ.join("; "));
+        bail!(
+            "the policy istio-cni's path gives differs from istio-init's arguments in {}",
+            differ.join("; ")
+        );
     }
     Ok(())
+}
+
+/// Write to stdout; a reader that went away (`| head`) ends the output quietly.
+fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing standard output"),
+    }
 }
 
 fn read(file: &Path) -> anyhow::Result<String> {
     if file == Path::new("-") {
         let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).context("reading standard input")?;
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading standard input")?;
         return Ok(s);
     }
     std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))
@@ -162,7 +184,8 @@ fn report(d: &Document, cluster_dns: Option<IpAddr>) -> anyhow::Result<Option<Re
 /// An argument as a shell would need it.
 fn quote(a: &str) -> String {
     let plain = !a.is_empty()
-        && a.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.,/:=".contains(&b));
+        && a.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.,/:=".contains(&b));
     if plain {
         a.to_owned()
     } else {
@@ -174,34 +197,49 @@ fn args_line(args: &[String]) -> String {
     args.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ")
 }
 
-fn print_report(r: &Report) {
-    println!("document {}: {} {}", r.document, r.kind, r.name);
-    println!("  decision           {}", r.decision);
+fn render(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    _ = writeln!(o, "document {}: {} {}", r.document, r.kind, r.name);
+    _ = writeln!(o, "  decision           {}", r.decision);
     if let Some(m) = &r.migrated_decision {
-        println!("  with istio-cni     {m} (istio-init removed, as --migrate prints it)");
+        _ = writeln!(
+            o,
+            "  with istio-cni     {m} (istio-init removed, as --migrate prints it)"
+        );
     }
-    println!("  istio-cni runs     istio-iptables {}", args_line(&r.istio_cni_args));
+    _ = writeln!(
+        o,
+        "  istio-cni runs     istio-iptables {}",
+        args_line(&r.istio_cni_args)
+    );
     if let Some(a) = &r.istio_init_args {
-        println!("  istio-init runs    istio-iptables {}", args_line(a));
+        _ = writeln!(o, "  istio-init runs    istio-iptables {}", args_line(a));
     }
-    println!("  policy:");
+    _ = writeln!(o, "  policy:");
     for line in describe::policy_lines(&r.policy, r.policy.dual_stack) {
-        println!("    {line}");
+        _ = writeln!(o, "    {line}");
     }
     let Some(c) = &r.comparison else {
-        println!("  no istio-init container: nothing to compare");
-        return;
+        _ = writeln!(o, "  no istio-init container: nothing to compare");
+        return o;
     };
     for d in &c.istio_cni_only {
-        println!(
+        _ = writeln!(
+            o,
             "  istio-cni's own    {}: {} (istio-init {}): istio-cni also excludes 15020",
             d.field, d.ours, d.istio_init
         );
     }
     if c.agree() {
-        println!("  agrees with istio-init's arguments");
+        _ = writeln!(o, "  agrees with istio-init's arguments");
     }
     for d in &c.differences {
-        println!("  DIFFERS            {}: ours {}, istio-init {}", d.field, d.ours, d.istio_init);
+        _ = writeln!(
+            o,
+            "  DIFFERS            {}: ours {}, istio-init {}",
+            d.field, d.ours, d.istio_init
+        );
     }
+    o
 }

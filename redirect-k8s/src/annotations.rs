@@ -79,7 +79,12 @@ pub(crate) fn plan(pod: &Pod, cluster_dns: Option<IpAddr>) -> Result<Vec<Arg>, E
     push("-i", v, o);
     let (v, o) = from_annotation(pod, EXCLUDE_OUTBOUND_IP_RANGES, "");
     if v == "*" {
-        return Err(Error::invalid(&o, &v, &v, "is not a CIDR list (istio-cni refuses `*` here)"));
+        return Err(Error::invalid(
+            &o,
+            &v,
+            &v,
+            "is not a CIDR list (istio-cni refuses `*` here)",
+        ));
     }
     push("-x", v, o);
     let (v, o) = from_annotation(pod, INCLUDE_INBOUND_PORTS, "*");
@@ -108,7 +113,10 @@ pub(crate) fn plan(pod: &Pod, cluster_dns: Option<IpAddr>) -> Result<Vec<Arg>, E
     if let Some(proxy) = proxy {
         if proxy_bool(proxy, "ISTIO_META_DNS_CAPTURE")? {
             let servers = dns::servers(pod, cluster_dns)?;
-            flag("--redirect-dns", "istio-proxy env ISTIO_META_DNS_CAPTURE".into());
+            flag(
+                "--redirect-dns",
+                "istio-proxy env ISTIO_META_DNS_CAPTURE".into(),
+            );
             let list: Vec<String> = servers.iter().map(ToString::to_string).collect();
             out.push(Arg {
                 flag: "--dns-servers",
@@ -198,10 +206,12 @@ fn proxy_id(pod: &Pod, proxy: Option<&Container>, field: IdField) -> (i64, Strin
         IdField::User => "runAsUser",
         IdField::Group => "runAsGroup",
     };
-    let container = proxy.and_then(|c| c.security_context.as_ref()).and_then(|s| match field {
-        IdField::User => s.run_as_user,
-        IdField::Group => s.run_as_group,
-    });
+    let container = proxy
+        .and_then(|c| c.security_context.as_ref())
+        .and_then(|s| match field {
+            IdField::User => s.run_as_user,
+            IdField::Group => s.run_as_group,
+        });
     let pod_level = pod
         .spec
         .as_ref()
@@ -213,19 +223,24 @@ fn proxy_id(pod: &Pod, proxy: Option<&Container>, field: IdField) -> (i64, Strin
     match (container, pod_level) {
         (Some(id), _) if id != 0 => (id, format!("istio-proxy securityContext.{name}")),
         (None, Some(id)) if id != 0 => (id, format!("pod securityContext.{name}")),
-        _ => (DEFAULT_PROXY_ID, format!("istio-cni's default proxy {name}")),
+        _ => (
+            DEFAULT_PROXY_ID,
+            format!("istio-cni's default proxy {name}"),
+        ),
     }
 }
 
-/// The agent's status port and where it was found: the annotation, istio-proxy's
-/// `--statusPort`, the `--debug-port` its preStop hook asks the agent on, else 15020.
+/// The agent's status port: the annotation, else istio-proxy's `--statusPort`, else 15020.
 fn status_port(pod: &Pod, proxy: Option<&Container>) -> Result<String, Error> {
     let found = annotation(pod, STATUS_PORT)
         .map(|v| (v.to_owned(), format!("annotation {STATUS_PORT}")))
         .or_else(|| {
             let args = proxy?.args.as_deref()?;
             let i = args.iter().position(|a| a == "--statusPort")?;
-            Some((args.get(i + 1)?.clone(), "istio-proxy args --statusPort".into()))
+            Some((
+                args.get(i + 1)?.clone(),
+                "istio-proxy args --statusPort".into(),
+            ))
         })
         .or_else(|| {
             proxy?
@@ -234,21 +249,18 @@ fn status_port(pod: &Pod, proxy: Option<&Container>) -> Result<String, Error> {
                 .iter()
                 .find_map(|a| a.strip_prefix("--statusPort="))
                 .map(|v| (v.to_owned(), "istio-proxy args --statusPort".into()))
-        })
-        .or_else(|| {
-            let exec = proxy?.lifecycle.as_ref()?.pre_stop.as_ref()?.exec.as_ref()?;
-            exec.command
-                .as_deref()?
-                .iter()
-                .find_map(|a| a.strip_prefix("--debug-port="))
-                .map(|v| (v.to_owned(), "istio-proxy preStop --debug-port".into()))
         });
     let Some((value, origin)) = found else {
         return Ok(DEFAULT_STATUS_PORT.into());
     };
     let ok = value.bytes().all(|b| b.is_ascii_digit()) && value.parse::<u16>().is_ok();
     if !ok {
-        return Err(Error::invalid(&origin, &value, &value, "is not a port (a number 0-65535)"));
+        return Err(Error::invalid(
+            &origin,
+            &value,
+            &value,
+            "is not a port (a number 0-65535)",
+        ));
     }
     Ok(value)
 }
@@ -256,7 +268,11 @@ fn status_port(pod: &Pod, proxy: Option<&Container>) -> Result<String, Error> {
 /// istio-cni's `-d`: the annotation (or 15020), then 15020, 15021, 15090 and the status port
 /// (0: none), each once, in that order.
 fn inbound_excludes(annotation: &str, status: &str) -> String {
-    let mut ports: Vec<&str> = annotation.trim().split(',').filter(|p| !p.is_empty()).collect();
+    let mut ports: Vec<&str> = annotation
+        .trim()
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .collect();
     let extra = ALWAYS_EXCLUDED_INBOUND
         .iter()
         .copied()

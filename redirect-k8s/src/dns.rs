@@ -12,7 +12,9 @@ use crate::Error;
 /// errors: capturing DNS to a guessed server would miss the real one.
 pub(crate) fn servers(pod: &Pod, cluster_dns: Option<IpAddr>) -> Result<Vec<IpAddr>, Error> {
     let spec = pod.spec.as_ref();
-    let policy = spec.and_then(|s| s.dns_policy.as_deref()).unwrap_or("ClusterFirst");
+    let policy = spec
+        .and_then(|s| s.dns_policy.as_deref())
+        .unwrap_or("ClusterFirst");
     let extra = spec
         .and_then(|s| s.dns_config.as_ref())
         .and_then(|c| c.nameservers.as_deref())
@@ -21,7 +23,12 @@ pub(crate) fn servers(pod: &Pod, cluster_dns: Option<IpAddr>) -> Result<Vec<IpAd
     let mut list = Vec::new();
     for s in extra {
         let ip = s.parse::<IpAddr>().map_err(|_| {
-            Error::invalid("spec.dnsConfig.nameservers", &whole, s, "is not an IP address")
+            Error::invalid(
+                "spec.dnsConfig.nameservers",
+                &whole,
+                s,
+                "is not an IP address",
+            )
         })?;
         list.push(ip);
     }

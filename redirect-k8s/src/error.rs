@@ -40,7 +40,12 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn invalid(origin: &str, whole: &str, item: &str, reason: impl Into<String>) -> Self {
+    pub(crate) fn invalid(
+        origin: &str,
+        whole: &str,
+        item: &str,
+        reason: impl Into<String>,
+    ) -> Self {
         Error::Invalid {
             origin: origin.to_owned(),
             whole: whole.to_owned(),

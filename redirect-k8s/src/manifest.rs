@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use redirect_policy::{Cidrs, InboundPorts, Policy};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_norway::{Mapping, Value};
 
 use crate::annotations::{
     EXCLUDE_INBOUND_PORTS, EXCLUDE_INTERFACES, EXCLUDE_OUTBOUND_IP_RANGES, EXCLUDE_OUTBOUND_PORTS,
@@ -21,7 +21,7 @@ use crate::{Error, SIDECAR_STATUS};
 pub struct Document {
     /// 1-based position in the file (empty documents counted).
     pub number: usize,
-    /// The document.
+    /// The document, keys in their written order.
     pub value: Value,
 }
 
@@ -48,7 +48,11 @@ impl Document {
     fn template_path(&self) -> Option<&'static [&'static str]> {
         Some(match self.kind() {
             "Pod" => &[],
-            "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job"
+            "Deployment"
+            | "StatefulSet"
+            | "DaemonSet"
+            | "ReplicaSet"
+            | "Job"
             | "ReplicationController" => &["spec", "template"],
             "CronJob" => &["spec", "jobTemplate", "spec", "template"],
             _ => return None,
@@ -69,13 +73,17 @@ impl Document {
         let Some(v) = path.iter().try_fold(&self.value, |v, k| v.get(*k)) else {
             return Err(self.error(format!("{} has no {}", self.kind(), path.join("."))));
         };
-        let what = if path.is_empty() { "the pod" } else { "the pod template" };
+        let what = if path.is_empty() {
+            "the pod"
+        } else {
+            "the pod template"
+        };
         if path.is_empty() {
-            return Pod::deserialize(v)
+            return serde_norway::from_value::<Pod>(v.clone())
                 .map(Some)
                 .map_err(|e| self.error(format!("{what} does not decode: {e}")));
         }
-        let t = PodTemplateSpec::deserialize(v)
+        let t = serde_norway::from_value::<PodTemplateSpec>(v.clone())
             .map_err(|e| self.error(format!("{what} does not decode: {e}")))?;
         Ok(Some(Pod {
             metadata: t.metadata.unwrap_or_default(),
@@ -107,7 +115,13 @@ pub fn documents(text: &str) -> Result<Vec<Document>, Error> {
 /// leading `istio-iptables`); `None` without an istio-init container.
 pub fn istio_init_args(pod: &Pod) -> Option<Vec<String>> {
     let c = pod::istio_init(pod)?;
-    let mut all: Vec<String> = c.command.iter().chain(c.args.iter()).flatten().cloned().collect();
+    let mut all: Vec<String> = c
+        .command
+        .iter()
+        .chain(c.args.iter())
+        .flatten()
+        .cloned()
+        .collect();
     if all
         .first()
         .is_some_and(|a| a.rsplit('/').next() == Some("istio-iptables"))
@@ -150,9 +164,7 @@ pub fn migrate(doc: &mut Document) -> Result<Migration, Error> {
     let mut add: Vec<(String, String)> = cni_annotations(&init)
         .into_iter()
         .filter(|(k, _)| !has(k))
-        .filter(|(k, _)| {
-            *k != REROUTE_VIRTUAL_INTERFACES || !has(KUBEVIRT_INTERFACES)
-        })
+        .filter(|(k, _)| *k != REROUTE_VIRTUAL_INTERFACES || !has(KUBEVIRT_INTERFACES))
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
     let number = doc.number;
@@ -162,21 +174,24 @@ pub fn migrate(doc: &mut Document) -> Result<Migration, Error> {
             reason: "has no pod template".into(),
         });
     };
-    if let Some(spec) = t.get_mut("spec").and_then(Value::as_object_mut) {
+    if let Some(spec) = t.get_mut("spec").and_then(Value::as_mapping_mut) {
         for list in ["initContainers", "containers"] {
-            if let Some(Value::Array(cs)) = spec.get_mut(list) {
-                cs.retain(|c| c["name"] != INIT);
+            if let Some(Value::Sequence(cs)) = spec.get_mut(list) {
+                cs.retain(|c| c["name"].as_str() != Some(INIT));
             }
         }
-        if spec.get("initContainers").and_then(Value::as_array).is_some_and(Vec::is_empty) {
+        if spec
+            .get("initContainers")
+            .and_then(Value::as_sequence)
+            .is_some_and(Vec::is_empty)
+        {
             spec.remove("initContainers");
         }
     }
-    let meta = object(t, "metadata");
-    let Some(annotations) = object(meta, "annotations").as_object_mut() else {
+    let Some(annotations) = object(t, "metadata").and_then(|m| object(m, "annotations")) else {
         return Err(Error::Manifest {
             document: number,
-            reason: "metadata.annotations is not a map".into(),
+            reason: "the pod's metadata or its annotations is not a map".into(),
         });
     };
     if let Some(status) = annotations.get_mut(SIDECAR_STATUS) {
@@ -184,8 +199,14 @@ pub fn migrate(doc: &mut Document) -> Result<Migration, Error> {
             *status = Value::String(fixed);
         }
     }
+    let Some(annotations) = annotations.as_mapping_mut() else {
+        return Err(Error::Manifest {
+            document: number,
+            reason: "the pod's annotations is not a map".into(),
+        });
+    };
     for (k, v) in &add {
-        annotations.insert(k.clone(), Value::String(v.clone()));
+        annotations.insert(k.as_str().into(), Value::String(v.clone()));
     }
     add.sort();
     Ok(Migration {
@@ -194,24 +215,29 @@ pub fn migrate(doc: &mut Document) -> Result<Migration, Error> {
     })
 }
 
-/// `v[key]`, made an empty object when it is not one (`v` is an object: a decoded pod).
-fn object<'a>(v: &'a mut Value, key: &str) -> &'a mut Value {
-    if !v[key].is_object() {
-        v[key] = Value::Object(Map::new());
+/// The map `v[key]`, made an empty map when absent or not one; `None` when `v` is no map.
+fn object<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Value> {
+    let m = v.as_mapping_mut()?;
+    if !m.get(key).is_some_and(Value::is_mapping) {
+        m.insert(key.into(), Value::Mapping(Mapping::new()));
     }
-    &mut v[key]
+    m.get_mut(key)
 }
 
-/// The injector's status annotation without istio-init among its init containers.
+/// The injector's status annotation (JSON) without istio-init among its init containers,
+/// its keys kept in order.
 fn status_without_init(status: &str) -> Option<String> {
-    let mut v: Value = serde_json::from_str(status).ok()?;
-    let list = v.get_mut("initContainers")?.as_array_mut()?;
-    list.retain(|c| c != INIT);
+    let mut v: Value = serde_norway::from_str(status).ok()?;
+    let list = v.get_mut("initContainers")?.as_sequence_mut()?;
+    list.retain(|c| c.as_str() != Some(INIT));
     serde_json::to_string(&v).ok()
 }
 
 fn join<T: ToString>(v: &[T]) -> String {
-    v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+    v.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The annotations the injector writes for istio-cni, with the values istio-init was given:
@@ -255,5 +281,6 @@ fn cni_annotations(p: &Policy) -> Vec<(&'static str, String)> {
 
 /// A document as YAML.
 pub fn to_yaml(doc: &Document) -> Result<String, Error> {
-    serde_norway::to_string(&doc.value).map_err(|e| doc.error(format!("does not print as YAML: {e}")))
+    serde_norway::to_string(&doc.value)
+        .map_err(|e| doc.error(format!("does not print as YAML: {e}")))
 }

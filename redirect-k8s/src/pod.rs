@@ -9,7 +9,11 @@ pub(crate) const INIT: &str = "istio-init";
 
 /// A pod annotation.
 pub(crate) fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 /// A pod label.
@@ -31,11 +35,14 @@ fn containers(pod: &Pod) -> &[Container] {
 /// The istio-proxy container: a regular container, or a native sidecar (an init container
 /// with `restartPolicy: Always`).
 pub(crate) fn proxy(pod: &Pod) -> Option<&Container> {
-    containers(pod).iter().find(|c| c.name == PROXY).or_else(|| {
-        init_containers(pod)
-            .iter()
-            .find(|c| c.name == PROXY && c.restart_policy.as_deref() == Some("Always"))
-    })
+    containers(pod)
+        .iter()
+        .find(|c| c.name == PROXY)
+        .or_else(|| {
+            init_containers(pod)
+                .iter()
+                .find(|c| c.name == PROXY && c.restart_policy.as_deref() == Some("Always"))
+        })
 }
 
 /// The istio-init container, wherever it is (istio-cni looks at both lists).
