@@ -157,7 +157,7 @@ fn proxy_ids_come_from_its_security_context_then_the_pods() {
 fn dns_capture_names_the_servers_kubelet_gives_the_pod() {
     let cluster: IpAddr = "10.96.0.10".parse().unwrap();
     let pod = proxy_env(injected(), "ISTIO_META_DNS_CAPTURE", "true");
-    let got = istio_iptables_args_of(&pod, Some(cluster)).unwrap();
+    let got = istio_iptables_args(&pod, Some(cluster)).unwrap();
     assert_eq!(
         got,
         expected(&[
