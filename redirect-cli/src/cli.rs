@@ -26,6 +26,8 @@ pub use crate::cli_values::*;
 /// istio-init runs today (the same flags; it goes through the daemon when one owns the node's
 /// datapath); `redirect vm --cluster-env FILE` on a VM; `redirect attach --cgroup PATH` for a
 /// quick experiment on one cgroup, held by the process (nothing stays when it exits).
+/// `redirect pod-policy FILE` (no root) shows what a Kubernetes manifest's pods would get under
+/// istio-cni, checked against their istio-init arguments.
 ///
 /// Environment (each also a flag): REDIRECT_BPFFS (--bpffs: the pin directory, default
 /// /sys/fs/bpf/redirect), REDIRECT_DAEMON_DIR (--daemon-dir), REDIRECT_STATE_DIR
