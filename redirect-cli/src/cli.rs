@@ -26,6 +26,8 @@ pub use crate::cli_values::*;
 /// istio-init runs today (the same flags; it goes through the daemon when one owns the node's
 /// datapath); `redirect vm --cluster-env FILE` on a VM; `redirect attach --cgroup PATH` for a
 /// quick experiment on one cgroup, held by the process (nothing stays when it exits).
+/// `redirect pod-policy FILE` (no root) shows what a Kubernetes manifest's pods would get under
+/// istio-cni, checked against their istio-init arguments.
 ///
 /// Environment (each also a flag): REDIRECT_BPFFS (--bpffs: the pin directory, default
 /// /sys/fs/bpf/redirect), REDIRECT_DAEMON_DIR (--daemon-dir), REDIRECT_STATE_DIR
@@ -311,6 +313,26 @@ pub enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// What istio-cni would decide for a pod manifest and the policy it would apply, checked
+    /// against the manifest's istio-init arguments (no root, no cluster: reads FILE only).
+    #[command(after_long_help = crate::pod_policy_cmd::HELP)]
+    PodPolicy {
+        /// A Pod, or a Deployment, StatefulSet, DaemonSet, ReplicaSet, Job or CronJob (its pod
+        /// template); YAML or JSON, several documents allowed; `-` reads standard input.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Print JSON: one object per pod (decision, policy, both argument lists, differences).
+        #[arg(long, conflicts_with = "migrate")]
+        json: bool,
+        /// Print the manifest as Istio's injector emits it with istio-cni enabled: without
+        /// istio-init and its NET_ADMIN/NET_RAW capabilities, its settings as annotations.
+        #[arg(long)]
+        migrate: bool,
+        /// The cluster DNS address (the kube-dns Service's IP), for pods that capture DNS
+        /// (ISTIO_META_DNS_CAPTURE) with dnsPolicy ClusterFirst.
+        #[arg(long, value_name = "IP")]
+        cluster_dns: Option<std::net::IpAddr>,
     },
     /// Probe this kernel for every feature the datapath uses: what needs it, the kernel that
     /// added it, and whether this one has it. Exits 1 when a required one is missing; without

@@ -8,6 +8,7 @@ mod istio;
 mod istio_daemon;
 mod node_cmds;
 mod observe_cmds;
+mod pod_policy_cmd;
 mod sizing_args;
 
 use std::{os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
@@ -72,6 +73,7 @@ fn needs_root(cmd: &Command) -> Option<&'static str> {
         Command::Explain { .. } => "explain",
         Command::Status { .. } => "status",
         Command::Probe { .. } => "probe",
+        Command::PodPolicy { .. } => return None,
     })
 }
 
@@ -219,6 +221,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             )
         }
         Command::Probe { json, demo_missing } => probe(json, demo_missing),
+        Command::PodPolicy {
+            file,
+            json,
+            migrate,
+            cluster_dns,
+        } => pod_policy_cmd::run(&file, json, migrate, cluster_dns),
         Command::Status { bpffs, json } => {
             let dir = bpffs.unwrap_or_else(redirect_daemon::default_bpffs);
             let node = if redirect_datapath::node::NodeDatapath::exists(&dir) {

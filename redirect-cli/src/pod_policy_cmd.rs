@@ -1,0 +1,245 @@
+//! `redirect pod-policy FILE`: istio-cni's decision and policy for a manifest's pods beside their istio-init arguments, or `--migrate` to the istio-cni form.
+
+use std::io::Read as _;
+use std::net::IpAddr;
+use std::path::Path;
+
+use anyhow::{bail, Context as _};
+use redirect_k8s::compare::{compare, Comparison};
+use redirect_k8s::manifest::{self, Document};
+use redirect_k8s::{decide, istio_iptables_args, policy, Decision};
+use redirect_policy::{describe, Policy};
+use serde::Serialize;
+
+/// `--help`'s closing text.
+pub const HELP: &str = "\
+How a pod is decided (istio-cni's rules, first match wins):
+  hostNetwork: true                           skipped: never captured
+  istio.io/dataplane-mode=ambient             skipped: ztunnel's (label or annotation)
+  an istio-init container                     skipped: it installs iptables itself
+  istio-proxy env DISABLE_ENVOY=true          skipped
+  no istio-proxy container (nor an init container istio-proxy with restartPolicy Always)
+  istio-proxy args `proxy X`, X not sidecar   skipped (a gateway)
+  sidecar.istio.io/inject=false               skipped (the label beats the annotation)
+  no sidecar.istio.io/status annotation       skipped: not injected
+  otherwise                                   meshed
+
+The policy is built as istio-cni builds istio-iptables' arguments, then parsed by the same
+parser as `redirect istio-iptables`: sidecar.istio.io/interceptionMode (-m; else the
+proxy's ISTIO_META_INTERCEPTION_MODE), traffic.sidecar.istio.io/includeOutboundIPRanges
+(-i, default *), excludeOutboundIPRanges (-x), includeInboundPorts (-b, default *),
+excludeInboundPorts (-d, default 15020; 15020, 15021, 15090 and the proxy's status port
+always added), includeOutboundPorts (-q), excludeOutboundPorts (-o, default 15020),
+excludeInterfaces (-c), istio.io/reroute-virtual-interfaces or the older
+traffic.sidecar.istio.io/kubevirtInterfaces (-k), istio-proxy's runAsUser/runAsGroup
+(-u/-g; the pod's as fallback; 0 or none: 1337), and its env ISTIO_META_DNS_CAPTURE
+(DNS capture to the servers its dnsPolicy/dnsConfig give, with --cluster-dns for
+ClusterFirst), ISTIO_DUAL_STACK or an IPv6 status.podIPs (dual stack), INVALID_DROP.
+
+A manifest with istio-init is decided as it is (skipped: istio-init present), then as it
+would be injected with istio-cni (what --migrate prints); that pod's policy is compared with
+istio-init's arguments field by field. Exit status 1 when any field differs (each is
+named); istio-cni's own extra exclusion of port 15020 is shown but is not a difference.
+
+Examples:
+  redirect pod-policy deploy.yaml                 # decision, policy, comparison
+  redirect pod-policy deploy.yaml --json
+  redirect pod-policy deploy.yaml --migrate > cni.yaml
+  kubectl get pod web-0 -o yaml | redirect pod-policy - --cluster-dns 10.96.0.10";
+
+/// What one pod of the manifest gives.
+#[derive(Debug, Serialize)]
+struct Report {
+    document: usize,
+    kind: String,
+    name: String,
+    /// The pod as written.
+    decision: Decision,
+    /// The pod as injected with istio-cni (only when istio-init was there).
+    migrated_decision: Option<Decision>,
+    /// What istio-cni would run: `istio-iptables ARGS`.
+    istio_cni_args: Vec<String>,
+    policy: Policy,
+    istio_init_args: Option<Vec<String>>,
+    istio_init_policy: Option<Policy>,
+    comparison: Option<Comparison>,
+}
+
+pub fn run(
+    file: &Path,
+    json: bool,
+    migrate: bool,
+    cluster_dns: Option<IpAddr>,
+) -> anyhow::Result<()> {
+    let text = read(file)?;
+    let shown = file.display();
+    let mut docs = manifest::documents(&text).with_context(|| format!("reading {shown}"))?;
+    if migrate {
+        let mut out = Vec::new();
+        for d in &mut docs {
+            manifest::migrate(d).with_context(|| format!("migrating {shown}"))?;
+            out.push(manifest::to_yaml(d)?);
+        }
+        return emit(&out.join("---\n"));
+    }
+    let mut reports = Vec::new();
+    for d in &docs {
+        if let Some(r) = report(d, cluster_dns).with_context(|| format!("{shown}: {}", what(d)))? {
+            reports.push(r);
+        }
+    }
+    if reports.is_empty() {
+        let kinds: Vec<&str> = docs.iter().map(Document::kind).collect();
+        bail!("{shown} has no Pod or workload with a pod template (its kinds: {kinds:?})");
+    }
+    if json {
+        emit(&format!("{}\n", serde_json::to_string_pretty(&reports)?))?;
+    } else {
+        emit(&reports.iter().map(render).collect::<String>())?;
+    }
+    let differ: Vec<String> = reports
+        .iter()
+        .filter_map(|r| {
+            let c = r.comparison.as_ref().filter(|c| !c.agree())?;
+            let fields: Vec<&str> = c.differences.iter().map(|d| d.field.as_str()).collect();
+            Some(format!(
+                "document {} ({} {}): {}",
+                r.document,
+                r.kind,
+                r.name,
+                fields.join(", ")
+            ))
+        })
+        .collect();
+    if !differ.is_empty() {
+        bail!(
+            "the policy istio-cni's path gives differs from istio-init's arguments in {}",
+            differ.join("; ")
+        );
+    }
+    Ok(())
+}
+
+/// Write to stdout; a reader that went away (`| head`) ends the output quietly.
+fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing standard output"),
+    }
+}
+
+fn read(file: &Path) -> anyhow::Result<String> {
+    if file == Path::new("-") {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading standard input")?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))
+}
+
+fn what(d: &Document) -> String {
+    format!("document {} ({} {})", d.number, d.kind(), d.name())
+}
+
+fn report(d: &Document, cluster_dns: Option<IpAddr>) -> anyhow::Result<Option<Report>> {
+    let Some(pod) = d.pod()? else {
+        return Ok(None);
+    };
+    let decision = decide(&pod);
+    let init_args = manifest::istio_init_args(&pod);
+    let (target, migrated_decision) = match init_args {
+        Some(_) => {
+            let mut m = d.clone();
+            manifest::migrate(&mut m)?;
+            let p = m.pod()?.context("the migrated document lost its pod")?;
+            let decided = decide(&p);
+            (p, Some(decided))
+        }
+        None => (pod, None),
+    };
+    let istio_cni_args = istio_iptables_args(&target, cluster_dns)?;
+    let policy = policy(&target, cluster_dns)?;
+    let istio_init_policy = match &init_args {
+        Some(a) => Some(manifest::istio_init_policy(a).context("istio-init's arguments")?),
+        None => None,
+    };
+    let comparison = istio_init_policy.as_ref().map(|i| compare(&policy, i));
+    Ok(Some(Report {
+        document: d.number,
+        kind: d.kind().to_owned(),
+        name: d.name().to_owned(),
+        decision,
+        migrated_decision,
+        istio_cni_args,
+        policy,
+        istio_init_args: init_args,
+        istio_init_policy,
+        comparison,
+    }))
+}
+
+/// An argument as a shell would need it.
+fn quote(a: &str) -> String {
+    let plain = !a.is_empty()
+        && a.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.,/:=".contains(&b));
+    if plain {
+        a.to_owned()
+    } else {
+        format!("'{}'", a.replace('\'', r"'\''"))
+    }
+}
+
+fn args_line(args: &[String]) -> String {
+    args.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ")
+}
+
+fn render(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    _ = writeln!(o, "document {}: {} {}", r.document, r.kind, r.name);
+    _ = writeln!(o, "  decision           {}", r.decision);
+    if let Some(m) = &r.migrated_decision {
+        _ = writeln!(
+            o,
+            "  with istio-cni     {m} (istio-init removed, as --migrate prints it)"
+        );
+    }
+    _ = writeln!(
+        o,
+        "  istio-cni runs     istio-iptables {}",
+        args_line(&r.istio_cni_args)
+    );
+    if let Some(a) = &r.istio_init_args {
+        _ = writeln!(o, "  istio-init runs    istio-iptables {}", args_line(a));
+    }
+    _ = writeln!(o, "  policy:");
+    for line in describe::policy_lines(&r.policy, r.policy.dual_stack) {
+        _ = writeln!(o, "    {line}");
+    }
+    let Some(c) = &r.comparison else {
+        _ = writeln!(o, "  no istio-init container: nothing to compare");
+        return o;
+    };
+    for d in &c.istio_cni_only {
+        _ = writeln!(
+            o,
+            "  istio-cni's own    {}: {} (istio-init {}): istio-cni also excludes 15020",
+            d.field, d.ours, d.istio_init
+        );
+    }
+    if c.agree() {
+        _ = writeln!(o, "  agrees with istio-init's arguments");
+    }
+    for d in &c.differences {
+        _ = writeln!(
+            o,
+            "  DIFFERS            {}: ours {}, istio-init {}",
+            d.field, d.ours, d.istio_init
+        );
+    }
+    o
+}

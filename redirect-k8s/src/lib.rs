@@ -1,0 +1,37 @@
+//! Kubernetes pods as istio-cni sees them: whether a pod is meshed ([`decide`]) and the capture [`Policy`](redirect_policy::Policy) its annotations and istio-proxy container ask for ([`policy`]).
+//!
+//! The rules are istio-cni's (its plugin's pod checks and its annotation-to-istio-iptables
+//! mapping): [`istio_iptables_args`] builds the arguments istio-cni would hand istio-iptables
+//! for a pod, and [`policy`] parses them with redirect-policy's own istio-iptables parser, so
+//! a pod's policy means exactly what the same `redirect istio-iptables` arguments mean.
+//! [`manifest`] reads Pod and workload manifests, finds their istio-init arguments and
+//! rewrites them as Istio's injector emits them with istio-cni enabled ([`manifest::migrate`]);
+//! [`compare`] names where two policies differ. Nothing here talks to a cluster.
+
+mod annotations;
+pub mod compare;
+mod decide;
+mod dns;
+mod error;
+pub mod manifest;
+mod pod;
+mod policy;
+
+#[cfg(test)]
+mod args_tests;
+#[cfg(test)]
+mod decide_tests;
+#[cfg(test)]
+mod manifest_tests;
+#[cfg(test)]
+mod test_pods;
+
+pub use annotations::{
+    EXCLUDE_INBOUND_PORTS, EXCLUDE_INTERFACES, EXCLUDE_OUTBOUND_IP_RANGES, EXCLUDE_OUTBOUND_PORTS,
+    INCLUDE_INBOUND_PORTS, INCLUDE_OUTBOUND_IP_RANGES, INCLUDE_OUTBOUND_PORTS, INTERCEPTION_MODE,
+    KUBEVIRT_INTERFACES, REROUTE_VIRTUAL_INTERFACES, STATUS_PORT,
+};
+pub use decide::{decide, Decision, Skip, DATAPLANE_MODE, INJECT, SIDECAR_STATUS};
+pub use error::Error;
+pub use k8s_openapi::api::core::v1::Pod;
+pub use policy::{istio_iptables_args, policy};

@@ -1,0 +1,169 @@
+//! `redirect pod-policy` on Istio's kube-inject manifests, as the real binary runs it (no privilege
+//! needed): istio-cni's path agrees with each manifest's istio-init, `--migrate` gives a pod
+//! that is meshed with the same policy, and a disagreement exits 1 naming the field.
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+
+use redirect_testkit::reference;
+use redirect_tests::bin_path;
+use serde_json::Value;
+
+const MANIFESTS: [&str; 6] = [
+    "hello.yaml",
+    "hello-probes.yaml",
+    "hello-tproxy.yaml",
+    "hello.proxyHoldsApplication.yaml",
+    "kubevirtInterfaces.yaml",
+    "traffic-params.yaml",
+];
+
+fn pod_policy(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(bin_path("redirect"))
+        .arg("pod-policy")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run redirect pod-policy");
+    let mut input = child.stdin.take().expect("stdin");
+    input
+        .write_all(stdin.unwrap_or_default().as_bytes())
+        .expect("write stdin");
+    drop(input);
+    child
+        .wait_with_output()
+        .expect("wait for redirect pod-policy")
+}
+
+fn path(name: &str) -> String {
+    let p = reference::dir().join(format!("inject/{name}.injected"));
+    p.to_str().expect("utf-8 path").to_owned()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)))
+}
+
+#[test]
+fn every_manifest_agrees_with_its_istio_init_and_migrates_to_a_meshed_pod() {
+    for name in MANIFESTS {
+        let file = path(name);
+        let out = pod_policy(&[&file, "--json"], None);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let report = &json_of(&out)[0];
+        assert_eq!(
+            report["decision"]["reason"]["reason"], "istio_init",
+            "{name}"
+        );
+        assert_eq!(report["migrated_decision"]["decision"], "meshed", "{name}");
+        assert_eq!(
+            report["comparison"]["differences"],
+            Value::Array(vec![]),
+            "{name}"
+        );
+        let init = report["istio_init_args"]
+            .as_array()
+            .expect("istio-init args");
+        let want: Vec<Value> = reference::istio_init_args(&reference::inject(name))
+            .into_iter()
+            .map(Value::from)
+            .collect();
+        assert_eq!(*init, want, "{name}: the istio-init arguments found");
+
+        let migrated = pod_policy(&[&file, "--migrate"], None);
+        assert!(
+            migrated.status.success(),
+            "{name}: {}",
+            text(&migrated.stderr)
+        );
+        let yaml = text(&migrated.stdout);
+        assert!(
+            !yaml.contains("name: istio-init") && !yaml.contains("NET_RAW"),
+            "{name}: {yaml}"
+        );
+        let again = pod_policy(&["-", "--json"], Some(&yaml));
+        assert!(again.status.success(), "{name}: {}", text(&again.stderr));
+        let again = &json_of(&again)[0];
+        assert_eq!(again["decision"]["decision"], "meshed", "{name}");
+        assert_eq!(
+            again["policy"], report["policy"],
+            "{name}: the migrated pod's policy"
+        );
+        assert_eq!(again["istio_init_args"], Value::Null, "{name}");
+    }
+}
+
+#[test]
+fn text_output_shows_both_argument_lists_and_the_decision() {
+    let out = pod_policy(&[&path("kubevirtInterfaces.yaml")], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    for want in [
+        "decision           skipped: istio-init present",
+        "with istio-cni     meshed",
+        "istio-init runs    istio-iptables -p 15001 -z 15006 -u 1337 -m REDIRECT",
+        "-d 123,15020,15021,15090",
+        "-k net1",
+        "agrees with istio-init's arguments",
+    ] {
+        assert!(s.contains(want), "{want:?} missing in:\n{s}");
+    }
+}
+
+#[test]
+fn a_disagreement_exits_1_naming_the_field() {
+    // The pod says TPROXY while istio-init was given REDIRECT.
+    let manifest = reference::inject("hello.yaml").replace(
+        "        istio.io/rev: default\n",
+        "        istio.io/rev: default\n        sidecar.istio.io/interceptionMode: TPROXY\n",
+    );
+    let out = pod_policy(&["-"], Some(&manifest));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("DIFFERS            mode"),
+        "{}",
+        text(&out.stdout)
+    );
+    let err = text(&out.stderr);
+    assert!(err.contains("document 1 (Deployment hello): mode"), "{err}");
+}
+
+#[test]
+fn a_bad_annotation_is_an_error_naming_it_and_its_value() {
+    let manifest = reference::inject("hello.yaml").replace(
+        "        istio.io/rev: default\n",
+        "        istio.io/rev: default\n        traffic.sidecar.istio.io/excludeOutboundIPRanges: 10.0.0.0/40\n",
+    );
+    let out = pod_policy(&["-"], Some(&manifest));
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("traffic.sidecar.istio.io/excludeOutboundIPRanges")
+            && err.contains("\"10.0.0.0/40\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn help_teaches_the_rules() {
+    let out = Command::new(bin_path("redirect"))
+        .args(["pod-policy", "--help"])
+        .output()
+        .expect("run redirect pod-policy --help");
+    assert!(out.status.success());
+    let s = text(&out.stdout);
+    for want in [
+        "--migrate",
+        "--cluster-dns",
+        "sidecar.istio.io/status",
+        "excludeInboundPorts",
+        "Examples:",
+    ] {
+        assert!(s.contains(want), "{want:?} missing in:\n{s}");
+    }
+}
