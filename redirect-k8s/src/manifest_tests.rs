@@ -6,14 +6,7 @@ use crate::compare::compare;
 use crate::manifest::{documents, istio_init_args, istio_init_policy, migrate};
 use crate::*;
 
-const MANIFESTS: [&str; 6] = [
-    "hello.yaml",
-    "hello-probes.yaml",
-    "hello-tproxy.yaml",
-    "hello.proxyHoldsApplication.yaml",
-    "kubevirtInterfaces.yaml",
-    "traffic-params.yaml",
-];
+use redirect_testkit::reference::INJECT_MANIFESTS as MANIFESTS;
 
 #[test]
 fn every_manifest_migrates_to_a_meshed_pod_with_istio_inits_policy() {

@@ -136,6 +136,16 @@ pub fn split_golden(text: &str) -> Golden {
     }
 }
 
+/// Every vendored kube-inject manifest, by the name [`inject`] takes.
+pub const INJECT_MANIFESTS: [&str; 6] = [
+    "hello.yaml",
+    "hello-probes.yaml",
+    "hello-tproxy.yaml",
+    "hello.proxyHoldsApplication.yaml",
+    "kubevirtInterfaces.yaml",
+    "traffic-params.yaml",
+];
+
 /// A kube-inject manifest, e.g. `inject("hello.yaml")` for `inject/hello.yaml.injected`.
 pub fn inject(name: &str) -> String {
     read(&format!("inject/{name}.injected"))

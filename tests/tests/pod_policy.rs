@@ -8,14 +8,7 @@ use redirect_testkit::reference;
 use redirect_tests::bin_path;
 use serde_json::Value;
 
-const MANIFESTS: [&str; 6] = [
-    "hello.yaml",
-    "hello-probes.yaml",
-    "hello-tproxy.yaml",
-    "hello.proxyHoldsApplication.yaml",
-    "kubevirtInterfaces.yaml",
-    "traffic-params.yaml",
-];
+use redirect_testkit::reference::INJECT_MANIFESTS as MANIFESTS;
 
 fn pod_policy(args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = Command::new(bin_path("redirect"))

@@ -27,16 +27,9 @@ fn apply(
 ) -> std::process::Output {
     let mut args = reference::istio_init_args(&reference::inject("hello.yaml"));
     args.extend(extra.iter().map(|s| (*s).to_owned()));
-    let mut cmd = Command::new(bin_path("redirect"));
-    cmd.arg("istio-iptables")
-        .arg("--bpffs")
-        .arg(pins)
-        .arg("--cgroup")
-        .arg(cgroup)
-        .arg("--netns")
-        .arg(w.pod.path())
-        .args(&args)
-        .env_remove(ASSUME);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = redirect_tests::node::istio_iptables_cmd(pins, cgroup, &w.pod.path(), &args);
+    cmd.env_remove(ASSUME);
     if assume {
         cmd.env(ASSUME, FEATURE);
     }
