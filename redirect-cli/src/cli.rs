@@ -201,6 +201,26 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         bpffs: Option<PathBuf>,
     },
+    /// Upgrade the pinned datapath in place to this build's programs, with no capture gap.
+    ///
+    /// Maps whose definition is unchanged are kept with all their state (policies, connections
+    /// in hand-off, per-socket storage); a map whose size or flags changed is created anew and
+    /// its entries copied; then every pinned link (each cgroup hook, each namespace's
+    /// sk_lookup) gets its new program with an atomic BPF_LINK_UPDATE, readers of the state
+    /// first and capture (connect4/6) last, so connections open meanwhile keep their original
+    /// destination. Refused, with nothing changed, when a map's key or value format changed, the
+    /// attach plan changed, or a running daemon owns the datapath (the daemon upgrades it when
+    /// it starts). The same layout from another build (a fixed program) always upgrades; this
+    /// build's layout and the older ones it upgrades from are printed by `redirect upgrade
+    /// --check`.
+    Upgrade {
+        /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
+        #[arg(long, value_name = "DIR")]
+        bpffs: Option<PathBuf>,
+        /// Only say whether an upgrade is needed and possible (exit 0 up to date, 1 needed).
+        #[arg(long)]
+        check: bool,
+    },
     /// Enroll a VM: the host (or a namespace playing the VM) with the policy of Istio's
     /// cluster.env (ISTIO_INBOUND_PORTS, ISTIO_SERVICE_CIDR, ISTIO_LOCAL_EXCLUDE_PORTS,
     /// ISTIO_META_DNS_CAPTURE, ...). Through the daemon when it runs, else straight into the

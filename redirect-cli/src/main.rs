@@ -10,6 +10,7 @@ mod node_cmds;
 mod observe_cmds;
 mod pod_policy_cmd;
 mod sizing_args;
+mod upgrade_cmd;
 
 use std::{os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
 
@@ -66,6 +67,7 @@ fn needs_root(cmd: &Command) -> Option<&'static str> {
         Command::Unenroll { .. } => "unenroll",
         Command::List { .. } => "list",
         Command::Uninstall { .. } => "uninstall",
+        Command::Upgrade { .. } => "upgrade",
         Command::Validate { .. } => "validate",
         Command::Vm { .. } => "vm",
         Command::Stats { .. } => "stats",
@@ -152,6 +154,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Unenroll { netns } => node_cmds::unenroll(&netns),
         Command::List { json } => node_cmds::list(json),
         Command::Uninstall { bpffs } => node_cmds::uninstall(bpffs),
+        Command::Upgrade { bpffs, check } => upgrade_cmd::upgrade(bpffs, check),
         Command::Validate {
             netns,
             cgroup,

@@ -65,6 +65,13 @@ impl Daemon {
         let _ = std::fs::set_permissions(&opts.dir, std::fs::Permissions::from_mode(0o700));
         let lock = single_instance(&opts.dir)?;
         let guard = node::lock(&opts.bpffs)?;
+        if NodeDatapath::exists(&opts.bpffs) {
+            // A new daemon is how a node is upgraded: it takes the pinned datapath over in
+            // place (no capture gap), or refuses to start naming the layout it cannot take.
+            if let Some(u) = NodeDatapath::upgrade(&opts.bpffs)? {
+                tracing::info!(dir = %opts.bpffs.display(), from = u.from.0, to = u.to.0, links = u.links, namespaces = u.namespaces, carried = ?u.carried, "upgraded the pinned datapath in place");
+            }
+        }
         let (dp, created) = NodeDatapath::open_or_create(&opts.bpffs, &opts.attach)?;
         take_ownership(&dp, &opts.dir)?;
         let pins = node::layout::hold_as_daemon(&opts.bpffs)?;

@@ -1,7 +1,8 @@
 //! The few bpf(2) commands aya does not expose for every program type: `BPF_MAP_CREATE` (of the
 //! layout record), `BPF_PROG_LOAD` (of the two feature probes aya has no probe for),
 //! `BPF_LINK_CREATE`, `BPF_OBJ_PIN`, `BPF_OBJ_GET` and `BPF_OBJ_GET_INFO_BY_FD` (of a netns
-//! link). This is the loader's syscall edge; nothing else here.
+//! link). This is the loader's syscall edge; nothing else here (`bpfsys_replace.rs` has the
+//! commands of an upgrade in place).
 use std::{
     ffi::CString,
     io,
@@ -14,7 +15,7 @@ const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_OBJ_PIN: libc::c_long = 6;
 const BPF_OBJ_GET: libc::c_long = 7;
-const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+pub(crate) const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_CREATE: libc::c_long = 28;
 
 /// `enum bpf_attach_type` values used by the datapath.
@@ -49,9 +50,9 @@ pub mod attach_type {
 
 /// `union bpf_attr`, as large as any command here uses (the kernel wants the rest zeroed).
 #[repr(C, align(8))]
-struct Attr([u32; 16]);
+pub(crate) struct Attr(pub(crate) [u32; 16]);
 
-fn bpf(cmd: libc::c_long, attr: &Attr) -> io::Result<libc::c_long> {
+pub(crate) fn bpf(cmd: libc::c_long, attr: &Attr) -> io::Result<libc::c_long> {
     // SAFETY: syscall edge: `attr` is a valid, fully initialised bpf_attr of the size passed.
     let rc = unsafe {
         libc::syscall(
@@ -70,13 +71,13 @@ fn bpf(cmd: libc::c_long, attr: &Attr) -> io::Result<libc::c_long> {
 
 /// Stores `v` in the `__aligned_u64` field at `word` of a bpf_attr (two 32-bit words, in the
 /// host's byte order, so big-endian hosts get the halves right too).
-fn set_u64(words: &mut [u32], word: usize, v: u64) {
+pub(crate) fn set_u64(words: &mut [u32], word: usize, v: u64) {
     let b = v.to_ne_bytes();
     words[word] = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
     words[word + 1] = u32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
 }
 
-fn owned(fd: libc::c_long) -> io::Result<OwnedFd> {
+pub(crate) fn owned(fd: libc::c_long) -> io::Result<OwnedFd> {
     let fd = i32::try_from(fd).map_err(|_| io::Error::other("fd out of range"))?;
     // SAFETY: the kernel just returned this new file descriptor; we are its only owner.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })

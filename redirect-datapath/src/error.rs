@@ -176,7 +176,7 @@ pub enum Error {
         lock: PathBuf,
     },
     /// The pinned datapath has another layout than this build reads and writes.
-    #[error("the datapath pinned at {dir} has layout v{found}, this redirect reads and writes layout v{expected}: remove it with `redirect uninstall --bpffs {dir}` (every namespace loses capture until it is enrolled again) or use the redirect that created it")]
+    #[error("the datapath pinned at {dir} has layout v{found}, this redirect reads and writes layout v{expected}: upgrade it in place with `redirect upgrade --bpffs {dir}` (or start the new daemon) when this build upgrades from v{found} (`redirect upgrade --check` lists the layouts it does); otherwise remove it with `redirect uninstall --bpffs {dir}` (every namespace loses capture until it is enrolled again) or use the redirect that created it")]
     Layout {
         /// The pin directory.
         dir: PathBuf,
@@ -184,6 +184,27 @@ pub enum Error {
         found: u32,
         /// This build's version.
         expected: u32,
+    },
+    /// An upgrade in place that cannot be done; nothing was changed.
+    #[error("cannot upgrade the datapath pinned at {dir} in place: {why}; nothing was changed")]
+    NotUpgradable {
+        /// The pin directory.
+        dir: PathBuf,
+        /// Why, naming the map, link or version.
+        why: String,
+    },
+    /// An upgrade step failed after it started; every link runs its old program again.
+    #[error("upgrading the datapath pinned at {dir}: {op} {what} failed, every link was put back on its old program")]
+    UpgradeFailed {
+        /// The pin directory.
+        dir: PathBuf,
+        /// The step.
+        op: &'static str,
+        /// The pin or map it was for.
+        what: String,
+        /// The kernel's answer.
+        #[source]
+        source: io::Error,
     },
     /// A running daemon owns the pinned datapath.
     #[error("the datapath pinned at {dir} is owned by the redirect daemon pid {pid}, which is running: one owner per datapath; stop it first, or talk to it (`redirect list`, `redirect enroll` with its REDIRECT_DAEMON_DIR)")]

@@ -1,6 +1,7 @@
 //! The datapath of redirect: the BPF object, loaded and attached (process-owned or pinned for the node), the maps each namespace's policy is written into, and the views of them (status, stats, trace, explain, validate).
 pub mod adopt;
 pub mod bpfsys;
+pub mod bpfsys_replace;
 pub mod cgroup;
 pub mod counters;
 pub mod datapath;

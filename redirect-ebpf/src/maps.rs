@@ -44,7 +44,13 @@ pub static OUT_PORTS: HashMap<PortKey, u8> =
 
 /// One u64 per [`Counter`], per CPU.
 #[map(name = "COUNTERS")]
-pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+
+/// Slots of `COUNTERS`: one per counter (one more in the upgrade test's next layout).
+#[cfg(not(feature = "layout-next"))]
+const COUNTER_SLOTS: u32 = Counter::COUNT;
+#[cfg(feature = "layout-next")]
+const COUNTER_SLOTS: u32 = Counter::COUNT + 1;
 
 /// The redirected connection (netns + 4-tuple) -> its original destination, handed from the
 /// application's socket (sock_ops `TCP_CONNECT_CB`) to the proxy's accepted socket, which

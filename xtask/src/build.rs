@@ -9,6 +9,10 @@ use crate::{
 const BPF_TARGET: &str = "bpfel-unknown-none";
 
 fn ebpf_cargo(subcommand: &str) -> std::process::Command {
+    ebpf_cargo_in(subcommand, "target/ebpf")
+}
+
+fn ebpf_cargo_in(subcommand: &str, target_dir: &str) -> std::process::Command {
     let mut cmd = util::cargo(Some("nightly"));
     cmd.args([
         subcommand,
@@ -18,7 +22,7 @@ fn ebpf_cargo(subcommand: &str) -> std::process::Command {
         BPF_TARGET,
         "--release",
     ])
-    .args(["-p", "redirect-ebpf", "--target-dir", "target/ebpf"])
+    .args(["-p", "redirect-ebpf", "--target-dir", target_dir])
     .env(
         "CARGO_ENCODED_RUSTFLAGS",
         "-Cdebuginfo=2\u{1f}-Clink-arg=--btf",
@@ -36,6 +40,34 @@ pub fn build_ebpf() -> anyhow::Result<()> {
         "the BPF build produced no {}",
         object.display()
     );
+    Ok(())
+}
+
+/// The upgrade test's `redirect` of the next layout (`layout-next` of redirect-ebpf and
+/// redirect-datapath: layout v4, one map wider), built from this tree beside the real one, at
+/// `<target>/debug/layout-next/redirect`. Never shipped.
+pub fn build_next_layout() -> anyhow::Result<()> {
+    run(ebpf_cargo_in("build", "target/ebpf-next").args(["--features", "layout-next"]))
+        .context("building the next layout's BPF programs")?;
+    let object = util::workspace_root()
+        .join("target/ebpf-next")
+        .join(BPF_TARGET)
+        .join("release/redirect-ebpf");
+    anyhow::ensure!(
+        object.is_file(),
+        "the BPF build produced no {}",
+        object.display()
+    );
+    run(util::cargo(None)
+        .args(["build", "-p", "redirect-cli", "--bin", "redirect"])
+        .args(["--features", "redirect-datapath/layout-next"])
+        .env("REDIRECT_EBPF_OBJECT", util::ebpf_object())
+        .env("REDIRECT_EBPF_OBJECT_NEXT", &object))?;
+    let built = util::target_dir().join("debug/redirect");
+    let dest = util::target_dir().join("debug/layout-next");
+    std::fs::create_dir_all(&dest).with_context(|| format!("creating {}", dest.display()))?;
+    std::fs::copy(&built, dest.join("redirect"))
+        .with_context(|| format!("copying {} into {}", built.display(), dest.display()))?;
     Ok(())
 }
 
@@ -81,6 +113,7 @@ pub fn test(extra: &[String]) -> anyhow::Result<()> {
     setup::setup()?;
     build_ebpf()?;
     lint()?;
+    build_next_layout()?;
     build_bins(false)?;
     let mut cmd = util::cargo(None);
     cmd.args(["test", "--workspace", "--exclude", "redirect-ebpf"])

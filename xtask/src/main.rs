@@ -25,6 +25,9 @@ enum Task {
     Setup,
     /// Build the BPF object (nightly, -Z build-std=core, bpfel-unknown-none, with BTF).
     BuildEbpf,
+    /// Build the upgrade test's `redirect` of the next layout (v4, from this tree) into
+    /// target/debug/layout-next/redirect (`cargo xtask test` does it; never shipped).
+    BuildNextLayout,
     /// rustfmt check and clippy -D warnings, for the host crates and the BPF crate.
     Lint,
     /// Setup, lint, build, unit tests, then the root integration tests in tests/.
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Setup => setup::setup(),
         Task::BuildEbpf => setup::setup().and_then(|()| build::build_ebpf()),
+        Task::BuildNextLayout => build::build_ebpf().and_then(|()| build::build_next_layout()),
         Task::Lint => build::lint(),
         Task::Test {
             kernel: None, args, ..

@@ -20,12 +20,25 @@ use crate::{
 /// `PROXY_LISTENERS` counting in u64 (updated atomically) and `DIR/sizing`; v3: original
 /// destinations in `SOCK_STATE` (no `PENDING`), `TRACKED` hand-offs claimed and deleted by the
 /// proxy's socket, counted per policy in `HANDOFFS` against the `--quota-handshakes` quota.
+#[cfg(not(feature = "layout-next"))]
 pub const LAYOUT_VERSION: u32 = 3;
+/// The layouts this build upgrades in place (`redirect upgrade`, a daemon starting): none
+/// before v3, whose per-socket state (`SOCK_STATE`, 40 bytes) v2 did not have, so a
+/// connection caught between two link updates would lose its original destination.
+#[cfg(not(feature = "layout-next"))]
+pub const UPGRADES_FROM: &[u32] = &[];
+/// The next layout, built only for the upgrade test (`cargo xtask test` builds it from this
+/// tree): v4 = v3 with a wider `COUNTERS` map, a changed map definition to carry over.
+#[cfg(feature = "layout-next")]
+pub const LAYOUT_VERSION: u32 = 4;
+/// See the v3 build: v4 upgrades v3 in place.
+#[cfg(feature = "layout-next")]
+pub const UPGRADES_FROM: &[u32] = &[3];
 /// Name of the record's pin and of the map in the kernel.
 pub const PIN: &str = "layout";
 const MAGIC: u64 = 0x7265_6469_7265_6374; // "redirect"
 /// The record as stored: [magic, layout, mode, owner pid, owner start time, app cgroup id,
-/// proxy cgroup id, reserved], then the owning daemon's directory (NUL-padded bytes).
+/// proxy cgroup id, build id of the programs (0 before it was recorded)], then the owning daemon's directory (NUL-padded bytes).
 type Raw = [u64; 8 + DIR_WORDS];
 const DIR_WORDS: usize = 32;
 
@@ -107,6 +120,9 @@ pub struct Layout {
     pub proxy_cgroup: u64,
     /// The owning daemon's directory (its socket is `daemon.sock` there), when a daemon owns it.
     pub daemon_dir: Option<PathBuf>,
+    /// Build id of the BPF object whose programs run ([`crate::object::build_id`]; 0: not
+    /// recorded).
+    pub build: u64,
 }
 
 impl Layout {
@@ -124,7 +140,7 @@ impl Layout {
             start,
             self.app_cgroup,
             self.proxy_cgroup,
-            0,
+            self.build,
         ]);
         if let Some(dir) = &self.daemon_dir {
             let bytes = dir.as_os_str().as_bytes();
@@ -160,6 +176,7 @@ impl Layout {
             app_cgroup: raw[5],
             proxy_cgroup: raw[6],
             daemon_dir,
+            build: raw[7],
         })
     }
 }
@@ -296,6 +313,7 @@ mod tests {
                 app_cgroup: 1,
                 proxy_cgroup: 2,
                 daemon_dir: dir,
+                build: 9,
             };
             assert_eq!(Layout::decode(&l.encode()), Some(l));
         }

@@ -11,6 +11,7 @@ pub mod layout;
 pub mod needs;
 mod pins;
 pub mod sizing;
+pub mod upgrade;
 
 use std::{
     collections::HashMap as StdHashMap,

@@ -40,6 +40,18 @@ fn ensure_bpffs(dir: &Path) -> Result<()> {
     })
 }
 
+/// The loader of the node datapath's object for a node sized by `quotas` (`quota`: the
+/// handshake quota the programs read, kept alive by the caller for the loader's life).
+pub(super) fn loader<'a>(quotas: &sizing::Quotas, quota: &'a u64) -> EbpfLoader<'a> {
+    let mut loader = EbpfLoader::new();
+    loader.override_global("AYA_LOG_LEVEL", &0u8, false);
+    loader.override_global(redirect_common::HANDOFF_QUOTA_GLOBAL, quota, true);
+    for (name, size) in quotas.map_sizes() {
+        loader.map_max_entries(name, size);
+    }
+    loader
+}
+
 impl NodeDatapath {
     pub(super) fn create(dir: &Path, attach: &NodeAttach) -> Result<()> {
         preflight::require_root()?;
@@ -55,14 +67,10 @@ impl NodeDatapath {
         let sk_lookup = crate::probe::sk_lookup_program(&probed);
         ensure_bpffs(dir)?;
         let object = object::bpf_object().ok_or(Error::NoObject)?;
-        let mut loader = EbpfLoader::new();
-        loader.override_global("AYA_LOG_LEVEL", &0u8, false);
         let quota = u64::from(attach.quotas.handshakes);
-        loader.override_global(redirect_common::HANDOFF_QUOTA_GLOBAL, &quota, true);
-        for (name, size) in attach.quotas.map_sizes() {
-            loader.map_max_entries(name, size);
-        }
-        let mut ebpf = loader.load(object).map_err(|e| Error::Load(Box::new(e)))?;
+        let mut ebpf = loader(&attach.quotas, &quota)
+            .load(object)
+            .map_err(|e| Error::Load(Box::new(e)))?;
         let result = Self::pin_all(&mut ebpf, dir, &app, &proxy, sk_lookup)
             .and_then(|()| sizing::create(dir, &attach.quotas));
         if result.is_err() {
@@ -95,6 +103,7 @@ impl NodeDatapath {
                 app_cgroup: cgroup::id(app)?,
                 proxy_cgroup: cgroup::id(proxy)?,
                 daemon_dir: None,
+                build: object::build_id(),
             },
         )?;
         for (name, map) in ebpf.maps().filter(|(n, _)| map_names::ALL.contains(n)) {

@@ -1,0 +1,71 @@
+//! `redirect upgrade`: the pinned datapath upgraded in place to this build's programs.
+use std::path::PathBuf;
+
+use redirect_datapath::{
+    node::{self, layout, upgrade, NodeDatapath},
+    object,
+};
+
+use crate::node_cmds::bpffs_or_default;
+
+/// Upgrades (or with `check`, only says whether it would) the datapath pinned at `bpffs`.
+pub fn upgrade(bpffs: Option<PathBuf>, check: bool) -> anyhow::Result<()> {
+    let dir = bpffs_or_default(bpffs);
+    let this = format!(
+        "layout v{} build {:016x} (upgrades in place from: the same layout{})",
+        layout::LAYOUT_VERSION,
+        object::build_id(),
+        layout::UPGRADES_FROM
+            .iter()
+            .map(|v| format!(", v{v}"))
+            .collect::<String>()
+    );
+    if !NodeDatapath::exists(&dir) {
+        println!(
+            "nothing to upgrade: no datapath pinned at {}; this redirect is {this}",
+            dir.display()
+        );
+        return Ok(());
+    }
+    let _lock = node::lock(&dir)?;
+    if check {
+        return match upgrade::needed(&dir)? {
+            None => {
+                println!("up to date: {} runs this build, {this}", dir.display());
+                Ok(())
+            }
+            Some(old) => {
+                println!(
+                    "upgrade needed: {} runs layout v{} build {:016x}; this redirect is {this}",
+                    dir.display(),
+                    old.version,
+                    old.build
+                );
+                std::process::exit(1);
+            }
+        };
+    }
+    match NodeDatapath::upgrade(&dir)? {
+        None => println!("up to date: {} runs this build, {this}", dir.display()),
+        Some(u) => {
+            let carried: Vec<String> = u
+                .carried
+                .iter()
+                .map(|(m, n)| format!("{m} ({n} entries)"))
+                .collect();
+            println!(
+                "upgraded {} in place: layout v{} build {:016x} -> layout v{} build {:016x}; {} links and {} namespaces' sk_lookup given the new programs; {} maps kept with their state; recreated and carried over: {}",
+                dir.display(),
+                u.from.0,
+                u.from.1,
+                u.to.0,
+                u.to.1,
+                u.links,
+                u.namespaces,
+                u.kept.len(),
+                if carried.is_empty() { "none".to_owned() } else { carried.join(", ") }
+            );
+        }
+    }
+    Ok(())
+}

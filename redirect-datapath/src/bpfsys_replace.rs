@@ -1,0 +1,175 @@
+//! The bpf(2) commands of an upgrade in place that aya does not expose: a link's program
+//! (`BPF_OBJ_GET_INFO_BY_FD`, `BPF_PROG_GET_FD_BY_ID`), replacing it (`BPF_LINK_UPDATE`), a
+//! map's definition and a raw copy of its entries into a map of another size. A syscall edge.
+use std::{
+    io,
+    os::fd::{AsRawFd as _, BorrowedFd, OwnedFd},
+};
+
+use crate::bpfsys::{bpf, owned, set_u64, Attr, BPF_OBJ_GET_INFO_BY_FD};
+
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+const BPF_LINK_UPDATE: libc::c_long = 29;
+const BPF_F_REPLACE: u32 = 1 << 2;
+
+/// Fills `info` (a `struct bpf_*_info` of `words` u32) for the object `fd`.
+fn info_words<const N: usize>(fd: BorrowedFd<'_>) -> io::Result<[u32; N]> {
+    #[repr(C, align(8))]
+    struct Info<const N: usize>([u32; N]);
+    let mut info = Info([0u32; N]);
+    let mut attr = Attr([0; 16]);
+    attr.0[0] = fd.as_raw_fd() as u32;
+    attr.0[1] = u32::try_from(std::mem::size_of::<Info<N>>()).unwrap_or(u32::MAX);
+    set_u64(&mut attr.0, 2, std::ptr::from_mut(&mut info) as u64);
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &attr)?;
+    Ok(info.0)
+}
+
+/// The id of the program a bpf_link runs (`struct bpf_link_info.prog_id`).
+pub fn link_prog_id(link: BorrowedFd<'_>) -> io::Result<u32> {
+    Ok(info_words::<32>(link)?[2])
+}
+
+/// Opens the loaded program with kernel id `id`.
+pub fn prog_by_id(id: u32) -> io::Result<OwnedFd> {
+    let mut attr = Attr([0; 16]);
+    attr.0[0] = id;
+    owned(bpf(BPF_PROG_GET_FD_BY_ID, &attr)?)
+}
+
+/// Replaces the program of `link` with `new` atomically, only if it still runs `old`
+/// (`BPF_F_REPLACE`): a connection sees either program, never none.
+pub fn link_update(
+    link: BorrowedFd<'_>,
+    new: BorrowedFd<'_>,
+    old: BorrowedFd<'_>,
+) -> io::Result<()> {
+    let mut attr = Attr([0; 16]);
+    attr.0[0] = link.as_raw_fd() as u32;
+    attr.0[1] = new.as_raw_fd() as u32;
+    attr.0[2] = BPF_F_REPLACE;
+    attr.0[3] = old.as_raw_fd() as u32;
+    bpf(BPF_LINK_UPDATE, &attr).map(|_| ())
+}
+
+/// What defines a map: two maps with the same definition can stand for each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapDef {
+    /// `enum bpf_map_type`.
+    pub map_type: u32,
+    /// Key bytes.
+    pub key_size: u32,
+    /// Value bytes (per CPU for per-CPU maps).
+    pub value_size: u32,
+    /// Capacity.
+    pub max_entries: u32,
+    /// `map_flags` at creation.
+    pub flags: u32,
+}
+
+impl std::fmt::Display for MapDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "type {}, key {} B, value {} B, {} entries, flags {:#x}",
+            self.map_type, self.key_size, self.value_size, self.max_entries, self.flags
+        )
+    }
+}
+
+/// The definition of map `fd` as the kernel reports it (`struct bpf_map_info`).
+pub fn map_def(fd: BorrowedFd<'_>) -> io::Result<MapDef> {
+    let w = info_words::<32>(fd)?;
+    Ok(MapDef {
+        map_type: w[0],
+        key_size: w[2],
+        value_size: w[3],
+        max_entries: w[4],
+        flags: w[5],
+    })
+}
+
+const HASH: u32 = 1;
+const ARRAY: u32 = 2;
+const PERCPU_HASH: u32 = 5;
+const PERCPU_ARRAY: u32 = 6;
+const LRU_HASH: u32 = 9;
+const LRU_PERCPU_HASH: u32 = 10;
+const LPM_TRIE: u32 = 11;
+
+/// Whether user space can copy the entries of a map of this type ([`copy_entries`]).
+pub fn copyable(map_type: u32) -> bool {
+    matches!(
+        map_type,
+        HASH | ARRAY | PERCPU_HASH | PERCPU_ARRAY | LRU_HASH | LRU_PERCPU_HASH | LPM_TRIE
+    )
+}
+
+fn elem(cmd: libc::c_long, fd: BorrowedFd<'_>, key: *const u8, val: *mut u8) -> io::Result<()> {
+    let mut attr = Attr([0; 16]);
+    attr.0[0] = fd.as_raw_fd() as u32;
+    set_u64(&mut attr.0, 2, key as u64);
+    set_u64(&mut attr.0, 4, val as u64);
+    bpf(cmd, &attr).map(|_| ())
+}
+
+/// Copies every entry of `from` into `to` (same type, key and value sizes; any capacity):
+/// arrays index by index up to the smaller size, hashes and tries key by key. Returns the
+/// number of entries copied. An entry `to` cannot take is an error.
+pub fn copy_entries(
+    from: BorrowedFd<'_>,
+    to: BorrowedFd<'_>,
+    def: MapDef,
+    to_max: u32,
+) -> io::Result<usize> {
+    let per_cpu = matches!(def.map_type, PERCPU_HASH | PERCPU_ARRAY | LRU_PERCPU_HASH);
+    let cpus = if per_cpu {
+        aya::util::nr_cpus().map_err(|(_, e)| e)?
+    } else {
+        1
+    };
+    let value_len = if per_cpu {
+        (def.value_size as usize).div_ceil(8) * 8 * cpus
+    } else {
+        def.value_size as usize
+    };
+    let mut value = vec![0u8; value_len];
+    let mut copied = 0;
+    if matches!(def.map_type, ARRAY | PERCPU_ARRAY) {
+        for i in 0..def.max_entries.min(to_max) {
+            let key = i.to_ne_bytes();
+            elem(BPF_MAP_LOOKUP_ELEM, from, key.as_ptr(), value.as_mut_ptr())?;
+            elem(BPF_MAP_UPDATE_ELEM, to, key.as_ptr(), value.as_mut_ptr())?;
+            copied += 1;
+        }
+        return Ok(copied);
+    }
+    let mut key = vec![0u8; def.key_size as usize];
+    let mut next = vec![0u8; def.key_size as usize];
+    let mut first = true;
+    loop {
+        let start = if first {
+            std::ptr::null()
+        } else {
+            key.as_ptr()
+        };
+        match elem(BPF_MAP_GET_NEXT_KEY, from, start, next.as_mut_ptr()) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(copied),
+            Err(e) => return Err(e),
+        }
+        first = false;
+        std::mem::swap(&mut key, &mut next);
+        match elem(BPF_MAP_LOOKUP_ELEM, from, key.as_ptr(), value.as_mut_ptr()) {
+            Ok(()) => {}
+            // Deleted by a program between the two calls: nothing to carry over.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) => return Err(e),
+        }
+        elem(BPF_MAP_UPDATE_ELEM, to, key.as_ptr(), value.as_mut_ptr())?;
+        copied += 1;
+    }
+}

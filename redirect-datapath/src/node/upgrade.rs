@@ -1,0 +1,383 @@
+//! Upgrading a pinned datapath in place, with no capture gap: every map whose definition is
+//! unchanged is kept (with all state: policies, hand-offs, per-socket storage), a changed map
+//! is created beside it and its entries copied, then each pinned link gets the new program
+//! with `BPF_LINK_UPDATE` in the attach plan's order (readers of the state first, capture
+//! last), and only then do the new maps take the old pins' names. A failure before the first
+//! link update changes nothing; one during the updates puts every link back on its old program.
+use std::{
+    os::fd::{AsFd as _, OwnedFd},
+    path::{Path, PathBuf},
+};
+
+use aya::Ebpf;
+use redirect_common::map_names;
+
+use super::{
+    layout::{self, Layout, LAYOUT_VERSION, UPGRADES_FROM},
+    pinned_sk_lookup,
+    pins::{loader, pin_err},
+    sizing, NodeDatapath,
+};
+use crate::{
+    bpfsys,
+    bpfsys_replace::{self as replace, MapDef},
+    cgroup,
+    error::{Error, Result},
+    object, plan, preflight,
+};
+
+/// What an upgrade did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upgraded {
+    /// Layout version and build id before.
+    pub from: (u32, u64),
+    /// Layout version and build id after (this build's).
+    pub to: (u32, u64),
+    /// Maps kept as they were, state and all.
+    pub kept: Vec<&'static str>,
+    /// Maps whose definition changed: created anew, with the number of entries carried over.
+    pub carried: Vec<(&'static str, usize)>,
+    /// cgroup links given the new programs.
+    pub links: usize,
+    /// Namespaces whose sk_lookup link got the new program (those already gone are skipped).
+    pub namespaces: usize,
+}
+
+/// Whether the datapath at `dir` runs another build's programs that this build can take over
+/// in place: its record (`Some`), or `None` when it is this build's. Another layout this build
+/// does not upgrade is an error naming both versions.
+pub fn needed(dir: &Path) -> Result<Option<Layout>> {
+    let record = layout::read(dir)?;
+    let Some(record) = record else {
+        return Err(Error::Layout {
+            dir: dir.to_path_buf(),
+            found: 0,
+            expected: LAYOUT_VERSION,
+        });
+    };
+    if record.version == LAYOUT_VERSION && record.build == object::build_id() {
+        return Ok(None);
+    }
+    if record.version == LAYOUT_VERSION || UPGRADES_FROM.contains(&record.version) {
+        return Ok(Some(record));
+    }
+    Err(Error::Layout {
+        dir: dir.to_path_buf(),
+        found: record.version,
+        expected: LAYOUT_VERSION,
+    })
+}
+
+/// A map of the new object and what becomes of it.
+struct Staged {
+    name: &'static str,
+    /// Pin of the old map, if there is one.
+    old: PathBuf,
+    /// `Some(staged pin)` when it is created anew (its definition changed, or it is new).
+    new: Option<PathBuf>,
+}
+
+/// One cgroup or netns link and the programs it runs before and after.
+struct Swap {
+    pin: PathBuf,
+    link: OwnedFd,
+    old: OwnedFd,
+    new: OwnedFd,
+}
+
+impl NodeDatapath {
+    /// Upgrades the datapath pinned at `dir` to this build in place (see the module docs), when
+    /// [`needed`]. The caller holds the node lock; a live daemon other than this process must
+    /// not own it. Returns what was done, or `None` when it already runs this build.
+    pub fn upgrade(dir: &Path) -> Result<Option<Upgraded>> {
+        preflight::require_root()?;
+        let Some(record) = needed(dir)? else {
+            return Ok(None);
+        };
+        if layout::daemon_up(dir, &record) {
+            if let layout::Owner::Daemon { pid, .. } = record.owner {
+                if pid != std::process::id() {
+                    return Err(Error::OwnedByDaemon {
+                        dir: dir.to_path_buf(),
+                        pid,
+                    });
+                }
+            }
+        }
+        let object = object::bpf_object().ok_or(Error::NoObject)?;
+        let quotas = sizing::read(dir)?;
+        let staging = dir.join("staged");
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(&staging).map_err(pin_err("creating", &staging))?;
+        let result = Self::upgrade_staged(dir, &staging, &record, object, &quotas);
+        let _ = std::fs::remove_dir_all(&staging);
+        let done = result?;
+        tracing::info!(dir = %dir.display(), from = ?done.from, to = ?done.to, kept = ?done.kept, carried = ?done.carried, links = done.links, namespaces = done.namespaces, "node datapath upgraded in place");
+        Ok(Some(done))
+    }
+
+    fn upgrade_staged(
+        dir: &Path,
+        staging: &Path,
+        record: &Layout,
+        object: &[u8],
+        quotas: &sizing::Quotas,
+    ) -> Result<Upgraded> {
+        let quota = u64::from(quotas.handshakes);
+        let staged = stage_maps(dir, staging, object, quotas, &quota)?;
+        let mut ld = loader(quotas, &quota);
+        for s in &staged {
+            ld.map_pin_path(s.name, s.new.clone().unwrap_or_else(|| s.old.clone()));
+        }
+        let mut ebpf = ld.load(object).map_err(|e| Error::Load(Box::new(e)))?;
+        let mut carried = Vec::new();
+        for s in staged.iter().filter(|s| s.new.is_some() && s.old.exists()) {
+            carried.push((s.name, carry(dir, s)?));
+        }
+        let sk_lookup = pinned_sk_lookup(dir);
+        let links = cgroup_swaps(dir, record, &mut ebpf)?;
+        let netns = netns_swaps(dir, &mut ebpf, sk_lookup)?;
+        // Nothing has changed yet. From here on, a failure puts every link back.
+        let mut done: Vec<&Swap> = Vec::new();
+        let mut skipped = 0;
+        for swap in links.iter().chain(netns.iter()) {
+            match replace::link_update(swap.link.as_fd(), swap.new.as_fd(), swap.old.as_fd()) {
+                Ok(()) => done.push(swap),
+                // A netns link whose namespace died: nothing runs it any more.
+                Err(e) if e.raw_os_error() == Some(libc::ENOLINK) => skipped += 1,
+                Err(e) => {
+                    roll_back(&done);
+                    return Err(Error::UpgradeFailed {
+                        dir: dir.to_path_buf(),
+                        op: "replacing the program of link",
+                        what: swap.pin.display().to_string(),
+                        source: e,
+                    });
+                }
+            }
+        }
+        if let Err(e) = commit(dir, &staged, &mut ebpf, sk_lookup, record) {
+            roll_back(&done);
+            return Err(e);
+        }
+        Ok(Upgraded {
+            from: (record.version, record.build),
+            to: (LAYOUT_VERSION, object::build_id()),
+            kept: staged
+                .iter()
+                .filter(|s| s.new.is_none())
+                .map(|s| s.name)
+                .collect(),
+            carried,
+            links: links.len(),
+            namespaces: netns.len() - skipped,
+        })
+    }
+}
+
+/// Creates every map of the new object under `staging` (sized as the pinned datapath was) and
+/// compares each with the pin of the same name: the same definition keeps the old map (its
+/// staged twin is unpinned again), another definition keeps the staged one, to be filled.
+fn stage_maps(
+    dir: &Path,
+    staging: &Path,
+    object: &[u8],
+    quotas: &sizing::Quotas,
+    quota: &u64,
+) -> Result<Vec<Staged>> {
+    let mut ld = loader(quotas, quota);
+    let names: Vec<&'static str> = map_names::ALL.to_vec();
+    for name in &names {
+        ld.map_pin_path(name, staging.join(name));
+    }
+    drop(ld.load(object).map_err(|e| Error::Load(Box::new(e)))?);
+    let mut staged = Vec::new();
+    for name in names {
+        let new_pin = staging.join(name);
+        let old = dir.join("maps").join(name);
+        let Some(new_def) = def_at(&new_pin) else {
+            continue; // not a map of this object
+        };
+        let same = def_at(&old).is_some_and(|d| d == new_def);
+        if same {
+            let _ = std::fs::remove_file(&new_pin);
+        } else if let Some(old_def) = def_at(&old) {
+            let why = if old_def.map_type != new_def.map_type
+                || old_def.key_size != new_def.key_size
+                || old_def.value_size != new_def.value_size
+            {
+                Some("its key or value format changed and this build has no converter for it")
+            } else if !replace::copyable(old_def.map_type) {
+                Some("its entries cannot be copied from user space")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(Error::NotUpgradable {
+                    dir: dir.to_path_buf(),
+                    why: format!("map {name} ({old_def}) becomes ({new_def}): {why}"),
+                });
+            }
+        }
+        staged.push(Staged {
+            name,
+            old,
+            new: (!same).then_some(new_pin),
+        });
+    }
+    Ok(staged)
+}
+
+fn def_at(pin: &Path) -> Option<MapDef> {
+    let fd = bpfsys::obj_get(pin).ok()?;
+    replace::map_def(fd.as_fd()).ok()
+}
+
+/// Copies the entries of the old map into its staged successor.
+fn carry(dir: &Path, s: &Staged) -> Result<usize> {
+    let new_pin = s.new.as_deref().unwrap_or(&s.old);
+    let fail = |op, source| Error::UpgradeFailed {
+        dir: dir.to_path_buf(),
+        op,
+        what: s.old.display().to_string(),
+        source,
+    };
+    let from = bpfsys::obj_get(&s.old).map_err(|e| fail("opening", e))?;
+    let to = bpfsys::obj_get(new_pin).map_err(|e| fail("opening the successor of", e))?;
+    let def = replace::map_def(from.as_fd()).map_err(|e| fail("reading", e))?;
+    let to_max = replace::map_def(to.as_fd())
+        .map_err(|e| fail("reading the successor of", e))?
+        .max_entries;
+    replace::copy_entries(from.as_fd(), to.as_fd(), def, to_max)
+        .map_err(|e| fail("copying the entries of", e))
+}
+
+/// The pinned cgroup links, each with its old program and its new one (loaded, verified). The
+/// pins must be exactly those of this build's attach plan for the recorded cgroups.
+fn cgroup_swaps(dir: &Path, record: &Layout, ebpf: &mut Ebpf) -> Result<Vec<Swap>> {
+    let not = |why: String| Error::NotUpgradable {
+        dir: dir.to_path_buf(),
+        why,
+    };
+    let app = cgroup::path_of_id(record.app_cgroup).ok_or_else(|| {
+        not(format!(
+            "its attach cgroup (id {}) is gone",
+            record.app_cgroup
+        ))
+    })?;
+    let proxy = cgroup::path_of_id(record.proxy_cgroup).ok_or_else(|| {
+        not(format!(
+            "its proxy cgroup (id {}) is gone",
+            record.proxy_cgroup
+        ))
+    })?;
+    let steps = plan::cgroup_plan(&app, &proxy);
+    let mut pinned: Vec<String> = std::fs::read_dir(dir.join("links"))
+        .map_err(|e| Error::io("listing", dir.join("links"), e))?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let mut wanted: Vec<String> = (1..)
+        .zip(&steps)
+        .map(|(n, s)| format!("{}-{n}", s.program))
+        .collect();
+    pinned.sort();
+    wanted.sort();
+    if pinned != wanted {
+        return Err(not(format!(
+            "its links {pinned:?} are not this build's attach plan {wanted:?}"
+        )));
+    }
+    (1..)
+        .zip(&steps)
+        .map(|(n, s)| {
+            swap(
+                dir,
+                &dir.join("links").join(format!("{}-{n}", s.program)),
+                ebpf,
+                s.program,
+            )
+        })
+        .collect()
+}
+
+/// Every namespace's sk_lookup link with the new sk_lookup program.
+fn netns_swaps(dir: &Path, ebpf: &mut Ebpf, sk_lookup: &'static str) -> Result<Vec<Swap>> {
+    let Ok(entries) = std::fs::read_dir(dir.join("netns")) else {
+        return Ok(Vec::new());
+    };
+    entries
+        .flatten()
+        .map(|e| swap(dir, &e.path(), ebpf, sk_lookup))
+        .collect()
+}
+
+fn swap(dir: &Path, pin: &Path, ebpf: &mut Ebpf, program: &'static str) -> Result<Swap> {
+    let fail = |op, source| Error::UpgradeFailed {
+        dir: dir.to_path_buf(),
+        op,
+        what: pin.display().to_string(),
+        source,
+    };
+    let link = bpfsys::obj_get(pin).map_err(|e| fail("opening link", e))?;
+    let id = replace::link_prog_id(link.as_fd()).map_err(|e| fail("reading link", e))?;
+    let old = replace::prog_by_id(id).map_err(|e| fail("opening the program of link", e))?;
+    let prog = plan::loaded(ebpf, program)?;
+    let new = prog
+        .fd()
+        .map_err(|source| Error::Verify {
+            name: program,
+            source: Box::new(source),
+        })?
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| fail("duplicating the new program for", e))?;
+    Ok(Swap {
+        pin: pin.to_path_buf(),
+        link,
+        old,
+        new,
+    })
+}
+
+fn roll_back(done: &[&Swap]) {
+    for swap in done.iter().rev() {
+        if let Err(e) = replace::link_update(swap.link.as_fd(), swap.old.as_fd(), swap.new.as_fd())
+        {
+            tracing::error!(link = %swap.pin.display(), error = %e, "could not put the old program back");
+        }
+    }
+}
+
+/// The new maps take the old pins' names, the new sk_lookup program its pin, and the record
+/// this build's layout and build id.
+fn commit(
+    dir: &Path,
+    staged: &[Staged],
+    ebpf: &mut Ebpf,
+    sk_lookup: &'static str,
+    record: &Layout,
+) -> Result<()> {
+    for s in staged {
+        if let Some(new) = &s.new {
+            std::fs::rename(new, &s.old).map_err(pin_err("renaming the new map over", &s.old))?;
+        }
+    }
+    let prog = plan::loaded(ebpf, sk_lookup)?;
+    let pin = dir.join("progs").join(sk_lookup);
+    let next = dir.join("staged").join(sk_lookup);
+    prog.pin(&next).map_err(|e| Error::Pin {
+        op: "pinning program",
+        path: next.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    std::fs::rename(&next, &pin).map_err(pin_err("renaming the new program over", &pin))?;
+    layout::write(
+        dir,
+        &Layout {
+            version: LAYOUT_VERSION,
+            build: object::build_id(),
+            ..record.clone()
+        },
+    )
+}
