@@ -16,6 +16,8 @@ pub use types::{NetnsCookie, PortBe};
 #[cfg(test)]
 mod inbound_tests;
 #[cfg(test)]
+mod outbound_owner_tests;
+#[cfg(test)]
 mod outbound_tests;
 
 /// Names of the maps in the BPF object, as user space looks them up.

@@ -239,7 +239,7 @@ fn an_upgrade_it_cannot_carry_is_refused_and_changes_nothing() {
         return;
     }
     let next = next_redirect();
-    let (pins, cgroup, pod) = enrolled_pod();
+    let (pins, cgroup, _pod) = enrolled_pod();
     let same = upgrade(&bin_path("redirect"), &pins.0, &[]);
     assert!(
         ok(&same, "upgrade to the same build").contains("up to date"),

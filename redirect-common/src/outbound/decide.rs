@@ -61,27 +61,52 @@ fn is_dns_server(p: &OutboundPolicy, conn: &Conn) -> bool {
     false
 }
 
-/// One owner triplet of `ISTIO_OUTPUT` (`--uid-owner` or `--gid-owner`):
+/// Whether `id` is one of the first `n` of `ids`. Stops at the first match: the paths that
+/// leave early differ only in the dead index, so the verifier prunes them.
+#[inline(always)]
+fn contains(ids: &[u32; MAX_OWNERS], n: u8, id: u32) -> bool {
+    let mut i = 0;
+    while i < MAX_OWNERS {
+        if i >= n as usize {
+            return false;
+        }
+        if ids[i] == id {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// The owner triplets of `ISTIO_OUTPUT` for one kind (`--uid-owner` for each `-u`, then
+/// `--gid-owner` for each `-g`), per owner X in order:
 /// `-o lo ! -d LOOP -p tcp ! --dport TUNNEL[,53] -m owner X -j ISTIO_IN_REDIRECT`,
 /// `-o lo [-p tcp ! --dport 53] -m owner ! X -j RETURN` (unless omitted),
 /// `-m owner X -j RETURN`.
+/// Only the middle rule depends on which X fails to match, and only through "not X": so the
+/// chain is decided by the first owner (matched, or the lo RETURN fires), else by whether any
+/// later owner matches. Evaluated that way, without a loop of branches (the verifier's cost).
 #[inline(always)]
-fn owner_rule(
+fn owner_rules(
     p: &OutboundPolicy,
     conn: &Conn,
     on_lo: bool,
-    matches: bool,
+    (first, any): (bool, bool),
     is_uid: bool,
     no_lo_return: bool,
 ) -> Option<Verdict> {
     let dns = p.has(OUT_DNS);
-    let bypass = if is_uid {
-        Counter::BypassUid
-    } else {
-        Counter::BypassGid
-    };
+    let lo_return = !no_lo_return && on_lo && (!dns || (conn.tcp && conn.dport != 53));
+    if !first {
+        // The first owner did not match: its lo RETURN, else a later owner's match.
+        if lo_return {
+            return Some(Verdict::Pass(Counter::Loopback));
+        }
+        if !any {
+            return None;
+        }
+    }
     if on_lo
-        && matches
         && conn.tcp
         && !is_loopback_dst(p, conn.family, &conn.dst)
         && conn.dport != p.tunnel_port
@@ -92,13 +117,11 @@ fn owner_rule(
             Counter::InboundRedirectLocal,
         ));
     }
-    if !no_lo_return && on_lo && !matches && (!dns || (conn.tcp && conn.dport != 53)) {
-        return Some(Verdict::Pass(Counter::Loopback));
-    }
-    if matches {
-        return Some(Verdict::Pass(bypass));
-    }
-    None
+    Some(Verdict::Pass(if is_uid {
+        Counter::BypassUid
+    } else {
+        Counter::BypassGid
+    }))
 }
 
 /// With a proxy cgroup, the owner match also needs the caller to be inside it.
@@ -114,16 +137,7 @@ pub fn is_proxy(p: &OutboundPolicy, uid: u32, gid: u32, in_proxy_cgroup: bool) -
     if p.has(OUT_PROXY_CGROUP) && !in_proxy_cgroup {
         return false;
     }
-    let mut i = 0;
-    while i < MAX_OWNERS {
-        if (i < p.n_uids as usize && p.uids[i] == uid)
-            || (i < p.n_gids as usize && p.gids[i] == gid)
-        {
-            return true;
-        }
-        i += 1;
-    }
-    false
+    contains(&p.uids, p.n_uids, uid) || contains(&p.gids, p.n_gids, gid)
 }
 
 /// True when the caller has a proxy uid or gid but runs outside the proxy's cgroup: it is
@@ -166,43 +180,25 @@ pub fn decide<L: Lookups>(p: &OutboundPolicy, conn: &Conn, lk: &L) -> Verdict {
     } else {
         OUT_NO_LO_RETURN_V4
     });
-    let mut i = 0;
-    while i < MAX_OWNERS {
-        if i >= p.n_uids as usize {
-            break;
-        }
-        let matches = conn.uid == p.uids[i] && proxy_place(p, conn);
-        if let Some(v) = owner_rule(p, conn, on_lo, matches, true, no_lo_return) {
+    let place = proxy_place(p, conn);
+    if p.n_uids > 0 {
+        let first = place && conn.uid == p.uids[0];
+        let any = place && contains(&p.uids, p.n_uids, conn.uid);
+        if let Some(v) = owner_rules(p, conn, on_lo, (first, any), true, no_lo_return) {
             return v;
         }
-        i += 1;
     }
-    let mut i = 0;
-    while i < MAX_OWNERS {
-        if i >= p.n_gids as usize {
-            break;
-        }
-        let matches = conn.gid == p.gids[i] && proxy_place(p, conn);
-        if let Some(v) = owner_rule(p, conn, on_lo, matches, false, no_lo_return) {
+    if p.n_gids > 0 {
+        let first = place && conn.gid == p.gids[0];
+        let any = place && contains(&p.gids, p.n_gids, conn.gid);
+        if let Some(v) = owner_rules(p, conn, on_lo, (first, any), false, no_lo_return) {
             return v;
         }
-        i += 1;
     }
-    if p.has(OUT_GROUPS_INCLUDE | OUT_GROUPS_EXCLUDE) {
-        let mut member = false;
-        let mut i = 0;
-        while i < MAX_OWNERS {
-            if i >= p.n_groups as usize {
-                break;
-            }
-            if conn.gid == p.groups[i] {
-                member = true;
-            }
-            i += 1;
-        }
-        if member == p.has(OUT_GROUPS_EXCLUDE) {
-            return Verdict::Pass(Counter::OwnerGroup);
-        }
+    if p.has(OUT_GROUPS_INCLUDE | OUT_GROUPS_EXCLUDE)
+        && contains(&p.groups, p.n_groups, conn.gid) == p.has(OUT_GROUPS_EXCLUDE)
+    {
+        return Verdict::Pass(Counter::OwnerGroup);
     }
     // -j ISTIO_OUTPUT_DNS: -p tcp|udp --dport 53 [-d server] -j REDIRECT --to-ports 15053
     if p.has(OUT_DNS) && conn.dport == 53 && is_dns_server(p, conn) {
