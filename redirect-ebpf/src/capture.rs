@@ -190,7 +190,7 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
 }
 
 /// Streams one decision to `redirect trace`; dropped silently when the ring is full.
-#[inline(always)]
+#[inline(never)]
 fn trace(netns: u64, conn: &Conn, counter: Counter, port: Option<u16>) {
     let Some(mut entry) = TRACE.reserve::<TraceEvent>(0) else {
         return;

@@ -6,18 +6,30 @@ use redirect_common::Counter;
 use crate::{
     capture::decide_for,
     maps::count,
-    sockaddr::{dest6, loopback6, set_user6},
+    sockaddr::{dest6, is_mapped, loopback6, set_user6, user6},
 };
 
 #[cgroup_sock_addr(connect6)]
 pub fn redirect_connect6(ctx: SockAddrContext) -> i32 {
-    count(capture6(&ctx));
+    count(capture6::<false>(&ctx));
     1
 }
 
-/// The capture decision and rewrite for an IPv6 destination (connect6 and sendmsg6).
-pub(crate) fn capture6(ctx: &SockAddrContext) -> Counter {
-    let dst = dest6(ctx);
+/// The capture decision and rewrite for an IPv6 destination (connect6 and sendmsg6; `UDP` as
+/// in `capture4`). A v4-mapped destination follows the IPv4 policy, a native one the IPv6
+/// policy: two subprograms, so the verifier walks each decision with its family known.
+#[inline(always)]
+pub(crate) fn capture6<const UDP: bool>(ctx: &SockAddrContext) -> Counter {
+    if is_mapped(&user6(ctx).0) {
+        capture6_family::<UDP, true>(ctx)
+    } else {
+        capture6_family::<UDP, false>(ctx)
+    }
+}
+
+#[inline(never)]
+fn capture6_family<const UDP: bool, const MAPPED: bool>(ctx: &SockAddrContext) -> Counter {
+    let dst = dest6(ctx, UDP, MAPPED);
     let (counter, port) = decide_for(ctx, &dst);
     if let Some(port) = port {
         set_user6(ctx, loopback6(dst.family), port.to_be());

@@ -132,26 +132,33 @@ pub fn is_mapped(ip: &[u32; 4]) -> bool {
     ip[0] == 0 && ip[1] == 0 && ip[2] == MAPPED_WORD
 }
 
-/// The destination of an IPv4 hook.
+/// Whether the socket is TCP; `false` without reading it when the hook only sees UDP.
 #[inline(always)]
-pub fn dest4(ctx: &SockAddrContext) -> Dest {
+fn is_tcp(ctx: &SockAddrContext, udp: bool) -> bool {
+    !udp && protocol(ctx) == IPPROTO_TCP
+}
+
+/// The destination of an IPv4 hook (`udp`: the hook only sees UDP sockets).
+#[inline(always)]
+pub fn dest4(ctx: &SockAddrContext, udp: bool) -> Dest {
     let (ip, port) = user4(ctx);
     Dest {
         family: FAMILY_V4,
-        tcp: protocol(ctx) == IPPROTO_TCP,
+        tcp: is_tcp(ctx, udp),
         addr: [ip, 0, 0, 0],
         port,
         passthrough_src: is_passthrough_v4(bound_src4(ctx)),
     }
 }
 
-/// The destination of an IPv6 hook; v4-mapped destinations are IPv4 (their packets are).
+/// The destination of an IPv6 hook whose address is v4-mapped (`mapped`, known by the
+/// caller) or native; v4-mapped destinations are IPv4 (their packets are).
 #[inline(always)]
-pub fn dest6(ctx: &SockAddrContext) -> Dest {
+pub fn dest6(ctx: &SockAddrContext, udp: bool, mapped: bool) -> Dest {
     let (ip, port) = user6(ctx);
     let src = bound_src6(ctx);
-    let tcp = protocol(ctx) == IPPROTO_TCP;
-    if is_mapped(&ip) {
+    let tcp = is_tcp(ctx, udp);
+    if mapped {
         Dest {
             family: FAMILY_V4,
             tcp,
