@@ -90,12 +90,20 @@ pub fn daemon(
 
 /// Waits for one of `signals`; returns its number and the sending pid (for the log: who
 /// stopped the daemon matters to an operator).
+/// The next of `signals` and its sender's pid. An interrupted wait (`EINTR`: a debugger
+/// attaching, a stop and continue) is not a signal to stop on: it waits again.
 fn wait_signal(signals: &SigSet) -> (i32, i32) {
-    // SAFETY: syscall edge: `info` is a zeroed siginfo_t the kernel fills; the set is valid.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let signal = libc::sigwaitinfo(signals.as_ref(), &mut info);
-        (signal, info.si_pid())
+    loop {
+        // SAFETY: syscall edge: `info` is a zeroed siginfo_t the kernel fills; the set is valid.
+        let (signal, from) = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let signal = libc::sigwaitinfo(signals.as_ref(), &mut info);
+            (signal, info.si_pid())
+        };
+        if signal > 0 {
+            return (signal, from);
+        }
+        tracing::info!(error = %std::io::Error::last_os_error(), "the wait for a stop signal was interrupted (a debugger attaching, a stop and continue): still running");
     }
 }
 

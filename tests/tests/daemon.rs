@@ -299,3 +299,38 @@ fn a_proxy_in_a_sibling_cgroup_works_by_default() {
     node.ok(&["uninstall"]);
     drop(daemon);
 }
+
+#[test]
+fn a_daemon_a_debugger_attaches_to_keeps_serving() {
+    if !privileged_or_skip("a_daemon_a_debugger_attaches_to_keeps_serving") {
+        return;
+    }
+    let node = Node::new();
+    let mut daemon = node.daemon();
+    // What a debugger or `strace -f` attaching does: the daemon's wait for SIGTERM/SIGINT
+    // returns EINTR, which is not a request to stop.
+    let mut strace = Command::new("strace");
+    strace
+        .args(["-f", "-o", "/dev/null", "-p"])
+        .arg(daemon.pid().to_string());
+    let mut tracer =
+        Child::spawn("strace -f", strace).expect("start strace (xtask setup installs it)");
+    tracer
+        .wait_stderr_line("strace attached", Duration::from_secs(10), |l| {
+            l.contains("attached")
+        })
+        .expect("strace attaches");
+    tracer.terminate(Duration::from_secs(5));
+    daemon
+        .wait_stderr_line("the interrupted wait", Duration::from_secs(10), |l| {
+            l.contains("was interrupted") || l.contains("stopping")
+        })
+        .expect("the daemon saw its wait interrupted");
+    assert!(
+        !daemon.stderr_lines().iter().any(|l| l.contains("stopping")),
+        "strace attaching stopped the daemon: {:?}",
+        daemon.stderr_lines()
+    );
+    assert!(daemon.exited().is_none(), "the daemon is still running");
+    node.ok(&["list"]);
+}
