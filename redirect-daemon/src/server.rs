@@ -42,6 +42,12 @@ pub struct Options {
     pub attach: NodeAttach,
 }
 
+/// How often the daemon checks its pins, follows addresses and routes, and drops namespaces
+/// that are gone.
+const TICK: Duration = Duration::from_secs(1);
+/// Longest wait before the stop flag is looked at again.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
 /// A running daemon.
 #[derive(Debug)]
 pub struct Daemon {
@@ -72,7 +78,9 @@ impl Daemon {
                 tracing::info!(dir = %opts.bpffs.display(), from = u.from.0, to = u.to.0, links = u.links, namespaces = u.namespaces, carried = ?u.carried, "upgraded the pinned datapath in place");
             }
         }
-        let (dp, created) = NodeDatapath::open_or_create(&opts.bpffs, &opts.attach)?;
+        let (mut dp, created) = NodeDatapath::open_or_create(&opts.bpffs, &opts.attach)?;
+        // Gone namespaces are swept on the tick, not on every enrollment.
+        dp.sweep_on_apply(false);
         take_ownership(&dp, &opts.dir)?;
         let pins = node::layout::hold_as_daemon(&opts.bpffs)?;
         let links = std::fs::read_dir(opts.bpffs.join("links")).map_or(0, |d| d.count());
@@ -144,6 +152,7 @@ impl Daemon {
         match recreated {
             Ok((dp, pins)) => {
                 self.dp = dp;
+                self.dp.sweep_on_apply(false);
                 self._pins = pins;
                 self.health.repairs += 1;
                 self.health.last_problem = Some(format!(
@@ -250,6 +259,21 @@ impl Daemon {
             return;
         };
         self.check_datapath();
+        // Policies of namespaces that are gone, enrolled here or not (the kernel says which).
+        match self.dp.remove_stale() {
+            Ok(gone) if !gone.is_empty() => {
+                tracing::info!(cookies = ?gone, "removed the policies of namespaces that are gone");
+                for cookie in gone {
+                    if self.enrollments.remove(&cookie).is_some() {
+                        remove_enrollment(&self.opts.dir, cookie);
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "removing the policies of namespaces that are gone")
+            }
+        }
         let cookies: Vec<u64> = self.enrollments.keys().copied().collect();
         for cookie in cookies {
             let Some(f) = self.enrollments.get(&cookie) else {
@@ -290,14 +314,17 @@ impl Daemon {
             .map_err(|e| Error::io("configuring", socket_path(&self.opts.dir), e))?;
         let mut last_tick = Instant::now();
         while !stop.load(Ordering::Relaxed) && !self.uninstalled {
-            match self.listener.accept() {
-                Ok((stream, _)) => self.serve(stream),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(20));
+            // Woken by a connection at once (no polling interval on the pod-start path), else
+            // at the next tick or stop check.
+            let until_tick = TICK.saturating_sub(last_tick.elapsed());
+            if self.wait_readable(until_tick.min(STOP_CHECK)) {
+                match self.listener.accept() {
+                    Ok((stream, _)) => self.serve(stream),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => tracing::warn!(error = %e, "accept"),
                 }
-                Err(e) => tracing::warn!(error = %e, "accept"),
             }
-            if last_tick.elapsed() >= Duration::from_secs(1) {
+            if last_tick.elapsed() >= TICK {
                 self.tick();
                 last_tick = Instant::now();
             }
@@ -311,6 +338,15 @@ impl Daemon {
             "daemon stopped; capture stays pinned unless uninstalled"
         );
         Ok(())
+    }
+
+    /// Whether the socket has a connection waiting, within `timeout`.
+    fn wait_readable(&self, timeout: Duration) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd as _;
+        let mut fds = [PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
     }
 
     fn serve(&mut self, stream: UnixStream) {

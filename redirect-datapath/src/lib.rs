@@ -22,6 +22,7 @@ pub mod pod_files;
 pub mod preflight;
 pub mod probe;
 pub mod routes;
+pub mod sockdiag;
 pub mod state;
 pub mod status;
 pub mod store;

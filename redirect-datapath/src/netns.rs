@@ -134,6 +134,9 @@ impl NetnsHandle {
     /// The index of each of `names` inside the namespace, `None` for a name it has no
     /// interface of.
     pub fn ifindexes(&self, names: &[String]) -> Result<Vec<Option<u32>>> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
         self.run(|| {
             Ok(names
                 .iter()
@@ -157,16 +160,16 @@ impl NetnsHandle {
         }
     }
 
-    /// After an apply's last write: the descriptor's cookie is still the one read first and
-    /// the path still names this namespace; else an error naming the path and both.
+    /// After an apply's last write: the path still names this namespace; else an error
+    /// naming the path and both namespaces.
     pub fn verify(&self) -> Result<()> {
-        let now = self.read_cookie()?;
-        let here = self.at_path()?;
-        if now == self.cookie && here == Some(true) {
+        // The descriptor pins the namespace, so its device and inode cannot be given to
+        // another one meanwhile: the same pair at the path is the same namespace (its cookie
+        // through the descriptor cannot have changed; no thread has to enter it again).
+        if self.at_path()? == Some(true) {
             return Ok(());
         }
         let found = match std::fs::metadata(&self.path) {
-            Ok(m) if now != self.cookie => format!("netns cookie {now}, inode {}", m.ino()),
             // Another namespace at the path: its cookie, for the message only.
             Ok(m) => match NetnsHandle::open(&self.path) {
                 Ok(other) => format!("netns cookie {}, inode {}", other.cookie, m.ino()),

@@ -89,3 +89,61 @@ fn only_the_namespaces_own_tcp_listener_on_the_port_is_taken() {
     );
     assert_eq!(check_listener(ours.as_fd(), cookie, PORT), Ok(AF_INET));
 }
+
+#[test]
+fn the_namespaces_listeners_on_the_port_are_found_by_socket_diagnostics() {
+    if !privileged_or_skip("the_namespaces_listeners_on_the_port_are_found_by_socket_diagnostics") {
+        return;
+    }
+    let pod = Netns::new("rad").expect("pod netns");
+    let other = Netns::new("rae").expect("other netns");
+    let handle = netns::NetnsHandle::open(&pod.path()).expect("open the pod namespace");
+    assert!(adopt::listeners(&handle, PORT).expect("dump").is_empty());
+    let _theirs = Listen::on("0.0.0.0:15006")
+        .netns(&other)
+        .tcp()
+        .expect("other");
+    let _udp = Listen::on("0.0.0.0:15006").netns(&pod).udp().expect("udp");
+    let v4 = Listen::on("127.0.0.1:15006")
+        .netns(&pod)
+        .tcp()
+        .expect("v4 listener");
+    let v6 = Listen::on("[::1]:15006")
+        .netns(&pod)
+        .tcp()
+        .expect("v6 listener");
+    let _elsewhere = Listen::on("0.0.0.0:15007")
+        .netns(&pod)
+        .tcp()
+        .expect("other port");
+    // An established socket on the port (the accepted end) is not a listener.
+    let _client = pod
+        .run(move || TcpStream::connect(("127.0.0.1", PORT)))
+        .expect("in the pod")
+        .expect("connect");
+    let _accepted = v4.accept().expect("accept");
+    let inode = |fd: std::os::fd::BorrowedFd<'_>| {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&fd)
+        ))
+        .expect("fd")
+        .ino()
+    };
+    let found = adopt::listeners(&handle, PORT).expect("dump");
+    assert_eq!(
+        found,
+        [
+            Listening {
+                inode: inode(v4.as_fd()),
+                ipv6: false
+            },
+            Listening {
+                inode: inode(v6.as_fd()),
+                ipv6: true
+            }
+        ],
+        "the pod's two TCP listeners on {PORT}, nothing else"
+    );
+}

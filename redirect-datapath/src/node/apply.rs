@@ -45,8 +45,11 @@ impl NodeDatapath {
         let mut compiled = outbound::compile(policy, ipv6, routes)?;
         compiled.policy.netns_ino = ns.inode();
         // Pods die without --cleanup-only (istio-init never runs it): their entries, and the
-        // addresses a new pod may reuse, go before this one is written.
-        self.remove_stale()?;
+        // addresses a new pod may reuse, go before this one is written (the daemon does it
+        // on its tick, and again here only when an address of this pod is still claimed).
+        if self.sweep_on_apply || self.addresses_claimed(cookie, &addrs)? {
+            self.remove_stale()?;
+        }
         let new = !self.has_policy(cookie)?;
         self.quotas.check(&sizing::Enrollment {
             netns: netns_path,
@@ -77,6 +80,16 @@ impl NodeDatapath {
             inbound,
             compiled,
         })
+    }
+
+    /// Whether one of `addrs` is recorded for another namespace than `cookie` (a pod that is
+    /// gone may still hold it until the next sweep).
+    fn addresses_claimed(&mut self, cookie: u64, addrs: &[std::net::IpAddr]) -> Result<bool> {
+        let map = hash::<redirect_common::AddrKey, u64>(&mut self.maps, map_names::POD_ADDRS)?;
+        Ok(addrs.iter().any(|ip| {
+            map.get(&enroll::addr_key(*ip), 0)
+                .is_ok_and(|owner| owner != cookie)
+        }))
     }
 
     /// Whether namespace `cookie` has an outbound policy.

@@ -55,6 +55,9 @@ pub struct NodeDatapath {
     maps: PinnedMaps,
     quotas: sizing::Quotas,
     sk_lookup: &'static str,
+    /// Whether every apply first removes the policies of namespaces that are gone (the CLI,
+    /// which has no other moment to); the daemon does it on its tick instead.
+    sweep_on_apply: bool,
 }
 
 /// What `apply` did for a namespace.
@@ -104,7 +107,14 @@ impl NodeDatapath {
             maps: PinnedMaps(maps),
             quotas: sizing::read(dir)?,
             sk_lookup: pinned_sk_lookup(dir),
+            sweep_on_apply: true,
         })
+    }
+
+    /// Whether each apply first removes the policies of namespaces that are gone (default
+    /// on). Off for the daemon, which does it on its own timer: off the pod-start path.
+    pub fn sweep_on_apply(&mut self, on: bool) {
+        self.sweep_on_apply = on;
     }
 
     /// The sk_lookup program this datapath runs, as pinned when it was created:
