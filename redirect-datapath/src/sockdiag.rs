@@ -71,15 +71,15 @@ fn dump(
                 .map_err(|e| std::io::Error::other(format!("sock_diag answer: {e}")))?;
             let len = msg.header.length as usize;
             match msg.payload {
-                NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => {
-                    // The kernel filters listeners by the request's source port; checked
-                    // again here all the same.
-                    if r.header.socket_id.source_port == port && r.header.inode != 0 {
-                        out.push(Listening {
-                            inode: u64::from(r.header.inode),
-                            ipv6: family == AF_INET6,
-                        });
-                    }
+                // The kernel filters listeners by the request's source port; checked again
+                // here all the same.
+                NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r))
+                    if r.header.socket_id.source_port == port && r.header.inode != 0 =>
+                {
+                    out.push(Listening {
+                        inode: u64::from(r.header.inode),
+                        ipv6: family == AF_INET6,
+                    });
                 }
                 NetlinkPayload::Done(_) => return Ok(()),
                 NetlinkPayload::Error(e) => {
