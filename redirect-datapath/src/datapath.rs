@@ -144,7 +144,13 @@ impl Datapath {
             // `attach --inbound` has no interface rules, so either program serves it.
             sk_lookup: crate::probe::sk_lookup_program(&probed),
         };
-        // The node datapath's plan, links held by this process instead of pinned.
+        // Verified all at once (in parallel), then the node datapath's plan, links held by
+        // this process instead of pinned. sk_lookup only when a namespace is given.
+        let mut names = plan::programs(dp.sk_lookup);
+        if options.inbound.is_empty() {
+            names.pop();
+        }
+        plan::load_all(&mut dp.ebpf, &names)?;
         for link in plan::link_cgroups(&mut dp.ebpf, &app_cgroup, &proxy_cgroup)? {
             dp.hold(link);
         }

@@ -134,25 +134,74 @@ pub fn loaded<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Prog
         kind: "program",
         name,
     })?;
-    if prog.fd().is_err() {
-        let r = match prog {
-            Program::CgroupSockAddr(p) => CgroupSockAddr::load(p),
-            Program::CgroupSockopt(p) => CgroupSockopt::load(p),
-            Program::SockOps(p) => SockOps::load(p),
-            Program::SkLookup(p) => SkLookup::load(p),
-            _ => {
-                return Err(Error::Missing {
-                    kind: "program",
-                    name,
-                })
-            }
-        };
-        r.map_err(|source| Error::Verify {
-            name,
-            source: Box::new(source),
-        })?;
-    }
+    load_one(name, prog)?;
     Ok(prog)
+}
+
+fn load_one(name: &'static str, prog: &mut Program) -> Result<()> {
+    if prog.fd().is_ok() {
+        return Ok(());
+    }
+    let r = match prog {
+        Program::CgroupSockAddr(p) => CgroupSockAddr::load(p),
+        Program::CgroupSockopt(p) => CgroupSockopt::load(p),
+        Program::SockOps(p) => SockOps::load(p),
+        Program::SkLookup(p) => SkLookup::load(p),
+        _ => {
+            return Err(Error::Missing {
+                kind: "program",
+                name,
+            })
+        }
+    };
+    r.map_err(|source| Error::Verify {
+        name,
+        source: Box::new(source),
+    })
+}
+
+/// Loads (verifies) programs `names` of `ebpf` at once, one thread each: the kernel verifies
+/// them in parallel, so a datapath's load takes about its longest program, not their sum.
+pub fn load_all(ebpf: &mut Ebpf, names: &[&'static str]) -> Result<()> {
+    let mut progs: Vec<(&'static str, &mut Program)> = Vec::new();
+    for (n, p) in ebpf.programs_mut() {
+        if let Some(name) = names.iter().find(|w| **w == n) {
+            progs.push((name, p));
+        }
+    }
+    if let Some(missing) = names.iter().find(|w| !progs.iter().any(|(n, _)| n == *w)) {
+        return Err(Error::Missing {
+            kind: "program",
+            name: missing,
+        });
+    }
+    std::thread::scope(|s| {
+        let running: Vec<_> = progs
+            .into_iter()
+            .map(|(name, p)| (name, s.spawn(move || load_one(name, p))))
+            .collect();
+        running
+            .into_iter()
+            .map(|(name, t)| {
+                t.join().unwrap_or(Err(Error::Missing {
+                    kind: "program (its loader thread panicked)",
+                    name,
+                }))
+            })
+            .collect::<Result<Vec<()>>>()
+    })?;
+    Ok(())
+}
+
+/// The programs of the node datapath: [`cgroup_plan`]'s and the sk_lookup program `sk_lookup`.
+pub fn programs(sk_lookup: &'static str) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = cgroup_plan(Path::new("/"), Path::new("/"))
+        .into_iter()
+        .map(|s| s.program)
+        .collect();
+    names.dedup();
+    names.push(sk_lookup);
+    names
 }
 
 /// Attaches program `program` at `target` (a cgroup directory or a netns file) by bpf_link.

@@ -114,6 +114,7 @@ impl NodeDatapath {
                 source: std::io::Error::other(e.to_string()),
             })?;
         }
+        plan::load_all(ebpf, &plan::programs(sk_lookup))?;
         for (n, link) in plan::link_cgroups(ebpf, app, proxy)?.iter().enumerate() {
             let path = dir
                 .join("links")

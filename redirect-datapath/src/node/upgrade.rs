@@ -135,6 +135,7 @@ impl NodeDatapath {
             carried.push((s.name, carry(dir, s)?));
         }
         let sk_lookup = pinned_sk_lookup(dir);
+        plan::load_all(&mut ebpf, &plan::programs(sk_lookup))?;
         let links = cgroup_swaps(dir, record, &mut ebpf)?;
         let netns = netns_swaps(dir, &mut ebpf, sk_lookup)?;
         // Nothing has changed yet. From here on, a failure puts every link back.
