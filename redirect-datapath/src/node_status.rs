@@ -57,8 +57,21 @@ pub struct NodeStatus {
     /// Namespaces enrolled through the daemon; filled by the caller, which knows the daemon's
     /// directory (empty from [`collect`]).
     pub enrolled: Vec<EnrolledNs>,
+    /// Each pinned link's and program's program: id, verified instructions, runs and run time
+    /// (counted while `kernel.bpf_stats_enabled` is 1).
+    pub programs: Vec<PinnedProgram>,
     /// Things an operator should look at.
     pub warnings: Vec<String>,
+}
+
+/// One pinned link's (or pinned program's) program.
+#[derive(Debug, Clone, Serialize)]
+pub struct PinnedProgram {
+    /// The pin (`redirect_connect4-11`, `redirect_sk_lookup`).
+    pub pin: String,
+    /// What the kernel reports.
+    #[serde(flatten)]
+    pub stat: crate::program_stats::ProgramStat,
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -149,6 +162,10 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
         fill,
         counters: totals,
         enrolled: Vec::new(),
+        programs: crate::program_stats::of_pins(dir)
+            .into_iter()
+            .map(|(pin, stat)| PinnedProgram { pin, stat })
+            .collect(),
         warnings,
     })
 }
@@ -197,6 +214,18 @@ pub fn render(s: &NodeStatus) -> String {
     {
         out.push_str(&format!(
             "  enrolled: {netns} (netns cookie {cookie}) from {source}\n"
+        ));
+    }
+    let verified: u64 = s
+        .programs
+        .iter()
+        .filter(|p| p.pin.starts_with("redirect_") && !p.pin.contains("sk_lookup"))
+        .filter_map(|p| p.stat.verified_insns.map(u64::from))
+        .sum();
+    if verified > 0 {
+        out.push_str(&format!(
+            "  programs: {} linked, {verified} instructions verified to load them\n",
+            s.links.len()
         ));
     }
     out.push_str("  decisions:\n");

@@ -24,6 +24,9 @@ pub struct AttachmentStatus {
     pub program_id: u32,
     /// True when the kernel still has a cgroup link for this program.
     pub linked: bool,
+    /// What the kernel reports for it (verified instructions; runs and run time while
+    /// `kernel.bpf_stats_enabled` is 1); `None` once it is unloaded.
+    pub stat: Option<crate::program_stats::ProgramStat>,
 }
 
 /// One running `redirect attach`.
@@ -95,6 +98,8 @@ fn instance_status(state: &InstanceState, linked: &BTreeSet<u32>) -> Result<Inst
         Some(id) => counters::tracked_len_by_id(id)?,
         None => 0,
     };
+    let ids: Vec<u32> = state.attachments.iter().map(|a| a.program_id).collect();
+    let stats = crate::program_stats::of_ids(&ids);
     Ok(InstanceStatus {
         pid: state.pid,
         proxy_uid: state.options.proxy_uid,
@@ -109,6 +114,7 @@ fn instance_status(state: &InstanceState, linked: &BTreeSet<u32>) -> Result<Inst
                 target: a.target.display().to_string(),
                 program_id: a.program_id,
                 linked: linked.contains(&a.program_id),
+                stat: stats.get(&a.program_id).cloned(),
             })
             .collect(),
         counters,
