@@ -188,6 +188,8 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
         scratch: scratch.clone(),
         node: None,
     };
+    // Per-hook run counts and times for the report (restored when the bench ends).
+    let _stats = scene::BpfStats::enable();
     let start = Instant::now();
     let steal0 = scene::steal();
     let result = (|| -> anyhow::Result<BTreeMap<String, Value>> {

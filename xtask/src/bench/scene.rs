@@ -195,3 +195,30 @@ mod tests {
         assert_eq!(set.len(), 70_000);
     }
 }
+
+/// `kernel.bpf_stats_enabled` switched on for the bench's life (the kernel then counts each
+/// program's runs and run time: the per-hook table), put back as it was on drop.
+pub struct BpfStats(Option<String>);
+
+impl BpfStats {
+    const PATH: &'static str = "/proc/sys/kernel/bpf_stats_enabled";
+
+    pub fn enable() -> Self {
+        let before = std::fs::read_to_string(Self::PATH).ok();
+        if std::fs::write(Self::PATH, "1").is_err() {
+            eprintln!(
+                "[bench] cannot enable {}: no per-hook cost table",
+                Self::PATH
+            );
+        }
+        Self(before)
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        if let Some(before) = &self.0 {
+            let _ = std::fs::write(Self::PATH, before.trim());
+        }
+    }
+}

@@ -329,7 +329,44 @@ impl Bench {
                 "tracked connections at the end (must be 0)".into(),
                 s["instances"][0]["tracked_entries"].clone(),
             );
+            hook_costs(&s, &mut m);
         }
         m
     }
+}
+
+/// The per-hook table, from `redirect status --json` of the eBPF pod's `redirect attach`: for
+/// each program, the instructions the verifier walked to load it and (with
+/// `kernel.bpf_stats_enabled`, which the bench switches on) its runs and mean time per run
+/// over every workload so far.
+fn hook_costs(status: &Value, m: &mut BTreeMap<String, Value>) {
+    let mut verified = 0u64;
+    for a in status["instances"][0]["attachments"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let (Some(program), Some(target)) = (a["program"].as_str(), a["target"].as_str()) else {
+            continue;
+        };
+        let stat = &a["stat"];
+        let insns = stat["verified_insns"].as_u64().unwrap_or(0);
+        verified += insns;
+        let runs = stat["runs"].as_u64().unwrap_or(0);
+        let ns = stat["run_time_ns"].as_u64().unwrap_or(0);
+        let per_run = if runs > 0 {
+            ns as f64 / runs as f64
+        } else {
+            0.0
+        };
+        let at = target.rsplit('/').next().unwrap_or(target);
+        m.insert(
+            format!("hook {program} at {at}: runs, ns per run, verified instructions"),
+            Value::from(format!("{runs}, {per_run:.0}, {insns}")),
+        );
+    }
+    m.insert(
+        "verified instructions, every attached program".into(),
+        Value::from(verified),
+    );
 }
