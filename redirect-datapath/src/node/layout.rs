@@ -19,8 +19,10 @@ use crate::{
 /// v2: `SOCK_STATE` socket storage, the bind4/bind6 links that mark the proxy's listeners,
 /// `PROXY_LISTENERS` counting in u64 (updated atomically) and `DIR/sizing`; v3: original
 /// destinations in `SOCK_STATE` (no `PENDING`), `TRACKED` hand-offs claimed and deleted by the
-/// proxy's socket, counted per policy in `HANDOFFS` against the `--quota-handshakes` quota.
-pub const LAYOUT_VERSION: u32 = 3;
+/// proxy's socket, counted per policy in `HANDOFFS` against the `--quota-handshakes` quota;
+/// v4: `LOCAL_CONNECTS` / `LOCAL_COUNTS` (the pod's own connects sk_lookup may exempt), `::6`
+/// never in `POD_ADDRS`.
+pub const LAYOUT_VERSION: u32 = 4;
 /// Name of the record's pin and of the map in the kernel.
 pub const PIN: &str = "layout";
 const MAGIC: u64 = 0x7265_6469_7265_6374; // "redirect"
