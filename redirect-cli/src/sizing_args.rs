@@ -28,7 +28,8 @@ pub struct Sizing {
     pub quota_routes: u32,
     /// Per namespace: redirected connections in hand-off at once (connected to the proxy's
     /// port, its side of the handshake not yet complete); above it SO_ORIGINAL_DST is unanswered
-    /// for that namespace only (counter handoff_quota).
+    /// for that namespace only (counter handoff_quota). The same bound applies to the pod's
+    /// connects to its own addresses in handshake (above it, steered inbound: local_quota).
     #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_HANDSHAKES", default_value_t = Quotas::default().handshakes, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub quota_handshakes: u32,
 }

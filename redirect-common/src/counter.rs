@@ -107,6 +107,8 @@ counters! {
         "The proxy's inbound listener could not be put into LISTENERS; inbound connections are refused until it listens again.";
     HandoffQuota = 32, "handoff_quota", "(redirect) the policy has its --quota-handshakes connections in hand-off: SO_ORIGINAL_DST unanswered",
         "A captured connect went to the proxy without a TRACKED hand-off: its namespace already has its quota of connections whose proxy side has not completed the handshake.";
+    LocalQuota = 33, "local_quota", "(redirect) the pod's connect to itself could not be recorded (--quota-handshakes or LOCAL_CONNECTS full): sk_lookup captures it",
+        "A connect inside the pod to one of its own addresses could not be recorded in LOCAL_CONNECTS (its namespace has its quota of such connects in handshake, or the map is full): sk_lookup steers it to the proxy instead of exempting it (fail closed).";
 }
 
 impl Counter {

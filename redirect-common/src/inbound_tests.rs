@@ -17,6 +17,8 @@ struct Fake {
     ifaces: [u32; 1],
     /// `INBOUND_PORTS` of namespace [`NS`].
     ports: [(u16, u8); 3],
+    /// The connection came from the wire: sock_ops recorded no local connect for it.
+    wire: bool,
     calls: Cell<u32>,
 }
 
@@ -24,6 +26,10 @@ impl Lookups for Fake {
     fn remote_is_own(&self, c: &InboundConn) -> bool {
         self.calls.set(self.calls.get() + 1);
         c.family == AF_INET && self.addrs.contains(&(c.netns, c.remote[0]))
+    }
+    fn local_connect(&self, _: &InboundConn) -> bool {
+        self.calls.set(self.calls.get() + 1000);
+        !self.wire
     }
     fn exempt_interface(&self, c: &InboundConn) -> bool {
         self.calls.set(self.calls.get() + 10);
@@ -159,7 +165,11 @@ fn passthrough_source_is_the_proxy_hop_to_the_app() {
     // Counted as passthrough although 127.0.0.6 is loopback too, and on any port.
     assert_eq!(run(&p, &lk, &from([127, 0, 0, 6], 9080)), want);
     assert_eq!(run(&p, &lk, &from([127, 0, 0, 6], 15090)), want);
-    assert_eq!(lk.calls.get(), 0);
+    assert_eq!(
+        lk.calls.get(),
+        1000,
+        "only the local-connect record is looked up"
+    );
     let c6 = InboundConn {
         family: AF_INET6,
         local: [1, 2, 3, 4],
@@ -189,11 +199,35 @@ fn the_pod_talking_to_itself_is_left_to_the_outbound_rules() {
         ..c6
     };
     assert_eq!(run(&p, &lk, &other), Verdict::Steer);
-    // Loopback is decided before any lookup; an own address needs one.
+    // Loopback needs only the local-connect record; an own address its lookup too.
     run(&p, &lk, &from([127, 0, 0, 1], 9080));
-    assert_eq!(lk.calls.get(), 0);
+    assert_eq!(lk.calls.get(), 1000);
     run(&p, &lk, &from(POD, 9080));
-    assert_eq!(lk.calls.get(), 1);
+    assert_eq!(lk.calls.get(), 1001);
+}
+
+#[test]
+fn sources_claimed_from_the_wire_are_captured_like_any_other() {
+    let (p, mut lk) = sidecar();
+    lk.wire = true;
+    for src in [[127, 0, 0, 6], [127, 0, 0, 1], POD] {
+        assert_eq!(run(&p, &lk, &from(src, 9080)), Verdict::Steer, "{src:?}");
+        // The rest of the chain still applies: an excluded port stays excluded.
+        let want = Verdict::Pass(Counter::InboundExcludedPort);
+        assert_eq!(run(&p, &lk, &from(src, 15090)), want, "{src:?}");
+    }
+    for last in [6, 1] {
+        let c6 = InboundConn {
+            family: AF_INET6,
+            local: [1, 2, 3, 4],
+            remote: v6(last),
+            ..from(PEER, 9080)
+        };
+        assert_eq!(run(&p, &lk, &c6), Verdict::Steer, "::{last}");
+    }
+    // A peer that claims nothing needs no record lookup.
+    run(&p, &lk, &from(PEER, 9080));
+    assert!(lk.calls.get() < 1000, "{}", lk.calls.get());
 }
 
 #[test]

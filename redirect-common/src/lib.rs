@@ -28,6 +28,11 @@ pub mod map_names {
     pub const TRACKED: &str = "TRACKED";
     /// `HashMap<u64, u64>`: policy key (netns cookie, 0 = default) -> its `TRACKED` entries.
     pub const HANDOFFS: &str = "HANDOFFS";
+    /// `HashMap<ConnKey, u64>`: a connect made inside a pod to one of its own addresses, while
+    /// in handshake -> the socket's cookie (sk_lookup exempts only these from capture).
+    pub const LOCAL_CONNECTS: &str = "LOCAL_CONNECTS";
+    /// `HashMap<u64, u64>`: netns cookie -> its `LOCAL_CONNECTS` entries.
+    pub const LOCAL_COUNTS: &str = "LOCAL_COUNTS";
     /// `LruHashMap<ConnKey, Tracked>`: inbound connections steered by sk_lookup -> original destination.
     pub const INBOUND: &str = "INBOUND";
     /// `HashMap<u64, InboundPolicy>`: netns cookie -> inbound capture policy of an enrolled namespace.
@@ -61,8 +66,10 @@ pub mod map_names {
     /// Socket storage of [`crate::sock::SockState`]: per-socket marks and original destinations.
     pub const SOCK_STATE: &str = "SOCK_STATE";
     /// Every map a datapath pins, in no particular order.
-    pub const ALL: [&str; 20] = [
+    pub const ALL: [&str; 22] = [
         SOCK_STATE,
+        LOCAL_CONNECTS,
+        LOCAL_COUNTS,
         PROXY_LISTENERS,
         NETNS_COUNTERS,
         TRACE,

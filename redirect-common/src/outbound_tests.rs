@@ -298,3 +298,26 @@ fn the_unspecified_address_is_loopback() {
     c.dst = [0; 4];
     assert_eq!(decide(&p6, &c, &lk), Verdict::Pass(Counter::Loopback));
 }
+
+#[test]
+fn passthrough_v6_is_on_lo_without_being_an_own_address() {
+    let mut p = sidecar();
+    p.flags |= OUT_IPV6;
+    let lk = pod();
+    let at = |uid: u32, last: u8| {
+        let mut c = conn(uid, uid, [0, 0, 0, 0], 8080);
+        c.family = AF_INET6;
+        c.dst = [0, 0, 0, u32::from_ne_bytes([0, 0, 0, last])];
+        decide(&p, &c, &lk)
+    };
+    // `-o lo ! --uid-owner 1337 -j RETURN`: the application's connect stays on lo.
+    assert_eq!(at(1000, 6), Verdict::Pass(Counter::Loopback));
+    // `-o lo ! -d ::1/128 ... --uid-owner 1337 -j ISTIO_IN_REDIRECT`: ::6 is not ::1.
+    assert_eq!(
+        at(1337, 6),
+        Verdict::Redirect(15006, Counter::InboundRedirectLocal)
+    );
+    assert_eq!(at(1337, 1), Verdict::Pass(Counter::BypassUid));
+    // ::7 is just another destination.
+    assert_eq!(at(1000, 7), Verdict::Redirect(15001, Counter::Redirected));
+}

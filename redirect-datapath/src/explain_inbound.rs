@@ -38,6 +38,11 @@ impl Lookups for Snapshot {
     fn remote_is_own(&self, _: &InboundConn) -> bool {
         self.own
     }
+    /// A passthrough, loopback or own-address source is explained as the pod's own connect
+    /// (sock_ops records those; a SYN from the wire claiming one is steered like any other).
+    fn local_connect(&self, _: &InboundConn) -> bool {
+        true
+    }
     fn exempt_interface(&self, _: &InboundConn) -> bool {
         self.exempt
     }

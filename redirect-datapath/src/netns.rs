@@ -13,6 +13,9 @@ use std::{
 
 use crate::error::{Error, Result};
 
+/// `::6`, the proxy's IPv6 passthrough source.
+const PASSTHROUGH_V6: IpAddr = IpAddr::V6(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6));
+
 /// A network namespace opened by path: the descriptor, and the cookie and inode read from
 /// it when it was opened.
 #[derive(Debug)]
@@ -109,7 +112,9 @@ impl NetnsHandle {
         })
     }
 
-    /// The namespace's own addresses, loopback excluded.
+    /// The namespace's own addresses, loopback and `::6` excluded: `::6` is the proxy's IPv6
+    /// passthrough source that istio-proxy puts on every dual-stack pod's lo (the outbound
+    /// decision treats it as loopback), so it names no pod in the address-keyed `POD_ADDRS`.
     pub fn addresses(&self) -> Result<Vec<IpAddr>> {
         self.run(|| {
             let mut out = Vec::new();
@@ -122,7 +127,7 @@ impl NetnsHandle {
                 } else {
                     continue;
                 };
-                if !ip.is_loopback() && !out.contains(&ip) {
+                if !ip.is_loopback() && ip != PASSTHROUGH_V6 && !out.contains(&ip) {
                     out.push(ip);
                 }
             }

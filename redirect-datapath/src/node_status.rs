@@ -101,6 +101,9 @@ fn entries(store: &mut dyn MapStore, name: &'static str) -> usize {
         map_names::POD_ADDRS => {
             HashMap::<&mut MapData, AddrKey, u64>::try_from(map).map_or(0, |m| m.keys().count())
         }
+        map_names::LOCAL_CONNECTS => {
+            HashMap::<&mut MapData, ConnKey, u64>::try_from(map).map_or(0, |m| m.keys().count())
+        }
         _ => 0,
     }
 }
@@ -128,6 +131,7 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
         map_names::POD_ADDRS,
         map_names::TRACKED,
         map_names::INBOUND,
+        map_names::LOCAL_CONNECTS,
     ] {
         fill.push((name, entries(store, name)));
     }

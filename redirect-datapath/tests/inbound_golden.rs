@@ -69,6 +69,9 @@ impl Lookups for Pod<'_> {
             .iter()
             .any(|a| addr_key(*a).addr == c.remote && addr_key(*a).family == c.family)
     }
+    fn local_connect(&self, _: &InboundConn) -> bool {
+        true
+    }
     fn exempt_interface(&self, c: &InboundConn) -> bool {
         let name = &self.ifaces[c.ifindex as usize - 1];
         self.kernel.interfaces.iter().any(|(n, _)| n == name)

@@ -5,7 +5,7 @@ use redirect_common::{
     AddrKey, IfKey, NetnsCookie, PortKey,
 };
 
-use crate::maps::{IFACES, INBOUND_PORTS, NETNS_INBOUND, POD_ADDRS};
+use crate::maps::{IFACES, INBOUND_PORTS, LOCAL_CONNECTS, NETNS_INBOUND, POD_ADDRS};
 
 /// The namespace owning local address `addr` (`POD_ADDRS`), if it is enrolled.
 #[inline(always)]
@@ -33,6 +33,12 @@ impl Lookups for Maps {
     #[inline(always)]
     fn remote_is_own(&self, conn: &InboundConn) -> bool {
         netns_of(conn.family, conn.remote) == Some(conn.netns)
+    }
+
+    #[inline(always)]
+    fn local_connect(&self, conn: &InboundConn) -> bool {
+        // SAFETY: only the presence of the value is read.
+        unsafe { LOCAL_CONNECTS.get(conn.key()) }.is_some()
     }
 
     #[inline(always)]

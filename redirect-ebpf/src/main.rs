@@ -11,6 +11,7 @@ mod connect4;
 mod connect6;
 mod getsockopt;
 mod inbound;
+mod local;
 mod maps;
 mod peer;
 mod readiness;

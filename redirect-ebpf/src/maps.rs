@@ -66,6 +66,20 @@ pub static TRACKED: HashMap<ConnKey, Tracked> =
 pub static HANDOFFS: HashMap<u64, u64> =
     HashMap::with_max_entries(MAX_NAMESPACES + 1, BPF_F_NO_PREALLOC);
 
+/// A connect made inside an enrolled namespace to one of its own addresses (netns + 4-tuple,
+/// as `TRACKED` keys it) -> the socket's cookie, from sock_ops `TCP_CONNECT_CB` until the
+/// socket leaves `SYN_SENT`: sk_lookup exempts a passthrough, loopback or own-address source
+/// only when its connection is here (a SYN from the wire never is). Each namespace may hold
+/// at most `HANDOFF_QUOTA` entries (counted in `LOCAL_COUNTS`).
+#[map(name = "LOCAL_CONNECTS")]
+pub static LOCAL_CONNECTS: HashMap<ConnKey, u64> =
+    HashMap::with_max_entries(TRACKED_MAX_ENTRIES, BPF_F_NO_PREALLOC);
+
+/// Netns cookie -> its `LOCAL_CONNECTS` entries now (wrapping adds, as `HANDOFFS`).
+#[map(name = "LOCAL_COUNTS")]
+pub static LOCAL_COUNTS: HashMap<u64, u64> =
+    HashMap::with_max_entries(MAX_NAMESPACES + 1, BPF_F_NO_PREALLOC);
+
 /// `TRACKED` entries one policy may hold at once (`--quota-handshakes`), set by the loader.
 #[unsafe(no_mangle)]
 static HANDOFF_QUOTA: u64 = 0;

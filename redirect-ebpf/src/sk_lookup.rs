@@ -9,7 +9,7 @@ use aya_ebpf::{
 use redirect_common::{
     inbound::{decide, without_listener, InboundConn, NoListener, Verdict, IFINDEX_UNKNOWN},
     types::IPPROTO_TCP,
-    ConnKey, Counter, ListenerKey, NetnsCookie, OrigDst, PortBe, Tracked, AF_INET, AF_INET6,
+    Counter, ListenerKey, NetnsCookie, OrigDst, PortBe, Tracked, AF_INET, AF_INET6,
 };
 
 use crate::{
@@ -149,15 +149,7 @@ fn counted(netns: u64, counter: Counter) {
 /// v4-mapped addresses are folded to the same form by sock_ops and getsockopt.
 #[inline(always)]
 fn record(conn: &InboundConn) {
-    let key = ConnKey {
-        netns: NetnsCookie(conn.netns),
-        client_addr: conn.remote,
-        server_addr: conn.local,
-        client_port: conn.remote_port,
-        server_port: conn.local_port,
-        family: conn.family,
-        _pad: 0,
-    };
+    let key = conn.key();
     let entry = Tracked {
         dst: OrigDst {
             addr: conn.local,

@@ -15,6 +15,7 @@ use aya_ebpf::{
     },
     helpers::generated::{bpf_get_netns_cookie, bpf_get_socket_cookie},
     macros::sock_ops,
+    maps::HashMap,
     programs::SockOpsContext,
     EbpfContext,
 };
@@ -25,6 +26,7 @@ use redirect_common::{
 };
 
 use crate::{
+    local,
     maps::{
         count, count_ns, handoff_quota, sock_state, HANDOFFS, INBOUND, LISTENERS, NETNS_INBOUND,
         TRACKED,
@@ -32,6 +34,7 @@ use crate::{
     readiness,
 };
 
+const TCP_SYN_SENT: u32 = 2;
 const TCP_CLOSE: u32 = 7;
 
 #[sock_ops]
@@ -50,11 +53,25 @@ fn try_sock_ops(ctx: &SockOpsContext) {
         // Dual-stack sockets connect to ::ffff:127.0.0.1; their keys fold to IPv4.
         BPF_SOCK_OPS_TCP_CONNECT_CB => on_connect(ctx),
         BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => on_passive_established(ctx),
-        BPF_SOCK_OPS_STATE_CB if ctx.arg(1) == TCP_CLOSE && ctx.arg(0) == readiness::TCP_LISTEN => {
-            readiness::on_listener_close(ctx, netns(ctx));
-        }
-        BPF_SOCK_OPS_STATE_CB if ctx.arg(1) == TCP_CLOSE => on_close(ctx),
+        BPF_SOCK_OPS_STATE_CB => on_state(ctx),
         _ => {}
+    }
+}
+
+/// `STATE_CB`: a local connect leaving `SYN_SENT` (established or failed) no longer needs its
+/// record; a closing listener or application socket is handled as before.
+fn on_state(ctx: &SockOpsContext) {
+    let (old, new) = (ctx.arg(0), ctx.arg(1));
+    if old == TCP_SYN_SENT {
+        local::on_handshake_done(ctx);
+    }
+    if new != TCP_CLOSE {
+        return;
+    }
+    if old == readiness::TCP_LISTEN {
+        readiness::on_listener_close(ctx, netns(ctx));
+    } else {
+        on_close(ctx);
     }
 }
 
@@ -72,13 +89,13 @@ fn remote_port(ctx: &SockOpsContext) -> u16 {
 }
 
 #[inline(always)]
-fn netns(ctx: &SockOpsContext) -> u64 {
+pub(crate) fn netns(ctx: &SockOpsContext) -> u64 {
     // SAFETY: bpf_get_netns_cookie accepts a sock_ops context.
     unsafe { bpf_get_netns_cookie(ctx.as_ptr()) }
 }
 
 #[inline(always)]
-fn cookie(ctx: &SockOpsContext) -> u64 {
+pub(crate) fn cookie(ctx: &SockOpsContext) -> u64 {
     // SAFETY: bpf_get_socket_cookie accepts a sock_ops context.
     unsafe { bpf_get_socket_cookie(ctx.as_ptr()) }
 }
@@ -101,7 +118,7 @@ fn addrs(ctx: &SockOpsContext) -> (u16, [u32; 4], [u32; 4]) {
 
 /// Key as seen from the application's (connecting) socket.
 #[inline(always)]
-fn key_as_client(ctx: &SockOpsContext) -> ConnKey {
+pub(crate) fn key_as_client(ctx: &SockOpsContext) -> ConnKey {
     let (family, local, remote) = addrs(ctx);
     ConnKey {
         netns: NetnsCookie(netns(ctx)),
@@ -138,6 +155,9 @@ fn watch_close(ctx: &SockOpsContext) {
 /// `tcp_connect()` of a redirected application socket: publishes the hand-off under the
 /// connection's 4-tuple, within its policy's quota, before the SYN leaves.
 fn on_connect(ctx: &SockOpsContext) {
+    if local::on_connect(ctx) {
+        return;
+    }
     let Some(state) = sock_state(ctx, false) else {
         return;
     };
@@ -148,7 +168,7 @@ fn on_connect(ctx: &SockOpsContext) {
         return;
     };
     let quota_key = state.quota_key;
-    if !handoff_add(quota_key) {
+    if !quota_add(&HANDOFFS, quota_key) {
         count(Counter::HandoffQuota);
         count_ns(netns(ctx), Counter::HandoffQuota);
         return;
@@ -159,7 +179,7 @@ fn on_connect(ctx: &SockOpsContext) {
         quota_key,
     };
     if TRACKED.insert(key_as_client(ctx), entry, 0).is_err() {
-        handoff_sub(quota_key);
+        quota_sub(&HANDOFFS, quota_key);
         count(Counter::TrackError);
         return;
     }
@@ -167,15 +187,16 @@ fn on_connect(ctx: &SockOpsContext) {
     watch_close(ctx);
 }
 
-/// Counts one more hand-off for `key`; false (and nothing counted) when over its quota.
+/// Counts one more entry for `key` in `counts` (`HANDOFFS` or `LOCAL_COUNTS`); false (and
+/// nothing counted) when over the quota.
 #[inline(always)]
-fn handoff_add(key: u64) -> bool {
-    let slot = match HANDOFFS.get_ptr_mut(key) {
+pub(crate) fn quota_add(counts: &HashMap<u64, u64>, key: u64) -> bool {
+    let slot = match counts.get_ptr_mut(key) {
         Some(n) => n,
         None => {
-            // The policy's first hand-off; a concurrent first insert makes this one fail.
-            let _ = HANDOFFS.insert(key, 0, u64::from(BPF_NOEXIST));
-            match HANDOFFS.get_ptr_mut(key) {
+            // The key's first entry; a concurrent first insert makes this one fail.
+            let _ = counts.insert(key, 0, u64::from(BPF_NOEXIST));
+            match counts.get_ptr_mut(key) {
                 Some(n) => n,
                 None => return false,
             }
@@ -196,11 +217,11 @@ fn handoff_add(key: u64) -> bool {
     false
 }
 
-/// Counts one hand-off of `key` less (its entry was deleted).
+/// Counts one entry of `key` less in `counts` (its entry was deleted).
 #[inline(always)]
-fn handoff_sub(key: u64) {
-    if let Some(slot) = HANDOFFS.get_ptr_mut(key) {
-        // SAFETY: as in `handoff_add`.
+pub(crate) fn quota_sub(counts: &HashMap<u64, u64>, key: u64) {
+    if let Some(slot) = counts.get_ptr_mut(key) {
+        // SAFETY: as in `quota_add`.
         unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(slot, u64::MAX) };
     }
 }
@@ -254,7 +275,7 @@ fn on_passive_established(ctx: &SockOpsContext) {
     if tracked {
         // Only the delete that wins counts back: the application's close may race with it.
         if TRACKED.remove(key).is_ok() {
-            handoff_sub(quota_key);
+            quota_sub(&HANDOFFS, quota_key);
         }
     } else {
         let _ = INBOUND.remove(key);
@@ -279,6 +300,6 @@ fn on_close(ctx: &SockOpsContext) {
     };
     // SAFETY: pointer into a map value, valid for this program run.
     if tracking::app_close_deletes(cookie(ctx), unsafe { &*entry }) && TRACKED.remove(key).is_ok() {
-        handoff_sub(state.quota_key);
+        quota_sub(&HANDOFFS, state.quota_key);
     }
 }

@@ -3,6 +3,7 @@
 pub mod abuse;
 pub mod conformance;
 pub mod env;
+pub mod flood;
 pub mod gate;
 pub mod http;
 pub mod node;

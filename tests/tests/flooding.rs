@@ -3,14 +3,14 @@
 //! each socket's own storage, and the keyed hand-off to the proxy has a per-namespace quota.
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::Output,
     time::Duration,
 };
 
 use redirect_testkit::{privileged_or_skip, unique_name, Cgroup, Child, Netns};
 use redirect_tests::{
-    bin_path,
     conformance::listen,
+    flood::{counter, fill, flood, hold_syn_sent},
     node::{istio_iptables, istio_iptables_cmd, ok, Pins},
     wait_detached,
 };
@@ -41,18 +41,6 @@ fn enroll(pins: &Pins, cgroup: &Cgroup, ns: &Netns, env: &[(&str, &str)]) -> Out
 fn cleanup(pins: &Pins, cgroup: &Cgroup, ns: &Netns) {
     let out = istio_iptables(&pins.0, cgroup.path(), &ns.path(), &["--cleanup-only"]);
     ok(&out, "cleanup");
-}
-
-/// `probe-flood ARGS` in `ns` and `cgroup` as uid/gid `id`.
-fn flood(ns: &Netns, cgroup: &Cgroup, id: (&str, &str), args: &[&str]) -> Command {
-    let mut cmd = Command::new(bin_path("probe-flood"));
-    cmd.arg("--netns")
-        .arg(ns.path())
-        .arg("--cgroup")
-        .arg(cgroup.path())
-        .args(["--uid", id.0, "--gid", id.1])
-        .args(args);
-    cmd
 }
 
 /// The pod's proxy: TCP on 15001, DNS on 15053, as uid 1337.
@@ -86,23 +74,6 @@ impl Drop for GoFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
-}
-
-fn node_json(pins: &Pins) -> serde_json::Value {
-    let out = Command::new(bin_path("redirect"))
-        .args(["status", "--json", "--bpffs"])
-        .arg(&pins.0)
-        .output()
-        .expect("run redirect status");
-    serde_json::from_slice(&ok(&out, "status").into_bytes()).expect("status json")
-}
-
-/// Entries the node status reports in `map`.
-fn fill(pins: &Pins, map: &str) -> u64 {
-    let v = node_json(pins);
-    v["node"]["fill"][map]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no {map} fill in {v}"))
 }
 
 /// Two pods of one node datapath (not created yet) in one cgroup.
@@ -231,38 +202,14 @@ fn a_pod_holding_connections_in_hand_off_uses_only_its_own_quota() {
 
     // The hostile pod's "proxy" never accepts: past its backlog, connects stay in SYN_SENT
     // and their hand-offs are never claimed.
-    let mut stuck = Child::spawn(
-        "probe-flood stuck listener",
-        flood(
-            &hostile,
-            &cgroup,
-            ("1337", "1337"),
-            &["--stuck-listen", "15001"],
-        ),
-    )
-    .expect("start the stuck listener");
-    stuck
-        .wait_line("listening", Duration::from_secs(10), |l| l == "listening")
-        .expect("listening");
-    let mut held = Child::spawn(
-        "probe-flood holder",
-        flood(
-            &hostile,
-            &cgroup,
-            APP,
-            &["--hold-tcp", SERVICE, "--count", "300"],
-        ),
-    )
-    .expect("start the holder");
-    held.wait_line("holding", Duration::from_secs(20), |l| l == "holding 300")
-        .expect("300 connects held");
+    let (held, stuck) = hold_syn_sent(&hostile, &cgroup, ("1337", "1337"), "15001", SERVICE, 300);
     redirect_testkit::until(
         "the hand-offs past the quota are counted",
         Duration::from_secs(20),
-        || counter(&pins, &hostile, "handoff_quota") >= 300 - 32 - 2,
+        || counter(&pins.0, &hostile, "handoff_quota") >= 300 - 32 - 2,
     )
     .expect("handoff_quota counted for the hostile pod");
-    let in_flight = fill(&pins, "TRACKED");
+    let in_flight = fill(&pins.0, "TRACKED");
     assert!(
         (30..=40).contains(&in_flight),
         "the hostile pod holds about its quota of 32 hand-offs, not 300: {in_flight}"
@@ -283,33 +230,16 @@ fn a_pod_holding_connections_in_hand_off_uses_only_its_own_quota() {
             "{r:?}"
         );
     }
-    assert_eq!(counter(&pins, &neighbour, "handoff_quota"), 0);
+    assert_eq!(counter(&pins.0, &neighbour, "handoff_quota"), 0);
 
     // The holder goes: its unclaimed hand-offs go with its sockets.
     drop(held);
     redirect_testkit::until("the hand-offs are gone", Duration::from_secs(20), || {
-        fill(&pins, "TRACKED") == 0
+        fill(&pins.0, "TRACKED") == 0
     })
     .expect("TRACKED back to empty");
     drop(stuck);
     cleanup(&pins, &cgroup, &hostile);
     cleanup(&pins, &cgroup, &neighbour);
     wait_detached(cgroup.path());
-}
-
-/// Counter `name` of namespace `ns` (`redirect stats --netns`).
-fn counter(pins: &Pins, ns: &Netns, name: &str) -> u64 {
-    let out = Command::new(bin_path("redirect"))
-        .args(["stats", "--json", "--bpffs"])
-        .arg(&pins.0)
-        .arg("--netns")
-        .arg(ns.path())
-        .output()
-        .expect("run redirect stats");
-    let v: serde_json::Value = serde_json::from_slice(ok(&out, "stats").as_bytes()).expect("json");
-    // A namespace (or counter) nothing has counted for yet is absent: zero.
-    v.as_array()
-        .and_then(|a| a.first())
-        .and_then(|ns| ns["counters"][name].as_u64())
-        .unwrap_or(0)
 }

@@ -1,6 +1,6 @@
 //! Upgrading a pinned datapath in place (hardening finding 12): `redirect upgrade` of the next
-//! layout (v4, built from this tree by `cargo xtask test` with a wider `COUNTERS` map, see
-//! `xtask build-next-layout`) takes over a v3 datapath while an application connects in a
+//! layout (v5, built from this tree by `cargo xtask test` with a wider `COUNTERS` map, see
+//! `xtask build-next-layout`) takes over this build's v4 datapath while an application connects in a
 //! loop: every connection before, during and after is captured with its original destination.
 //! What it cannot carry over it refuses, changing nothing.
 use std::{
@@ -148,7 +148,7 @@ fn the_next_layout_takes_over_in_place_while_an_application_keeps_connecting() {
     let (pins, cgroup, pod) = enrolled_pod();
     let _proxy = proxy(&pod, &cgroup);
     let before = attached_program_ids(cgroup.path());
-    assert_eq!(before.len(), 12, "the v3 datapath's cgroup links");
+    assert_eq!(before.len(), 12, "this build's cgroup links");
 
     let app = Looping::start(&pod, cgroup.path());
     app.wait_more(50, "50 connections before the upgrade");
@@ -156,7 +156,7 @@ fn the_next_layout_takes_over_in_place_while_an_application_keeps_connecting() {
     let out = upgrade(&next, &pins.0, &[]);
     let said = ok(&out, "redirect upgrade (next layout)");
     assert!(
-        said.contains("layout v3") && said.contains("-> layout v4"),
+        said.contains("layout v4") && said.contains("-> layout v5"),
         "{said}"
     );
     assert!(
@@ -174,7 +174,7 @@ fn the_next_layout_takes_over_in_place_while_an_application_keeps_connecting() {
         after.iter().all(|id| !before.contains(id)),
         "every link runs a new program: before {before:?}, after {after:?}"
     );
-    assert_eq!(map_max_entries(&pins.0, "COUNTERS"), 34);
+    assert_eq!(map_max_entries(&pins.0, "COUNTERS"), 35);
     let check = upgrade(&next, &pins.0, &["--check"]);
     assert!(check.status.success(), "up to date after the upgrade");
     // This build no longer reads it, and says what to do.
@@ -185,7 +185,7 @@ fn the_next_layout_takes_over_in_place_while_an_application_keeps_connecting() {
         &["-u", "1337", "-i", "*"],
     );
     let err = String::from_utf8_lossy(&old.stderr);
-    assert!(!old.status.success() && err.contains("layout v4"), "{err}");
+    assert!(!old.status.success() && err.contains("layout v5"), "{err}");
 
     // The next build's cleanup unpins everything.
     let out = Command::new(&next)
@@ -252,7 +252,7 @@ fn an_upgrade_it_cannot_carry_is_refused_and_changes_nothing() {
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "refused: {err}");
     assert!(
-        err.contains("layout v2") && err.contains("layout v4"),
+        err.contains("layout v2") && err.contains("layout v5"),
         "{err}"
     );
     assert_eq!(
@@ -260,7 +260,7 @@ fn an_upgrade_it_cannot_carry_is_refused_and_changes_nothing() {
         before,
         "nothing changed"
     );
-    assert_eq!(map_max_entries(&pins.0, "COUNTERS"), 33, "no map replaced");
+    assert_eq!(map_max_entries(&pins.0, "COUNTERS"), 34, "no map replaced");
     assert!(!pins.0.join("staged").exists(), "no staging left behind");
     drop(pins);
     wait_detached(cgroup.path());

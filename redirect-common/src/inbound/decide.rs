@@ -36,16 +36,21 @@ pub fn decide<L: Lookups>(p: &InboundPolicy, conn: &InboundConn, lk: &L) -> Verd
     if conn.local_port == p.inbound_port {
         return Verdict::Ignore;
     }
-    // The proxy's hop to the application, from 127.0.0.6 / ::6: decided in OUTPUT
-    // (`-o lo -s 127.0.0.6/32 -j RETURN`), never in PREROUTING.
-    if is_passthrough(conn.family, &conn.remote) {
-        return Verdict::Pass(Counter::InboundPassthroughSource);
-    }
-    // The pod talking to itself (from loopback or one of its own addresses): istio-iptables
-    // decides that in OUTPUT, never in PREROUTING. The ingress ifindex cannot tell: traffic to
-    // the pod's own address reports the device that owns the address, not lo.
-    if is_loopback(conn.family, &conn.remote) || lk.remote_is_own(conn) {
-        return Verdict::Pass(Counter::InboundLocal);
+    // The proxy's hop to the application, from 127.0.0.6 / ::6 (`-o lo -s 127.0.0.6/32 -j
+    // RETURN` in OUTPUT), and the pod talking to itself (from loopback or one of its own
+    // addresses): istio-iptables decides both in OUTPUT, never in PREROUTING. Only a connect
+    // made inside the pod counts (sock_ops recorded it): the ingress ifindex cannot tell (local
+    // traffic reports the device owning the address, not lo), and a SYN from the wire may
+    // claim any of these sources; without the record it is captured like any other.
+    let passthrough = is_passthrough(conn.family, &conn.remote);
+    if (passthrough || is_loopback(conn.family, &conn.remote) || lk.remote_is_own(conn))
+        && lk.local_connect(conn)
+    {
+        return Verdict::Pass(if passthrough {
+            Counter::InboundPassthroughSource
+        } else {
+            Counter::InboundLocal
+        });
     }
     // PREROUTING -i <-c nic> -j RETURN; -I PREROUTING 1 -i <-k nic> -j RETURN
     // (without the arrival interface no such rule can match: nothing is looked up).

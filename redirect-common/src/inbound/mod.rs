@@ -5,7 +5,7 @@
 //! for a connection arriving at one of an enrolled namespace's own addresses, with the map
 //! lookups it needs (port rules, interfaces, the namespace's addresses) behind [`Lookups`] so
 //! the kernel side does them lazily, in rule order.
-use crate::Counter;
+use crate::{ConnKey, Counter, NetnsCookie};
 
 /// [`InboundPolicy::flags`]: capture every port (`-b '*'`) instead of only the listed ones.
 pub const INBOUND_ALL_PORTS: u16 = 1;
@@ -69,10 +69,31 @@ pub struct InboundConn {
     pub ifindex: u32,
 }
 
+impl InboundConn {
+    /// The connection's key in `INBOUND` and `LOCAL_CONNECTS`, as the connecting side writes
+    /// it: client = the remote end, server = the local (original destination) end.
+    #[inline(always)]
+    pub fn key(&self) -> ConnKey {
+        ConnKey {
+            netns: NetnsCookie(self.netns),
+            client_addr: self.remote,
+            server_addr: self.local,
+            client_port: self.remote_port,
+            server_port: self.local_port,
+            family: self.family,
+            _pad: 0,
+        }
+    }
+}
+
 /// What the kernel would look up for a connection; lazily, in the order the rules need them.
 pub trait Lookups {
     /// The remote address is one of the same namespace's own addresses (`POD_ADDRS`).
     fn remote_is_own(&self, conn: &InboundConn) -> bool;
+    /// The connection was made inside the namespace: sock_ops recorded its connect
+    /// (`LOCAL_CONNECTS`) before the SYN left. A SYN from the wire has no such record, whatever
+    /// source it claims.
+    fn local_connect(&self, conn: &InboundConn) -> bool;
     /// The arrival interface is a `-c` or `-k` interface of the namespace (`IFACES`).
     fn exempt_interface(&self, conn: &InboundConn) -> bool;
     /// `INBOUND_PORTS` value of the local port: [`PORT_EXCLUDED`], [`PORT_INCLUDED`] or 0.

@@ -1,7 +1,7 @@
 //! istio-iptables' nat `OUTPUT` chain as one function, rule by rule, plus the two rules of ours
 //! layered on it (the proxy's cgroup, the proxy not listening yet).
 use super::*;
-use crate::{Counter, AF_INET, AF_INET6};
+use crate::{types::PASSTHROUGH_V6, Counter, AF_INET, AF_INET6};
 
 /// The destination leaves through `lo`: loopback, or the unspecified address, which the kernel
 /// routes to the host itself (it becomes 127.0.0.1 / `::1` before nat `OUTPUT` sees it).
@@ -12,6 +12,14 @@ fn is_loopback(family: u16, dst: &[u32; 4]) -> bool {
     } else {
         dst[0] | dst[1] | dst[2] == 0 && (dst[3] == u32::from_be(1) || dst[3] == 0)
     }
+}
+
+/// `::6`, the proxy's IPv6 passthrough source, which istio-proxy puts on lo: traffic to it
+/// leaves through lo like 127.0.0.6 (loopback already). It is never one of the namespace's
+/// addresses in `POD_ADDRS`: every dual-stack pod has it, and that map is keyed by address.
+#[inline(always)]
+fn is_passthrough_v6(family: u16, dst: &[u32; 4]) -> bool {
+    family == AF_INET6 && *dst == PASSTHROUGH_V6
 }
 
 /// `-d 127.0.0.1/32` (or the loopback CIDR) / `-d ::1/128`; the unspecified address matches as
@@ -157,7 +165,9 @@ pub fn decide<L: Lookups>(p: &OutboundPolicy, conn: &Conn, lk: &L) -> Verdict {
     if v6 && !p.has(OUT_IPV6) {
         return Verdict::Pass(Counter::Ipv6Untouched);
     }
-    let on_lo = is_loopback(conn.family, &conn.dst) || lk.is_own_addr(conn);
+    let on_lo = is_loopback(conn.family, &conn.dst)
+        || is_passthrough_v6(conn.family, &conn.dst)
+        || lk.is_own_addr(conn);
     // OUTPUT -o <excluded nic> -j RETURN
     if !on_lo && p.has(OUT_HAS_EXCLUDED_NIC) && lk.via_excluded_nic(conn) {
         return Verdict::Pass(Counter::ExcludedInterface);

@@ -245,6 +245,7 @@ impl NodeDatapath {
         let _ = hash::<u64, u64>(&mut self.maps, map_names::PROXY_LISTENERS)?.remove(&cookie);
         // Its hand-offs still in flight go with their sockets; the count starts again at 0.
         let _ = hash::<u64, u64>(&mut self.maps, map_names::HANDOFFS)?.remove(&cookie);
+        let _ = hash::<u64, u64>(&mut self.maps, map_names::LOCAL_COUNTS)?.remove(&cookie);
         let old = owned_addresses(&mut self.maps, cookie)?;
         enroll::sync_addresses(&mut self.maps, shown, cookie, &old, &[])?;
         tracing::info!(netns = %shown.display(), cookie, "policy removed");

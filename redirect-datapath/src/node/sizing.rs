@@ -75,9 +75,14 @@ impl Quotas {
             (map_names::LISTENERS, per(2)),
             (map_names::NETNS_COUNTERS, per(Counter::COUNT)),
             (map_names::HANDOFFS, slots),
+            (map_names::LOCAL_COUNTS, slots),
             // Each policy may go over its quota by one add per CPU at the same instant.
             (
                 map_names::TRACKED,
+                per(self.handshakes).saturating_add(HANDOFF_SLACK),
+            ),
+            (
+                map_names::LOCAL_CONNECTS,
                 per(self.handshakes).saturating_add(HANDOFF_SLACK),
             ),
         ]
