@@ -37,6 +37,8 @@ pub struct Upgraded {
     pub kept: Vec<&'static str>,
     /// Maps whose definition changed: created anew, with the number of entries carried over.
     pub carried: Vec<(&'static str, usize)>,
+    /// Maps the old layout did not have: created empty.
+    pub created: Vec<&'static str>,
     /// cgroup links given the new programs.
     pub links: usize,
     /// Namespaces whose sk_lookup link got the new program (those already gone are skipped).
@@ -131,8 +133,13 @@ impl NodeDatapath {
         }
         let mut ebpf = ld.load(object).map_err(|e| Error::Load(Box::new(e)))?;
         let mut carried = Vec::new();
-        for s in staged.iter().filter(|s| s.new.is_some() && s.old.exists()) {
-            carried.push((s.name, carry(dir, s)?));
+        let mut created = Vec::new();
+        for s in staged.iter().filter(|s| s.new.is_some()) {
+            if s.old.exists() {
+                carried.push((s.name, carry(dir, s)?));
+            } else {
+                created.push(s.name);
+            }
         }
         let sk_lookup = pinned_sk_lookup(dir);
         plan::load_all(&mut ebpf, &plan::programs(sk_lookup))?;
@@ -170,6 +177,7 @@ impl NodeDatapath {
                 .map(|s| s.name)
                 .collect(),
             carried,
+            created,
             links: links.len(),
             namespaces: netns.len() - skipped,
         })
