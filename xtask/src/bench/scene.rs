@@ -174,28 +174,6 @@ pub fn steal() -> (u64, u64) {
     (v.get(7).copied().unwrap_or(0), v.iter().sum())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sidecar_rules_add_excludes_and_redirect() {
-        let golden = "iptables-save\n* nat\n-N ISTIO_OUTPUT\n-A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN\n-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN\nCOMMIT\niptables-save\n";
-        let rules = sidecar_rules(golden, &exclusions(2));
-        assert!(rules.starts_with("* nat\n"));
-        assert!(rules.contains("--dport 15021 -j RETURN"));
-        assert!(rules.ends_with("-A ISTIO_OUTPUT -d 100.64.0.1/32 -j RETURN\n-A ISTIO_OUTPUT -j ISTIO_REDIRECT\nCOMMIT\n"), "{rules}");
-    }
-
-    #[test]
-    fn exclusions_are_distinct() {
-        let e = exclusions(70_000);
-        assert_eq!(e[65_536], "100.65.0.0/32");
-        let set: std::collections::HashSet<_> = e.iter().collect();
-        assert_eq!(set.len(), 70_000);
-    }
-}
-
 /// `kernel.bpf_stats_enabled` switched on for the bench's life (the kernel then counts each
 /// program's runs and run time: the per-hook table), put back as it was on drop.
 pub struct BpfStats(Option<String>);
@@ -220,5 +198,27 @@ impl Drop for BpfStats {
         if let Some(before) = &self.0 {
             let _ = std::fs::write(Self::PATH, before.trim());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sidecar_rules_add_excludes_and_redirect() {
+        let golden = "iptables-save\n* nat\n-N ISTIO_OUTPUT\n-A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN\n-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN\nCOMMIT\niptables-save\n";
+        let rules = sidecar_rules(golden, &exclusions(2));
+        assert!(rules.starts_with("* nat\n"));
+        assert!(rules.contains("--dport 15021 -j RETURN"));
+        assert!(rules.ends_with("-A ISTIO_OUTPUT -d 100.64.0.1/32 -j RETURN\n-A ISTIO_OUTPUT -j ISTIO_REDIRECT\nCOMMIT\n"), "{rules}");
+    }
+
+    #[test]
+    fn exclusions_are_distinct() {
+        let e = exclusions(70_000);
+        assert_eq!(e[65_536], "100.65.0.0/32");
+        let set: std::collections::HashSet<_> = e.iter().collect();
+        assert_eq!(set.len(), 70_000);
     }
 }
