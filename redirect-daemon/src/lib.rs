@@ -1,6 +1,7 @@
 //! The node daemon: owns the pinned datapath, enrolls namespaces on request over a root-only
 //! unix socket, keeps one state file per enrollment so a restart re-adopts them, and follows
 //! each namespace's addresses.
+pub mod apiserver;
 pub mod client;
 pub mod decode;
 mod files;

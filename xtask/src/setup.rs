@@ -8,7 +8,16 @@ use crate::util::{self, output, run};
 /// bpf-linker version the project is pinned to (works with nightly's LLVM 22 here).
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Tools the tests and `cargo xtask run` use, besides LLVM.
-const TOOL_PACKAGES: [&str; 5] = ["iproute2", "bpftool", "curl", "util-linux", "iptables"];
+/// `containernetworking-plugins`: the real CNI chain of tests/tests/cni.rs (bridge, host-local,
+/// loopback in /usr/lib/cni).
+const TOOL_PACKAGES: [&str; 6] = [
+    "iproute2",
+    "bpftool",
+    "curl",
+    "util-linux",
+    "iptables",
+    "containernetworking-plugins",
+];
 
 /// LLVM major version of the nightly toolchain (`rustc +nightly -vV`).
 pub fn nightly_llvm_major() -> anyhow::Result<u32> {
