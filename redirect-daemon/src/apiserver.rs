@@ -5,7 +5,7 @@ use std::{net::IpAddr, path::PathBuf, time::Duration};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{config::KubeConfigOptions, Api, Client, Config};
 
-use crate::proto::PodRef;
+use crate::{pod_cache::PodCache, proto::PodRef};
 
 /// How the daemon reaches the apiserver and which pods are its node's.
 #[derive(Debug, Clone)]
@@ -74,6 +74,8 @@ pub enum KubeError {
 pub struct Kube {
     opts: KubeOptions,
     client: Option<Client>,
+    /// This node's pods as the watch tells them (with `--node-name` only).
+    cache: Option<PodCache>,
     rt: tokio::runtime::Runtime,
 }
 
@@ -82,6 +84,7 @@ impl std::fmt::Debug for Kube {
         f.debug_struct("Kube")
             .field("opts", &self.opts)
             .field("client", &self.client.is_some())
+            .field("cached", &self.cache.as_ref().map(PodCache::len))
             .finish_non_exhaustive()
     }
 }
@@ -122,20 +125,41 @@ impl Kube {
         } else {
             None
         };
-        let client = match config {
-            Some(mut config) => {
-                // One attempt must not outlast the plugin's patience: retries are ours.
-                config.connect_timeout = Some(Duration::from_secs(5));
-                config.read_timeout = Some(Duration::from_secs(5));
-                let _entered = rt.enter();
-                Some(Client::try_from(config).map_err(|e| KubeError::Config {
-                    from: "the client".into(),
-                    reason: e.to_string(),
-                })?)
-            }
+        let Some(mut config) = config else {
+            return Ok(Self {
+                opts,
+                client: None,
+                cache: None,
+                rt,
+            });
+        };
+        let cache = match &opts.node_name {
+            Some(node) => Some(watch(config.clone(), node.clone())?),
             None => None,
         };
-        Ok(Self { opts, client, rt })
+        // One attempt must not outlast the plugin's patience: retries are ours.
+        config.connect_timeout = Some(Duration::from_secs(5));
+        config.read_timeout = Some(Duration::from_secs(5));
+        let client = {
+            let _entered = rt.enter();
+            Client::try_from(config).map_err(|e| KubeError::Config {
+                from: "the client".into(),
+                reason: e.to_string(),
+            })?
+        };
+        Ok(Self {
+            opts,
+            client: Some(client),
+            cache,
+            rt,
+        })
+    }
+
+    /// The cached pod, when it is the one the runtime named.
+    fn cached(&self, pod: &PodRef) -> Option<Pod> {
+        let found = self.cache.as_ref()?.get(&pod.namespace, &pod.name)?;
+        let uid = found.metadata.uid.as_deref().unwrap_or_default();
+        (pod.uid.is_empty() || uid == pod.uid).then_some(found)
     }
 
     /// The options in force.
@@ -154,6 +178,11 @@ impl Kube {
         let attempts = self.opts.get_attempts.max(1);
         let mut last = String::new();
         for attempt in 1..=attempts {
+            // The watch may have told it meanwhile.
+            if let Some(found) = self.cached(pod) {
+                tracing::debug!(%pod, attempt, "pod read from the watch's cache");
+                return self.on_this_node(pod, found);
+            }
             match self.rt.block_on(api.get_opt(&pod.name)) {
                 Ok(Some(found)) => {
                     let uid = found.metadata.uid.as_deref().unwrap_or_default();
@@ -191,4 +220,40 @@ impl Kube {
             _ => Ok(found),
         }
     }
+}
+
+/// Starts the watch of this node's pods (field selector `spec.nodeName=NODE`, every
+/// namespace) on a thread and runtime of its own, feeding the cache it returns.
+fn watch(config: Config, node: String) -> Result<PodCache, KubeError> {
+    let cache = PodCache::default();
+    let fed = cache.clone();
+    let failed = |e: std::io::Error| KubeError::Config {
+        from: "the pod watch".into(),
+        reason: e.to_string(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(failed)?;
+    std::thread::Builder::new()
+        .name("pod-watch".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let client = match Client::try_from(config) {
+                    Ok(c) => c,
+                    Err(error) => {
+                        tracing::error!(%error, "the pod watch cannot start: pods are read with GETs only");
+                        return;
+                    }
+                };
+                let selector = format!("spec.nodeName={node}");
+                tracing::info!(selector, "watching this node's pods");
+                let config = kube::runtime::watcher::Config::default().fields(&selector);
+                let events = kube::runtime::watcher(Api::<Pod>::all(client), config);
+                fed.follow(kube::runtime::WatchStreamExt::default_backoff(events))
+                    .await;
+            });
+        })
+        .map_err(failed)?;
+    Ok(cache)
 }

@@ -6,6 +6,7 @@ pub mod client;
 pub mod decode;
 mod files;
 pub mod metrics;
+pub mod pod_cache;
 pub mod proto;
 pub mod repair;
 pub mod server;

@@ -1,6 +1,7 @@
 //! A local HTTP server replaying recorded Kubernetes Pod objects at
-//! `GET /api/v1/namespaces/NS/pods/NAME` (404 with a `Status` otherwise), and the kubeconfig
-//! that points the daemon's real kube-rs client at it. No kube-apiserver can be installed
+//! `GET /api/v1/namespaces/NS/pods/NAME` (404 with a `Status` otherwise), a recorded list and
+//! watch stream at `GET /api/v1/pods` (`?watch=true`: ADDED/MODIFIED/DELETED events, then the
+//! stream stays open), and the kubeconfig that points the daemon's real kube-rs client at it. No kube-apiserver can be installed
 //! here; the daemon's client, its retries and its decoding are the real ones.
 use std::{
     collections::BTreeMap,
@@ -15,11 +16,19 @@ use serde_json::{json, Value};
 
 type Pods = Arc<Mutex<BTreeMap<(String, String), Value>>>;
 
+/// What `GET /api/v1/pods` answers: the listed pods and the watch events after them.
+#[derive(Debug, Default)]
+struct Recorded {
+    list: Vec<Value>,
+    events: Vec<Value>,
+}
+
 /// The server: pods by (namespace, name), and every path asked for.
 #[derive(Debug)]
 pub struct PodServer {
     addr: SocketAddr,
     pods: Pods,
+    recorded: Arc<Mutex<Recorded>>,
     hits: Arc<Mutex<Vec<String>>>,
     kubeconfig: PathBuf,
 }
@@ -30,12 +39,13 @@ impl PodServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the pod server");
         let addr = listener.local_addr().expect("its address");
         let pods: Pods = Arc::default();
+        let recorded: Arc<Mutex<Recorded>> = Arc::default();
         let hits: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (p, h) = (Arc::clone(&pods), Arc::clone(&hits));
+        let (p, r, h) = (Arc::clone(&pods), Arc::clone(&recorded), Arc::clone(&hits));
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (p, h) = (Arc::clone(&p), Arc::clone(&h));
-                std::thread::spawn(move || serve(stream, &p, &h));
+                let (p, r, h) = (Arc::clone(&p), Arc::clone(&r), Arc::clone(&h));
+                std::thread::spawn(move || serve(stream, &p, &r, &h));
             }
         });
         std::fs::create_dir_all(dir).expect("kubeconfig dir");
@@ -47,6 +57,7 @@ impl PodServer {
         Self {
             addr,
             pods,
+            recorded,
             hits,
             kubeconfig,
         }
@@ -77,13 +88,29 @@ impl PodServer {
         self.pods.lock().expect("pods").insert(key, pod.clone());
     }
 
-    /// Every request path received, in order.
+    /// Lists `pod` in `GET /api/v1/pods` (never served by its own GET).
+    pub fn list(&self, pod: &Value) {
+        let mut pod = pod.clone();
+        pod["metadata"]["resourceVersion"] = "1".into();
+        self.recorded.lock().expect("recorded").list.push(pod);
+    }
+
+    /// Adds a watch event (`ADDED`, `MODIFIED`, `DELETED`) of `pod` to the watch stream.
+    pub fn event(&self, kind: &str, pod: &Value) {
+        let mut r = self.recorded.lock().expect("recorded");
+        // Every object of a watch carries a resourceVersion (the watcher resumes from it).
+        let mut object = pod.clone();
+        object["metadata"]["resourceVersion"] = (r.events.len() + 2).to_string().into();
+        r.events.push(json!({"type": kind, "object": object}));
+    }
+
+    /// Every request path received (with its query), in order.
     pub fn hits(&self) -> Vec<String> {
         self.hits.lock().expect("hits").clone()
     }
 }
 
-fn serve(stream: TcpStream, pods: &Pods, hits: &Mutex<Vec<String>>) {
+fn serve(stream: TcpStream, pods: &Pods, recorded: &Mutex<Recorded>, hits: &Mutex<Vec<String>>) {
     let mut reader = BufReader::new(&stream);
     let mut line = String::new();
     if reader.read_line(&mut line).is_err() {
@@ -94,9 +121,16 @@ fn serve(stream: TcpStream, pods: &Pods, hits: &Mutex<Vec<String>>) {
     while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
         header.clear();
     }
-    let path = line.split_whitespace().nth(1).unwrap_or_default();
-    let path = path.split('?').next().unwrap_or_default().to_owned();
-    hits.lock().expect("hits").push(path.clone());
+    let target = line.split_whitespace().nth(1).unwrap_or_default();
+    hits.lock().expect("hits").push(target.to_owned());
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let path = path.to_owned();
+    if path == "/api/v1/pods" {
+        let watch = query
+            .split('&')
+            .any(|kv| kv == "watch=true" || kv == "watch=1");
+        return pod_list(&stream, recorded, watch);
+    }
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let found = match parts.as_slice() {
         ["api", "v1", "namespaces", ns, "pods", name] => pods
@@ -120,6 +154,38 @@ fn serve(stream: TcpStream, pods: &Pods, hits: &Mutex<Vec<String>>) {
         "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
+}
+
+/// `GET /api/v1/pods`: the recorded list, or (watch) the recorded events as a chunked stream
+/// that then stays open until the client goes.
+fn pod_list(mut stream: &TcpStream, recorded: &Mutex<Recorded>, watch: bool) {
+    let (list, events) = {
+        let r = recorded.lock().expect("recorded");
+        (r.list.clone(), r.events.clone())
+    };
+    if !watch {
+        let body = json!({"kind": "PodList", "apiVersion": "v1",
+                          "metadata": {"resourceVersion": "1"}, "items": list})
+        .to_string();
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        return;
+    }
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    for event in events {
+        let line = format!("{event}\n");
+        let _ = write!(stream, "{:x}\r\n{line}\r\n", line.len());
+    }
+    let _ = stream.flush();
+    // Held open, as a watch is: returns when the client closes it.
+    let mut sink = [0u8; 64];
+    while std::io::Read::read(&mut stream, &mut sink).is_ok_and(|n| n > 0) {}
 }
 
 /// A pod as the apiserver returns it, built from the vendored kube-inject manifest `manifest`

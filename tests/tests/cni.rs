@@ -4,7 +4,9 @@
 //! kube-apiserver can be installed here: a local HTTP server replays recorded Pod objects
 //! built from the vendored kube-inject manifests, migrated to what Istio's injector emits with
 //! istio-cni enabled (istio-proxy a native sidecar, no istio-init).
-use redirect_testkit::{privileged_or_skip, unique_name};
+use std::time::Duration;
+
+use redirect_testkit::{eventually, privileged_or_skip, unique_name};
 use redirect_tests::{
     apiserver::{recorded_pod, PodServer},
     cni::{entry, plugins_installed, CniHost, Sandbox, GATEWAY},
@@ -259,4 +261,100 @@ fn cni_add_fails_closed_without_the_daemon() {
     // The plugin logs beside the socket, never on stdout.
     let log = std::fs::read_to_string(node.dir.join("cni.log")).expect("cni.log");
     assert!(log.contains("hello-1"), "{log}");
+}
+
+#[test]
+fn cni_pods_come_from_the_node_watch() {
+    if skip_without_plugins("cni_watch") {
+        return;
+    }
+    // Pods known only from the list and the watch stream of this node (never served by a
+    // GET): the daemon's watch cache answers ADD; a MODIFIED event counts, a DELETED pod is
+    // gone (GET finds nothing either: ADD fails after its retries).
+    let node = Node::new();
+    let api = PodServer::start(&node.dir.join("api"));
+    api.list(&recorded_pod(
+        "hello.yaml",
+        "shop",
+        "listed-1",
+        "uid-l1",
+        NODE,
+    ));
+    api.event(
+        "ADDED",
+        &recorded_pod("hello.yaml", "shop", "watched-1", "uid-w1", NODE),
+    );
+    let mut optout = recorded_pod("hello.yaml", "shop", "changed-1", "uid-c1", NODE);
+    api.event("ADDED", &optout);
+    optout["metadata"]["labels"]["sidecar.istio.io/inject"] = "false".into();
+    api.event("MODIFIED", &optout);
+    let deleted = recorded_pod("hello.yaml", "shop", "deleted-1", "uid-d1", NODE);
+    api.event("ADDED", &deleted);
+    api.event("DELETED", &deleted);
+    let kubeconfig = api.kubeconfig().display().to_string();
+    let (_daemon, _) = node.daemon_with(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "--node-name",
+        NODE,
+        "--pod-get-attempts",
+        "30",
+        "--pod-get-interval-ms",
+        "100",
+    ]);
+    let watching = |h: &String| {
+        h.starts_with("/api/v1/pods?")
+            && h.contains("watch=true")
+            && h.contains(&format!("fieldSelector=spec.nodeName%3D{NODE}"))
+    };
+    // The watch request follows the listing: from then on the listed pod is cached.
+    eventually(
+        "the daemon to watch this node's pods",
+        Duration::from_secs(20),
+        || {
+            let hits = api.hits();
+            if hits.iter().any(watching) {
+                Ok(())
+            } else {
+                Err(hits)
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let conf = entry(&node.dir.join("daemon.sock"));
+    let host = CniHost::new();
+    for name in ["listed-1", "watched-1"] {
+        let uid = format!("uid-{}1", &name[..1]);
+        let pod = host.sandbox("shop", name, &uid);
+        assert_passed_through(&pod.redirect_cni("ADD", &conf), &pod);
+        let list = listed(&node);
+        assert!(
+            list.iter().any(|e| e["pod"]["name"] == name),
+            "{name} not enrolled: {list:?}"
+        );
+        assert!(pod.redirect_cni("DEL", &conf).ok());
+    }
+    let changed = host.sandbox("shop", "changed-1", "uid-c1");
+    assert_passed_through(&changed.redirect_cni("ADD", &conf), &changed);
+    assert_eq!(
+        listed(&node),
+        Vec::<Value>::new(),
+        "inject=false (MODIFIED) enrolled"
+    );
+    let gone = host.sandbox("shop", "deleted-1", "uid-d1");
+    let ran = gone.redirect_cni("ADD", &conf);
+    assert!(!ran.ok(), "ADD of a deleted pod: {}", ran.text());
+    let hits = api.hits();
+    assert!(
+        hits.iter().any(|h| h.starts_with("/api/v1/pods?")
+            && h.contains("watch=true")
+            && h.contains(&format!("fieldSelector=spec.nodeName%3D{NODE}"))),
+        "no watch of this node's pods: {hits:?}"
+    );
+    assert!(
+        !hits
+            .iter()
+            .any(|h| h.contains("/pods/listed-1") || h.contains("/pods/watched-1")),
+        "a cached pod was read with a GET: {hits:?}"
+    );
 }
