@@ -55,15 +55,11 @@ fn assert_passed_through(ran: &redirect_tests::cni::Run, pod: &Sandbox<'_>) {
     assert_eq!(ran.json, pod.prev, "ADD must print prevResult unchanged");
 }
 
-#[test]
-fn cni_chain_enrolls_meshed_pods_and_fails_closed() {
-    if skip_without_plugins("cni_chain") {
-        return;
-    }
-    let node = Node::new();
-    let api = PodServer::start(&node.dir.join("api"));
+/// A daemon of the node reading pods from `api`, retrying a GET `attempts` times 100 ms apart.
+fn daemon(node: &Node, api: &PodServer, attempts: u32) -> redirect_testkit::Child {
     let kubeconfig = api.kubeconfig().display().to_string();
-    let (_daemon, _) = node.daemon_with(&[
+    let attempts = attempts.to_string();
+    node.daemon_with(&[
         "--kubeconfig",
         &kubeconfig,
         "--node-name",
@@ -71,10 +67,21 @@ fn cni_chain_enrolls_meshed_pods_and_fails_closed() {
         "--cluster-dns",
         "10.96.0.10",
         "--pod-get-attempts",
-        "3",
+        &attempts,
         "--pod-get-interval-ms",
         "100",
-    ]);
+    ])
+    .0
+}
+
+#[test]
+fn cni_chain_enrolls_meshed_pods_and_fails_closed() {
+    if skip_without_plugins("cni_chain") {
+        return;
+    }
+    let node = Node::new();
+    let api = PodServer::start(&node.dir.join("api"));
+    let _daemon = daemon(&node, &api, 3);
     let conf = entry(&node.dir.join("daemon.sock"));
     let host = CniHost::new();
 
@@ -291,17 +298,7 @@ fn cni_pods_come_from_the_node_watch() {
     let deleted = recorded_pod("hello.yaml", "shop", "deleted-1", "uid-d1", NODE);
     api.event("ADDED", &deleted);
     api.event("DELETED", &deleted);
-    let kubeconfig = api.kubeconfig().display().to_string();
-    let (_daemon, _) = node.daemon_with(&[
-        "--kubeconfig",
-        &kubeconfig,
-        "--node-name",
-        NODE,
-        "--pod-get-attempts",
-        "30",
-        "--pod-get-interval-ms",
-        "100",
-    ]);
+    let _daemon = daemon(&node, &api, 30);
     let watching = |h: &String| {
         h.starts_with("/api/v1/pods?")
             && h.contains("watch=true")
