@@ -161,9 +161,11 @@ fn del(conf: &NetConf) -> Result<(), CniError> {
         pod: pod.clone(),
         netns,
     };
-    if !conf.daemon_socket.exists() {
-        // No daemon, nothing it holds: it drops namespaces that are gone when it starts.
-        tracing::warn!(%pod, socket = %conf.daemon_socket.display(), "DEL with no daemon socket: nothing to remove");
+    let dir = conf.daemon_socket.parent().unwrap_or(&conf.daemon_socket);
+    if !conf.daemon_socket.exists() || !redirect_daemon::server::running(dir) {
+        // No daemon runs, so none holds this pod: a daemon that starts drops the namespaces
+        // that are gone. DEL must not wait for it (the kubelet would retry it forever).
+        tracing::warn!(%pod, socket = %conf.daemon_socket.display(), "DEL while no daemon runs: nothing to remove");
         return Ok(());
     }
     let what = format!("{pod} not unenrolled");

@@ -268,6 +268,14 @@ fn cni_add_fails_closed_without_the_daemon() {
     // The plugin logs beside the socket, never on stdout.
     let log = std::fs::read_to_string(node.dir.join("cni.log")).expect("cni.log");
     assert!(log.contains("hello-1"), "{log}");
+    // A socket left by a killed daemon: ADD is refused at connect (fail closed), DEL does not
+    // wait for a daemon that is not running.
+    drop(std::os::unix::net::UnixListener::bind(&socket).expect("a stale socket"));
+    let ran = pod.redirect_cni("ADD", &conf);
+    assert!(!ran.ok(), "ADD with a stale socket: {}", ran.text());
+    assert_eq!(ran.json["code"], 11, "{}", ran.text());
+    let del = pod.redirect_cni("DEL", &conf);
+    assert!(del.ok(), "DEL with a stale socket: {}", del.text());
 }
 
 #[test]
