@@ -162,6 +162,8 @@ pub enum Command {
         metrics_per_namespace: bool,
         #[command(flatten)]
         sizing: crate::sizing_args::Sizing,
+        #[command(flatten)]
+        kube: crate::kube_args::KubeArgs,
     },
     /// Enroll a namespace (a pod, or a VM) with a policy, through the daemon.
     Enroll {

@@ -6,6 +6,7 @@ mod cli_values;
 mod fuzz_tests;
 mod istio;
 mod istio_daemon;
+mod kube_args;
 mod node_cmds;
 mod observe_cmds;
 mod pod_policy_cmd;
@@ -133,12 +134,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             metrics,
             metrics_per_namespace,
             sizing,
+            kube,
         } => node_cmds::daemon(
             bpffs,
             cgroup,
             proxy_cgroup,
             metrics.map(|addr| (addr, metrics_per_namespace)),
             sizing.quotas(),
+            kube.options(),
         ),
         Command::Enroll {
             netns,

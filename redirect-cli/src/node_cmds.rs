@@ -38,6 +38,7 @@ pub fn daemon(
     proxy_cgroup: Option<PathBuf>,
     metrics: Option<(SocketAddr, bool)>,
     quotas: redirect_datapath::node::sizing::Quotas,
+    kube: redirect_daemon::apiserver::KubeOptions,
 ) -> anyhow::Result<()> {
     let mut signals = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
@@ -45,6 +46,8 @@ pub fn daemon(
     }
     signals.thread_block().context("blocking SIGINT/SIGTERM")?;
     let bpffs = bpffs_or_default(bpffs);
+    // Before the datapath is touched: a broken kubeconfig stops the start, naming it.
+    let kube = redirect_daemon::apiserver::Kube::new(kube)?;
     let d = Daemon::start(Options {
         bpffs: bpffs.clone(),
         dir: daemon::daemon_dir(),
@@ -57,7 +60,8 @@ pub fn daemon(
             }),
             quotas,
         },
-    })?;
+    })?
+    .with_kube(kube);
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     std::thread::spawn(move || {

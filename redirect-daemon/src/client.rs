@@ -11,6 +11,12 @@ use redirect_datapath::error::{Error, Result};
 
 /// Sends `req` to the daemon listening at `socket` and waits for its answer.
 pub fn call(socket: &Path, req: &Request) -> Result<Response> {
+    call_timeout(socket, req, Duration::from_secs(30))
+}
+
+/// [`call`], waiting at most `timeout` for the answer (a pod request GETs the pod with
+/// retries first).
+pub fn call_timeout(socket: &Path, req: &Request, timeout: Duration) -> Result<Response> {
     let mut stream = UnixStream::connect(socket).map_err(|e| {
         Error::io(
             "connecting to the redirect daemon (is `redirect daemon` running?) at",
@@ -19,7 +25,7 @@ pub fn call(socket: &Path, req: &Request) -> Result<Response> {
         )
     })?;
     stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
+        .set_read_timeout(Some(timeout))
         .map_err(|e| Error::io("configuring", socket, e))?;
     let mut line = serde_json::to_string(req)
         .map_err(|e| Error::io("encoding a request for", socket, e.into()))?;

@@ -46,7 +46,7 @@ pub enum DecodeError {
         reason: String,
     },
     /// An `op` this daemon does not know.
-    #[error("unknown op {0:?} (ops: enroll, unenroll, list, uninstall)")]
+    #[error("unknown op {0:?} (ops: enroll, unenroll, list, uninstall, status, pod_add, pod_del, pod_check, pod_gc)")]
     UnknownOp(String),
     /// A required field is absent.
     #[error("{what}: missing field {field:?}")]
@@ -161,6 +161,27 @@ pub fn decode_request(bytes: &[u8]) -> Result<Request, DecodeError> {
         },
         "list" => Request::List,
         "uninstall" => Request::Uninstall,
+        "status" => Request::Status,
+        "pod_add" => Request::PodAdd {
+            pod: field(&obj, "pod_add request", "pod")?,
+            netns: field(&obj, "pod_add request", "netns")?,
+            ips: field(&obj, "pod_add request", "ips")?,
+        },
+        "pod_check" => Request::PodCheck {
+            pod: field(&obj, "pod_check request", "pod")?,
+            netns: field(&obj, "pod_check request", "netns")?,
+            ips: field(&obj, "pod_check request", "ips")?,
+        },
+        "pod_del" => Request::PodDel {
+            pod: field(&obj, "pod_del request", "pod")?,
+            netns: match obj.get("netns") {
+                None | Some(Value::Null) => None,
+                Some(_) => Some(field(&obj, "pod_del request", "netns")?),
+            },
+        },
+        "pod_gc" => Request::PodGc {
+            valid: field(&obj, "pod_gc request", "valid")?,
+        },
         _ => return Err(DecodeError::UnknownOp(op)),
     })
 }

@@ -1,10 +1,12 @@
 //! The node daemon: owns the pinned datapath, enrolls namespaces on request over a root-only
 //! unix socket, keeps one state file per enrollment so a restart re-adopts them, and follows
 //! each namespace's addresses.
+pub mod apiserver;
 pub mod client;
 pub mod decode;
 mod files;
 pub mod metrics;
+pub mod pod_cache;
 pub mod proto;
 pub mod repair;
 pub mod server;

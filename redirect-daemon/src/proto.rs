@@ -27,6 +27,72 @@ pub enum Request {
     List,
     /// Remove every enrollment, pin and attachment, then exit.
     Uninstall,
+    /// CNI ADD: resolve the pod, decide as istio-cni does, enroll its netns when meshed.
+    PodAdd {
+        /// The pod (CNI_ARGS).
+        pod: PodRef,
+        /// CNI_NETNS.
+        netns: PathBuf,
+        /// The pod's addresses from the primary plugin's prevResult: the netns must hold them.
+        ips: Vec<IpAddr>,
+    },
+    /// CNI DEL: unenroll the pod's netns; success when nothing is enrolled for it.
+    PodDel {
+        /// The pod (CNI_ARGS; the container id is the key).
+        pod: PodRef,
+        /// CNI_NETNS, when the runtime still gives one.
+        #[serde(default)]
+        netns: Option<PathBuf>,
+    },
+    /// CNI CHECK: the enrollment matches what the pod asks for now.
+    PodCheck {
+        /// The pod.
+        pod: PodRef,
+        /// CNI_NETNS.
+        netns: PathBuf,
+        /// prevResult's addresses.
+        ips: Vec<IpAddr>,
+    },
+    /// CNI GC: unenroll every pod enrollment whose container id is not listed.
+    PodGc {
+        /// The container ids of `cni.dev/valid-attachments`.
+        valid: Vec<String>,
+    },
+    /// CNI STATUS: whether the daemon answers.
+    Status,
+}
+
+/// The pod a CNI call names (from `CNI_ARGS` and `CNI_CONTAINERID`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRef {
+    /// K8S_POD_NAMESPACE.
+    pub namespace: String,
+    /// K8S_POD_NAME.
+    pub name: String,
+    /// K8S_POD_UID (empty when the runtime gives none).
+    #[serde(default)]
+    pub uid: String,
+    /// The sandbox's container id (CNI_CONTAINERID, else K8S_POD_INFRA_CONTAINER_ID).
+    pub container_id: String,
+}
+
+impl std::fmt::Display for PodRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pod {}/{}", self.namespace, self.name)?;
+        if !self.uid.is_empty() {
+            write!(f, " (uid {})", self.uid)?;
+        }
+        Ok(())
+    }
+}
+
+/// What the daemon decided for a pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodOutcome {
+    /// Enrolled (capture active) or not meshed.
+    pub meshed: bool,
+    /// `meshed`, or istio-cni's reason to skip it.
+    pub decision: String,
 }
 
 /// One enrolled namespace, as stored in its state file and listed.
@@ -49,6 +115,9 @@ pub struct Enrollment {
     /// Whether the proxy listens on the outbound port (filled in by `list`).
     #[serde(default)]
     pub proxy_listening: bool,
+    /// The Kubernetes pod this namespace belongs to, when the CNI plugin enrolled it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRef>,
 }
 
 /// The daemon's answer.
@@ -65,6 +134,9 @@ pub struct Response {
     /// Enrollments (for `list`, and the one enrolled).
     #[serde(default)]
     pub enrollments: Vec<Enrollment>,
+    /// A pod request's decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodOutcome>,
 }
 
 impl Response {

@@ -14,6 +14,7 @@ use std::{
 };
 
 mod followed;
+mod pods;
 
 use self::followed::{gone, Followed};
 pub use crate::files::{enrolled_names, enrollments, running, socket};
@@ -60,6 +61,8 @@ pub struct Daemon {
     health: crate::repair::Health,
     /// Held for the daemon's lifetime: how a process in another PID namespace tells it runs.
     _pins: nix::fcntl::Flock<File>,
+    /// The apiserver client of pod requests (`with_kube`).
+    kube: Option<crate::apiserver::Kube>,
 }
 
 impl Daemon {
@@ -98,6 +101,7 @@ impl Daemon {
             uninstalled: false,
             health: crate::repair::Health::default(),
             _pins: pins,
+            kube: None,
         };
         crate::repair::write_health(&daemon.opts.dir, &daemon.health);
         for e in read_enrollments(&daemon.opts.dir) {
@@ -195,27 +199,29 @@ impl Daemon {
                             .ok()
                             .filter(|c| self.enrollments.contains_key(c))
                     });
-                let Some(cookie) = found else {
+                match found {
+                    Some(cookie) => self.unenroll_cookie(cookie),
                     // Idempotent, like CNI DEL: what is not enrolled is already as asked.
-                    return Response {
+                    None => Response {
                         ok: true,
                         message: format!("nothing to do: {} is not enrolled", netns.display()),
                         ..Response::default()
-                    };
-                };
-                match self.dp.remove_policy(cookie, &netns) {
-                    Ok(()) => {
-                        self.enrollments.remove(&cookie);
-                        remove_enrollment(&self.opts.dir, cookie);
-                        Response {
-                            ok: true,
-                            message: format!("unenrolled {}", netns.display()),
-                            ..Response::default()
-                        }
-                    }
-                    Err(e) => Response::failed(e),
+                    },
                 }
             }
+            Request::PodAdd { pod, netns, ips } => self.pod_add(pod, &netns, &ips),
+            Request::PodDel { pod, netns } => self.pod_del(&pod, netns.as_deref()),
+            Request::PodCheck { pod, netns, ips } => self.pod_check(&pod, &netns, &ips),
+            Request::PodGc { valid } => self.pod_gc(&valid),
+            Request::Status => Response {
+                ok: true,
+                message: format!(
+                    "the redirect daemon (pid {}) answers; {} namespace(s) enrolled",
+                    std::process::id(),
+                    self.enrollments.len()
+                ),
+                ..Response::default()
+            },
             Request::List => {
                 let mut list: Vec<Enrollment> = self
                     .enrollments
@@ -249,6 +255,33 @@ impl Daemon {
                 }
                 Err(e) => Response::failed(e),
             },
+        }
+    }
+
+    /// Removes the policy of the enrollment `cookie` and forgets it.
+    fn unenroll_cookie(&mut self, cookie: u64) -> Response {
+        let Some(netns) = self
+            .enrollments
+            .get(&cookie)
+            .map(|f| f.record.netns.clone())
+        else {
+            return Response {
+                ok: true,
+                message: format!("nothing to do: netns cookie {cookie} is not enrolled"),
+                ..Response::default()
+            };
+        };
+        match self.dp.remove_policy(cookie, &netns) {
+            Ok(()) => {
+                self.enrollments.remove(&cookie);
+                remove_enrollment(&self.opts.dir, cookie);
+                Response {
+                    ok: true,
+                    message: format!("unenrolled {}", netns.display()),
+                    ..Response::default()
+                }
+            }
+            Err(e) => Response::failed(e),
         }
     }
 

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use redirect_daemon::decode::{
     decode_enrollment, decode_request, read_frame, DecodeError, MAX_REQUEST_BYTES,
 };
-use redirect_daemon::proto::{Enrollment, Request};
+use redirect_daemon::proto::{Enrollment, PodRef, Request};
 use redirect_policy::{Cidrs, Policy};
 use redirect_testkit::fuzz;
 use serde_json::Value;
@@ -41,7 +41,14 @@ fn path() -> impl Strategy<Value = PathBuf> {
 
 /// Every kind of request (the match keeps this in step with [`Request`]).
 fn request() -> impl Strategy<Value = Request> {
-    (0u8..4, path(), policy(), fuzz::junk(16)).prop_map(|(kind, netns, policy, source)| {
+    (0u8..9, path(), policy(), fuzz::junk(16)).prop_map(|(kind, netns, policy, source)| {
+        let pod = PodRef {
+            namespace: source.clone(),
+            name: source.clone(),
+            uid: source.clone(),
+            container_id: source.clone(),
+        };
+        let ips = vec![std::net::IpAddr::from([10, 0, 0, 2])];
         let r = match kind {
             0 => Request::Enroll {
                 netns,
@@ -50,12 +57,27 @@ fn request() -> impl Strategy<Value = Request> {
             },
             1 => Request::Unenroll { netns },
             2 => Request::List,
+            3 => Request::PodAdd { pod, netns, ips },
+            4 => Request::PodDel {
+                pod,
+                netns: Some(netns),
+            },
+            5 => Request::PodCheck { pod, netns, ips },
+            6 => Request::PodGc {
+                valid: vec![source],
+            },
+            7 => Request::Status,
             _ => Request::Uninstall,
         };
         match &r {
             Request::Enroll { .. }
             | Request::Unenroll { .. }
             | Request::List
+            | Request::PodAdd { .. }
+            | Request::PodDel { .. }
+            | Request::PodCheck { .. }
+            | Request::PodGc { .. }
+            | Request::Status
             | Request::Uninstall => r,
         }
     })
@@ -84,6 +106,7 @@ fn enrollment() -> impl Strategy<Value = Enrollment> {
                 ipv6,
                 inbound,
                 proxy_listening,
+                pod: None,
             },
         )
 }
@@ -95,8 +118,18 @@ fn json() -> impl Strategy<Value = Value> {
         any::<i64>().prop_map(Value::from),
         any::<f64>().prop_map(Value::from),
         fuzz::value().prop_map(Value::String),
-        proptest::sample::select(&["enroll", "unenroll", "list", "uninstall"][..])
-            .prop_map(Value::from),
+        proptest::sample::select(
+            &[
+                "enroll",
+                "unenroll",
+                "list",
+                "uninstall",
+                "pod_add",
+                "pod_del",
+                "status"
+            ][..]
+        )
+        .prop_map(Value::from),
     ];
     leaf.prop_recursive(3, 16, 4, |inner| {
         prop_oneof![

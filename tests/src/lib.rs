@@ -1,6 +1,8 @@
 //! redirect's integration-test harness on the testkit: `redirect attach`, `redirect-proxy`,
 //! the probe client, the echo server, a node of the test's own and the conformance topology.
 pub mod abuse;
+pub mod apiserver;
+pub mod cni;
 pub mod conformance;
 pub mod env;
 pub mod flood;

@@ -8,13 +8,16 @@ use crate::util::{self, output, run};
 /// bpf-linker version the project is pinned to (works with nightly's LLVM 22 here).
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Tools the tests and `cargo xtask run` use, besides LLVM.
-const TOOL_PACKAGES: [&str; 6] = [
+/// `containernetworking-plugins`: the real CNI chain of tests/tests/cni.rs (bridge, host-local,
+/// loopback in /usr/lib/cni); `strace`: a debugger attaching to the daemon (tests/tests/daemon.rs).
+const TOOL_PACKAGES: [&str; 7] = [
     "iproute2",
     "bpftool",
     "curl",
     "util-linux",
     "iptables",
     "strace",
+    "containernetworking-plugins",
 ];
 
 /// LLVM major version of the nightly toolchain (`rustc +nightly -vV`).

@@ -80,7 +80,9 @@ impl Daemon {
                 Some(ns) => ns.try_clone(),
                 None => NetnsHandle::open(&e.netns),
             };
-            match ns.and_then(|ns| self.enroll_ns(ns, e.policy.clone(), e.source.clone())) {
+            match ns.and_then(|ns| {
+                self.enroll_ns(ns, e.policy.clone(), e.source.clone(), e.pod.clone())
+            }) {
                 Ok(_) => {
                     self.health.repairs += 1;
                     self.health.last_problem = Some(format!(
@@ -110,7 +112,7 @@ impl Daemon {
         let (ns, applied) = match opened {
             Ok(ns) => (
                 ns.try_clone().ok(),
-                self.enroll_ns(ns, e.policy.clone(), e.source.clone())
+                self.enroll_ns(ns, e.policy.clone(), e.source.clone(), e.pod.clone())
                     .map_err(|err| err.to_string()),
             ),
             Err(err) => (None, Err(err)),
@@ -141,16 +143,17 @@ impl Daemon {
                 path: netns.to_path_buf(),
             });
         }
-        self.enroll_ns(NetnsHandle::open(netns)?, policy, source)
+        self.enroll_ns(NetnsHandle::open(netns)?, policy, source, None)
     }
 
     /// Applies `policy` through `ns` (opened once for this enrollment) and keeps `ns` for
-    /// following it.
-    fn enroll_ns(
+    /// following it; `pod` is recorded beside it (CNI enrollments).
+    pub(super) fn enroll_ns(
         &mut self,
         ns: NetnsHandle,
         policy: redirect_policy::Policy,
         source: String,
+        pod: Option<crate::proto::PodRef>,
     ) -> Result<Enrollment> {
         let applied = self.dp.apply(&ns, &policy)?;
         let e = Enrollment {
@@ -162,6 +165,7 @@ impl Daemon {
             ipv6: applied.ipv6,
             inbound: applied.inbound,
             proxy_listening: false,
+            pod,
         };
         write_enrollment(&self.opts.dir, &e)?;
         self.enrollments.insert(

@@ -1,0 +1,148 @@
+//! The pods of this node as the apiserver's watch (field selector `spec.nodeName`) last told
+//! them: ADD reads a pod here first and GETs it only when it is not cached yet.
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+};
+
+use futures::{Stream, StreamExt as _};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher::{self, Event};
+
+type Key = (String, String);
+
+#[derive(Debug, Default)]
+struct State {
+    pods: HashMap<Key, Pod>,
+    /// The listing in progress (between `Init` and `InitDone`): it replaces `pods` whole.
+    relist: Option<HashMap<Key, Pod>>,
+}
+
+/// Shared between the watch thread and the daemon's loop.
+#[derive(Debug, Clone, Default)]
+pub struct PodCache {
+    state: Arc<Mutex<State>>,
+}
+
+fn key(pod: &Pod) -> Key {
+    (
+        pod.metadata.namespace.clone().unwrap_or_default(),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+impl PodCache {
+    /// Applies one watch event. A re-list (`Init` .. `InitDone`) replaces the cache whole, so
+    /// a pod deleted while the watch was down does not linger.
+    pub fn apply(&self, event: Event<Pod>) {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            Event::Apply(pod) => {
+                s.pods.insert(key(&pod), pod);
+            }
+            Event::Delete(pod) => {
+                s.pods.remove(&key(&pod));
+            }
+            Event::Init => s.relist = Some(HashMap::new()),
+            Event::InitApply(pod) => {
+                let k = key(&pod);
+                match &mut s.relist {
+                    Some(list) => list.insert(k, pod),
+                    None => s.pods.insert(k, pod),
+                };
+            }
+            Event::InitDone => {
+                if let Some(list) = s.relist.take() {
+                    s.pods = list;
+                }
+            }
+        }
+    }
+
+    /// The cached pod `namespace/name`.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Pod> {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        s.pods
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// How many pods are cached.
+    pub fn len(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pods
+            .len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Feeds the cache from `events` until the stream ends; errors are logged (the watcher
+    /// retries with its backoff).
+    pub async fn follow(&self, events: impl Stream<Item = Result<Event<Pod>, watcher::Error>>) {
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(e) => self.apply(e),
+                Err(error) => tracing::warn!(%error, "watching this node's pods"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: &str, name: &str, uid: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.name = Some(name.into());
+        p.metadata.uid = Some(uid.into());
+        p
+    }
+
+    fn uid(cache: &PodCache, ns: &str, name: &str) -> Option<String> {
+        cache.get(ns, name).and_then(|p| p.metadata.uid)
+    }
+
+    #[tokio::test]
+    async fn a_recorded_watch_stream_fills_updates_and_empties_the_cache() {
+        let cache = PodCache::default();
+        let events = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(pod("shop", "a", "1"))),
+            Ok(Event::InitApply(pod("shop", "b", "1"))),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(pod("shop", "c", "1"))),
+            Ok(Event::Apply(pod("shop", "a", "2"))),
+            Ok(Event::Delete(pod("shop", "b", "1"))),
+        ];
+        cache.follow(futures::stream::iter(events)).await;
+        assert_eq!(cache.len(), 2);
+        assert_eq!(uid(&cache, "shop", "a").as_deref(), Some("2"));
+        assert_eq!(uid(&cache, "shop", "b"), None);
+        assert_eq!(uid(&cache, "shop", "c").as_deref(), Some("1"));
+        assert_eq!(uid(&cache, "other", "a"), None);
+    }
+
+    #[tokio::test]
+    async fn a_relist_replaces_the_cache_whole() {
+        let cache = PodCache::default();
+        cache.apply(Event::Apply(pod("shop", "gone", "1")));
+        let events = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(pod("shop", "kept", "1"))),
+        ];
+        cache.follow(futures::stream::iter(events)).await;
+        // Until InitDone the old view stands.
+        assert_eq!(uid(&cache, "shop", "gone").as_deref(), Some("1"));
+        cache.apply(Event::InitDone);
+        assert_eq!(uid(&cache, "shop", "gone"), None);
+        assert_eq!(uid(&cache, "shop", "kept").as_deref(), Some("1"));
+    }
+}
