@@ -21,6 +21,7 @@ pub mod plan;
 pub mod pod_files;
 pub mod preflight;
 pub mod probe;
+pub mod proc_tcp;
 pub mod program_stats;
 pub mod routes;
 pub mod sockdiag;
