@@ -1,5 +1,5 @@
 //! What the guest holds: busybox, the host's real tools (ip, iptables legacy/nft, setpriv, timeout,
-//! bpftool) with their libraries, the project's binaries and data at their host paths, the kernel
+//! bpftool, strace) with their libraries, the project's binaries and data at their host paths, the kernel
 //! modules, and the /init that mounts, loads modules, runs each test binary and powers off.
 use std::path::{Path, PathBuf};
 
@@ -8,7 +8,9 @@ use anyhow::Context as _;
 use super::{initramfs::Tree, modules::Module};
 
 /// Real tools the tests run (found in the host's PATH; busybox covers the rest).
-const TOOLS: &[&str] = &["ip", "setpriv", "timeout", "bpftool", "sysctl", "sleep"];
+const TOOLS: &[&str] = &[
+    "ip", "setpriv", "timeout", "bpftool", "sysctl", "sleep", "strace",
+];
 const PATH_DIRS: &[&str] = &[
     "/usr/local/sbin",
     "/usr/local/bin",
