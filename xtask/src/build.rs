@@ -44,7 +44,7 @@ pub fn build_ebpf() -> anyhow::Result<()> {
 }
 
 /// The upgrade test's `redirect` of the next layout (`layout-next` of redirect-ebpf and
-/// redirect-datapath: layout v4, one map wider), built from this tree beside the real one, at
+/// redirect-datapath: this build's layout + 1, one map wider), built from this tree beside the real one, at
 /// `<target>/debug/layout-next/redirect`. Never shipped.
 pub fn build_next_layout() -> anyhow::Result<()> {
     run(ebpf_cargo_in("build", "target/ebpf-next").args(["--features", "layout-next"]))

@@ -25,7 +25,7 @@ enum Task {
     Setup,
     /// Build the BPF object (nightly, -Z build-std=core, bpfel-unknown-none, with BTF).
     BuildEbpf,
-    /// Build the upgrade test's `redirect` of the next layout (v4, from this tree) into
+    /// Build the upgrade test's `redirect` of the next layout (this build's + 1, from this tree) into
     /// target/debug/layout-next/redirect (`cargo xtask test` does it; never shipped).
     BuildNextLayout,
     /// rustfmt check and clippy -D warnings, for the host crates and the BPF crate.
