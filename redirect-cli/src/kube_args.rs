@@ -26,17 +26,34 @@ pub struct KubeArgs {
     /// Milliseconds between two GETs of a pod (istio-cni: 1000).
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub pod_get_interval_ms: u64,
+    /// Where the kubelet's pod cgroups are (default: the cgroup v2 mount). The reconcile finds
+    /// a running pod's processes under it (its `pod<UID>` directory, cgroupfs or systemd
+    /// driver) to enroll a pod in place, and its istio-proxy container's cgroup to bind the
+    /// uid/gid bypass to.
+    #[arg(long, value_name = "DIR")]
+    pub pod_cgroup_root: Option<PathBuf>,
+    /// Longest seconds between two reconciles of this node's pods with the enrollments (a
+    /// change seen by the pod watch starts one within a second).
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub reconcile_interval_secs: u64,
 }
 
 impl KubeArgs {
     /// The daemon's options.
-    pub fn options(&self) -> KubeOptions {
-        KubeOptions {
+    pub fn options(&self) -> anyhow::Result<KubeOptions> {
+        let pod_cgroup_root = match &self.pod_cgroup_root {
+            Some(dir) => redirect_datapath::cgroup::validate(dir)
+                .map_err(|e| anyhow::anyhow!("--pod-cgroup-root {}: {e}", dir.display()))?,
+            None => redirect_datapath::cgroup::cgroup2_root()?,
+        };
+        Ok(KubeOptions {
             kubeconfig: self.kubeconfig.clone(),
             node_name: self.node_name.clone(),
             cluster_dns: self.cluster_dns,
             get_attempts: self.pod_get_attempts,
             get_interval: Duration::from_millis(self.pod_get_interval_ms),
-        }
+            pod_cgroup_root,
+            reconcile_interval: Duration::from_secs(self.reconcile_interval_secs),
+        })
     }
 }

@@ -141,7 +141,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             proxy_cgroup,
             metrics.map(|addr| (addr, metrics_per_namespace)),
             sizing.quotas(),
-            kube.options(),
+            kube.options()?,
         ),
         Command::Enroll {
             netns,

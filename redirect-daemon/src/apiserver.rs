@@ -20,6 +20,12 @@ pub struct KubeOptions {
     pub get_attempts: u32,
     /// Pause between two attempts.
     pub get_interval: Duration,
+    /// Where the kubelet's pod cgroups are found (the cgroup v2 mount on a node): the reconcile
+    /// finds running pods' processes and containers there.
+    pub pod_cgroup_root: PathBuf,
+    /// Longest time between two reconciles of this node's pods (a watch change starts one at
+    /// the next tick).
+    pub reconcile_interval: Duration,
 }
 
 impl Default for KubeOptions {
@@ -30,6 +36,8 @@ impl Default for KubeOptions {
             cluster_dns: None,
             get_attempts: 30,
             get_interval: Duration::from_secs(1),
+            pod_cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+            reconcile_interval: Duration::from_secs(10),
         }
     }
 }
@@ -160,6 +168,22 @@ impl Kube {
         let found = self.cache.as_ref()?.get(&pod.namespace, &pod.name)?;
         let uid = found.metadata.uid.as_deref().unwrap_or_default();
         (pod.uid.is_empty() || uid == pod.uid).then_some(found)
+    }
+
+    /// This node's pods as the watch last listed them, with the cache's generation; `None`
+    /// without a watch (no `--node-name`) or before its first listing completed.
+    pub fn node_pods(&self) -> Option<(u64, Vec<Pod>)> {
+        self.cache.as_ref()?.synced()
+    }
+
+    /// One GET of `namespace/name` (no retries): `Ok(None)` when the apiserver has no such
+    /// pod. The reconcile confirms with it that a pod the watch lost is really gone.
+    pub fn get_once(&self, namespace: &str, name: &str) -> Result<Option<Pod>, String> {
+        let client = self.client.clone().ok_or("no Kubernetes access")?;
+        let api: Api<Pod> = Api::namespaced(client, namespace);
+        self.rt
+            .block_on(api.get_opt(name))
+            .map_err(|e| e.to_string())
     }
 
     /// The options in force.

@@ -7,6 +7,7 @@ pub mod decode;
 mod files;
 pub mod metrics;
 pub mod pod_cache;
+pub mod pod_cgroups;
 pub mod proto;
 pub mod repair;
 pub mod server;

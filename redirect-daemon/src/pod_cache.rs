@@ -16,6 +16,10 @@ struct State {
     pods: HashMap<Key, Pod>,
     /// The listing in progress (between `Init` and `InitDone`): it replaces `pods` whole.
     relist: Option<HashMap<Key, Pod>>,
+    /// A first listing completed: `pods` is the node's whole set (what is not in it is gone).
+    synced: bool,
+    /// Bumped by every change: the reconcile looks again when it moved.
+    generation: u64,
 }
 
 /// Shared between the watch thread and the daemon's loop.
@@ -36,6 +40,7 @@ impl PodCache {
     /// a pod deleted while the watch was down does not linger.
     pub fn apply(&self, event: Event<Pod>) {
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        s.generation += 1;
         match event {
             Event::Apply(pod) => {
                 s.pods.insert(key(&pod), pod);
@@ -55,6 +60,7 @@ impl PodCache {
                 if let Some(list) = s.relist.take() {
                     s.pods = list;
                 }
+                s.synced = true;
             }
         }
     }
@@ -65,6 +71,14 @@ impl PodCache {
         s.pods
             .get(&(namespace.to_owned(), name.to_owned()))
             .cloned()
+    }
+
+    /// Every cached pod and the cache's generation, once a first listing completed (before
+    /// that, `None`: an absent pod may merely not be listed yet).
+    pub fn synced(&self) -> Option<(u64, Vec<Pod>)> {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        s.synced
+            .then(|| (s.generation, s.pods.values().cloned().collect()))
     }
 
     /// How many pods are cached.
@@ -128,6 +142,8 @@ mod tests {
         assert_eq!(uid(&cache, "shop", "b"), None);
         assert_eq!(uid(&cache, "shop", "c").as_deref(), Some("1"));
         assert_eq!(uid(&cache, "other", "a"), None);
+        let (generation, pods) = cache.synced().expect("listed");
+        assert_eq!((generation, pods.len()), (7, 2));
     }
 
     #[tokio::test]
@@ -139,8 +155,9 @@ mod tests {
             Ok(Event::InitApply(pod("shop", "kept", "1"))),
         ];
         cache.follow(futures::stream::iter(events)).await;
-        // Until InitDone the old view stands.
+        // Until InitDone the old view stands, and is not the node's whole set.
         assert_eq!(uid(&cache, "shop", "gone").as_deref(), Some("1"));
+        assert!(cache.synced().is_none());
         cache.apply(Event::InitDone);
         assert_eq!(uid(&cache, "shop", "gone"), None);
         assert_eq!(uid(&cache, "shop", "kept").as_deref(), Some("1"));

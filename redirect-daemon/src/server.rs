@@ -15,6 +15,7 @@ use std::{
 
 mod followed;
 mod pods;
+mod reconcile;
 
 use self::followed::{gone, Followed};
 pub use crate::files::{enrolled_names, enrollments, running, socket};
@@ -63,6 +64,7 @@ pub struct Daemon {
     _pins: nix::fcntl::Flock<File>,
     /// The apiserver client of pod requests (`with_kube`).
     kube: Option<crate::apiserver::Kube>,
+    reconcile: reconcile::Reconcile,
 }
 
 impl Daemon {
@@ -102,6 +104,7 @@ impl Daemon {
             health: crate::repair::Health::default(),
             _pins: pins,
             kube: None,
+            reconcile: reconcile::Reconcile::default(),
         };
         crate::repair::write_health(&daemon.opts.dir, &daemon.health);
         for e in read_enrollments(&daemon.opts.dir) {
@@ -258,33 +261,6 @@ impl Daemon {
         }
     }
 
-    /// Removes the policy of the enrollment `cookie` and forgets it.
-    fn unenroll_cookie(&mut self, cookie: u64) -> Response {
-        let Some(netns) = self
-            .enrollments
-            .get(&cookie)
-            .map(|f| f.record.netns.clone())
-        else {
-            return Response {
-                ok: true,
-                message: format!("nothing to do: netns cookie {cookie} is not enrolled"),
-                ..Response::default()
-            };
-        };
-        match self.dp.remove_policy(cookie, &netns) {
-            Ok(()) => {
-                self.enrollments.remove(&cookie);
-                remove_enrollment(&self.opts.dir, cookie);
-                Response {
-                    ok: true,
-                    message: format!("unenrolled {}", netns.display()),
-                    ..Response::default()
-                }
-            }
-            Err(e) => Response::failed(e),
-        }
-    }
-
     /// Follows every enrolled namespace's addresses (and, with `-c`, its routes and rules);
     /// drops namespaces that are gone.
     pub fn tick(&mut self) {
@@ -337,6 +313,7 @@ impl Daemon {
                 }
             }
         }
+        self.reconcile_pods();
     }
 
     /// Serves until `stop` is set or an uninstall completes. The pins stay (capture goes on)

@@ -16,11 +16,13 @@ use serde_json::{json, Value};
 
 type Pods = Arc<Mutex<BTreeMap<(String, String), Value>>>;
 
-/// What `GET /api/v1/pods` answers: the listed pods and the watch events after them.
+/// What `GET /api/v1/pods` answers: the listed pods and the watch events after them, and
+/// the watch streams open now (an event added later reaches them at once).
 #[derive(Debug, Default)]
 struct Recorded {
     list: Vec<Value>,
     events: Vec<Value>,
+    watching: Vec<TcpStream>,
 }
 
 /// The server: pods by (namespace, name), and every path asked for.
@@ -101,7 +103,20 @@ impl PodServer {
         // Every object of a watch carries a resourceVersion (the watcher resumes from it).
         let mut object = pod.clone();
         object["metadata"]["resourceVersion"] = (r.events.len() + 2).to_string().into();
-        r.events.push(json!({"type": kind, "object": object}));
+        let event = json!({"type": kind, "object": object});
+        let line = format!("{event}\n");
+        r.watching.retain_mut(|s| {
+            write!(s, "{:x}\r\n{line}\r\n", line.len()).is_ok() && s.flush().is_ok()
+        });
+        r.events.push(event);
+    }
+
+    /// GETs of `namespace/name` find nothing from now on (a deleted pod).
+    pub fn remove(&self, namespace: &str, name: &str) {
+        self.pods
+            .lock()
+            .expect("pods")
+            .remove(&(namespace.to_owned(), name.to_owned()));
     }
 
     /// Every request path received (with its query), in order.
@@ -159,11 +174,8 @@ fn serve(stream: TcpStream, pods: &Pods, recorded: &Mutex<Recorded>, hits: &Mute
 /// `GET /api/v1/pods`: the recorded list, or (watch) the recorded events as a chunked stream
 /// that then stays open until the client goes.
 fn pod_list(mut stream: &TcpStream, recorded: &Mutex<Recorded>, watch: bool) {
-    let (list, events) = {
-        let r = recorded.lock().expect("recorded");
-        (r.list.clone(), r.events.clone())
-    };
     if !watch {
+        let list = recorded.lock().expect("recorded").list.clone();
         let body = json!({"kind": "PodList", "apiVersion": "v1",
                           "metadata": {"resourceVersion": "1"}, "items": list})
         .to_string();
@@ -174,15 +186,22 @@ fn pod_list(mut stream: &TcpStream, recorded: &Mutex<Recorded>, watch: bool) {
         );
         return;
     }
-    let _ = write!(
-        stream,
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-    );
-    for event in events {
-        let line = format!("{event}\n");
-        let _ = write!(stream, "{:x}\r\n{line}\r\n", line.len());
+    {
+        // Under the lock: no event falls between the replay and the registration.
+        let mut r = recorded.lock().expect("recorded");
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
+        for event in &r.events {
+            let line = format!("{event}\n");
+            let _ = write!(stream, "{:x}\r\n{line}\r\n", line.len());
+        }
+        let _ = stream.flush();
+        if let Ok(clone) = stream.try_clone() {
+            r.watching.push(clone);
+        }
     }
-    let _ = stream.flush();
     // Held open, as a watch is: returns when the client closes it.
     let mut sink = [0u8; 64];
     while std::io::Read::read(&mut stream, &mut sink).is_ok_and(|n| n > 0) {}

@@ -13,7 +13,7 @@ use redirect_datapath::{
 use super::Daemon;
 use crate::{
     files::{remove_enrollment, write_enrollment},
-    proto::Enrollment,
+    proto::{Enrollment, Response},
 };
 
 /// One enrollment and the descriptor of its namespace (`None` only for a recorded enrollment
@@ -176,5 +176,32 @@ impl Daemon {
             },
         );
         Ok(e)
+    }
+
+    /// Removes the policy of the enrollment `cookie` and forgets it.
+    pub(super) fn unenroll_cookie(&mut self, cookie: u64) -> Response {
+        let Some(netns) = self
+            .enrollments
+            .get(&cookie)
+            .map(|f| f.record.netns.clone())
+        else {
+            return Response {
+                ok: true,
+                message: format!("nothing to do: netns cookie {cookie} is not enrolled"),
+                ..Response::default()
+            };
+        };
+        match self.dp.remove_policy(cookie, &netns) {
+            Ok(()) => {
+                self.enrollments.remove(&cookie);
+                remove_enrollment(&self.opts.dir, cookie);
+                Response {
+                    ok: true,
+                    message: format!("unenrolled {}", netns.display()),
+                    ..Response::default()
+                }
+            }
+            Err(e) => Response::failed(e),
+        }
     }
 }

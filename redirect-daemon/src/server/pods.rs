@@ -114,21 +114,35 @@ impl Daemon {
         Ok(e.cookie)
     }
 
-    /// The cookie of the enrollment of `pod` (by container id), else of `netns`.
+    /// The cookie of the enrollment of `pod`: by its sandbox's container id, else (a pod
+    /// enrolled in place by the reconcile, whose sandbox id may be unknown) by its uid, else by
+    /// `netns`, as a path or as the namespace it names.
     fn pod_enrollment(&self, pod: &PodRef, netns: Option<&Path>) -> Option<u64> {
-        self.enrollments
-            .values()
-            .find(|f| {
-                f.record
-                    .pod
-                    .as_ref()
-                    .is_some_and(|p| p.container_id == pod.container_id)
+        let by = |same: &dyn Fn(&PodRef) -> bool| {
+            self.enrollments
+                .values()
+                .find(|f| f.record.pod.as_ref().is_some_and(same))
+                .map(|f| f.record.cookie)
+        };
+        by(&|p| !p.container_id.is_empty() && p.container_id == pod.container_id)
+            .or_else(|| {
+                by(&|p| {
+                    !pod.uid.is_empty()
+                        && p.uid == pod.uid
+                        && (p.container_id.is_empty() || pod.container_id.is_empty())
+                })
             })
             .or_else(|| {
                 let netns = netns.filter(|n| !n.as_os_str().is_empty())?;
-                self.enrollments.values().find(|f| f.record.netns == netns)
+                self.enrollments
+                    .values()
+                    .find(|f| f.record.netns == netns)
+                    .map(|f| f.record.cookie)
+                    .or_else(|| {
+                        let cookie = redirect_datapath::netns::cookie(netns).ok()?;
+                        self.enrollments.contains_key(&cookie).then_some(cookie)
+                    })
             })
-            .map(|f| f.record.cookie)
     }
 
     /// CNI DEL: idempotent.
@@ -163,7 +177,9 @@ impl Daemon {
                 e.cookie
             )),
             (Some(_), None) => Some(format!("{pod} is meshed but not enrolled")),
-            (Some(policy), Some(e)) => {
+            (Some(mut policy), Some(e)) => {
+                // The bypass bound to the running proxy container is the daemon's own doing.
+                policy.proxy_cgroup.clone_from(&e.policy.proxy_cgroup);
                 if e.policy != policy {
                     Some(format!("{pod} is enrolled with another policy than its annotations ask for now: re-create the pod"))
                 } else if redirect_datapath::netns::cookie(netns).ok() != Some(e.cookie) {
@@ -199,19 +215,19 @@ impl Daemon {
     }
 
     /// CNI GC: unenrolls the pod enrollments whose container id is not in `valid`; namespaces
-    /// enrolled by hand (no pod) stay.
+    /// enrolled by hand (no pod) and pods enrolled in place whose sandbox id is unknown stay
+    /// (the reconcile unenrolls those once the apiserver no longer has them).
     pub(super) fn pod_gc(&mut self, valid: &[String]) -> Response {
-        let stale: Vec<u64> = self
-            .enrollments
-            .values()
-            .filter(|f| {
-                f.record
-                    .pod
-                    .as_ref()
-                    .is_some_and(|p| !valid.contains(&p.container_id))
-            })
-            .map(|f| f.record.cookie)
-            .collect();
+        let stale: Vec<u64> =
+            self.enrollments
+                .values()
+                .filter(|f| {
+                    f.record.pod.as_ref().is_some_and(|p| {
+                        !p.container_id.is_empty() && !valid.contains(&p.container_id)
+                    })
+                })
+                .map(|f| f.record.cookie)
+                .collect();
         let mut errors = Vec::new();
         for cookie in &stale {
             let r = self.unenroll_cookie(*cookie);

@@ -1,0 +1,205 @@
+//! Where a running pod is on this node, read from the cgroup v2 tree the kubelet makes: its
+//! pod directory (named by its uid under the cgroupfs and the systemd drivers), its
+//! containers' directories (named by their runtime ids), the network namespace its processes
+//! run in. The reconcile of running pods and the proxy-cgroup binding read it.
+use std::{
+    collections::HashMap,
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+};
+
+/// Directories walked at most (a node's whole tree is a few thousand).
+const MAX_DIRS: usize = 50_000;
+/// Depth of the walk below the root (kubepods.slice/kubepods-burstable.slice/pod... is 3;
+/// a kubelet `--cgroup-root` or a nested node adds levels).
+const MAX_DEPTH: usize = 8;
+
+/// The pod uid a kubelet cgroup directory name carries: `pod<uid>` (cgroupfs driver) or
+/// `...-pod<uid with _ for ->.slice` (systemd driver).
+pub fn pod_uid_of(name: &str) -> Option<String> {
+    let uid = if let Some(slice) = name.strip_suffix(".slice") {
+        let at = slice.rfind("pod")?;
+        let before = &slice[..at];
+        if !(before.is_empty() || before.ends_with('-')) {
+            return None;
+        }
+        slice[at + 3..].replace('_', "-")
+    } else {
+        name.strip_prefix("pod")?.to_owned()
+    };
+    let looks_like_uid = uid.len() >= 8
+        && uid.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+        && uid.chars().any(|c| c == '-');
+    looks_like_uid.then_some(uid)
+}
+
+/// The runtime's container id a container cgroup directory name carries: `<id>` (cgroupfs),
+/// `cri-containerd-<id>.scope`, `crio-<id>.scope`, `docker-<id>.scope` (systemd).
+pub fn container_id_of(name: &str) -> Option<&str> {
+    if name.contains("conmon") {
+        // CRI-O's monitor of a container, not the container.
+        return None;
+    }
+    let id = match name.strip_suffix(".scope") {
+        Some(scope) => &scope[scope.rfind('-')? + 1..],
+        None => name,
+    };
+    (id.len() >= 12 && id.chars().all(|c| c.is_ascii_alphanumeric())).then_some(id)
+}
+
+/// The bare id of a container status's `containerID` (`containerd://ID`, `cri-o://ID`).
+pub fn bare_container_id(status_id: &str) -> &str {
+    status_id.split_once("://").map_or(status_id, |(_, id)| id)
+}
+
+/// One pod's directory and its containers' directories by runtime id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodDir {
+    /// The pod's cgroup directory.
+    pub dir: PathBuf,
+    /// Its containers' directories (the sandbox's among them), by runtime id.
+    pub containers: HashMap<String, PathBuf>,
+}
+
+/// Every pod directory under `root`, by pod uid (one bounded walk).
+pub fn pod_dirs(root: &Path) -> HashMap<String, PodDir> {
+    let mut found = HashMap::new();
+    let mut todo = vec![(root.to_path_buf(), 0usize)];
+    let mut seen = 0;
+    while let Some((dir, depth)) = todo.pop() {
+        seen += 1;
+        if seen > MAX_DIRS {
+            tracing::warn!(root = %root.display(), "cgroup walk stopped after {MAX_DIRS} directories");
+            break;
+        }
+        for sub in subdirs(&dir) {
+            let name = sub.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if let Some(uid) = pod_uid_of(name) {
+                let containers = subdirs(&sub)
+                    .into_iter()
+                    .filter_map(|c| {
+                        let id = container_id_of(c.file_name()?.to_str()?)?.to_owned();
+                        Some((id, c))
+                    })
+                    .collect();
+                found.insert(
+                    uid,
+                    PodDir {
+                        dir: sub,
+                        containers,
+                    },
+                );
+            } else if depth < MAX_DEPTH {
+                todo.push((sub, depth + 1));
+            }
+        }
+    }
+    found
+}
+
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir).map_or_else(
+        |_| Vec::new(),
+        |entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect()
+        },
+    )
+}
+
+/// The processes of a cgroup directory and of its children (a pod's containers).
+pub fn pids_under(dir: &Path) -> Vec<u32> {
+    let mut dirs = vec![dir.to_path_buf()];
+    dirs.extend(subdirs(dir));
+    dirs.iter()
+        .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
+        .flat_map(|t| {
+            t.lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// The distinct network namespaces the processes `pids` run in, each as a path that names
+/// it: a runtime's bind mount (`/run/netns/NAME`, `/var/run/netns/NAME`) when there is one,
+/// which outlives any one process, else `/proc/PID/ns/net`. The host's namespace (pid 1's)
+/// is never returned: a pod with the host network is never enrolled.
+pub fn netns_of(pids: &[u32]) -> Vec<PathBuf> {
+    let host = std::fs::metadata("/proc/1/ns/net")
+        .ok()
+        .map(|m| (m.dev(), m.ino()));
+    let mut seen = Vec::new();
+    let mut paths = Vec::new();
+    for pid in pids {
+        let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        let key = (meta.dev(), meta.ino());
+        if Some(key) == host || seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        paths.push(bind_mount_of(key).unwrap_or(path));
+    }
+    paths
+}
+
+fn bind_mount_of(key: (u64, u64)) -> Option<PathBuf> {
+    ["/run/netns", "/var/run/netns"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| (m.dev(), m.ino()) == key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelet_pod_directory_names_give_the_uid() {
+        let uid = "6e1f3a2c-5b4d-4c3e-9f8a-0123456789ab";
+        let under = uid.replace('-', "_");
+        assert_eq!(pod_uid_of(&format!("pod{uid}")).as_deref(), Some(uid));
+        for name in [
+            format!("kubepods-burstable-pod{under}.slice"),
+            format!("kubepods-besteffort-pod{under}.slice"),
+            format!("kubepods-pod{under}.slice"),
+            format!("pod{under}.slice"),
+        ] {
+            assert_eq!(pod_uid_of(&name).as_deref(), Some(uid), "{name}");
+        }
+        for name in [
+            "kubepods.slice",
+            "kubepods-burstable.slice",
+            "podman-1234.scope",
+            "pod",
+            "system.slice",
+            "kubepods-xpod1234_5678.slice",
+        ] {
+            assert_eq!(pod_uid_of(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn container_directory_names_give_the_runtime_id() {
+        let id = "3f0c9d1e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e";
+        for name in [
+            id.to_owned(),
+            format!("cri-containerd-{id}.scope"),
+            format!("crio-{id}.scope"),
+            format!("docker-{id}.scope"),
+        ] {
+            assert_eq!(container_id_of(&name), Some(id), "{name}");
+        }
+        assert_eq!(container_id_of("init.scope"), None);
+        assert_eq!(container_id_of(&format!("crio-conmon-{id}.scope")), None);
+        assert_eq!(bare_container_id(&format!("containerd://{id}")), id);
+        assert_eq!(bare_container_id(id), id);
+    }
+}
