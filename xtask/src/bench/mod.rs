@@ -1,5 +1,6 @@
 //! `cargo xtask bench`: direct, explicit proxy, eBPF and Istio's iptables (legacy and nft), side
 //! by side in one process tree, interleaved rounds, reported as medians and per-round ratios.
+mod cni;
 mod pods;
 mod report;
 mod scene;
@@ -41,6 +42,9 @@ struct Params {
     concurrency: usize,
     bulk_mib: u64,
     rule_counts: Vec<usize>,
+    /// CNI ADDs one at a time per mode and round, and how many at once.
+    cni_serial: usize,
+    cni_parallel: usize,
 }
 
 impl Params {
@@ -52,6 +56,8 @@ impl Params {
                 concurrency: 16,
                 bulk_mib: 512,
                 rule_counts: vec![0, 100, 1000, 10_000],
+                cni_serial: 20,
+                cni_parallel: 20,
             },
             Size::Quick => Self {
                 rounds: 5,
@@ -59,6 +65,8 @@ impl Params {
                 concurrency: 16,
                 bulk_mib: 64,
                 rule_counts: vec![0, 100, 1000, 10_000],
+                cni_serial: 10,
+                cni_parallel: 20,
             },
             Size::Tiny => Self {
                 rounds: 5,
@@ -66,6 +74,8 @@ impl Params {
                 concurrency: 4,
                 bulk_mib: 2,
                 rule_counts: vec![0, 100],
+                cni_serial: 2,
+                cni_parallel: 4,
             },
         }
     }
@@ -93,6 +103,8 @@ struct Bench {
     scratch: PathBuf,
     /// The pinned node datapath that enrollments are timed against (created on first use).
     node: Option<pods::NodeDatapath>,
+    /// The daemon and apiserver of the CNI ADD workload (started on first use).
+    cni: Option<cni::CniNode>,
 }
 
 /// Set by the signal thread on SIGINT/SIGTERM/SIGHUP; the run stops at the next sample and
@@ -187,6 +199,7 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
         samples: Vec::new(),
         scratch: scratch.clone(),
         node: None,
+        cni: None,
     };
     // Per-hook run counts and times for the report (restored when the bench ends).
     let _stats = scene::BpfStats::enable();
@@ -255,6 +268,11 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
                 ));
             }
         }
+        let pods = p.rounds * (p.cni_serial + p.cni_parallel) + 1;
+        for round in 0..p.rounds {
+            progress(&format!("CNI ADD round {}/{}", round + 1, p.rounds))?;
+            b.cni_round(round, p.cni_serial, p.cni_parallel, pods)?;
+        }
         Ok(memory)
     })();
     let memory = result?;
@@ -291,7 +309,7 @@ pub fn check(out: &Path) -> anyhow::Result<usize> {
             bail!("bench smoke: mode {mode} produced no samples");
         }
     }
-    for w in ["cps", "keepalive-rps", "bulk", "rules", "enroll"] {
+    for w in ["cps", "keepalive-rps", "bulk", "rules", "enroll", "cni-add"] {
         if !report.samples.iter().any(|s| s.workload == w) {
             bail!("bench smoke: workload {w} produced no samples");
         }

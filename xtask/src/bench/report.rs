@@ -68,14 +68,15 @@ pub fn markdown(report: &Report) -> String {
     for ((workload, variant), samples) in groups(&report.samples) {
         let unit = samples.first().map(|s| s.unit.clone()).unwrap_or_default();
         let _ = writeln!(out, "\n## {workload} ({variant}), {unit}\n");
-        out.push_str("| mode | n | median | min-max | / explicit | / iptables-legacy | CPU ms per 1,000 conns |\n|---|---|---|---|---|---|---|\n");
+        out.push_str("| mode | n | median | p99 | min-max | / explicit | / iptables-legacy | CPU ms per 1,000 conns |\n|---|---|---|---|---|---|---|---|\n");
         for s in summarise(&samples, &MODES) {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.1} | {:.1}-{:.1} | {} | {} | {} |",
+                "| {} | {} | {:.1} | {:.1} | {:.1}-{:.1} | {} | {} | {} |",
                 s.mode,
                 s.n,
                 s.median,
+                s.p99,
                 s.min,
                 s.max,
                 fmt_ratio(s.ratio_explicit),

@@ -65,6 +65,17 @@ pub fn median(v: &[f64]) -> Option<f64> {
     })
 }
 
+/// The `pct` percentile of `v` by nearest rank; `None` when empty.
+pub fn percentile(v: &[f64], pct: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let rank = ((pct / 100.0) * s.len() as f64).ceil() as usize;
+    Some(s[rank.clamp(1, s.len()) - 1])
+}
+
 /// Summary of one mode in one (workload, variant).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
@@ -78,6 +89,9 @@ pub struct Summary {
     pub min: f64,
     /// Maximum.
     pub max: f64,
+    /// 99th percentile (nearest rank).
+    #[serde(default)]
+    pub p99: f64,
     /// Median over rounds of value / explicit's value in the same round.
     pub ratio_explicit: Option<f64>,
     /// Median over rounds of value / iptables-legacy's value in the same round.
@@ -121,6 +135,7 @@ pub fn summarise(samples: &[&Sample], modes: &[&str]) -> Vec<Summary> {
                 median: median(&values)?,
                 min: values.iter().copied().fold(f64::INFINITY, f64::min),
                 max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                p99: percentile(&values, 99.0)?,
                 ratio_explicit: per_round_ratio(samples, mode, "explicit"),
                 ratio_iptables_legacy: per_round_ratio(samples, mode, "iptables-legacy"),
                 cpu_per_1000: median(&cpu),
@@ -142,6 +157,11 @@ mod tests {
         assert_eq!(median(&[]), None);
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        let hundred: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&hundred, 99.0), Some(99.0));
+        assert_eq!(percentile(&hundred, 50.0), Some(50.0));
+        assert_eq!(percentile(&[5.0], 99.0), Some(5.0));
+        assert_eq!(percentile(&[], 99.0), None);
     }
 
     #[test]

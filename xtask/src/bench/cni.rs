@@ -1,0 +1,306 @@
+//! The CNI ADD workload: `redirect-cni ADD` run as a runtime runs it (the `CNI_*` environment,
+//! the configuration with a prevResult on stdin) against a running daemon that knows the pod
+//! from its watch of a recorded-object apiserver (no kube-apiserver can run here), timed from
+//! the exec to its exit (it exits only once the pod's policy is in the kernel's maps); beside
+//! istio-cni's path, an `iptables-restore` of the pod's rules inside its netns (legacy and nft),
+//! timed the same way. One at a time and many at once (the kubelet starts pods in parallel).
+//! Every pod is then checked to be captured with a real connect, so a broken path is never
+//! measured as a fast one.
+use std::{
+    io::Write as _,
+    path::PathBuf,
+    process::{Command, Stdio},
+    sync::{Arc, Barrier},
+    time::Instant,
+};
+
+use anyhow::{bail, Context as _};
+use redirect_testkit::{probe::Load, Cgroup, Child, Netns};
+use serde_json::json;
+
+use super::{
+    scene::{self, Mode},
+    stats::Sample,
+    Bench,
+};
+
+const NODE: &str = "bench-node";
+/// Where captured connects are sent: on the pod's own `eth0` network, where nothing answers, so
+/// an uncaptured one goes nowhere (and never off the box).
+const TARGET: &str = "198.19.255.254:80";
+
+/// The daemon the ADDs go to, its apiserver, cgroup and pins; all removed on drop.
+pub(super) struct CniNode {
+    daemon: Option<Child>,
+    _api: Child,
+    cg: Cgroup,
+    pins: PathBuf,
+    dir: PathBuf,
+    next: usize,
+}
+
+impl Drop for CniNode {
+    fn drop(&mut self) {
+        // Stopped first: a daemon leaves its datapath pinned, so the pins go after it.
+        drop(self.daemon.take());
+        let _ = std::fs::remove_dir_all(&self.pins);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One pod of the workload: a netns with an address and the proxy's stand-in listening.
+struct CniPod {
+    _detector: Child,
+    ns: Netns,
+    cg: Option<Cgroup>,
+    ip: String,
+    name: String,
+}
+
+impl Bench {
+    /// The daemon and apiserver of the CNI workload, serving `pods` pod names.
+    fn cni_node(&mut self, pods: usize) -> anyhow::Result<&mut CniNode> {
+        if self.cni.is_none() {
+            let dir = self.scratch.join("cni-daemon");
+            std::fs::create_dir_all(&dir)?;
+            let kubeconfig = dir.join("kubeconfig");
+            let mut api = Command::new(self.bin.join("probe-apiserver"));
+            api.arg("--kubeconfig").arg(&kubeconfig).args([
+                "--node",
+                NODE,
+                "--count",
+                &pods.to_string(),
+            ]);
+            let api = scene::spawn("probe-apiserver", api, "listening")?;
+            let cg = Cgroup::new("rbc-")?;
+            let pins = PathBuf::from(format!("/sys/fs/bpf/redirect-bench-cni-{}", self.id));
+            let mut daemon = Command::new(self.bin.join("redirect"));
+            daemon
+                .arg("daemon")
+                .arg("--bpffs")
+                .arg(&pins)
+                .arg("--cgroup")
+                .arg(cg.path())
+                .arg("--proxy-cgroup")
+                .arg(cg.path())
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["--node-name", NODE])
+                .env("REDIRECT_DAEMON_DIR", &dir)
+                .env("RUST_LOG", "warn");
+            let daemon = scene::spawn("redirect daemon", daemon, "ready ")?;
+            self.cni = Some(CniNode {
+                daemon: Some(daemon),
+                _api: api,
+                cg,
+                pins,
+                dir,
+                next: 0,
+            });
+        }
+        self.cni.as_mut().context("CNI node")
+    }
+
+    /// A new pod namespace for `mode` with address `198.19.X.Y/16` on `eth0`, a veth whose peer
+    /// stays in the namespace (nothing answers there).
+    fn cni_pod(&mut self, mode: Mode, index: usize) -> anyhow::Result<CniPod> {
+        let ns = scene::netns("rbp-")?;
+        let ip = format!("198.19.{}.{}", index / 250, index % 250 + 1);
+        for args in [
+            vec!["link", "add", "eth0", "type", "veth", "peer", "name", "eth1"],
+            vec!["addr", "add", &format!("{ip}/16"), "dev", "eth0"],
+            vec!["link", "set", "eth0", "up"],
+            vec!["link", "set", "eth1", "up"],
+        ] {
+            let mut full = vec!["-n", ns.name()];
+            full.extend(args);
+            redirect_testkit::ip(&full)?;
+        }
+        let mut detector = ns.exec(self.bin.join("probe-load"));
+        detector.args(["server", "--listen", "127.0.0.1:15001", "--greeting", "C"]);
+        let detector = scene::spawn("capture detector", detector, "listening")?;
+        let (cg, name) = if mode == Mode::Ebpf {
+            let node = self.cni.as_mut().context("CNI node")?;
+            let name = format!("pod-{}", node.next);
+            node.next += 1;
+            (Some(node.cg.child(&name)?), name)
+        } else {
+            (None, String::new())
+        };
+        Ok(CniPod {
+            _detector: detector,
+            ns,
+            cg,
+            ip,
+            name,
+        })
+    }
+
+    /// The command that captures `pod` in `mode`, and what it reads on stdin.
+    fn capture_cmd(
+        &self,
+        mode: Mode,
+        pod: &CniPod,
+        command: &str,
+    ) -> anyhow::Result<(Command, String)> {
+        if mode != Mode::Ebpf {
+            let mut cmd = pod.ns.exec(mode.restore().context("restore binary")?);
+            cmd.stdin(Stdio::piped());
+            return Ok((cmd, scene::sidecar_rules(&self.golden, &[])));
+        }
+        let node = self.cni.as_ref().context("CNI node")?;
+        let conf = json!({
+            "cniVersion": "1.0.0", "name": "bench", "type": "redirect-cni",
+            "daemon_socket": node.dir.join("daemon.sock"), "log_level": "warn",
+            "exclude_namespaces": ["kube-system"],
+            "prevResult": {"cniVersion": "1.0.0", "ips": [{"address": format!("{}/16", pod.ip)}]},
+        });
+        let mut cmd = Command::new(self.bin.join("redirect-cni"));
+        cmd.env_clear()
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", format!("sandbox-{}", pod.name))
+            .env("CNI_NETNS", pod.ns.path())
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", self.bin.as_os_str())
+            .env(
+                "CNI_ARGS",
+                format!(
+                    "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME={0};K8S_POD_INFRA_CONTAINER_ID=sandbox-{0};K8S_POD_UID=uid-{0}",
+                    pod.name
+                ),
+            )
+            .stdin(Stdio::piped());
+        Ok((cmd, conf.to_string()))
+    }
+
+    /// Checks `pod` is captured: a connect from it lands on its proxy's stand-in.
+    fn assert_captured(&self, mode: Mode, pod: &CniPod) -> anyhow::Result<()> {
+        let mut cmd = Command::new(self.bin.join("probe-load"));
+        cmd.arg("--netns").arg(pod.ns.path());
+        if let Some(cg) = &pod.cg {
+            cmd.arg("--cgroup").arg(cg.path());
+        }
+        let out = cmd
+            .args([
+                "until-captured",
+                "--connect",
+                TARGET,
+                "--timeout-ms",
+                "3000",
+            ])
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let last = text.lines().last().unwrap_or_default();
+        match serde_json::from_str(last) {
+            Ok(Load::UntilCaptured { captured: true, .. }) => Ok(()),
+            _ => bail!(
+                "{}: a pod is not captured after its ADD returned: {last}",
+                mode.name()
+            ),
+        }
+    }
+
+    /// Unenrolls an eBPF pod (CNI DEL, not timed).
+    fn cni_del(&self, mode: Mode, pod: &CniPod) -> anyhow::Result<()> {
+        if mode == Mode::Ebpf {
+            let (mut cmd, conf) = self.capture_cmd(mode, pod, "DEL")?;
+            timed(&mut cmd, &conf).context("CNI DEL")?;
+        }
+        Ok(())
+    }
+
+    /// One round of the CNI workload: `serial` ADDs one at a time per mode (interleaved), then
+    /// `parallel` at once per mode; samples paired across modes by (round, index).
+    pub(super) fn cni_round(
+        &mut self,
+        round: usize,
+        serial: usize,
+        parallel: usize,
+        pods: usize,
+    ) -> anyhow::Result<()> {
+        self.cni_node(pods)?;
+        let modes = [Mode::Ebpf, Mode::IptablesLegacy, Mode::IptablesNft];
+        for i in 0..serial {
+            for mode in modes {
+                let pod = self.cni_pod(mode, i)?;
+                let (mut cmd, input) = self.capture_cmd(mode, &pod, "ADD")?;
+                let ms = timed(&mut cmd, &input).with_context(|| format!("{} ADD", mode.name()))?;
+                self.assert_captured(mode, &pod)?;
+                self.cni_del(mode, &pod)?;
+                let sample = Sample::new(
+                    "cni-add",
+                    "one at a time",
+                    mode.name(),
+                    round * serial + i,
+                    ms,
+                    "ms",
+                    false,
+                );
+                self.samples.push(sample);
+            }
+        }
+        for mode in modes {
+            let pods: Vec<CniPod> = (0..parallel)
+                .map(|i| self.cni_pod(mode, i))
+                .collect::<anyhow::Result<_>>()?;
+            let cmds = pods
+                .iter()
+                .map(|p| self.capture_cmd(mode, p, "ADD"))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let start = Arc::new(Barrier::new(cmds.len()));
+            let handles: Vec<_> = cmds
+                .into_iter()
+                .map(|(mut cmd, input)| {
+                    let start = Arc::clone(&start);
+                    std::thread::spawn(move || {
+                        start.wait();
+                        timed(&mut cmd, &input)
+                    })
+                })
+                .collect();
+            for (i, h) in handles.into_iter().enumerate() {
+                let ms = h
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("an ADD thread panicked"))??;
+                let variant = format!("{parallel} at once");
+                self.samples.push(Sample::new(
+                    "cni-add",
+                    &variant,
+                    mode.name(),
+                    round * parallel + i,
+                    ms,
+                    "ms",
+                    false,
+                ));
+            }
+            for pod in &pods {
+                self.assert_captured(mode, pod)?;
+                self.cni_del(mode, pod)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `cmd` with `input` on stdin; milliseconds from spawn to exit. Fails unless it exits 0.
+fn timed(cmd: &mut Command, input: &str) -> anyhow::Result<f64> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().context("spawn")?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(input.as_bytes())?;
+    let out = child.wait_with_output()?;
+    let ms = t0.elapsed().as_secs_f64() * 1000.0;
+    if !out.status.success() {
+        bail!(
+            "exit {}: {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(ms)
+}
