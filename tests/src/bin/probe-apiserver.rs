@@ -1,6 +1,7 @@
 //! probe-apiserver: the recorded-object apiserver (`redirect_tests::apiserver`) as a process,
 //! for the CNI ADD benchmark: serves `--count` meshed pods `NAMESPACE/pod-I` (uid `uid-pod-I`)
-//! built from a vendored kube-inject manifest and scheduled on `--node`, writes the kubeconfig
+//! built from a vendored kube-inject manifest and scheduled on `--node` (listed for the
+//! daemon's watch and served by GET), writes the kubeconfig
 //! naming it to `--kubeconfig`, prints `listening ADDR`, and serves until killed.
 use std::path::PathBuf;
 
@@ -36,13 +37,11 @@ fn main() -> anyhow::Result<()> {
     for i in 0..args.count {
         let name = format!("pod-{i}");
         let uid = format!("uid-pod-{i}");
-        server.put(&recorded_pod(
-            &args.manifest,
-            &args.namespace,
-            &name,
-            &uid,
-            &args.node,
-        ));
+        let pod = recorded_pod(&args.manifest, &args.namespace, &name, &uid, &args.node);
+        // Listed (the daemon's watch caches it, as on a node where the pod was scheduled
+        // before its sandbox starts) and served by GET.
+        server.list(&pod);
+        server.put(&pod);
     }
     if server.kubeconfig() != args.kubeconfig {
         std::fs::copy(server.kubeconfig(), &args.kubeconfig)?;

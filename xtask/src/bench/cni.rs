@@ -107,7 +107,9 @@ impl Bench {
         let ns = scene::netns("rbp-")?;
         let ip = format!("198.19.{}.{}", index / 250, index % 250 + 1);
         for args in [
-            vec!["link", "add", "eth0", "type", "veth", "peer", "name", "eth1"],
+            vec![
+                "link", "add", "eth0", "type", "veth", "peer", "name", "eth1",
+            ],
             vec!["addr", "add", &format!("{ip}/16"), "dev", "eth0"],
             vec!["link", "set", "eth0", "up"],
             vec!["link", "set", "eth1", "up"],
