@@ -89,9 +89,9 @@ fn status_ids(pod: &Pod) -> Vec<&str> {
     .collect()
 }
 
-/// The running istio-proxy container's cgroup (a sidecar in `containers`, or a native sidecar
-/// in `initContainers`).
-fn proxy_cgroup(pod: &Pod, dir: &PodDir) -> Option<PathBuf> {
+/// The runtime id of the pod's running istio-proxy container (a sidecar in `containers`, or a
+/// native sidecar in `initContainers`).
+fn running_proxy_id(pod: &Pod) -> Option<&str> {
     let status = pod.status.as_ref()?;
     let proxy = [&status.container_statuses, &status.init_container_statuses]
         .into_iter()
@@ -99,8 +99,28 @@ fn proxy_cgroup(pod: &Pod, dir: &PodDir) -> Option<PathBuf> {
         .flatten()
         .find(|c| c.name == "istio-proxy")?;
     let runs = proxy.state.as_ref().is_some_and(|s| s.running.is_some());
-    let id = bare_container_id(proxy.container_id.as_deref()?);
-    runs.then(|| dir.containers.get(id).cloned()).flatten()
+    runs.then(|| proxy.container_id.as_deref().map(bare_container_id))
+        .flatten()
+}
+
+/// The running istio-proxy container's cgroup.
+fn proxy_cgroup(pod: &Pod, dir: &PodDir) -> Option<PathBuf> {
+    dir.containers.get(running_proxy_id(pod)?).cloned()
+}
+
+/// Whether the binding `current` may not be the running proxy's (so the cgroup tree is read):
+/// a proxy runs and the binding does not name its container, or a binding names a cgroup that
+/// is gone.
+fn binding_stale(pod: &Pod, current: Option<&PathBuf>) -> bool {
+    match (running_proxy_id(pod), current) {
+        (_, Some(dir)) if !dir.exists() => true,
+        (Some(id), Some(dir)) => !dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.contains(id)),
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
 }
 
 impl Daemon {
@@ -149,6 +169,13 @@ impl Daemon {
         let bound: Vec<(&Pod, u64)> = pods
             .iter()
             .filter_map(|p| Some((p, *enrolled.get(uid(p))?)))
+            .filter(|(p, cookie)| {
+                let current = self
+                    .enrollments
+                    .get(cookie)
+                    .and_then(|f| f.record.policy.proxy_cgroup.as_ref());
+                binding_stale(p, current)
+            })
             .collect();
         if missing.is_empty() && bound.is_empty() {
             return;
