@@ -58,6 +58,7 @@ pub fn run(args: &InstallCni) -> anyhow::Result<()> {
                 Change::Unchanged => "unchanged",
                 Change::Inserted => "inserted",
                 Change::Reinserted => "re-inserted",
+                Change::Held => "held",
             },
             done.converted_from
                 .map(|f| format!(", converted from {}", f.display()))

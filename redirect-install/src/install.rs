@@ -39,6 +39,9 @@ pub enum Change {
     Inserted,
     /// Put back into a file another writer rewrote without it since we wrote it.
     Reinserted,
+    /// A re-insertion was needed and the gate (the watcher's fight rule) said no: nothing
+    /// written.
+    Held,
 }
 
 /// What [`install`] did.
@@ -61,14 +64,23 @@ fn mode_of(path: &Path) -> u32 {
 /// Copies the binary and puts our entry into the highest-priority configuration; writes
 /// nothing that is already as it should be.
 pub fn install(opts: &Options) -> Result<Installed> {
+    install_gated(opts, &mut || true)
+}
+
+/// [`install`], asking `gate` before a re-insertion (decided on the very text it would
+/// replace); a no is [`Change::Held`].
+pub fn install_gated(opts: &Options, gate: &mut dyn FnMut() -> bool) -> Result<Installed> {
     let before = state::load(&opts.state_file)?;
     let mut st = before.clone().unwrap_or_default();
-    let copied = plugin::install(&opts.plugin, &opts.bin_dir)?;
+    // The configuration first (none: nothing is copied), then the binary, then the entry:
+    // an entry never names a binary that is not there.
+    let found = confdir::find(&opts.conf_dir)?;
+    let copied = plugin::install(&opts.plugin, &opts.bin_dir, st.plugin.as_ref())?;
     st.plugin = Some(state::Plugin {
         path: copied.path.clone(),
         sha256: copied.sha256.clone(),
+        stamp: Some(copied.stamp.clone()),
     });
-    let found = confdir::find(&opts.conf_dir)?;
     let target = match found.kind {
         Kind::List => found.path.clone(),
         Kind::Single => found.path.with_extension("conflist"),
@@ -80,6 +92,24 @@ pub fn install(opts: &Options) -> Result<Installed> {
         }
     }
     let mine = st.config.take();
+    let reinsert = match (&mine, found.kind) {
+        (Some(_), Kind::Single) => true,
+        (Some(c), Kind::List) => c.written != found.text && !conflist::has_any(&found.json),
+        (None, _) => false,
+    };
+    if reinsert && !gate() {
+        return Ok(Installed {
+            plugin: plugin::Copied {
+                path: opts.bin_dir.join(plugin::NAME),
+                sha256: String::new(),
+                written: false,
+                stamp: String::new(),
+            },
+            config: target,
+            converted_from: None,
+            change: Change::Held,
+        });
+    }
     let (change, converted_from) = match found.kind {
         Kind::List if conflist::has(&found.json, &opts.entry) => {
             st.config = mine;
@@ -238,33 +268,34 @@ pub fn uninstall(state_file: &Path) -> Result<Vec<String>> {
 /// configuration holds our entry exactly. Returns a description of what is in place.
 pub fn check(opts: &Options) -> Result<String> {
     let bin = opts.bin_dir.join(plugin::NAME);
-    let want = plugin::file_digest(&opts.plugin)?.ok_or_else(|| {
+    let want = std::fs::read(&opts.plugin).map_err(|e| {
         Error::NotInPlace(format!(
-            "the plugin {} does not exist",
+            "the plugin {} cannot be read: {e}",
             opts.plugin.display()
         ))
     })?;
-    match plugin::file_digest(&bin)? {
-        None => {
+    match std::fs::read(&bin) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(Error::NotInPlace(format!(
                 "{} does not exist",
                 bin.display()
             )))
         }
-        Some(d) if d != want => {
+        Err(e) => return Err(io("reading", &bin)(e)),
+        Ok(there) if there != want => {
             return Err(Error::NotInPlace(format!(
                 "{} is not {} (another build)",
                 bin.display(),
                 opts.plugin.display()
             )))
         }
-        Some(_) if mode_of(&bin) & 0o111 == 0 => {
+        Ok(_) if mode_of(&bin) & 0o111 == 0 => {
             return Err(Error::NotInPlace(format!(
                 "{} is not executable",
                 bin.display()
             )))
         }
-        Some(_) => {}
+        Ok(_) => {}
     }
     let found = confdir::find(&opts.conf_dir).map_err(|e| Error::NotInPlace(e.to_string()))?;
     let shown = found.path.display();

@@ -19,4 +19,4 @@ pub mod state;
 pub mod watch;
 
 pub use error::{Error, Result};
-pub use install::{check, install, uninstall, Change, Installed, Options};
+pub use install::{check, install, install_gated, uninstall, Change, Installed, Options};

@@ -32,6 +32,9 @@ pub struct Plugin {
     pub path: PathBuf,
     /// Its SHA-256.
     pub sha256: String,
+    /// [`crate::plugin::stamp`] when it was last found in place.
+    #[serde(default)]
+    pub stamp: Option<String>,
 }
 
 /// The whole record.

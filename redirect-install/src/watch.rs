@@ -13,7 +13,7 @@ use notify::{RecursiveMode, Watcher as _};
 use crate::{
     error::{Error, Result},
     fight::{Rule, Tracker, Verdict},
-    install::{install, Change, Options},
+    install::{install_gated, Change, Options},
     state,
 };
 
@@ -81,33 +81,38 @@ fn watch_dirs(watcher: &mut notify::RecommendedWatcher, opts: &Options) -> bool 
     })
 }
 
-/// One pass: install when the rule allows.
+/// One pass: install, a re-insertion only when the rule allows.
 fn reconcile(opts: &Options, tracker: &mut Tracker, waiting_said: &mut bool) {
-    if needs_reinsert(opts) {
-        match tracker.ask(Instant::now()) {
-            Verdict::Allowed => {}
-            Verdict::Fight => {
-                let fights = bump_fights(&opts.state_file);
-                tracing::error!(
-                    conf_dir = %opts.conf_dir.display(),
-                    limit = tracker.rule().limit,
-                    window_s = tracker.rule().window.as_secs(),
-                    backoff_s = tracker.rule().backoff.as_secs(),
-                    fights,
-                    "another writer keeps removing our entry: fight detected, not re-inserting for the backoff (install-cni --help: the fight rule)"
-                );
-                return;
-            }
-            Verdict::Paused(left) => {
-                tracing::warn!(
-                    left_s = left.as_secs(),
-                    "our entry is missing; not re-inserting: paused after a fight"
-                );
-                return;
-            }
+    let mut verdict = None;
+    let result = install_gated(opts, &mut || {
+        let v = tracker.ask(Instant::now());
+        verdict = Some(v);
+        v == Verdict::Allowed
+    });
+    match verdict {
+        Some(Verdict::Fight) => {
+            let rule = tracker.rule();
+            let fights = bump_fights(&opts.state_file);
+            tracing::error!(
+                conf_dir = %opts.conf_dir.display(),
+                limit = rule.limit,
+                window_s = rule.window.as_secs(),
+                backoff_s = rule.backoff.as_secs(),
+                fights,
+                "another writer keeps removing our entry: fight detected, not re-inserting for the backoff (install-cni --help: the fight rule)"
+            );
+            return;
         }
+        Some(Verdict::Paused(left)) => {
+            tracing::warn!(
+                left_s = left.as_secs(),
+                "our entry is missing; not re-inserting: paused after a fight"
+            );
+            return;
+        }
+        _ => {}
     }
-    match install(opts) {
+    match result {
         Ok(done) => {
             *waiting_said = false;
             match done.change {
@@ -129,24 +134,6 @@ fn reconcile(opts: &Options, tracker: &mut Tracker, waiting_said: &mut bool) {
         }
         Err(e) => tracing::error!(error = %e, "install failed; retrying at the next change"),
     }
-}
-
-/// Whether a pass would put our entry back into a file we wrote and someone rewrote since.
-fn needs_reinsert(opts: &Options) -> bool {
-    let Ok(Some(st)) = state::load(&opts.state_file) else {
-        return false;
-    };
-    let Some(c) = st.config else { return false };
-    let Ok(found) = crate::confdir::find(&opts.conf_dir) else {
-        return false;
-    };
-    let target = match found.kind {
-        crate::confdir::Kind::List => found.path.clone(),
-        crate::confdir::Kind::Single => found.path.with_extension("conflist"),
-    };
-    target == c.path
-        && (found.kind == crate::confdir::Kind::Single
-            || !crate::conflist::has(&found.json, &opts.entry) && found.text != c.written)
 }
 
 fn bump_fights(path: &Path) -> u64 {
