@@ -66,10 +66,10 @@ pub fn invalid(kind: Kind, json: &Value) -> Option<String> {
         Kind::Single if typed(json) => None,
         Kind::Single => Some("no \"type\"".into()),
         Kind::List => {
-            if !obj
+            if obj
                 .get("name")
                 .and_then(Value::as_str)
-                .is_some_and(|n| !n.is_empty())
+                .is_none_or(str::is_empty)
             {
                 return Some("no \"name\"".into());
             }
