@@ -356,6 +356,15 @@ pub enum Command {
         #[arg(long, value_name = "IP")]
         cluster_dns: Option<std::net::IpAddr>,
     },
+    /// Install the redirect-cni plugin on this node: the binary into the CNI bin directory,
+    /// our entry at the end of the highest-priority conflist (after the primary plugin).
+    #[command(name = "install-cni", after_long_help = crate::install_cni_cmd::HELP)]
+    InstallCni(crate::install_cni_args::InstallCni),
+    /// Undo exactly what install-cni did (from its state file): our entry removed (the file
+    /// restored byte for byte when nobody changed it since, a converted .conf brought back),
+    /// the binary it copied removed; others' changes left alone; nothing installed is fine.
+    #[command(name = "uninstall-cni")]
+    UninstallCni(crate::install_cni_args::Dirs),
     /// Probe this kernel for every feature the datapath uses: what needs it, the kernel that
     /// added it, and whether this one has it. Exits 1 when a required one is missing; without
     /// the optional one (sk_lookup ingress_ifindex, Linux 5.17) the datapath loads an sk_lookup

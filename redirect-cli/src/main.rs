@@ -4,6 +4,8 @@ mod cli;
 mod cli_values;
 #[cfg(test)]
 mod fuzz_tests;
+mod install_cni_args;
+mod install_cni_cmd;
 mod istio;
 mod istio_daemon;
 mod kube_args;
@@ -76,7 +78,10 @@ fn needs_root(cmd: &Command) -> Option<&'static str> {
         Command::Explain { .. } => "explain",
         Command::Status { .. } => "status",
         Command::Probe { .. } => "probe",
-        Command::PodPolicy { .. } => return None,
+        // Files only; a directory it may not write names itself in the error.
+        Command::PodPolicy { .. } | Command::InstallCni(_) | Command::UninstallCni(_) => {
+            return None
+        }
     })
 }
 
@@ -227,6 +232,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             )
         }
         Command::Probe { json, demo_missing } => probe(json, demo_missing),
+        Command::InstallCni(args) => install_cni_cmd::run(&args),
+        Command::UninstallCni(dirs) => install_cni_cmd::uninstall_cni(&dirs),
         Command::PodPolicy {
             file,
             json,

@@ -134,21 +134,31 @@ fn add(conf: &NetConf) -> Result<String, CniError> {
     let netns = PathBuf::from(required("CNI_NETNS")?);
     let ips = conf.prev_ips()?;
     let what = format!("{pod} not captured");
-    let r = ask(
-        conf,
-        &Request::PodAdd {
-            pod: pod.clone(),
-            netns,
-            ips,
-        },
-        &what,
-        11,
-    )?;
+    let req = Request::PodAdd {
+        pod: pod.clone(),
+        netns,
+        ips,
+    };
+    let r = ask(conf, &req, &what, 11).inspect_err(|e| count_unreachable(conf, &pod, e))?;
     if !r.ok {
         return Err(refused(what, r));
     }
     tracing::info!(%pod, message = %r.message, "ADD done");
     pass_through(conf)
+}
+
+/// Counts an ADD that found the daemon unreachable (beside its socket, under a lock: the
+/// daemon exports the count once it is back) and logs it with the count.
+fn count_unreachable(conf: &NetConf, pod: &PodRef, e: &CniError) {
+    let dir = conf.daemon_socket.parent().unwrap_or(&conf.daemon_socket);
+    match redirect_daemon::cni_failures::increment(dir) {
+        Ok(total) => {
+            tracing::error!(%pod, unreachable_total = total, error = %e, "ADD: the daemon is unreachable (failed closed, counted)")
+        }
+        Err(count) => {
+            tracing::error!(%pod, error = %e, %count, "ADD: the daemon is unreachable (failed closed; the count could not be kept)")
+        }
+    }
 }
 
 fn del(conf: &NetConf) -> Result<(), CniError> {

@@ -3,6 +3,7 @@
 //! each namespace's addresses.
 pub mod apiserver;
 pub mod client;
+pub mod cni_failures;
 pub mod decode;
 mod files;
 pub mod metrics;
@@ -68,6 +69,14 @@ pub fn node_status(
             health.repairs,
             health.last_problem.as_deref().unwrap_or("-")
         ));
+    }
+    match cni_failures::read(dir) {
+        Ok(0) => {}
+        Ok(n) => status.warnings.push(format!(
+            "{n} CNI ADD(s) found the daemon unreachable and failed closed (the kubelet retries them; {METRIC} in the metrics, the plugin's cni.log says which pods)",
+            METRIC = cni_failures::METRIC
+        )),
+        Err(e) => status.warnings.push(e.to_string()),
     }
     status.enrolled = server::enrollments(dir)
         .into_iter()

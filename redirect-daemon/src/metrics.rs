@@ -51,6 +51,8 @@ pub fn render(bpffs: &Path, per_netns: Option<&BTreeMap<u64, String>>) -> Result
 /// What a scrape reads.
 struct Source<N> {
     bpffs: PathBuf,
+    /// The daemon directory: the CNI plugin's count of ADDs that found the daemon unreachable.
+    dir: PathBuf,
     names: N,
     per_namespace: bool,
 }
@@ -65,6 +67,7 @@ pub fn spawn(
 ) -> std::result::Result<SocketAddr, redirect_http::Error> {
     let source = Arc::new(Source {
         bpffs,
+        dir: crate::daemon_dir(),
         names,
         per_namespace,
     });
@@ -85,6 +88,7 @@ pub fn spawn(
                 let rendered = tokio::task::spawn_blocking(move || {
                     let names = source.per_namespace.then(|| (source.names)());
                     render(&source.bpffs, names.as_ref())
+                        .map(|text| text + &crate::cni_failures::render(&source.dir))
                 })
                 .await;
                 match rendered {

@@ -114,6 +114,18 @@ impl CniHost {
     /// Runs `plugin` (a path) for `command` as the runtime does: in the host namespace, the
     /// `CNI_*` environment, `conf` on stdin.
     pub fn invoke(&self, plugin: &Path, command: &str, call: &PodCall, conf: &Value) -> Run {
+        self.invoke_in(plugin, command, call, conf, PLUGIN_DIR)
+    }
+
+    /// [`Self::invoke`] with `CNI_PATH` = `cni_path` (directories joined by `:`).
+    pub fn invoke_in(
+        &self,
+        plugin: &Path,
+        command: &str,
+        call: &PodCall,
+        conf: &Value,
+        cni_path: &str,
+    ) -> Run {
         let mut cmd = self.ns.exec(plugin);
         cmd.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -122,7 +134,7 @@ impl CniHost {
             .env("CNI_NETNS", &call.netns)
             .env("CNI_IFNAME", "eth0")
             .env("CNI_ARGS", call.cni_args())
-            .env("CNI_PATH", PLUGIN_DIR)
+            .env("CNI_PATH", cni_path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -181,6 +193,51 @@ impl Drop for CniHost {
     fn drop(&mut self) {
         let _ = redirect_testkit::ip(&["-n", self.ns.name(), "link", "del", &self.bridge]);
         let _ = std::fs::remove_dir_all(&self.ipam_dir);
+    }
+}
+
+impl CniHost {
+    /// Runs the conflist `list` as libcni does: ADD through `plugins` in order, each given the
+    /// list's `name` and `cniVersion` and the previous result as `prevResult`, its binary
+    /// (`type`) looked up in `cni_path`; DEL in reverse order with the ADD's result (`prev`).
+    /// Returns the first failure or the last result.
+    pub fn run_conflist(
+        &self,
+        command: &str,
+        call: &PodCall,
+        list: &Value,
+        cni_path: &[&Path],
+        prev: Option<&Value>,
+    ) -> Run {
+        let mut plugins: Vec<Value> = list["plugins"].as_array().cloned().unwrap_or_default();
+        if command == "DEL" {
+            plugins.reverse();
+        }
+        let path: Vec<String> = cni_path.iter().map(|p| p.display().to_string()).collect();
+        let mut result = prev.cloned();
+        let mut last = None;
+        for mut conf in plugins {
+            conf["name"] = list["name"].clone();
+            conf["cniVersion"] = list["cniVersion"].clone();
+            if let Some(prev) = &result {
+                conf["prevResult"] = prev.clone();
+            }
+            let kind = conf["type"].as_str().unwrap_or_default().to_owned();
+            let binary = cni_path
+                .iter()
+                .map(|d| d.join(&kind))
+                .find(|p| p.is_file())
+                .unwrap_or_else(|| panic!("plugin {kind:?} in none of {path:?}"));
+            let ran = self.invoke_in(&binary, command, call, &conf, &path.join(":"));
+            if !ran.ok() {
+                return ran;
+            }
+            if command == "ADD" {
+                result = Some(ran.json.clone());
+            }
+            last = Some(ran);
+        }
+        last.expect("a conflist with plugins")
     }
 }
 

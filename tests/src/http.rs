@@ -32,6 +32,26 @@ pub fn request(ns: &Netns, method: &str, addr: &str, path: &str) -> (u16, String
     .expect("enter the namespace")
 }
 
+/// `GET /metrics` from the host's namespace (a daemon's metrics port); panics unless 200 and
+/// valid Prometheus text.
+pub fn scrape(addr: &std::net::SocketAddr) -> String {
+    let mut s = TcpStream::connect_timeout(addr, Duration::from_secs(5))
+        .expect("connect to the metrics port");
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "{head}"
+    );
+    if let Err(e) = check_prometheus(body) {
+        panic!("invalid exposition ({e}): {body}");
+    }
+    body.to_owned()
+}
+
 /// Serves `body` with status 200 to every request on `addr` inside `ns`, until the process ends.
 pub fn serve_fixed(ns: &Netns, addr: &str, body: &'static str) {
     let listener = Listen::on(addr)

@@ -8,6 +8,7 @@ pub mod env;
 pub mod flood;
 pub mod gate;
 pub mod http;
+pub mod install_dirs;
 pub mod node;
 pub mod place;
 pub mod procs;

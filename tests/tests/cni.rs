@@ -265,9 +265,21 @@ fn cni_add_fails_closed_without_the_daemon() {
         version.json,
         json!({"cniVersion": "1.0.0", "supportedVersions": ["0.4.0", "1.0.0", "1.1.0"]})
     );
-    // The plugin logs beside the socket, never on stdout.
+    // The plugin logs beside the socket, never on stdout, and counts each unreachable ADD
+    // there under a lock: 20 at once (the kubelet starts pods in parallel) all count.
     let log = std::fs::read_to_string(node.dir.join("cni.log")).expect("cni.log");
-    assert!(log.contains("hello-1"), "{log}");
+    assert!(
+        log.contains("hello-1") && log.contains("unreachable_total=1"),
+        "{log}"
+    );
+    let count = || std::fs::read_to_string(node.dir.join("cni-add-unreachable")).expect("count");
+    assert_eq!(count(), "1\n");
+    std::thread::scope(|s| {
+        for _ in 0..20 {
+            s.spawn(|| assert!(!pod.redirect_cni("ADD", &conf).ok()));
+        }
+    });
+    assert_eq!(count(), "21\n");
     // A socket left by a killed daemon: ADD is refused at connect (fail closed), DEL does not
     // wait for a daemon that is not running.
     drop(std::os::unix::net::UnixListener::bind(&socket).expect("a stale socket"));
@@ -276,6 +288,19 @@ fn cni_add_fails_closed_without_the_daemon() {
     assert_eq!(ran.json["code"], 11, "{}", ran.text());
     let del = pod.redirect_cni("DEL", &conf);
     assert!(del.ok(), "DEL with a stale socket: {}", del.text());
+    // The daemon, back, exports the count; `redirect status` says it.
+    std::fs::remove_file(&socket).expect("remove the stale socket");
+    let (_daemon, ready) = node.daemon_with(&["--metrics", "127.0.0.1:0"]);
+    let text = redirect_tests::http::scrape(&redirect_tests::node::metrics_addr(&ready));
+    assert!(
+        text.contains("\nredirect_cni_add_unreachable_total 22\n"),
+        "{text}"
+    );
+    let status = node.ok(&["status"]);
+    assert!(
+        status.contains("22 CNI ADD(s) found the daemon unreachable"),
+        "{status}"
+    );
 }
 
 #[test]

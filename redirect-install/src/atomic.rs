@@ -1,0 +1,87 @@
+//! Atomic file replacement: a temporary file in the same directory (a name no CNI runtime
+//! reads: it ends in `.tmp`), written, fsynced, given its mode, renamed over the target, and
+//! the directory fsynced, so a reader sees the old file or the new one, never a part.
+use std::{
+    fs::{File, OpenOptions},
+    io::Write as _,
+    os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _},
+    path::{Path, PathBuf},
+};
+
+use crate::error::{io, Result};
+
+/// The temporary name for `path`: `.NAME.redirect-PID.tmp` beside it.
+fn temp_name(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.redirect-{}.tmp", std::process::id()))
+}
+
+/// Replaces `path` with `bytes`, mode `mode`.
+pub fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let tmp = temp_name(path);
+    let _ = std::fs::remove_file(&tmp);
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+            .map_err(io("creating", &tmp))?;
+        file.write_all(bytes).map_err(io("writing", &tmp))?;
+        // The mode again: the umask applies at creation.
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(io("setting the mode of", &tmp))?;
+        file.sync_all().map_err(io("fsyncing", &tmp))?;
+        std::fs::rename(&tmp, path).map_err(io("renaming a temporary file over", path))?;
+        sync_dir(path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Removes `path` (absent is fine) and fsyncs its directory.
+pub fn remove(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => sync_dir(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io("removing", path)(e)),
+    }
+}
+
+fn sync_dir(path: &Path) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsyncing the directory", dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt as _;
+
+    use super::*;
+
+    #[test]
+    fn writes_replace_whole_files_with_their_mode() {
+        let dir = std::env::temp_dir().join(redirect_testkit::unique_name("atomic"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("x.conflist");
+        write(&file, b"one", 0o644).expect("write");
+        write(&file, b"two", 0o755).expect("rewrite");
+        assert_eq!(std::fs::read(&file).expect("read"), b"two");
+        assert_eq!(
+            std::fs::metadata(&file).expect("meta").mode() & 0o777,
+            0o755
+        );
+        let left: Vec<_> = std::fs::read_dir(&dir).expect("ls").collect();
+        assert_eq!(left.len(), 1, "a temporary file was left: {left:?}");
+        remove(&file).expect("remove");
+        remove(&file).expect("remove twice");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}
