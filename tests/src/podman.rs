@@ -282,8 +282,9 @@ impl Drop for Container<'_> {
 }
 
 /// The cgroup directories named `rel` (a path relative to a hierarchy's root, e.g. a podman
-/// `--cgroup-parent`) in every cgroup v1 hierarchy, which runc creates on a hybrid host beside
-/// the v2 one (a testkit `Cgroup` guards that): removed on drop, deepest first.
+/// `--cgroup-parent`) in every cgroup v1 hierarchy, which runc and podman (`conmon` below it)
+/// create on a hybrid host beside the v2 one (a testkit `Cgroup` guards that): removed on drop
+/// with what is below them, deepest first.
 #[derive(Debug)]
 pub struct V1Parents {
     rel: Vec<PathBuf>,
@@ -306,10 +307,23 @@ impl Drop for V1Parents {
             .filter(|m| m.fstype == "cgroup")
         {
             for rel in self.rel.iter().rev() {
-                let _ = std::fs::remove_dir(mount.mount_point.join(rel));
+                remove_empty_tree(&mount.mount_point.join(rel));
             }
         }
     }
+}
+
+/// Removes `dir` and the directories below it, deepest first (cgroup directories: only empty
+/// ones go; podman's `conmon` cgroup beside the container's is one of them).
+fn remove_empty_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_empty_tree(&entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// A busybox-static root filesystem under `dir` (`/bin/busybox` and the applets the tests

@@ -12,8 +12,9 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// loopback in /usr/lib/cni); `strace`: a debugger attaching to the daemon (tests/tests/daemon.rs);
 /// `buildah`: `cargo xtask image`; `musl-tools`: C parts of dependencies (ring) for the image's
 /// static binaries; `podman`, `runc` (crun refuses a hybrid cgroup host with a controller left on
-/// cgroup v2) and `busybox-static` (a container's rootfs): tests/tests/image.rs.
-const TOOL_PACKAGES: [&str; 12] = [
+/// cgroup v2) and `busybox-static` (a container's rootfs): tests/tests/image.rs;
+/// `ca-certificates`: the CA bundle the image carries for the daemon's Kubernetes client.
+const TOOL_PACKAGES: [&str; 13] = [
     "iproute2",
     "bpftool",
     "curl",
@@ -26,6 +27,7 @@ const TOOL_PACKAGES: [&str; 12] = [
     "runc",
     "musl-tools",
     "busybox-static",
+    "ca-certificates",
 ];
 
 /// LLVM major version of the nightly toolchain (`rustc +nightly -vV`).

@@ -1,6 +1,6 @@
 //! `cargo xtask image`: the node image. Static (musl) `redirect` and `redirect-cni` in an OCI
-//! image built FROM scratch with buildah (nothing downloaded), tagged with the crate version,
-//! entrypoint `redirect`; also written as an OCI archive (`podman load`, `kind load
+//! image built FROM scratch with buildah (nothing downloaded; the host's CA bundle for the
+//! Kubernetes client), tagged with the crate version, entrypoint `redirect`; also written as an OCI archive (`podman load`, `kind load
 //! image-archive`, `ctr images import`). `cargo xtask test` builds it in storage of its own and
 //! hands the archive to `tests/tests/image.rs`.
 pub mod musl;
@@ -20,6 +20,9 @@ pub const REPOSITORY: &str = "localhost/redirect";
 
 /// Where the binaries go inside the image (and `PATH`).
 const BIN_DIR: &str = "/usr/local/bin";
+
+/// The CA bundle of Debian's ca-certificates, copied to the same path in the image.
+const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// The workspace's version, which tags the image.
 pub fn version() -> &'static str {
@@ -143,6 +146,21 @@ fn assemble(binaries: &[PathBuf], tags: &[String], storage: &Storage) -> anyhow:
         .args(binaries)
         .arg(format!("{BIN_DIR}/"));
     run(&mut copy)?;
+    // kube-rs verifies an apiserver named by a kubeconfig without its own CA against the
+    // system's roots (in-cluster it uses the ServiceAccount's CA): Debian's bundle.
+    anyhow::ensure!(
+        Path::new(CA_BUNDLE).is_file(),
+        "{CA_BUNDLE} is missing: cargo xtask setup installs ca-certificates"
+    );
+    run(storage.buildah().args([
+        "copy",
+        "--quiet",
+        "--chmod",
+        "0644",
+        &working.id,
+        CA_BUNDLE,
+        CA_BUNDLE,
+    ]))?;
     let entrypoint = format!("[\"{BIN_DIR}/redirect\"]");
     run(storage.buildah().args([
         "config",
