@@ -168,13 +168,25 @@ impl CniHost {
         entry: &Value,
         prev: Option<&Value>,
     ) -> Run {
+        self.redirect_cni_at(&bin_path("redirect-cni"), command, call, entry, prev)
+    }
+
+    /// [`CniHost::redirect_cni`] with the plugin binary at `plugin` (e.g. the image's).
+    pub fn redirect_cni_at(
+        &self,
+        plugin: &Path,
+        command: &str,
+        call: &PodCall,
+        entry: &Value,
+        prev: Option<&Value>,
+    ) -> Run {
         let mut conf = entry.clone();
         conf["cniVersion"] = VERSION.into();
         conf["name"] = "redirect-test".into();
         if let Some(prev) = prev {
             conf["prevResult"] = prev.clone();
         }
-        self.invoke(&bin_path("redirect-cni"), command, call, &conf)
+        self.invoke(plugin, command, call, &conf)
     }
 
     /// The bridge's DEL for a sandbox (releases its address).

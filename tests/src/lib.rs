@@ -1,5 +1,6 @@
 //! redirect's integration-test harness on the testkit: `redirect attach`, `redirect-proxy`,
-//! the probe client, the echo server, a node of the test's own and the conformance topology.
+//! the probe client, the echo server, a node of the test's own, the conformance topology, the
+//! CNI chain and a private podman.
 pub mod abuse;
 pub mod apiserver;
 pub mod cni;
@@ -11,6 +12,7 @@ pub mod http;
 pub mod install_dirs;
 pub mod node;
 pub mod place;
+pub mod podman;
 pub mod procs;
 pub mod server;
 pub mod world;

@@ -176,8 +176,21 @@ pub fn listen(
     tcp: &[String],
     udp: &[String],
 ) -> Child {
+    listen_at(&ns.path(), cgroup, id, name, tcp, udp)
+}
+
+/// [`listen`] in the network namespace at `netns` (one the test did not create itself, e.g.
+/// a container runtime's).
+pub fn listen_at(
+    netns: &Path,
+    cgroup: Option<&Path>,
+    id: Option<(u32, u32)>,
+    name: &str,
+    tcp: &[String],
+    udp: &[String],
+) -> Child {
     let mut cmd = Command::new(bin_path("probe-listen"));
-    cmd.arg("--netns").arg(ns.path()).arg("--name").arg(name);
+    cmd.arg("--netns").arg(netns).arg("--name").arg(name);
     if let Some((uid, gid)) = id {
         cmd.args(["--uid", &uid.to_string(), "--gid", &gid.to_string()]);
     }

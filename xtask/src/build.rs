@@ -108,17 +108,23 @@ pub fn lint() -> anyhow::Result<()> {
     run(ebpf_cargo("clippy").args(["--", "-D", "warnings"]))
 }
 
-/// Setup, lint, build, then every test (unit and root integration tests).
+/// Setup, lint, build (the image too: `REDIRECT_IMAGE`, `REDIRECT_IMAGE_ARCHIVE`), then every
+/// test (unit and root integration tests).
 pub fn test(extra: &[String]) -> anyhow::Result<()> {
     setup::setup()?;
     build_ebpf()?;
     lint()?;
     build_next_layout()?;
     build_bins(false)?;
+    let image = crate::image::for_tests()?;
     let mut cmd = util::cargo(None);
     cmd.args(["test", "--workspace", "--exclude", "redirect-ebpf"])
         .env("REDIRECT_EBPF_OBJECT", util::ebpf_object())
         .args(extra);
+    if let Some(image) = image {
+        cmd.env("REDIRECT_IMAGE", &image.tags[0])
+            .env("REDIRECT_IMAGE_ARCHIVE", &image.archive);
+    }
     run(&mut cmd)?;
     bench_smoke()
 }

@@ -1,7 +1,8 @@
-//! xtask: setup, build-ebpf, lint, test and run; the only place that shells out to cargo/rustup/apt.
+//! xtask: setup, build-ebpf, lint, test, run and image; the only place that shells out to cargo/rustup/apt.
 mod bench;
 mod build;
 mod demo;
+mod image;
 mod kernel;
 mod setup;
 mod util;
@@ -28,6 +29,14 @@ enum Task {
     /// Build the upgrade test's `redirect` of the next layout (this build's + 1, from this tree) into
     /// target/debug/layout-next/redirect (`cargo xtask test` does it; never shipped).
     BuildNextLayout,
+    /// Build the node image: static (musl) `redirect` and `redirect-cni` in an OCI image FROM
+    /// scratch with buildah (nothing downloaded), entrypoint `redirect`, tagged
+    /// localhost/redirect:<version> and :latest; also target/image/redirect-<version>.oci.tar.
+    Image {
+        /// Tag instead of the default ones (repeatable; the first is the archive's).
+        #[arg(long, value_name = "TAG")]
+        tag: Vec<String>,
+    },
     /// rustfmt check and clippy -D warnings, for the host crates and the BPF crate.
     Lint,
     /// Setup, lint, build, unit tests, then the root integration tests in tests/.
@@ -74,6 +83,7 @@ fn main() -> ExitCode {
         Task::Setup => setup::setup(),
         Task::BuildEbpf => setup::setup().and_then(|()| build::build_ebpf()),
         Task::BuildNextLayout => build::build_ebpf().and_then(|()| build::build_next_layout()),
+        Task::Image { tag } => image::image(tag),
         Task::Lint => build::lint(),
         Task::Test {
             kernel: None, args, ..

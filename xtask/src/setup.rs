@@ -9,8 +9,12 @@ use crate::util::{self, output, run};
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Tools the tests and `cargo xtask run` use, besides LLVM.
 /// `containernetworking-plugins`: the real CNI chain of tests/tests/cni.rs (bridge, host-local,
-/// loopback in /usr/lib/cni); `strace`: a debugger attaching to the daemon (tests/tests/daemon.rs).
-const TOOL_PACKAGES: [&str; 7] = [
+/// loopback in /usr/lib/cni); `strace`: a debugger attaching to the daemon (tests/tests/daemon.rs);
+/// `buildah`: `cargo xtask image`; `musl-tools`: C parts of dependencies (ring) for the image's
+/// static binaries; `podman`, `runc` (crun refuses a hybrid cgroup host with a controller left on
+/// cgroup v2) and `busybox-static` (a container's rootfs): tests/tests/image.rs;
+/// `ca-certificates`: the CA bundle the image carries for the daemon's Kubernetes client.
+const TOOL_PACKAGES: [&str; 13] = [
     "iproute2",
     "bpftool",
     "curl",
@@ -18,6 +22,12 @@ const TOOL_PACKAGES: [&str; 7] = [
     "iptables",
     "strace",
     "containernetworking-plugins",
+    "buildah",
+    "podman",
+    "runc",
+    "musl-tools",
+    "busybox-static",
+    "ca-certificates",
 ];
 
 /// LLVM major version of the nightly toolchain (`rustc +nightly -vV`).
@@ -45,6 +55,17 @@ fn rust_src_installed() -> bool {
     output("rustc", &["+nightly", "--print", "sysroot"]).is_some_and(|sysroot| {
         PathBuf::from(sysroot.trim())
             .join("lib/rustlib/src/rust/library/core")
+            .is_dir()
+    })
+}
+
+/// Whether the default toolchain has the standard library of `target`.
+fn rust_target_installed(target: &str) -> bool {
+    output("rustc", &["--print", "sysroot"]).is_some_and(|sysroot| {
+        PathBuf::from(sysroot.trim())
+            .join("lib/rustlib")
+            .join(target)
+            .join("lib")
             .is_dir()
     })
 }
@@ -98,6 +119,12 @@ pub fn setup() -> anyhow::Result<()> {
             "nightly",
         ]))
         .context("run by hand: rustup component add rust-src --toolchain nightly")?;
+    }
+    let musl = crate::image::musl::TARGET;
+    if !rust_target_installed(musl) {
+        eprintln!("xtask setup: adding the {musl} target (the image's static binaries)");
+        run(Command::new("rustup").args(["target", "add", musl]))
+            .with_context(|| format!("run by hand: rustup target add {musl}"))?;
     }
     if !bpf_linker_ok() {
         eprintln!("xtask setup: installing bpf-linker {BPF_LINKER_VERSION} for LLVM {llvm} (about a minute)");

@@ -15,15 +15,15 @@ use crate::{
     object, plan, preflight,
 };
 
-const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
-
 pub(super) fn pin_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.to_path_buf();
     move |source| Error::Pin { op, path, source }
 }
 
 fn is_bpffs(path: &Path) -> bool {
-    nix::sys::statfs::statfs(path).is_ok_and(|s| s.filesystem_type().0 == BPF_FS_MAGIC)
+    // nix's constant: `f_type` is i64 with glibc and u64 with musl (the image's static build).
+    nix::sys::statfs::statfs(path)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC)
 }
 
 /// Makes sure `dir`'s parent is a bpf filesystem. None is ever mounted here: one mounted by
