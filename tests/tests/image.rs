@@ -341,8 +341,14 @@ fn the_daemonset_names_the_image_of_this_version() {
     )
     .expect("daemonset.yaml");
     let image = format!("image: localhost/redirect:{}", env!("CARGO_PKG_VERSION"));
+    // Every container of the DaemonSet (the daemon and install-cni) runs that image.
+    let named: Vec<&str> = ds
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("image:"))
+        .collect();
     assert!(
-        ds.lines().any(|l| l.trim() == image),
-        "deploy/kubernetes/daemonset.yaml must name `{image}` (what `cargo xtask image` tags)"
+        !named.is_empty() && named.iter().all(|l| *l == image),
+        "every container of deploy/kubernetes/daemonset.yaml must name `{image}` (what `cargo xtask image` tags): {named:?}"
     );
 }
