@@ -47,6 +47,9 @@ pub struct Options {
 /// How often the daemon checks its pins, follows addresses and routes, and drops namespaces
 /// that are gone.
 const TICK: Duration = Duration::from_secs(1);
+/// How often the daemon reads what each namespace owns in the maps again (another process may
+/// have written between two of its locks; its own writes keep the index true meanwhile).
+const REINDEX: Duration = Duration::from_secs(10);
 /// Longest wait before the stop flag is looked at again.
 const STOP_CHECK: Duration = Duration::from_millis(100);
 
@@ -65,6 +68,7 @@ pub struct Daemon {
     /// The apiserver client of pod requests (`with_kube`).
     kube: Option<crate::apiserver::Kube>,
     reconcile: reconcile::Reconcile,
+    reindexed: Instant,
 }
 
 impl Daemon {
@@ -105,6 +109,7 @@ impl Daemon {
             _pins: pins,
             kube: None,
             reconcile: reconcile::Reconcile::default(),
+            reindexed: Instant::now(),
         };
         crate::repair::write_health(&daemon.opts.dir, &daemon.health);
         for e in read_enrollments(&daemon.opts.dir) {
@@ -282,6 +287,12 @@ impl Daemon {
             Err(e) => {
                 tracing::warn!(error = %e, "removing the policies of namespaces that are gone")
             }
+        }
+        if self.reindexed.elapsed() >= REINDEX {
+            if let Err(e) = self.dp.reindex() {
+                tracing::warn!(error = %e, "reading the namespaces' map entries again");
+            }
+            self.reindexed = Instant::now();
         }
         let cookies: Vec<u64> = self.enrollments.keys().copied().collect();
         for cookie in cookies {

@@ -13,12 +13,7 @@ pub use crate::{proc_tcp::parse_listeners, sockdiag::Listening};
 /// The listening sockets on `port` inside namespace `ns`: socket diagnostics (see
 /// `sockdiag`), or `/proc/net/tcp{,6}` where the kernel has none (see `proc_tcp`).
 pub fn listeners(ns: &NetnsHandle, port: u16) -> Result<Vec<Listening>> {
-    ns.run(|| {
-        Ok(crate::sockdiag::listening(port).unwrap_or_else(|e| {
-            tracing::debug!(error = %e, "no socket diagnostics: reading /proc/net/tcp");
-            crate::proc_tcp::listening(port)
-        }))
-    })
+    ns.listeners(port)
 }
 
 /// Every (pid, fd) holding the socket with `inode`: the processes of the namespace whose

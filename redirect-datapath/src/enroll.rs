@@ -125,6 +125,18 @@ pub fn inbound_port_keys(store: &mut dyn MapStore, cookie: u64) -> Result<Vec<Po
     keys_where::<PortKey, u8>(store, map_names::INBOUND_PORTS, |k| k.netns == cookie)
 }
 
+/// The `INBOUND_PORTS` keys [`write_inbound`] writes for `spec` under namespace `cookie`.
+pub fn port_keys_of(spec: &InboundSpec, cookie: u64) -> Vec<PortKey> {
+    port_entries(spec)
+        .into_iter()
+        .map(|(port, _)| PortKey {
+            netns: cookie.into(),
+            port,
+            _pad: [0; 6],
+        })
+        .collect()
+}
+
 /// Removes those of `keys` that `spec` no longer lists.
 pub fn remove_port_keys(
     store: &mut dyn MapStore,

@@ -24,6 +24,7 @@ pub mod probe;
 pub mod proc_tcp;
 pub mod program_stats;
 pub mod routes;
+pub mod rtnl;
 pub mod sockdiag;
 pub mod state;
 pub mod status;

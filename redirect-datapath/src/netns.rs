@@ -1,6 +1,8 @@
 //! Network namespaces, opened once: [`NetnsHandle`] holds the descriptor that every lookup
 //! (cookie, addresses, interfaces, routes, listeners) and the sk_lookup link of one apply go
-//! through, so they all see one namespace whatever its path names meanwhile.
+//! through, so they all see one namespace whatever its path names meanwhile. One thread enters
+//! the namespace, once, when it is opened: it reads the cookie and makes the namespace's
+//! rtnetlink and sock_diag sockets, which every later lookup uses from the caller's thread.
 use std::{
     fs::File,
     net::IpAddr,
@@ -9,12 +11,23 @@ use std::{
         unix::fs::MetadataExt as _,
     },
     path::{Path, PathBuf},
+    sync::{Arc, Mutex},
 };
 
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    rtnl::RouteSocket,
+    sockdiag::{DiagSocket, Listening},
+};
 
-/// `::6`, the proxy's IPv6 passthrough source.
-const PASSTHROUGH_V6: IpAddr = IpAddr::V6(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6));
+/// The sockets made inside the namespace when it was opened.
+#[derive(Debug)]
+struct Sockets {
+    route: RouteSocket,
+    /// `None` where the kernel has no `NETLINK_SOCK_DIAG` (listeners then come from
+    /// `/proc/net/tcp`, read by a thread inside the namespace).
+    diag: Option<DiagSocket>,
+}
 
 /// A network namespace opened by path: the descriptor, and the cookie and inode read from
 /// it when it was opened.
@@ -25,26 +38,34 @@ pub struct NetnsHandle {
     cookie: u64,
     dev: u64,
     ino: u64,
+    sockets: Arc<Mutex<Sockets>>,
 }
 
 impl NetnsHandle {
-    /// Opens the namespace at `path` (the only time the path is opened) and reads its cookie
-    /// through the descriptor.
+    /// Opens the namespace at `path` (the only time the path is opened); one thread enters
+    /// it through the descriptor to read its cookie and make its sockets.
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(|e| Error::io("opening network namespace", path, e))?;
         let meta = file
             .metadata()
             .map_err(|e| Error::io("reading network namespace", path, e))?;
-        let mut handle = Self {
+        let (cookie, sockets) = in_namespace(file.as_fd(), path, || {
+            let cookie = cookie_here()?;
+            let route = RouteSocket::open()?;
+            let diag = DiagSocket::open()
+                .inspect_err(|e| tracing::debug!(error = %e, "no NETLINK_SOCK_DIAG socket"))
+                .ok();
+            Ok((cookie, Sockets { route, diag }))
+        })?;
+        tracing::debug!(netns = %path.display(), cookie, inode = meta.ino(), "network namespace opened");
+        Ok(Self {
             file,
             path: path.to_path_buf(),
-            cookie: 0,
+            cookie,
             dev: meta.dev(),
             ino: meta.ino(),
-        };
-        handle.cookie = handle.read_cookie()?;
-        tracing::debug!(netns = %path.display(), cookie = handle.cookie, inode = handle.ino, "network namespace opened");
-        Ok(handle)
+            sockets: Arc::new(Mutex::new(sockets)),
+        })
     }
 
     /// The same namespace on a second descriptor (`dup`): the path is not opened again.
@@ -58,6 +79,7 @@ impl NetnsHandle {
             cookie: self.cookie,
             dev: self.dev,
             ino: self.ino,
+            sockets: Arc::clone(&self.sockets),
         })
     }
 
@@ -78,81 +100,59 @@ impl NetnsHandle {
 
     /// Runs `f` on a thread that has entered this namespace.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> std::io::Result<T> + Send) -> Result<T> {
-        let fd = self.file.as_fd();
-        std::thread::scope(|s| {
-            s.spawn(move || {
-                nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET)
-                    .map_err(std::io::Error::from)?;
-                f()
-            })
-            .join()
-        })
-        .map_err(|_| {
-            Error::io(
-                "inspecting network namespace",
-                &self.path,
-                std::io::Error::other("thread panicked"),
-            )
-        })?
-        .map_err(|e| Error::io("inspecting network namespace", &self.path, e))
+        in_namespace(self.file.as_fd(), &self.path, f)
     }
 
     /// Reads the cookie again through the descriptor (`SO_NETNS_COOKIE` of a socket made in it).
     pub fn read_cookie(&self) -> Result<u64> {
-        self.run(|| {
-            // Unbound: binding would fail in a namespace whose loopback is down.
-            let socket = nix::sys::socket::socket(
-                nix::sys::socket::AddressFamily::Inet,
-                nix::sys::socket::SockType::Datagram,
-                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-                None,
-            )
-            .map_err(std::io::Error::from)?;
-            socket_cookie_of_netns(socket.as_fd())
-        })
+        self.run(cookie_here)
     }
 
-    /// The namespace's own addresses, loopback and `::6` excluded: `::6` is the proxy's IPv6
-    /// passthrough source that istio-proxy puts on every dual-stack pod's lo (the outbound
-    /// decision treats it as loopback), so it names no pod in the address-keyed `POD_ADDRS`.
+    /// Runs `f` with the namespace's rtnetlink socket (on the caller's thread).
+    pub fn with_route_socket<T>(
+        &self,
+        f: impl FnOnce(&RouteSocket) -> std::io::Result<T>,
+    ) -> Result<T> {
+        let sockets = self.sockets.lock().unwrap_or_else(|e| e.into_inner());
+        f(&sockets.route).map_err(|e| Error::io("inspecting network namespace", &self.path, e))
+    }
+
+    /// The namespace's own addresses, loopback and `::6` excluded (see
+    /// [`RouteSocket::addresses`]), sorted.
     pub fn addresses(&self) -> Result<Vec<IpAddr>> {
-        self.run(|| {
-            let mut out = Vec::new();
-            for ifa in nix::ifaddrs::getifaddrs().map_err(std::io::Error::from)? {
-                let Some(addr) = ifa.address else { continue };
-                let ip = if let Some(v4) = addr.as_sockaddr_in() {
-                    IpAddr::V4(v4.ip())
-                } else if let Some(v6) = addr.as_sockaddr_in6() {
-                    IpAddr::V6(v6.ip())
-                } else {
-                    continue;
-                };
-                if !ip.is_loopback() && ip != PASSTHROUGH_V6 && !out.contains(&ip) {
-                    out.push(ip);
-                }
-            }
-            out.sort();
-            Ok(out)
-        })
+        self.with_route_socket(RouteSocket::addresses)
     }
 
     /// The index of each of `names` inside the namespace, `None` for a name it has no
     /// interface of.
     pub fn ifindexes(&self, names: &[String]) -> Result<Vec<Option<u32>>> {
-        if names.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.run(|| {
-            Ok(names
-                .iter()
-                .map(|n| nix::net::if_::if_nametoindex(n.as_str()).ok())
-                .collect())
-        })
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.with_route_socket(|s| s.indexes(&names))
     }
 
     /// The index of interface `name` inside the namespace, `None` when it has no such interface.
     pub fn ifindex(&self, name: &str) -> Result<Option<u32>> {
-        self.run(|| Ok(nix::net::if_::if_nametoindex(name).ok()))
+        Ok(self
+            .with_route_socket(|s| s.indexes(&[name]))?
+            .pop()
+            .flatten())
+    }
+
+    /// The TCP sockets listening on `port` in the namespace: socket diagnostics through the
+    /// namespace's own socket, or `/proc/net/tcp{,6}` read inside it where the kernel has
+    /// none (see `proc_tcp`).
+    pub fn listeners(&self, port: u16) -> Result<Vec<Listening>> {
+        {
+            let sockets = self.sockets.lock().unwrap_or_else(|e| e.into_inner());
+            match sockets.diag.as_ref().map(|d| d.listening(port)) {
+                Some(Ok(found)) => return Ok(found),
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "no socket diagnostics: reading /proc/net/tcp")
+                }
+                None => {}
+            }
+        }
+        self.run(|| Ok(crate::proc_tcp::listening(port)))
     }
 
     /// Whether its path still names this namespace (same device and inode; the path is
@@ -195,6 +195,44 @@ impl AsFd for NetnsHandle {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
     }
+}
+
+/// Runs `f` on a thread that has entered the namespace of descriptor `fd` (`path` names it in
+/// errors).
+fn in_namespace<T: Send>(
+    fd: BorrowedFd<'_>,
+    path: &Path,
+    f: impl FnOnce() -> std::io::Result<T> + Send,
+) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(std::io::Error::from)?;
+            f()
+        })
+        .join()
+    })
+    .map_err(|_| {
+        Error::io(
+            "inspecting network namespace",
+            path,
+            std::io::Error::other("thread panicked"),
+        )
+    })?
+    .map_err(|e| Error::io("inspecting network namespace", path, e))
+}
+
+/// The cookie of the calling thread's namespace: `SO_NETNS_COOKIE` of a socket made in it
+/// (unbound: binding would fail in a namespace whose loopback is down).
+fn cookie_here() -> std::io::Result<u64> {
+    let socket = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(std::io::Error::from)?;
+    socket_cookie_of_netns(socket.as_fd())
 }
 
 /// The cookie of the namespace at `path` (opened once, for this one answer).

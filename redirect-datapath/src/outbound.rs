@@ -174,7 +174,8 @@ fn cidr_key(netns: u64, net: &IpNet) -> Key<CidrKey> {
     )
 }
 
-const TRIES: [&str; 3] = [
+/// The CIDR tries of a namespace's outbound rules.
+pub const TRIES: [&str; 3] = [
     map_names::OUT_EXCLUDE,
     map_names::OUT_INCLUDE,
     map_names::OUT_ROUTES,
@@ -216,18 +217,52 @@ pub fn stored_routes(store: &mut dyn MapStore, netns: u64) -> Result<Vec<(IpNet,
     Ok(out)
 }
 
-fn port_keys(store: &mut dyn MapStore, netns: u64) -> Result<Vec<PortKey>> {
-    keys_where::<PortKey, u8>(store, map_names::OUT_PORTS, |k| k.netns == netns)
+/// The keys of one namespace's outbound rules: `OUT_PORTS`, and each trie of [`TRIES`].
+#[derive(Clone, Default)]
+pub struct OutKeys {
+    /// `OUT_PORTS` keys.
+    pub ports: Vec<PortKey>,
+    /// Keys of `OUT_EXCLUDE`, `OUT_INCLUDE` and `OUT_ROUTES`, in [`TRIES`]' order.
+    pub tries: [Vec<Key<CidrKey>>; 3],
+}
+
+impl std::fmt::Debug for OutKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tries: Vec<usize> = self.tries.iter().map(Vec::len).collect();
+        f.debug_struct("OutKeys")
+            .field("ports", &self.ports.len())
+            .field("tries", &tries)
+            .finish()
+    }
+}
+
+/// The outbound rule keys stored for `netns`, found by iterating the maps.
+pub fn out_keys(store: &mut dyn MapStore, netns: u64) -> Result<OutKeys> {
+    Ok(OutKeys {
+        ports: keys_where::<PortKey, u8>(store, map_names::OUT_PORTS, |k| k.netns == netns)?,
+        tries: [
+            trie_keys(store, TRIES[0], netns)?,
+            trie_keys(store, TRIES[1], netns)?,
+            trie_keys(store, TRIES[2], netns)?,
+        ],
+    })
 }
 
 /// Writes `c` under `netns` (the cookie, or 0 for the default policy): rules first, the policy
 /// value last (it is what turns them on), then drops rules of a previous policy that `c` lacks.
 pub fn write(store: &mut dyn MapStore, netns: u64, c: &Compiled) -> Result<()> {
-    let mut old_tries = Vec::new();
-    for name in TRIES {
-        old_tries.push(trie_keys(store, name, netns)?);
-    }
-    let old_ports = port_keys(store, netns)?;
+    let old = out_keys(store, netns)?;
+    write_over(store, netns, c, &old).map(|_| ())
+}
+
+/// [`write`] over a previous policy whose rule keys are `old` (none are looked for in the
+/// maps). Returns the rule keys now stored.
+pub fn write_over(
+    store: &mut dyn MapStore,
+    netns: u64,
+    c: &Compiled,
+    old: &OutKeys,
+) -> Result<OutKeys> {
     let sets: [Vec<(IpNet, u8)>; 3] = [
         c.exclude.iter().map(|n| (*n, 1)).collect(),
         c.include.iter().map(|n| (*n, 1)).collect(),
@@ -236,13 +271,16 @@ pub fn write(store: &mut dyn MapStore, netns: u64, c: &Compiled) -> Result<()> {
             .map(|(n, via)| (*n, u8::from(*via)))
             .collect(),
     ];
+    let mut now = OutKeys::default();
     let mut keep: Vec<HashSet<Vec<u8>>> = Vec::new();
-    for (name, set) in TRIES.iter().zip(&sets) {
+    for ((name, set), keys) in TRIES.iter().zip(&sets).zip(&mut now.tries) {
         let mut trie = lpm::<CidrKey, u8>(store, name)?;
         let mut kept = HashSet::new();
         for (net, value) in set {
             let key = cidr_key(netns, net);
-            kept.insert(key_bytes(&key));
+            if kept.insert(key_bytes(&key)) {
+                keys.push(key);
+            }
             trie.insert(&key, *value, 0)
                 .map_err(map_error("writing", name))?;
         }
@@ -251,27 +289,31 @@ pub fn write(store: &mut dyn MapStore, netns: u64, c: &Compiled) -> Result<()> {
     {
         let mut ports = hash::<PortKey, u8>(store, map_names::OUT_PORTS)?;
         for (port, bits) in &c.ports {
+            let key = port_key(netns, *port);
             ports
-                .insert(port_key(netns, *port), *bits, 0)
+                .insert(key, *bits, 0)
                 .map_err(map_error("writing", map_names::OUT_PORTS))?;
+            if !now.ports.iter().any(|k| k.port == key.port) {
+                now.ports.push(key);
+            }
         }
     }
     hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?
         .insert(netns, c.policy, 0)
         .map_err(map_error("writing", map_names::NETNS_OUTBOUND))?;
-    for ((name, old), kept) in TRIES.iter().zip(old_tries).zip(&keep) {
+    for ((name, old), kept) in TRIES.iter().zip(&old.tries).zip(&keep) {
         let mut trie = lpm::<CidrKey, u8>(store, name)?;
         for key in old.iter().filter(|k| !kept.contains(&key_bytes(k))) {
             let _ = trie.remove(key);
         }
     }
     let mut ports = hash::<PortKey, u8>(store, map_names::OUT_PORTS)?;
-    for key in old_ports {
+    for key in &old.ports {
         if !c.ports.iter().any(|(p, _)| *p == key.port) {
-            let _ = ports.remove(&key);
+            let _ = ports.remove(key);
         }
     }
-    Ok(())
+    Ok(now)
 }
 
 /// Removes `netns`'s outbound policy (first: capture stops) and then its rules.

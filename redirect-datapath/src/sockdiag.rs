@@ -21,26 +21,52 @@ pub struct Listening {
     pub ipv6: bool,
 }
 
+/// A `NETLINK_SOCK_DIAG` socket of one namespace (made inside it, then used from any thread).
+#[derive(Debug)]
+pub struct DiagSocket {
+    socket: Socket,
+    seq: std::sync::atomic::AtomicU32,
+}
+
+impl DiagSocket {
+    /// A socket in the calling thread's namespace.
+    pub fn open() -> std::io::Result<Self> {
+        let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
+        socket.bind_auto()?;
+        socket.connect(&SocketAddr::new(0, 0))?;
+        Ok(Self {
+            socket,
+            seq: std::sync::atomic::AtomicU32::new(1),
+        })
+    }
+
+    /// The TCP sockets listening on `port` in its namespace, IPv4 then IPv6. Each dump has
+    /// its own sequence number; answers to another (a dump that failed half-way) are skipped.
+    pub fn listening(&self, port: u16) -> std::io::Result<Vec<Listening>> {
+        let mut out = Vec::new();
+        for family in [AF_INET, AF_INET6] {
+            let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            dump(&self.socket, seq, family, port, &mut out)?;
+        }
+        Ok(out)
+    }
+}
+
 /// The TCP sockets listening on `port` in this thread's namespace, IPv4 then IPv6.
 pub fn listening(port: u16) -> std::io::Result<Vec<Listening>> {
-    let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
-    let mut out = Vec::new();
-    for family in [AF_INET, AF_INET6] {
-        dump(&mut socket, family, port, &mut out)?;
-    }
-    Ok(out)
+    DiagSocket::open()?.listening(port)
 }
 
 fn dump(
-    socket: &mut Socket,
+    socket: &Socket,
+    seq: u32,
     family: u8,
     port: u16,
     out: &mut Vec<Listening>,
 ) -> std::io::Result<()> {
     let mut header = NetlinkHeader::default();
     header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    header.sequence_number = seq;
     let mut socket_id = if family == AF_INET {
         SocketId::new_v4()
     } else {
@@ -70,6 +96,13 @@ fn dump(
             let msg = <NetlinkMessage<SockDiagMessage>>::deserialize(&recv[offset..size])
                 .map_err(|e| std::io::Error::other(format!("sock_diag answer: {e}")))?;
             let len = msg.header.length as usize;
+            if msg.header.sequence_number != seq {
+                if len == 0 {
+                    break;
+                }
+                offset += len;
+                continue;
+            }
             match msg.payload {
                 // The kernel filters listeners by the request's source port; checked again
                 // here all the same.

@@ -102,8 +102,31 @@ pub fn install_missing(packages: &[String], no_remove: bool) -> anyhow::Result<(
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
+/// Whether `/proc/mounts` text has a bpf filesystem mounted at `at`.
+fn bpffs_mounted_in(mounts: &str, at: &str) -> bool {
+    mounts.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.get(1) == Some(&at) && f.get(2) == Some(&"bpf")
+    })
+}
+
+/// Mounts the host's bpffs at `/sys/fs/bpf` where the boot did not (systemd does; a bare
+/// machine or container may not): the node datapath and the tests pin there. `redirect`
+/// itself never mounts one (it would be private to its mount namespace), it says so instead.
+fn mount_bpffs() -> anyhow::Result<()> {
+    const AT: &str = "/sys/fs/bpf";
+    let mounts = std::fs::read_to_string("/proc/mounts").context("reading /proc/mounts")?;
+    if bpffs_mounted_in(&mounts, AT) || !util::is_root() || !std::path::Path::new(AT).is_dir() {
+        return Ok(());
+    }
+    eprintln!("xtask setup: mounting the bpf filesystem at {AT} (not mounted at boot here)");
+    run(Command::new("mount").args(["-t", "bpf", "bpf", AT]))
+        .with_context(|| format!("run by hand: mount -t bpf bpf {AT}"))
+}
+
 /// Installs whatever is missing. With everything present it only runs a few queries.
 pub fn setup() -> anyhow::Result<()> {
+    mount_bpffs()?;
     let llvm = nightly_llvm_major()?;
     let mut packages: Vec<String> =
         vec![format!("llvm-{llvm}-dev"), format!("libpolly-{llvm}-dev")];
@@ -146,6 +169,17 @@ pub fn setup() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::parse_llvm_major;
+
+    #[test]
+    fn finds_a_bpffs_mount() {
+        let mounts = "sysfs /sys sysfs rw 0 0\nbpf /sys/fs/bpf bpf rw,relatime 0 0\n";
+        assert!(super::bpffs_mounted_in(mounts, "/sys/fs/bpf"));
+        assert!(!super::bpffs_mounted_in(
+            "tmpfs /sys/fs/bpf tmpfs rw 0 0\n",
+            "/sys/fs/bpf"
+        ));
+        assert!(!super::bpffs_mounted_in("", "/sys/fs/bpf"));
+    }
 
     #[test]
     fn reads_llvm_major() {

@@ -8,7 +8,8 @@ use redirect_common::map_names;
 use redirect_policy::{inbound_kernel, Policy};
 
 use super::{
-    entries::{owned_addresses, seed_proxy_listeners, write_ifaces},
+    entries::{seed_proxy_listeners, write_ifaces},
+    index::{Index, Owned},
     ipv6_follows, needs,
     pins::pin_err,
     sizing, Applied, NodeDatapath,
@@ -51,19 +52,30 @@ impl NodeDatapath {
             self.remove_stale()?;
         }
         let new = !self.has_policy(cookie)?;
+        let enrolled = self.index()?.policies();
         self.quotas.check(&sizing::Enrollment {
             netns: netns_path,
             policy,
             compiled: &compiled,
             addrs: &addrs,
             new,
-            enrolled: outbound::count(&mut self.maps)?,
+            enrolled,
         })?;
+        // A namespace the index does not know but the kernel has a policy for was written by
+        // another process: its entries are looked for in the maps.
+        let old = match self.index()?.get(cookie) {
+            Some(old) => old,
+            None if new => Owned::default(),
+            None => Owned::scan(&mut self.maps, cookie)?,
+        };
         let written = self
-            .write_all(ns, policy, &addrs, &compiled)
-            .and_then(|inbound| ns.verify().map(|()| inbound));
+            .write_all(ns, policy, &addrs, &compiled, &old)
+            .and_then(|done| ns.verify().map(|()| done));
         let inbound = match written {
-            Ok(inbound) => inbound,
+            Ok((inbound, owned)) => {
+                self.index()?.set(cookie, owned);
+                inbound
+            }
             Err(e) => {
                 tracing::warn!(netns = %netns_path.display(), cookie, error = %e, "applying failed: removing everything written for the namespace");
                 if let Err(undo) = self.remove_policy(cookie, netns_path) {
@@ -102,38 +114,60 @@ impl NodeDatapath {
         .is_ok())
     }
 
-    /// Every write of an apply, the outbound policy last. Returns whether inbound is on.
+    /// The namespaces' entries, read from the maps on first use.
+    pub(super) fn index(&mut self) -> Result<&mut Index> {
+        if self.index.is_none() {
+            self.index = Some(Index::build(&mut self.maps)?);
+        }
+        Ok(self.index.get_or_insert_with(Index::default))
+    }
+
+    /// Every write of an apply over the namespace's previous entries `old`, the outbound
+    /// policy last. Returns whether inbound is on, and the entries the namespace now owns.
     fn write_all(
         &mut self,
         ns: &NetnsHandle,
         policy: &Policy,
         addrs: &[std::net::IpAddr],
         compiled: &outbound::Compiled,
-    ) -> Result<bool> {
+        old: &Owned,
+    ) -> Result<(bool, Owned)> {
         let (netns_path, cookie) = (ns.path(), ns.cookie());
-        let old = owned_addresses(&mut self.maps, cookie)?;
-        enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old, addrs)?;
+        enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old.addrs, addrs)?;
+        let mut now = Owned {
+            addrs: addrs.to_vec(),
+            ..Owned::default()
+        };
         let spec = inbound_kernel::spec_of(policy, netns_path);
         let inbound = spec.is_some();
         if let Some(spec) = spec {
             // New rules first, stale ones after: a re-apply never leaves a moment without one.
-            let stale = enroll::inbound_port_keys(&mut self.maps, cookie)?;
             enroll::write_inbound(&mut self.maps, &spec, cookie)?;
-            enroll::remove_port_keys(&mut self.maps, &stale, &spec)?;
+            enroll::remove_port_keys(&mut self.maps, &old.inbound_ports, &spec)?;
+            now.inbound_ports = enroll::port_keys_of(&spec, cookie);
             self.attach_sk_lookup(ns)?;
             enroll::adopt_listeners(&mut self.maps, &spec, ns)?;
         } else {
-            enroll::remove_inbound(&mut self.maps, cookie)?;
+            let _ = hash::<u64, redirect_common::InboundPolicy>(
+                &mut self.maps,
+                map_names::NETNS_INBOUND,
+            )?
+            .remove(&cookie);
+            let mut ports =
+                hash::<redirect_common::PortKey, u8>(&mut self.maps, map_names::INBOUND_PORTS)?;
+            for key in &old.inbound_ports {
+                let _ = ports.remove(key);
+            }
             // With no inbound policy the program passes every lookup: the link is how the
             // kernel tells whether this namespace is gone (see `remove_stale`).
             self.attach_sk_lookup(ns)?;
         }
-        write_ifaces(&mut self.maps, ns, policy)?;
-        outbound::write(&mut self.maps, cookie, compiled)?;
+        now.ifaces = write_ifaces(&mut self.maps, ns, policy, &old.ifaces)?;
+        now.out = outbound::write_over(&mut self.maps, cookie, compiled, &old.out)?;
         // After the policy: from now on sock_ops counts listen() calls; this counts the
         // listeners that were there before.
         seed_proxy_listeners(&mut self.maps, ns, policy.proxy_port)?;
-        Ok(inbound)
+        Ok((inbound, now))
     }
 
     pub(super) fn attach_sk_lookup(&mut self, ns: &NetnsHandle) -> Result<()> {

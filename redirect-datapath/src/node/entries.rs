@@ -1,6 +1,6 @@
 //! One namespace's entries outside the policy value: its addresses, its interfaces (`-c`,
 //! `-k`) and the count of listeners on its outbound port.
-use redirect_common::map_names;
+use redirect_common::{map_names, IfKey};
 
 use redirect_policy::Policy;
 
@@ -25,12 +25,14 @@ pub(super) fn owned_addresses(
 }
 
 /// Interfaces whose arriving traffic istio-iptables RETURNs in PREROUTING (`-c`, `-k`), by
-/// index in the namespace; names that do not exist (yet) are skipped with a warning.
+/// index in the namespace, replacing the namespace's previous keys `old`; names that do not
+/// exist (yet) are skipped with a warning. Returns the keys written.
 pub(super) fn write_ifaces(
     store: &mut dyn MapStore,
     ns: &NetnsHandle,
     policy: &Policy,
-) -> Result<()> {
+    old: &[IfKey],
+) -> Result<Vec<IfKey>> {
     let cookie = ns.cookie();
     let mut wanted: Vec<(String, u8)> = Vec::new();
     for (names, bit) in [
@@ -49,29 +51,30 @@ pub(super) fn write_ifaces(
     }
     let names: Vec<String> = wanted.iter().map(|(n, _)| n.clone()).collect();
     let indexes = ns.ifindexes(&names)?;
-    remove_ifaces(store, cookie)?;
-    let mut map = hash::<redirect_common::IfKey, u8>(store, map_names::IFACES)?;
+    let mut map = hash::<IfKey, u8>(store, map_names::IFACES)?;
+    for key in old {
+        let _ = map.remove(key);
+    }
+    let mut written = Vec::new();
     for ((name, bits), index) in wanted.iter().zip(indexes) {
         let Some(ifindex) = index else {
             tracing::warn!(interface = %name, netns = %ns.path().display(), "interface not found; its inbound traffic is not exempted");
             continue;
         };
-        map.insert(
-            redirect_common::IfKey {
-                netns: cookie.into(),
-                ifindex,
-                _pad: 0,
-            },
-            *bits,
-            0,
-        )
-        .map_err(crate::store::map_error("writing", map_names::IFACES))?;
+        let key = IfKey {
+            netns: cookie.into(),
+            ifindex,
+            _pad: 0,
+        };
+        map.insert(key, *bits, 0)
+            .map_err(crate::store::map_error("writing", map_names::IFACES))?;
+        written.push(key);
     }
-    Ok(())
+    Ok(written)
 }
 
 pub(super) fn remove_ifaces(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
-    remove_where::<redirect_common::IfKey, u8>(store, map_names::IFACES, |k| k.netns == cookie)
+    remove_where::<IfKey, u8>(store, map_names::IFACES, |k| k.netns == cookie)
 }
 
 /// Counts the sockets already listening on the outbound port (sock_ops only sees listen()

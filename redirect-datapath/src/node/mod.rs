@@ -7,6 +7,7 @@
 //! sk_lookup link). Removing the directory detaches everything.
 mod apply;
 mod entries;
+mod index;
 pub mod layout;
 pub mod needs;
 mod pins;
@@ -58,6 +59,8 @@ pub struct NodeDatapath {
     /// Whether every apply first removes the policies of namespaces that are gone (the CLI,
     /// which has no other moment to); the daemon does it on its tick instead.
     sweep_on_apply: bool,
+    /// What each namespace owns in the maps (read on first use, kept by every write here).
+    index: Option<index::Index>,
 }
 
 /// What `apply` did for a namespace.
@@ -108,6 +111,7 @@ impl NodeDatapath {
             quotas: sizing::read(dir)?,
             sk_lookup: pinned_sk_lookup(dir),
             sweep_on_apply: true,
+            index: None,
         })
     }
 
@@ -248,7 +252,18 @@ impl NodeDatapath {
         let _ = hash::<u64, u64>(&mut self.maps, map_names::LOCAL_COUNTS)?.remove(&cookie);
         let old = owned_addresses(&mut self.maps, cookie)?;
         enroll::sync_addresses(&mut self.maps, shown, cookie, &old, &[])?;
+        // Found by iterating the maps, whatever the index says: nothing can be left behind.
+        if let Some(index) = &mut self.index {
+            index.forget(cookie);
+        }
         tracing::info!(netns = %shown.display(), cookie, "policy removed");
+        Ok(())
+    }
+
+    /// Reads what each namespace owns from the maps again: for a process that keeps the
+    /// datapath open while another may write it between two of its locks.
+    pub fn reindex(&mut self) -> Result<()> {
+        self.index = Some(index::Index::build(&mut self.maps)?);
         Ok(())
     }
 
@@ -259,13 +274,14 @@ impl NodeDatapath {
     pub fn refresh(&mut self, ns: &NetnsHandle, policy: &Policy) -> Result<Vec<std::net::IpAddr>> {
         let (netns_path, cookie) = (ns.path(), ns.cookie());
         let addrs = ns.addresses()?;
-        let old = owned_addresses(&mut self.maps, cookie)?;
-        let (mut a, mut b) = (addrs.clone(), old.clone());
+        let old = self.index()?.owned(cookie);
+        let (mut a, mut b) = (addrs.clone(), old.addrs.clone());
         a.sort();
         b.sort();
         let addrs_changed = a != b;
         if addrs_changed {
-            enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old, &addrs)?;
+            enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old.addrs, &addrs)?;
+            self.index()?.set_addrs(cookie, &addrs);
             tracing::info!(netns = %netns_path.display(), addrs = ?addrs, "pod addresses changed");
         }
         if !policy.exclude_interfaces.is_empty() {
@@ -276,7 +292,8 @@ impl NodeDatapath {
                 let ipv6 = ipv6_follows(policy, &addrs);
                 let mut compiled = outbound::compile(policy, ipv6, routes.entries)?;
                 compiled.policy.netns_ino = ns.inode();
-                outbound::write(&mut self.maps, cookie, &compiled)?;
+                let out = outbound::write_over(&mut self.maps, cookie, &compiled, &old.out)?;
+                self.index()?.set_out(cookie, out);
             }
         }
         Ok(addrs)

@@ -13,16 +13,20 @@ use ipnet::IpNet;
 pub use self::table::{resolve, Resolved, Route, Tables};
 use crate::{error::Result, netns::NetnsHandle};
 
-/// Reads the namespace's routes and rules and resolves them for the interfaces `excluded`
-/// (names; one the namespace does not have excludes nothing).
+/// Reads the namespace's routes and rules over its rtnetlink socket (no thread enters it) and
+/// resolves them for the interfaces `excluded` (names; one the namespace does not have
+/// excludes nothing).
 pub fn resolve_in(ns: &NetnsHandle, excluded: &[String]) -> Result<Resolved> {
-    ns.run(|| {
-        let index = |name: &str| nix::net::if_::if_nametoindex(name).ok();
-        let excluded: Vec<u32> = excluded.iter().filter_map(|n| index(n)).collect();
+    let mut names: Vec<&str> = excluded.iter().map(String::as_str).collect();
+    names.push("lo");
+    ns.with_route_socket(|socket| {
+        let mut indexes = socket.indexes(&names)?;
+        let lo = indexes.pop().flatten().unwrap_or(1);
+        let excluded: Vec<u32> = indexes.into_iter().flatten().collect();
         if excluded.is_empty() {
             return Ok(Resolved::default());
         }
-        let tables = netlink::read(index("lo").unwrap_or(1))?;
+        let tables = netlink::read(socket, lo)?;
         Ok(table::resolve(&tables, &excluded))
     })
 }

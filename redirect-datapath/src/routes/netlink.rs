@@ -1,5 +1,5 @@
-//! Reads the routes of every table and the ip rules of the current network namespace over
-//! rtnetlink (`RTM_GETROUTE` and `RTM_GETRULE` dumps), into the model of `table`.
+//! Reads the routes of every table and the ip rules of a network namespace over its
+//! rtnetlink socket (`RTM_GETROUTE` and `RTM_GETRULE` dumps), into the model of `table`.
 //!
 //! Netlink rather than `/proc/net/{route,ipv6_route}`: those show IPv4's main table only, one
 //! nexthop of a multipath route, no table for IPv6 and no rules, which the choice needs.
@@ -9,40 +9,30 @@ use std::{
 };
 
 use ipnet::IpNet;
-use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
-};
 use netlink_packet_route::{
     route::{RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteNextHopFlags, RouteType},
     rule::{RuleAction, RuleAttribute, RuleFlags, RuleMessage},
     AddressFamily, RouteNetlinkMessage,
 };
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 use super::table::{Route, Tables, TABLE_LOCAL, TABLE_MAIN};
+use crate::rtnl::{retry_torn, RouteSocket};
 
 /// Table id of `default`, looked up last by IPv4's default rules.
 const TABLE_DEFAULT: u32 = 253;
 
 /// The current namespace's routes and rules; `lo` is the loopback's ifindex (local delivery
 /// leaves by it, whatever device holds the address).
-pub(super) fn read(lo: u32) -> io::Result<Tables> {
-    let mut tries = 0;
-    loop {
-        match read_once(lo) {
-            // The tables changed while they were dumped: read them again.
-            Err(e) if e.kind() == io::ErrorKind::Interrupted && tries < 4 => tries += 1,
-            other => return other,
-        }
-    }
+pub(super) fn read(socket: &RouteSocket, lo: u32) -> io::Result<Tables> {
+    // The tables changed while they were dumped: read them again.
+    retry_torn(|| read_once(socket, lo))
 }
 
-fn read_once(lo: u32) -> io::Result<Tables> {
-    let socket = open()?;
+fn read_once(socket: &RouteSocket, lo: u32) -> io::Result<Tables> {
     let mut tables = Tables::default();
-    for msg in dump(
-        &socket,
+    for msg in socket.dump(
         RouteNetlinkMessage::GetRoute(RouteMessage::default()),
+        "RTM_GETROUTE dump",
     )? {
         if let RouteNetlinkMessage::NewRoute(m) = msg {
             tables.routes.extend(route_of(&m, lo));
@@ -50,9 +40,9 @@ fn read_once(lo: u32) -> io::Result<Tables> {
     }
     let (mut v4, mut v6) = (Vec::new(), Vec::new());
     let (mut odd_v4, mut odd_v6) = (false, false);
-    for msg in dump(
-        &socket,
+    for msg in socket.dump(
         RouteNetlinkMessage::GetRule(RuleMessage::default()),
+        "RTM_GETRULE dump",
     )? {
         let RouteNetlinkMessage::NewRule(m) = msg else {
             continue;
@@ -78,61 +68,6 @@ fn read_once(lo: u32) -> io::Result<Tables> {
             ];
     tables.policy_rules_v6 = odd_v6 || v6 != [(0, TABLE_LOCAL), (32766, TABLE_MAIN)];
     Ok(tables)
-}
-
-fn open() -> io::Result<Socket> {
-    let mut socket = Socket::new(NETLINK_ROUTE)?;
-    socket.bind_auto()?;
-    socket.connect(&SocketAddr::new(0, 0))?;
-    Ok(socket)
-}
-
-/// Sends one dump request and collects its answers up to `NLMSG_DONE`; a dump the kernel
-/// marks inconsistent (`NLM_F_DUMP_INTR`: changed meanwhile) is an `Interrupted` error.
-fn dump(socket: &Socket, request: RouteNetlinkMessage) -> io::Result<Vec<RouteNetlinkMessage>> {
-    let what = match &request {
-        RouteNetlinkMessage::GetRoute(_) => "RTM_GETROUTE dump",
-        _ => "RTM_GETRULE dump",
-    };
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
-    header.sequence_number = 1;
-    let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(request));
-    packet.finalize();
-    let mut buf = vec![0; packet.buffer_len()];
-    packet.serialize(&mut buf);
-    socket.send(&buf, 0)?;
-    let mut out = Vec::new();
-    let mut torn = false;
-    loop {
-        let (datagram, _) = socket.recv_from_full()?;
-        let mut offset = 0;
-        while offset < datagram.len() {
-            let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&datagram[offset..])
-                .map_err(|e| io::Error::other(format!("{what}: decoding an answer: {e}")))?;
-            let len = msg.header.length as usize;
-            torn |= msg.header.flags & NLM_F_DUMP_INTR != 0;
-            match msg.payload {
-                NetlinkPayload::Done(_) if torn => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::Interrupted,
-                        format!("{what}: the tables changed during the dump"),
-                    ))
-                }
-                NetlinkPayload::Done(_) => return Ok(out),
-                NetlinkPayload::Error(e) if e.code.is_some() => {
-                    let err = e.to_io();
-                    return Err(io::Error::new(err.kind(), format!("{what}: {err}")));
-                }
-                NetlinkPayload::InnerMessage(m) => out.push(m),
-                _ => {}
-            }
-            if len == 0 {
-                break;
-            }
-            offset += (len + 3) & !3;
-        }
-    }
 }
 
 /// One dumped route in the model; `None` for other families and cached clones.

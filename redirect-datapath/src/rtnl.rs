@@ -1,0 +1,178 @@
+//! A namespace's rtnetlink socket ([`RouteSocket`]): made once inside the namespace, then used
+//! from any thread (a socket stays in the namespace it was created in), so its addresses,
+//! interfaces, routes and rules are read without entering it again.
+use std::{
+    io,
+    net::IpAddr,
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
+};
+use netlink_packet_route::{
+    address::{AddressAttribute, AddressMessage},
+    link::{LinkAttribute, LinkMessage},
+    RouteNetlinkMessage,
+};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+/// `::6`, the proxy's IPv6 passthrough source.
+const PASSTHROUGH_V6: IpAddr = IpAddr::V6(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6));
+
+/// An rtnetlink socket of one namespace. Each dump carries its own sequence number and
+/// answers to another (left by a dump that failed half-way) are skipped, so one socket
+/// serves every read of the namespace's life.
+#[derive(Debug)]
+pub struct RouteSocket {
+    socket: Socket,
+    seq: AtomicU32,
+}
+
+impl RouteSocket {
+    /// A socket in the calling thread's namespace.
+    pub fn open() -> io::Result<Self> {
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        socket.bind_auto()?;
+        socket.connect(&SocketAddr::new(0, 0))?;
+        Ok(Self {
+            socket,
+            seq: AtomicU32::new(1),
+        })
+    }
+
+    /// Sends one dump request and collects its answers up to `NLMSG_DONE`; a dump the kernel
+    /// marks inconsistent (`NLM_F_DUMP_INTR`: changed meanwhile) is an `Interrupted` error.
+    pub fn dump(
+        &self,
+        request: RouteNetlinkMessage,
+        what: &'static str,
+    ) -> io::Result<Vec<RouteNetlinkMessage>> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        header.sequence_number = seq;
+        let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(request));
+        packet.finalize();
+        let mut buf = vec![0; packet.buffer_len()];
+        packet.serialize(&mut buf);
+        self.socket.send(&buf, 0)?;
+        let mut out = Vec::new();
+        let mut torn = false;
+        loop {
+            let (datagram, _) = self.socket.recv_from_full()?;
+            let mut offset = 0;
+            while offset < datagram.len() {
+                let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&datagram[offset..])
+                    .map_err(|e| {
+                    io::Error::other(format!("{what}: decoding an answer: {e}"))
+                })?;
+                let len = msg.header.length as usize;
+                if msg.header.sequence_number == seq {
+                    torn |= msg.header.flags & NLM_F_DUMP_INTR != 0;
+                    match msg.payload {
+                        NetlinkPayload::Done(_) if torn => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::Interrupted,
+                                format!("{what}: the tables changed during the dump"),
+                            ))
+                        }
+                        NetlinkPayload::Done(_) => return Ok(out),
+                        NetlinkPayload::Error(e) if e.code.is_some() => {
+                            let err = e.to_io();
+                            return Err(io::Error::new(err.kind(), format!("{what}: {err}")));
+                        }
+                        NetlinkPayload::InnerMessage(m) => out.push(m),
+                        _ => {}
+                    }
+                }
+                if len == 0 {
+                    break;
+                }
+                offset += (len + 3) & !3;
+            }
+        }
+    }
+
+    /// The namespace's own addresses, loopback and `::6` excluded, sorted: `::6` is the
+    /// proxy's IPv6 passthrough source that istio-proxy puts on every dual-stack pod's lo (the
+    /// outbound decision treats it as loopback), so it names no pod in `POD_ADDRS`. The
+    /// local address where the kernel gives one (`IFA_LOCAL`: point-to-point links), as
+    /// `getifaddrs` reports it.
+    pub fn addresses(&self) -> io::Result<Vec<IpAddr>> {
+        let mut out = Vec::new();
+        let answers = retry_torn(|| {
+            self.dump(
+                RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+                "RTM_GETADDR dump",
+            )
+        })?;
+        for msg in answers {
+            let RouteNetlinkMessage::NewAddress(m) = msg else {
+                continue;
+            };
+            let local = m.attributes.iter().find_map(|a| match a {
+                AddressAttribute::Local(ip) => Some(*ip),
+                _ => None,
+            });
+            let address = m.attributes.iter().find_map(|a| match a {
+                AddressAttribute::Address(ip) => Some(*ip),
+                _ => None,
+            });
+            let Some(ip) = local.or(address) else {
+                continue;
+            };
+            if !ip.is_loopback() && ip != PASSTHROUGH_V6 && !out.contains(&ip) {
+                out.push(ip);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Every interface of the namespace: (index, name).
+    pub fn links(&self) -> io::Result<Vec<(u32, String)>> {
+        let answers = retry_torn(|| {
+            self.dump(
+                RouteNetlinkMessage::GetLink(LinkMessage::default()),
+                "RTM_GETLINK dump",
+            )
+        })?;
+        Ok(answers
+            .into_iter()
+            .filter_map(|msg| match msg {
+                RouteNetlinkMessage::NewLink(m) => {
+                    let name = m.attributes.iter().find_map(|a| match a {
+                        LinkAttribute::IfName(n) => Some(n.clone()),
+                        _ => None,
+                    })?;
+                    Some((m.header.index, name))
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The index of each of `names`, `None` for a name the namespace has no interface of.
+    pub fn indexes(&self, names: &[&str]) -> io::Result<Vec<Option<u32>>> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let links = self.links()?;
+        Ok(names
+            .iter()
+            .map(|n| links.iter().find(|(_, l)| l == n).map(|(i, _)| *i))
+            .collect())
+    }
+}
+
+/// Runs `read` again (up to four times) while the kernel reports the dump torn.
+pub fn retry_torn<T>(mut read: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    let mut tries = 0;
+    loop {
+        match read() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted && tries < 4 => tries += 1,
+            other => return other,
+        }
+    }
+}
