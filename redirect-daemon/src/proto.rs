@@ -62,6 +62,23 @@ pub enum Request {
     Status,
 }
 
+impl Request {
+    /// Its `op` on the wire.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Enroll { .. } => "enroll",
+            Request::Unenroll { .. } => "unenroll",
+            Request::List => "list",
+            Request::Uninstall => "uninstall",
+            Request::PodAdd { .. } => "pod_add",
+            Request::PodDel { .. } => "pod_del",
+            Request::PodCheck { .. } => "pod_check",
+            Request::PodGc { .. } => "pod_gc",
+            Request::Status => "status",
+        }
+    }
+}
+
 /// The pod a CNI call names (from `CNI_ARGS` and `CNI_CONTAINERID`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodRef {

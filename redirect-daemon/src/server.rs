@@ -375,7 +375,13 @@ impl Daemon {
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
         let request = read_frame(BufReader::new(&stream)).and_then(|line| decode_request(&line));
         let response = match request {
-            Ok(req) => self.handle(req),
+            Ok(req) => {
+                let (op, t0) = (req.op(), Instant::now());
+                let response = self.handle(req);
+                let elapsed_us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+                tracing::debug!(op, ok = response.ok, elapsed_us, "request served");
+                response
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "bad request refused");
                 Response::failed(format!("bad request: {e}"))

@@ -202,6 +202,36 @@ impl Bench {
         }
     }
 
+    /// The plugin's ADD request sent straight to the daemon's socket (what `redirect-cni`
+    /// sends, without its exec): milliseconds from connect to the answer, which the daemon
+    /// gives once the pod's policy is in the kernel's maps.
+    fn socket_add(&self, pod: &CniPod) -> anyhow::Result<f64> {
+        use std::io::BufRead as _;
+        let node = self.cni.as_ref().context("CNI node")?;
+        let request = json!({
+            "op": "pod_add",
+            "pod": {"namespace": "bench", "name": pod.name, "uid": format!("uid-{}", pod.name),
+                    "container_id": format!("sandbox-{}", pod.name)},
+            "netns": pod.ns.path(),
+            "ips": [pod.ip],
+        });
+        let mut line = request.to_string();
+        line.push('\n');
+        let t0 = Instant::now();
+        let mut stream = std::os::unix::net::UnixStream::connect(node.dir.join("daemon.sock"))
+            .context("connecting to the daemon's socket")?;
+        stream.write_all(line.as_bytes())?;
+        let mut answer = String::new();
+        std::io::BufReader::new(&stream).read_line(&mut answer)?;
+        let ms = t0.elapsed().as_secs_f64() * 1000.0;
+        let v: serde_json::Value = serde_json::from_str(&answer)
+            .with_context(|| format!("the daemon's answer {answer:?}"))?;
+        if v["ok"] != true || v["pod"]["meshed"] != true {
+            bail!("pod_add through the daemon's socket: {answer}");
+        }
+        Ok(ms)
+    }
+
     /// Unenrolls an eBPF pod (CNI DEL, not timed).
     fn cni_del(&self, mode: Mode, pod: &CniPod) -> anyhow::Result<()> {
         if mode == Mode::Ebpf {
@@ -240,6 +270,31 @@ impl Bench {
                 );
                 self.samples.push(sample);
             }
+            // The floor of any exec-based path: one exec of a program that does nothing.
+            let ms = timed(Command::new("true").stdin(Stdio::piped()), "")?;
+            self.samples.push(Sample::new(
+                "cni-add",
+                "one at a time",
+                "floor: exec of true",
+                round * serial + i,
+                ms,
+                "ms",
+                false,
+            ));
+            // The daemon's part alone: the same request on its socket, no exec.
+            let pod = self.cni_pod(Mode::Ebpf, i)?;
+            let ms = self.socket_add(&pod)?;
+            self.assert_captured(Mode::Ebpf, &pod)?;
+            self.cni_del(Mode::Ebpf, &pod)?;
+            self.samples.push(Sample::new(
+                "cni-add",
+                "one at a time",
+                "ebpf: daemon socket",
+                round * serial + i,
+                ms,
+                "ms",
+                false,
+            ));
         }
         for mode in modes {
             let pods: Vec<CniPod> = (0..parallel)

@@ -268,7 +268,7 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
                 ));
             }
         }
-        let pods = p.rounds * (p.cni_serial + p.cni_parallel) + 1;
+        let pods = p.rounds * (2 * p.cni_serial + p.cni_parallel) + 1;
         for round in 0..p.rounds {
             progress(&format!("CNI ADD round {}/{}", round + 1, p.rounds))?;
             b.cni_round(round, p.cni_serial, p.cni_parallel, pods)?;

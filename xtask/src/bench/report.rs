@@ -27,6 +27,18 @@ pub const MODES: [&str; 5] = [
     "iptables-nft",
 ];
 
+/// The rows of a table: every mode, the eBPF path's daemon part on its own (its socket,
+/// without the plugin's exec) and the floor of an exec-based path (an exec of `true`).
+const ROWS: [&str; 7] = [
+    "direct",
+    "explicit",
+    "ebpf",
+    "ebpf: daemon socket",
+    "floor: exec of true",
+    "iptables-legacy",
+    "iptables-nft",
+];
+
 fn groups(samples: &[Sample]) -> Vec<((String, String), Vec<&Sample>)> {
     let mut order: Vec<(String, String)> = Vec::new();
     for s in samples {
@@ -69,7 +81,7 @@ pub fn markdown(report: &Report) -> String {
         let unit = samples.first().map(|s| s.unit.clone()).unwrap_or_default();
         let _ = writeln!(out, "\n## {workload} ({variant}), {unit}\n");
         out.push_str("| mode | n | median | p99 | min-max | / explicit | / iptables-legacy | CPU ms per 1,000 conns |\n|---|---|---|---|---|---|---|---|\n");
-        for s in summarise(&samples, &MODES) {
+        for s in summarise(&samples, &ROWS) {
             let _ = writeln!(
                 out,
                 "| {} | {} | {:.1} | {:.1} | {:.1}-{:.1} | {} | {} | {} |",
@@ -198,7 +210,7 @@ pub fn write(report: &Report, dir: &Path) -> anyhow::Result<()> {
         if workload == "rules" {
             continue;
         }
-        let sums: Vec<Summary> = summarise(&samples, &MODES);
+        let sums: Vec<Summary> = summarise(&samples, &ROWS);
         let bars: Vec<(String, f64)> = sums.iter().map(|s| (s.mode.clone(), s.median)).collect();
         let unit = samples.first().map(|s| s.unit.clone()).unwrap_or_default();
         let stem: String = format!("{workload}-{variant}")
