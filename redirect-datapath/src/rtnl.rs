@@ -30,7 +30,9 @@ pub struct RouteSocket {
 }
 
 impl RouteSocket {
-    /// A socket in the calling thread's namespace.
+    /// A socket in the calling thread's namespace, connected to the kernel (port id 0): the
+    /// kernel then refuses unicasts from any other sender, so a process of the namespace (the
+    /// pod's own, with NET_ADMIN or not) cannot put answers into it.
     pub fn open() -> io::Result<Self> {
         let mut socket = Socket::new(NETLINK_ROUTE)?;
         socket.bind_auto()?;
@@ -60,7 +62,11 @@ impl RouteSocket {
         let mut out = Vec::new();
         let mut torn = false;
         loop {
-            let (datagram, _) = self.socket.recv_from_full()?;
+            let (datagram, from) = self.socket.recv_from_full()?;
+            if from.port_number() != 0 {
+                // Not the kernel's (the connect already refuses these): never read.
+                continue;
+            }
             let mut offset = 0;
             while offset < datagram.len() {
                 let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&datagram[offset..])

@@ -29,7 +29,8 @@ pub struct DiagSocket {
 }
 
 impl DiagSocket {
-    /// A socket in the calling thread's namespace.
+    /// A socket in the calling thread's namespace, connected to the kernel (port id 0), so no
+    /// process of the namespace can send into it.
     pub fn open() -> std::io::Result<Self> {
         let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
         socket.bind_auto()?;
