@@ -13,7 +13,7 @@ use crate::{
     datapath::{Datapath, Enrolled},
     error::{Error, Result},
     netns::NetnsHandle,
-    store::{hash, keys_where, map_error, remove_where, MapStore},
+    store::{hash, keys_where, map_error, MapStore},
 };
 
 /// `POD_ADDRS` key of an address.
@@ -113,11 +113,21 @@ pub fn write_inbound(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64) 
 /// Removes namespace `cookie`'s inbound policy and port rules (its addresses stay: the
 /// outbound rules use them too).
 pub fn remove_inbound(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
+    let keys = inbound_port_keys(store, cookie)?;
+    remove_inbound_keys(store, cookie, &keys)
+}
+
+/// [`remove_inbound`] when the namespace's `INBOUND_PORTS` keys are known (`keys`).
+pub fn remove_inbound_keys(store: &mut dyn MapStore, cookie: u64, keys: &[PortKey]) -> Result<()> {
     {
         let mut policies = hash::<u64, InboundPolicy>(store, map_names::NETNS_INBOUND)?;
         let _ = policies.remove(&cookie);
     }
-    remove_where::<PortKey, u8>(store, map_names::INBOUND_PORTS, |k| k.netns == cookie)
+    let mut ports = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?;
+    for key in keys {
+        let _ = ports.remove(key);
+    }
+    Ok(())
 }
 
 /// `INBOUND_PORTS` keys of namespace `cookie`.

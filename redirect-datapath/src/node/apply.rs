@@ -148,16 +148,7 @@ impl NodeDatapath {
             self.attach_sk_lookup(ns)?;
             enroll::adopt_listeners(&mut self.maps, &spec, ns)?;
         } else {
-            let _ = hash::<u64, redirect_common::InboundPolicy>(
-                &mut self.maps,
-                map_names::NETNS_INBOUND,
-            )?
-            .remove(&cookie);
-            let mut ports =
-                hash::<redirect_common::PortKey, u8>(&mut self.maps, map_names::INBOUND_PORTS)?;
-            for key in &old.inbound_ports {
-                let _ = ports.remove(key);
-            }
+            enroll::remove_inbound_keys(&mut self.maps, cookie, &old.inbound_ports)?;
             // With no inbound policy the program passes every lookup: the link is how the
             // kernel tells whether this namespace is gone (see `remove_stale`).
             self.attach_sk_lookup(ns)?;
