@@ -108,6 +108,10 @@ pub enum Command {
         /// File with one excluded CIDR per line (# comments allowed), for long lists.
         #[arg(long, value_name = "FILE")]
         exclude_cidr_file: Option<PathBuf>,
+        /// Connections in hand-off at once (connected to the proxy, its side of the handshake
+        /// not complete; steered inbound, not yet established): the size of each connection map.
+        #[arg(long, value_name = "M", env = "REDIRECT_MAX_CONNECTIONS", default_value_t = redirect_datapath::node::sizing::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1025..=4_194_304))]
+        max_connections: u32,
     },
     /// Run a command inside a captured cgroup (moves itself there, then execs CMD).
     ///

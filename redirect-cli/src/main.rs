@@ -114,6 +114,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             inbound,
             exclude_cidr,
             exclude_cidr_file,
+            max_connections,
         } => attach_cmd::attach(
             AttachOptions {
                 cgroup,
@@ -127,6 +128,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     exclude_cidr,
                     exclude_cidr_file.as_deref(),
                 )?,
+                max_connections,
             },
             metrics_file.as_deref(),
         ),
@@ -145,7 +147,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cgroup,
             proxy_cgroup,
             metrics.map(|addr| (addr, metrics_per_namespace)),
-            sizing.quotas(),
+            sizing.quotas()?,
             kube.options()?,
         ),
         Command::Enroll {

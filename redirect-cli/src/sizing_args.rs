@@ -1,9 +1,9 @@
-//! Node sizing flags (`--max-pods`, `--quota-*`): they size the shared maps when a node
+//! Node sizing flags (`--max-pods`, `--max-connections`, `--quota-*`): they size the shared maps when a node
 //! datapath is created and become its per-namespace quotas. The same names as environment
 //! variables serve the commands that create a datapath without flags of their own
 //! (`istio-iptables`, whose arguments are Istio's, and `vm`).
 use clap::{Args, Parser};
-use redirect_datapath::node::sizing::Quotas;
+use redirect_datapath::node::sizing::{Quotas, DEFAULT_MAX_CONNECTIONS};
 
 /// Node sizing, used only when the datapath is created (later runs use the pinned one's).
 #[derive(Debug, Clone, Args)]
@@ -11,6 +11,12 @@ pub struct Sizing {
     /// Namespaces the node datapath holds; every shared map is sized from it times the quotas.
     #[arg(long, value_name = "N", env = "REDIRECT_MAX_PODS", default_value_t = Quotas::default().max_pods, value_parser = clap::value_parser!(u32).range(1..=65_535))]
     pub max_pods: u32,
+    /// Connections in hand-off at once on the node (connected to a proxy, its side of the
+    /// handshake not complete; steered inbound, not yet established; a pod's connects to its own
+    /// addresses in handshake): the size of each connection map (TRACKED, LOCAL_CONNECTS, the
+    /// inbound LRU). It must hold every namespace's --quota-handshakes at once.
+    #[arg(long, value_name = "M", env = "REDIRECT_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1025..=4_194_304))]
+    pub max_connections: u32,
     /// Per namespace: ports in each port list (-b, -d, -o, -q).
     #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_PORTS", default_value_t = Quotas::default().ports, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub quota_ports: u32,
@@ -30,22 +36,30 @@ pub struct Sizing {
     /// port, its side of the handshake not yet complete); above it SO_ORIGINAL_DST is unanswered
     /// for that namespace only (counter handoff_quota). The same bound applies to the pod's
     /// connects to its own addresses in handshake (above it, steered inbound: local_quota).
-    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_HANDSHAKES", default_value_t = Quotas::default().handshakes, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub quota_handshakes: u32,
+    /// Default: an equal share of --max-connections, (M - 1024) / (N + 1) (64 at the defaults).
+    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_HANDSHAKES", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub quota_handshakes: Option<u32>,
 }
 
 impl Sizing {
-    /// The quotas these flags say.
-    pub fn quotas(&self) -> Quotas {
-        Quotas {
+    /// The quotas these flags say; an error when the connection maps could not hold every
+    /// namespace's hand-off quota at once.
+    pub fn quotas(&self) -> anyhow::Result<Quotas> {
+        let q = Quotas {
             max_pods: self.max_pods,
             ports: self.quota_ports,
             cidrs: self.quota_cidrs,
             addresses: self.quota_addresses,
             interfaces: self.quota_interfaces,
             routes: self.quota_routes,
-            handshakes: self.quota_handshakes,
-        }
+            handshakes: self
+                .quota_handshakes
+                .unwrap_or_else(|| Quotas::handshakes_for(self.max_pods, self.max_connections)),
+            max_connections: self.max_connections,
+        };
+        q.validate()
+            .map_err(|e| anyhow::anyhow!("node sizing: {e}"))?;
+        Ok(q)
     }
 
     /// The sizing the environment (`REDIRECT_MAX_PODS`, `REDIRECT_QUOTA_*`) asks for, else the
@@ -59,6 +73,6 @@ impl Sizing {
         let parsed = EnvOnly::try_parse_from(["redirect"]).map_err(|e| {
             anyhow::anyhow!("node sizing from the environment: {}", e.to_string().trim())
         })?;
-        Ok(parsed.sizing.quotas())
+        parsed.sizing.quotas()
     }
 }

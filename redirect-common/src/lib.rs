@@ -37,7 +37,7 @@ pub mod map_names {
     pub const INBOUND: &str = "INBOUND";
     /// `HashMap<u64, InboundPolicy>`: netns cookie -> inbound capture policy of an enrolled namespace.
     pub const NETNS_INBOUND: &str = "NETNS_INBOUND";
-    /// `HashMap<PortKey, u8>`: (netns cookie, port) -> [`crate::PORT_EXCLUDED`] or [`crate::PORT_INCLUDED`].
+    /// `LpmTrie<PortKey, u8>` (full-length keys): (netns cookie, port) -> [`crate::PORT_EXCLUDED`] or [`crate::PORT_INCLUDED`].
     pub const INBOUND_PORTS: &str = "INBOUND_PORTS";
     /// `HashMap<AddrKey, u64>`: an enrolled namespace's own address -> its netns cookie.
     pub const POD_ADDRS: &str = "POD_ADDRS";
@@ -51,7 +51,7 @@ pub mod map_names {
     pub const OUT_INCLUDE: &str = "OUT_INCLUDE";
     /// `LpmTrie<CidrKey, u8>`: the namespace's routes, 1 when through an excluded interface.
     pub const OUT_ROUTES: &str = "OUT_ROUTES";
-    /// `HashMap<PortKey, u8>`: outbound port rules (-o / -q).
+    /// `LpmTrie<PortKey, u8>` (full-length keys): outbound port rules (-o / -q).
     pub const OUT_PORTS: &str = "OUT_PORTS";
     /// `HashMap<IfKey, u8>`: interfaces whose arriving traffic is never inbound-captured (-c, -k).
     pub const IFACES: &str = "IFACES";
@@ -100,7 +100,10 @@ pub const INBOUND_MAX_ENTRIES: u32 = 65_536;
 /// Maximum enrolled namespaces (and listeners) per datapath.
 pub const MAX_NAMESPACES: u32 = 4096;
 
-/// Key of [`map_names::INBOUND_PORTS`].
+/// Key data of the port tries [`map_names::OUT_PORTS`] and [`map_names::INBOUND_PORTS`], each
+/// entry at the full length [`PortKey::BITS`]: LPM tries used as exact-match maps, because a
+/// trie allocates on insert (its memory is the rules written, not its capacity), while a hash
+/// pays a bucket for every entry it could hold.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PortKey {
@@ -110,6 +113,22 @@ pub struct PortKey {
     pub port: u16,
     /// Explicit padding; always zero.
     pub _pad: [u8; 6],
+}
+const _: () = assert!(core::mem::size_of::<PortKey>() == 16);
+
+impl PortKey {
+    /// The prefix length of every entry and lookup: the whole key (an exact match).
+    pub const BITS: u32 = 8 * core::mem::size_of::<Self>() as u32;
+
+    /// The key of `port` (host order) of namespace `netns`.
+    #[inline(always)]
+    pub const fn new(netns: u64, port: u16) -> Self {
+        Self {
+            netns: NetnsCookie(netns),
+            port,
+            _pad: [0; 6],
+        }
+    }
 }
 
 /// Key of [`map_names::NETNS_COUNTERS`].
@@ -228,11 +247,9 @@ pub mod prog_names {
     pub const BIND6: &str = "redirect_bind6";
 }
 
-/// Maximum entries of [`map_names::TRACKED`] where no node sizing applies (`redirect attach`).
+/// Maximum entries of [`map_names::TRACKED`] in the object; every loader sets its own from the
+/// node sizing (`--max-connections`).
 pub const TRACKED_MAX_ENTRIES: u32 = 262_144;
-/// Hand-offs one policy may have in flight at once where no node sizing applies
-/// (`redirect attach`: its one default policy may use the whole map).
-pub const ATTACH_HANDOFF_QUOTA: u64 = TRACKED_MAX_ENTRIES as u64;
 /// Name of the BPF global (read-only data) holding the per-policy hand-off quota.
 pub const HANDOFF_QUOTA_GLOBAL: &str = "HANDOFF_QUOTA";
 

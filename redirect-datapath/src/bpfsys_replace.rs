@@ -100,6 +100,73 @@ const LRU_HASH: u32 = 9;
 const LRU_PERCPU_HASH: u32 = 10;
 const LPM_TRIE: u32 = 11;
 
+/// Whether the entries of hash `old` can be carried into trie `new` ([`copy_hash_into_trie`]):
+/// the trie's key is the hash's key behind a 4-byte prefix length, the value the same.
+pub fn hash_becomes_trie(old: &MapDef, new: &MapDef) -> bool {
+    old.map_type == HASH
+        && new.map_type == LPM_TRIE
+        && new.key_size == old.key_size + 4
+        && new.value_size == old.value_size
+}
+
+/// Copies every entry of hash `from` into LPM trie `to` at the full key length (the trie used
+/// as an exact-match map, see [`hash_becomes_trie`]). Returns the number of entries copied.
+pub fn copy_hash_into_trie(
+    from: BorrowedFd<'_>,
+    to: BorrowedFd<'_>,
+    def: MapDef,
+) -> io::Result<usize> {
+    let mut value = vec![0u8; def.value_size as usize];
+    let mut trie_key = (def.key_size * 8).to_ne_bytes().to_vec();
+    trie_key.resize(4 + def.key_size as usize, 0);
+    for_each_key(from, def.key_size, &mut value, |key, value| {
+        trie_key[4..].copy_from_slice(key);
+        elem(
+            BPF_MAP_UPDATE_ELEM,
+            to,
+            trie_key.as_ptr(),
+            value.as_mut_ptr(),
+        )
+    })
+}
+
+/// Calls `put` with every key of hash or trie `from` (keys of `key_size` bytes) and its value
+/// (read into `value`); an entry deleted between the two reads is skipped. Returns how many
+/// `put` took.
+fn for_each_key(
+    from: BorrowedFd<'_>,
+    key_size: u32,
+    value: &mut [u8],
+    mut put: impl FnMut(&[u8], &mut [u8]) -> io::Result<()>,
+) -> io::Result<usize> {
+    let mut key = vec![0u8; key_size as usize];
+    let mut next = vec![0u8; key_size as usize];
+    let mut first = true;
+    let mut copied = 0;
+    loop {
+        let start = if first {
+            std::ptr::null()
+        } else {
+            key.as_ptr()
+        };
+        match elem(BPF_MAP_GET_NEXT_KEY, from, start, next.as_mut_ptr()) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(copied),
+            Err(e) => return Err(e),
+        }
+        first = false;
+        std::mem::swap(&mut key, &mut next);
+        match elem(BPF_MAP_LOOKUP_ELEM, from, key.as_ptr(), value.as_mut_ptr()) {
+            Ok(()) => {}
+            // Deleted by a program between the two calls: nothing to carry over.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) => return Err(e),
+        }
+        put(&key, value)?;
+        copied += 1;
+    }
+}
+
 /// Whether user space can copy the entries of a map of this type ([`copy_entries`]).
 pub fn copyable(map_type: u32) -> bool {
     matches!(
@@ -137,39 +204,16 @@ pub fn copy_entries(
         def.value_size as usize
     };
     let mut value = vec![0u8; value_len];
-    let mut copied = 0;
     if matches!(def.map_type, ARRAY | PERCPU_ARRAY) {
-        for i in 0..def.max_entries.min(to_max) {
+        let n = def.max_entries.min(to_max);
+        for i in 0..n {
             let key = i.to_ne_bytes();
             elem(BPF_MAP_LOOKUP_ELEM, from, key.as_ptr(), value.as_mut_ptr())?;
             elem(BPF_MAP_UPDATE_ELEM, to, key.as_ptr(), value.as_mut_ptr())?;
-            copied += 1;
         }
-        return Ok(copied);
+        return Ok(n as usize);
     }
-    let mut key = vec![0u8; def.key_size as usize];
-    let mut next = vec![0u8; def.key_size as usize];
-    let mut first = true;
-    loop {
-        let start = if first {
-            std::ptr::null()
-        } else {
-            key.as_ptr()
-        };
-        match elem(BPF_MAP_GET_NEXT_KEY, from, start, next.as_mut_ptr()) {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(copied),
-            Err(e) => return Err(e),
-        }
-        first = false;
-        std::mem::swap(&mut key, &mut next);
-        match elem(BPF_MAP_LOOKUP_ELEM, from, key.as_ptr(), value.as_mut_ptr()) {
-            Ok(()) => {}
-            // Deleted by a program between the two calls: nothing to carry over.
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-            Err(e) => return Err(e),
-        }
-        elem(BPF_MAP_UPDATE_ELEM, to, key.as_ptr(), value.as_mut_ptr())?;
-        copied += 1;
-    }
+    for_each_key(from, def.key_size, &mut value, |key, value| {
+        elem(BPF_MAP_UPDATE_ELEM, to, key.as_ptr(), value.as_mut_ptr())
+    })
 }

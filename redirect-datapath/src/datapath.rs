@@ -39,6 +39,13 @@ pub struct AttachOptions {
     /// Outbound IPv4 destinations never captured (istio-iptables -x).
     #[serde(default)]
     pub exclude_cidrs: Vec<ipnet::Ipv4Net>,
+    /// Connections in hand-off at once (`--max-connections`): the connection maps' size.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+}
+
+fn default_max_connections() -> u32 {
+    crate::node::sizing::DEFAULT_MAX_CONNECTIONS
 }
 
 /// A namespace whose inbound connections are steered.
@@ -107,15 +114,27 @@ impl Datapath {
         };
         let probed = preflight::require_kernel_support()?;
         let object = object::bpf_object().ok_or(Error::NoObject)?;
-        let mut ebpf = EbpfLoader::new()
+        // Sized as a node of 110 pods (or one per --inbound namespace, if more); one box has no
+        // per-namespace hand-off quota: the default policy may use the whole connection map.
+        let sizing = crate::node::sizing::Quotas {
+            max_pods: 110.max(u32::try_from(options.inbound.len()).unwrap_or(u32::MAX)),
+            max_connections: options.max_connections,
+            ..Default::default()
+        };
+        let quota = u64::from(
+            options
+                .max_connections
+                .saturating_sub(crate::node::sizing::HANDOFF_SLACK)
+                .max(1),
+        );
+        let mut loader = EbpfLoader::new();
+        loader
             .override_global("AYA_LOG_LEVEL", &options.bpf_log_level, false)
-            .override_global(
-                redirect_common::HANDOFF_QUOTA_GLOBAL,
-                &redirect_common::ATTACH_HANDOFF_QUOTA,
-                true,
-            )
-            .load(object)
-            .map_err(|e| Error::Load(Box::new(e)))?;
+            .override_global(redirect_common::HANDOFF_QUOTA_GLOBAL, &quota, true);
+        for (name, size) in sizing.map_sizes() {
+            loader.map_max_entries(name, size);
+        }
+        let mut ebpf = loader.load(object).map_err(|e| Error::Load(Box::new(e)))?;
         let logger = match EbpfLogger::init(&mut ebpf) {
             Ok(l) => Some(l),
             Err(e) => {
@@ -247,6 +266,7 @@ mod tests {
             bpf_log_level: 0,
             inbound: Vec::new(),
             exclude_cidrs: vec!["10.96.1.7/12".parse().expect("cidr")],
+            max_connections: 8192,
         };
         let c = outbound::compile(&opts.policy(), false, Vec::new()).expect("compile");
         let k = c.policy;

@@ -13,7 +13,7 @@ use crate::{
     datapath::{Datapath, Enrolled},
     error::{Error, Result},
     netns::NetnsHandle,
-    store::{hash, keys_where, map_error, MapStore},
+    store::{hash, map_error, port_keys_where, ports, MapStore},
 };
 
 /// `POD_ADDRS` key of an address.
@@ -86,22 +86,9 @@ impl Datapath {
 /// Writes `spec`'s inbound policy and port rules for namespace `cookie`.
 pub fn write_inbound(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64) -> Result<()> {
     {
-        let mut ports = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?;
-        let mut put = |port: u16, rule: u8| {
-            ports
-                .insert(
-                    PortKey {
-                        netns: cookie.into(),
-                        port,
-                        _pad: [0; 6],
-                    },
-                    rule,
-                    0,
-                )
-                .map_err(map_error("writing", map_names::INBOUND_PORTS))
-        };
+        let mut ports = ports(store, map_names::INBOUND_PORTS)?;
         for (port, rule) in port_entries(spec) {
-            put(port, rule)?;
+            ports.insert(PortKey::new(cookie, port), rule)?;
         }
     }
     // The policy last: it is what makes sk_lookup act on the namespace.
@@ -123,27 +110,23 @@ pub fn remove_inbound_keys(store: &mut dyn MapStore, cookie: u64, keys: &[PortKe
         let mut policies = hash::<u64, InboundPolicy>(store, map_names::NETNS_INBOUND)?;
         let _ = policies.remove(&cookie);
     }
-    let mut ports = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?;
+    let mut ports = ports(store, map_names::INBOUND_PORTS)?;
     for key in keys {
-        let _ = ports.remove(key);
+        ports.remove(key);
     }
     Ok(())
 }
 
 /// `INBOUND_PORTS` keys of namespace `cookie`.
 pub fn inbound_port_keys(store: &mut dyn MapStore, cookie: u64) -> Result<Vec<PortKey>> {
-    keys_where::<PortKey, u8>(store, map_names::INBOUND_PORTS, |k| k.netns == cookie)
+    port_keys_where(store, map_names::INBOUND_PORTS, |k| k.netns == cookie)
 }
 
 /// The `INBOUND_PORTS` keys [`write_inbound`] writes for `spec` under namespace `cookie`.
 pub fn port_keys_of(spec: &InboundSpec, cookie: u64) -> Vec<PortKey> {
     port_entries(spec)
         .into_iter()
-        .map(|(port, _)| PortKey {
-            netns: cookie.into(),
-            port,
-            _pad: [0; 6],
-        })
+        .map(|(port, _)| PortKey::new(cookie, port))
         .collect()
 }
 
@@ -153,13 +136,13 @@ pub fn remove_port_keys(
     keys: &[PortKey],
     spec: &InboundSpec,
 ) -> Result<()> {
-    let mut ports = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?;
+    let mut ports = ports(store, map_names::INBOUND_PORTS)?;
     let written = port_entries(spec);
     for k in keys
         .iter()
         .filter(|k| !written.iter().any(|(p, _)| *p == k.port))
     {
-        let _ = ports.remove(k);
+        ports.remove(k);
     }
     Ok(())
 }

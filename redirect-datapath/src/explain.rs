@@ -122,15 +122,8 @@ pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<E
     let nic = trie(map_names::OUT_ROUTES)?.is_some_and(|v| v != 0);
     let exclude = trie(map_names::OUT_EXCLUDE)?.is_some();
     let include = trie(map_names::OUT_INCLUDE)?.is_some();
-    let ports = hash::<PortKey, u8>(store, map_names::OUT_PORTS)?
-        .get(
-            &PortKey {
-                netns: key.into(),
-                port: dst.port(),
-                _pad: [0; 6],
-            },
-            0,
-        )
+    let ports = crate::store::ports(store, map_names::OUT_PORTS)?
+        .get(&PortKey::new(key, dst.port()))
         .unwrap_or(0);
     let passthrough_src = src.is_some_and(|s| {
         s == IpAddr::from([127, 0, 0, 6])

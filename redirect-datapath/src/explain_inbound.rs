@@ -105,15 +105,8 @@ pub fn explain_inbound(
                 0,
             )
             .is_ok();
-    let rule = hash::<PortKey, u8>(store, map_names::INBOUND_PORTS)?
-        .get(
-            &PortKey {
-                netns: cookie.into(),
-                port: q.dst.port(),
-                _pad: [0; 6],
-            },
-            0,
-        )
+    let rule = crate::store::ports(store, map_names::INBOUND_PORTS)?
+        .get(&PortKey::new(cookie, q.dst.port()))
         .unwrap_or(0);
     let conn = InboundConn {
         netns: cookie,

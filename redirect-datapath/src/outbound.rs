@@ -19,7 +19,7 @@ use redirect_policy::{Cidrs, OwnerGroups, Policy};
 
 use crate::{
     error::{Error, Result},
-    store::{hash, keys_where, lpm, map_error, remove_where, MapStore},
+    store::{hash, lpm, map_error, port_keys_where, ports, remove_ports_where, MapStore},
 };
 
 /// The DNS capture port istio-iptables hard-codes.
@@ -239,7 +239,7 @@ impl std::fmt::Debug for OutKeys {
 /// The outbound rule keys stored for `netns`, found by iterating the maps.
 pub fn out_keys(store: &mut dyn MapStore, netns: u64) -> Result<OutKeys> {
     Ok(OutKeys {
-        ports: keys_where::<PortKey, u8>(store, map_names::OUT_PORTS, |k| k.netns == netns)?,
+        ports: port_keys_where(store, map_names::OUT_PORTS, |k| k.netns == netns)?,
         tries: [
             trie_keys(store, TRIES[0], netns)?,
             trie_keys(store, TRIES[1], netns)?,
@@ -287,12 +287,10 @@ pub fn write_over(
         keep.push(kept);
     }
     {
-        let mut ports = hash::<PortKey, u8>(store, map_names::OUT_PORTS)?;
+        let mut ports = ports(store, map_names::OUT_PORTS)?;
         for (port, bits) in &c.ports {
-            let key = port_key(netns, *port);
-            ports
-                .insert(key, *bits, 0)
-                .map_err(map_error("writing", map_names::OUT_PORTS))?;
+            let key = PortKey::new(netns, *port);
+            ports.insert(key, *bits)?;
             if !now.ports.iter().any(|k| k.port == key.port) {
                 now.ports.push(key);
             }
@@ -307,10 +305,10 @@ pub fn write_over(
             let _ = trie.remove(key);
         }
     }
-    let mut ports = hash::<PortKey, u8>(store, map_names::OUT_PORTS)?;
+    let mut ports = ports(store, map_names::OUT_PORTS)?;
     for key in &old.ports {
         if !c.ports.iter().any(|(p, _)| *p == key.port) {
-            let _ = ports.remove(key);
+            ports.remove(key);
         }
     }
     Ok(now)
@@ -329,15 +327,7 @@ pub fn remove(store: &mut dyn MapStore, netns: u64) -> Result<()> {
             let _ = trie.remove(&key);
         }
     }
-    remove_where::<PortKey, u8>(store, map_names::OUT_PORTS, |k| k.netns == netns)
-}
-
-fn port_key(netns: u64, port: u16) -> PortKey {
-    PortKey {
-        netns: netns.into(),
-        port,
-        _pad: [0; 6],
-    }
+    remove_ports_where(store, map_names::OUT_PORTS, |k| k.netns == netns)
 }
 
 fn key_bytes(k: &Key<CidrKey>) -> Vec<u8> {

@@ -2,9 +2,13 @@
 use std::collections::HashMap as StdHashMap;
 
 use aya::{
-    maps::{lpm_trie::LpmTrie, HashMap, Map, MapData},
+    maps::{
+        lpm_trie::{Key, LpmTrie},
+        HashMap, Map, MapData,
+    },
     Ebpf, Pod,
 };
+use redirect_common::PortKey;
 
 use crate::error::{Error, Result};
 
@@ -85,6 +89,83 @@ pub fn remove_where<K: Pod, V: Pod>(
     let mut map = hash::<K, V>(store, name)?;
     for k in keys {
         let _ = map.remove(&k);
+    }
+    Ok(())
+}
+
+/// A port trie (`OUT_PORTS`, `INBOUND_PORTS`): an LPM trie whose every key is a whole
+/// [`PortKey`] ([`PortKey::BITS`]), used as an exact-match map.
+pub struct PortTrie<'a> {
+    name: &'static str,
+    trie: LpmTrie<&'a mut MapData, PortKey, u8>,
+}
+
+impl std::fmt::Debug for PortTrie<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PortTrie")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl PortTrie<'_> {
+    /// The rule of `key`, if there is one.
+    pub fn get(&self, key: &PortKey) -> Option<u8> {
+        self.trie.get(&Key::new(PortKey::BITS, *key), 0).ok()
+    }
+
+    /// Writes the rule of `key`.
+    pub fn insert(&mut self, key: PortKey, value: u8) -> Result<()> {
+        self.trie
+            .insert(&Key::new(PortKey::BITS, key), value, 0)
+            .map_err(map_error("writing", self.name))
+    }
+
+    /// Removes the rule of `key` (absent is not an error).
+    pub fn remove(&mut self, key: &PortKey) {
+        let _ = self.trie.remove(&Key::new(PortKey::BITS, *key));
+    }
+
+    /// Every key stored.
+    pub fn keys(&self) -> Vec<PortKey> {
+        self.trie
+            .keys()
+            .filter_map(|k| k.ok())
+            .map(|k| k.data())
+            .collect()
+    }
+}
+
+/// The port trie `name`.
+pub fn ports<'a>(store: &'a mut dyn MapStore, name: &'static str) -> Result<PortTrie<'a>> {
+    Ok(PortTrie {
+        name,
+        trie: lpm::<PortKey, u8>(store, name)?,
+    })
+}
+
+/// The keys of port trie `name` that `pred` selects.
+pub fn port_keys_where(
+    store: &mut dyn MapStore,
+    name: &'static str,
+    pred: impl Fn(&PortKey) -> bool,
+) -> Result<Vec<PortKey>> {
+    Ok(ports(store, name)?
+        .keys()
+        .into_iter()
+        .filter(|k| pred(k))
+        .collect())
+}
+
+/// Removes the keys of port trie `name` that `pred` selects (a namespace's rules).
+pub fn remove_ports_where(
+    store: &mut dyn MapStore,
+    name: &'static str,
+    pred: impl Fn(&PortKey) -> bool,
+) -> Result<()> {
+    let mut trie = ports(store, name)?;
+    for k in trie.keys().into_iter().filter(|k| pred(k)) {
+        trie.remove(&k);
     }
     Ok(())
 }

@@ -87,13 +87,8 @@ impl Lookups for Maps {
 
     #[inline(always)]
     fn port_rule(&self, conn: &Conn) -> u8 {
-        let key = PortKey {
-            netns: NetnsCookie(self.key),
-            port: conn.dport,
-            _pad: [0; 6],
-        };
-        // SAFETY: value copied out at once.
-        unsafe { OUT_PORTS.get(key) }.copied().unwrap_or(0)
+        let key = Key::new(PortKey::BITS, PortKey::new(self.key, conn.dport));
+        OUT_PORTS.get(key).copied().unwrap_or(0)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The map-backed lookups of [`redirect_common::inbound::decide`] for sk_lookup (the inbound
 //! counterpart of `capture.rs`).
+use aya_ebpf::maps::lpm_trie::Key;
 use redirect_common::{
     inbound::{InboundConn, InboundPolicy, Lookups},
     AddrKey, IfKey, NetnsCookie, PortKey,
@@ -54,12 +55,7 @@ impl Lookups for Maps {
 
     #[inline(always)]
     fn port_rule(&self, conn: &InboundConn) -> u8 {
-        let key = PortKey {
-            netns: NetnsCookie(conn.netns),
-            port: conn.local_port,
-            _pad: [0; 6],
-        };
-        // SAFETY: value copied out at once.
-        unsafe { INBOUND_PORTS.get(key) }.copied().unwrap_or(0)
+        let key = Key::new(PortKey::BITS, PortKey::new(conn.netns, conn.local_port));
+        INBOUND_PORTS.get(key).copied().unwrap_or(0)
     }
 }

@@ -37,10 +37,10 @@ pub static OUT_ROUTES: LpmTrie<CidrKey, u8> = LpmTrie::with_max_entries(CIDR_MAX
 pub static IFACES: HashMap<IfKey, u8> =
     HashMap::with_max_entries(MAX_NAMESPACES * 4, BPF_F_NO_PREALLOC);
 
-/// (netns, port) -> `OUT_PORT_EXCLUDE` (`-o`) | `OUT_PORT_INCLUDE` (`-q`).
+/// (netns, port) -> `OUT_PORT_EXCLUDE` (`-o`) | `OUT_PORT_INCLUDE` (`-q`); full-length keys (a
+/// trie holds only the rules written, see [`PortKey`]).
 #[map(name = "OUT_PORTS")]
-pub static OUT_PORTS: HashMap<PortKey, u8> =
-    HashMap::with_max_entries(MAX_NAMESPACES * 16, BPF_F_NO_PREALLOC);
+pub static OUT_PORTS: LpmTrie<PortKey, u8> = LpmTrie::with_max_entries(MAX_NAMESPACES * 16, 0);
 
 /// One u64 per [`Counter`], per CPU.
 #[map(name = "COUNTERS")]
@@ -102,10 +102,9 @@ pub static INBOUND: LruHashMap<ConnKey, Tracked> =
 pub static NETNS_INBOUND: HashMap<u64, InboundPolicy> =
     HashMap::with_max_entries(MAX_NAMESPACES, BPF_F_NO_PREALLOC);
 
-/// (netns cookie, port) -> PORT_EXCLUDED or PORT_INCLUDED.
+/// (netns cookie, port) -> PORT_EXCLUDED or PORT_INCLUDED; full-length keys, as `OUT_PORTS`.
 #[map(name = "INBOUND_PORTS")]
-pub static INBOUND_PORTS: HashMap<PortKey, u8> =
-    HashMap::with_max_entries(MAX_NAMESPACES * 16, BPF_F_NO_PREALLOC);
+pub static INBOUND_PORTS: LpmTrie<PortKey, u8> = LpmTrie::with_max_entries(MAX_NAMESPACES * 16, 0);
 
 /// An enrolled namespace's own address -> its netns cookie (sk_lookup cannot read the cookie).
 #[map(name = "POD_ADDRS")]

@@ -185,6 +185,8 @@ fn a_pod_holding_connections_in_hand_off_uses_only_its_own_quota() {
     let sizing = [
         ("REDIRECT_MAX_PODS", "4"),
         ("REDIRECT_QUOTA_HANDSHAKES", "32"),
+        // Just enough for every namespace's quota at once: (4 + 1) x 32 + 1024.
+        ("REDIRECT_MAX_CONNECTIONS", "1184"),
     ];
     ok(
         &enroll(&pins, &cgroup, &hostile, &sizing),
@@ -197,7 +199,7 @@ fn a_pod_holding_connections_in_hand_off_uses_only_its_own_quota() {
     assert_eq!(
         redirect_tests::node::map_max_entries(&pins.0, "TRACKED"),
         5 * 32 + 1024,
-        "TRACKED is sized from the quota"
+        "TRACKED is sized from --max-connections"
     );
 
     // The hostile pod's "proxy" never accepts: past its backlog, connects stay in SYN_SENT

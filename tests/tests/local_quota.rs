@@ -56,13 +56,15 @@ fn a_pod_holding_connects_to_itself_uses_only_its_own_quota() {
     let sizing = [
         ("REDIRECT_MAX_PODS", "4"),
         ("REDIRECT_QUOTA_HANDSHAKES", "32"),
+        // Just enough for every namespace's quota at once: (4 + 1) x 32 + 1024.
+        ("REDIRECT_MAX_CONNECTIONS", "1184"),
     ];
     ok(&enroll(&pins, &cgroup, &hostile, &sizing), "enroll hostile");
     ok(&enroll(&pins, &cgroup, &neighbour, &[]), "enroll neighbour");
     assert_eq!(
         map_max_entries(&pins.0, "LOCAL_CONNECTS"),
         5 * 32 + 1024,
-        "LOCAL_CONNECTS is sized from the quota"
+        "LOCAL_CONNECTS is sized from --max-connections"
     );
 
     // A listener that never accepts: past its backlog, the pod's connects to itself stay in

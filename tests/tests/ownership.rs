@@ -25,7 +25,7 @@ fn a_layout_v0_datapath_is_refused_naming_both_versions() {
     let args = ["istio-iptables", "--netns", &netns, "--cgroup", &cgroup];
     node.ok(&[&args[..], &["-u", "1337", "-i", "*"]].concat());
     let status = node.ok(&["status"]);
-    assert!(status.contains("(layout v4)"), "{status}");
+    assert!(status.contains("(layout v5)"), "{status}");
     assert!(status.contains("owner: the CLI"), "{status}");
     assert!(
         status.contains(&format!("attached at cgroup {cgroup}")),
@@ -41,7 +41,7 @@ fn a_layout_v0_datapath_is_refused_naming_both_versions() {
         assert!(!out.status.success(), "{out:?}");
         let e = stderr(&out);
         assert!(
-            e.contains("has layout v0, this redirect reads and writes layout v4"),
+            e.contains("has layout v0, this redirect reads and writes layout v5"),
             "{e}"
         );
         assert!(e.contains("redirect uninstall"), "{e}");

@@ -176,3 +176,49 @@ fn a_pod_claiming_anothers_address_writes_none_of_its_addresses() {
     );
     cleanup(&pins, &cgroup, &[&a, &c]);
 }
+
+#[test]
+fn a_handshake_quota_the_connection_maps_cannot_hold_creates_nothing() {
+    if !privileged_or_skip("a_handshake_quota_the_connection_maps_cannot_hold") {
+        return;
+    }
+    let cgroup = Cgroup::new("rqk").expect("cgroup");
+    let pins = Pins::new();
+    let a = pod("rqk", "10.213.0.1");
+    // 111 namespaces x 2048 + 1024 cannot fit in the default 8192 connections.
+    let out = apply(
+        &pins,
+        &cgroup,
+        &a,
+        &[("REDIRECT_QUOTA_HANDSHAKES", "2048")],
+        &["-i", "*"],
+    );
+    assert!(!out.status.success(), "refused");
+    let e = stderr(&out);
+    assert!(
+        e.contains("--quota-handshakes 2048")
+            && e.contains("--max-connections of at least 228352")
+            && e.contains("not 8192"),
+        "{e}"
+    );
+    assert!(!pins.0.exists(), "nothing pinned");
+    // With connection maps large enough for every namespace's quota, the same sizing holds.
+    ok(
+        &apply(
+            &pins,
+            &cgroup,
+            &a,
+            &[
+                ("REDIRECT_QUOTA_HANDSHAKES", "2048"),
+                ("REDIRECT_MAX_CONNECTIONS", "228352"),
+            ],
+            &["-i", "*"],
+        ),
+        "pod a with room for every quota",
+    );
+    assert_eq!(
+        redirect_tests::node::map_max_entries(&pins.0, "TRACKED"),
+        228_352
+    );
+    cleanup(&pins, &cgroup, &[&a]);
+}

@@ -1,6 +1,6 @@
 //! Upgrading a pinned datapath in place (hardening finding 12): `redirect upgrade` of the next
-//! layout (v5, built from this tree by `cargo xtask test` with a wider `COUNTERS` map, see
-//! `xtask build-next-layout`) takes over this build's v4 datapath while an application connects in a
+//! layout (v6, built from this tree by `cargo xtask test` with a wider `COUNTERS` map, see
+//! `xtask build-next-layout`) takes over this build's v5 datapath while an application connects in a
 //! loop: every connection before, during and after is captured with its original destination.
 //! What it cannot carry over it refuses, changing nothing.
 use std::{
@@ -156,7 +156,7 @@ fn the_next_layout_takes_over_in_place_while_an_application_keeps_connecting() {
     let out = upgrade(&next, &pins.0, &[]);
     let said = ok(&out, "redirect upgrade (next layout)");
     assert!(
-        said.contains("layout v4") && said.contains("-> layout v5"),
+        said.contains("layout v5") && said.contains("-> layout v6"),
         "{said}"
     );
     assert!(
@@ -185,7 +185,7 @@ fn the_next_layout_takes_over_in_place_while_an_application_keeps_connecting() {
         &["-u", "1337", "-i", "*"],
     );
     let err = String::from_utf8_lossy(&old.stderr);
-    assert!(!old.status.success() && err.contains("layout v5"), "{err}");
+    assert!(!old.status.success() && err.contains("layout v6"), "{err}");
 
     // The next build's cleanup unpins everything.
     let out = Command::new(&next)
@@ -252,7 +252,7 @@ fn an_upgrade_it_cannot_carry_is_refused_and_changes_nothing() {
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "refused: {err}");
     assert!(
-        err.contains("layout v2") && err.contains("layout v5"),
+        err.contains("layout v2") && err.contains("layout v6"),
         "{err}"
     );
     assert_eq!(

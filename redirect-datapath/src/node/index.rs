@@ -152,10 +152,7 @@ impl Owned {
 }
 
 fn ports(store: &mut dyn MapStore, name: &'static str) -> Result<Vec<PortKey>> {
-    Ok(hash::<PortKey, u8>(store, name)?
-        .keys()
-        .filter_map(|k| k.ok())
-        .collect())
+    Ok(crate::store::ports(store, name)?.keys())
 }
 
 #[cfg(test)]

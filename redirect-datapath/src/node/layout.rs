@@ -21,23 +21,27 @@ use crate::{
 /// destinations in `SOCK_STATE` (no `PENDING`), `TRACKED` hand-offs claimed and deleted by the
 /// proxy's socket, counted per policy in `HANDOFFS` against the `--quota-handshakes` quota;
 /// v4: `LOCAL_CONNECTS` / `LOCAL_COUNTS` (the pod's own connects sk_lookup may exempt), `::6`
-/// never in `POD_ADDRS`, `COUNTERS` one slot wider (`local_quota`).
+/// never in `POD_ADDRS`, `COUNTERS` one slot wider (`local_quota`); v5: `OUT_PORTS` and
+/// `INBOUND_PORTS` are LPM tries of full-length keys (memory for the rules written, not for
+/// every pod's full quota), the connection maps sized from `--max-connections` (a longer
+/// `DIR/sizing` record; an older one keeps its sizes).
 #[cfg(not(feature = "layout-next"))]
-pub const LAYOUT_VERSION: u32 = 4;
-/// The layouts this build upgrades in place (`redirect upgrade`, a daemon starting): v3, whose
-/// maps v4 keeps as they are, adds to (two new maps) or widens (`COUNTERS`, copied); the new
-/// sock_ops, which records a pod's own connects, is in place before the sk_lookup that needs
-/// the records. Not v2, whose per-socket state (`SOCK_STATE`) had another format, so a
-/// connection caught between two link updates would lose its original destination.
-#[cfg(not(feature = "layout-next"))]
-pub const UPGRADES_FROM: &[u32] = &[3];
-/// The next layout, built only for the upgrade test (`cargo xtask test` builds it from this
-/// tree): v5 = v4 with a wider `COUNTERS` map, a changed map definition to carry over.
-#[cfg(feature = "layout-next")]
 pub const LAYOUT_VERSION: u32 = 5;
-/// See the v4 build: v5 upgrades v4 in place.
+/// The layouts this build upgrades in place (`redirect upgrade`, a daemon starting): v4, whose
+/// port hashes are carried into the new tries key by key, and v3, which v4 already upgraded
+/// (two new maps, `COUNTERS` widened and copied); the new sock_ops, which records a pod's own
+/// connects, is in place before the sk_lookup that needs the records. Not v2, whose
+/// per-socket state (`SOCK_STATE`) had another format, so a connection caught between two
+/// link updates would lose its original destination.
+#[cfg(not(feature = "layout-next"))]
+pub const UPGRADES_FROM: &[u32] = &[3, 4];
+/// The next layout, built only for the upgrade test (`cargo xtask test` builds it from this
+/// tree): v6 = v5 with a wider `COUNTERS` map, a changed map definition to carry over.
 #[cfg(feature = "layout-next")]
-pub const UPGRADES_FROM: &[u32] = &[4];
+pub const LAYOUT_VERSION: u32 = 6;
+/// See the v5 build: v6 upgrades v5 in place.
+#[cfg(feature = "layout-next")]
+pub const UPGRADES_FROM: &[u32] = &[5];
 /// Name of the record's pin and of the map in the kernel.
 pub const PIN: &str = "layout";
 const MAGIC: u64 = 0x7265_6469_7265_6374; // "redirect"

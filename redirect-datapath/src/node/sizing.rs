@@ -1,7 +1,7 @@
 //! Node sizing and per-namespace quotas: the shared maps are sized from `max_pods` times each
-//! quota when the datapath is created, the quotas are pinned beside it (`DIR/sizing`), and
-//! every enrollment is checked against them before anything is written, so no namespace can
-//! fill a shared map and lock the others out.
+//! quota, and the connection maps from `max_connections`, when the datapath is created; the
+//! sizing is pinned beside it (`DIR/sizing`), and every enrollment is checked against it before
+//! anything is written, so no namespace can fill a shared map and lock the others out.
 use std::{net::IpAddr, os::fd::AsFd as _, path::Path};
 
 use aya::maps::{Array, Map, MapData};
@@ -18,8 +18,14 @@ use crate::{
 pub const PIN: &str = "sizing";
 const MAGIC: u32 = 0x7a69_7365; // "size"
 /// `TRACKED` entries beyond `slots * handshakes`: concurrent adds on every CPU at once.
-const HANDOFF_SLACK: u32 = 1024;
-type Raw = [u32; 8];
+pub const HANDOFF_SLACK: u32 = 1024;
+/// Default `--max-connections`: connections in hand-off at once on a 110-pod node.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 8192;
+/// The record of a datapath pinned before `max_connections` existed (layout v4 and older).
+type RawV1 = [u32; 8];
+/// The record: [`MAGIC_V2`], the seven quotas, `max_connections`, one reserved word.
+type Raw = [u32; 10];
+const MAGIC_V2: u32 = 0x7a69_7332; // "zis2"
 
 /// How many namespaces a node datapath holds and what each may use of the shared maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -39,6 +45,10 @@ pub struct Quotas {
     /// Redirected connections of one namespace whose proxy side has not completed its
     /// handshake yet (`TRACKED` hand-offs in flight) (`--quota-handshakes`).
     pub handshakes: u32,
+    /// Connections in hand-off at once on the node, in each of `TRACKED`, `LOCAL_CONNECTS`
+    /// and `INBOUND` (`--max-connections`): those maps' size. `(max_pods + 1) x handshakes`
+    /// plus the per-CPU slack must fit in it, so every namespace can always use its quota.
+    pub max_connections: u32,
 }
 
 impl Default for Quotas {
@@ -50,17 +60,49 @@ impl Default for Quotas {
             addresses: 64,
             interfaces: 16,
             routes: 4096,
-            handshakes: 2048,
+            handshakes: Self::handshakes_for(110, DEFAULT_MAX_CONNECTIONS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
 
 impl Quotas {
+    /// The default `--quota-handshakes` of a node sized `max_pods` x `max_connections`: an
+    /// equal share of the connection maps for every namespace and the default policy, after
+    /// the per-CPU slack (at least 1).
+    pub fn handshakes_for(max_pods: u32, max_connections: u32) -> u32 {
+        let slots = max_pods.saturating_add(1);
+        (max_connections.saturating_sub(HANDOFF_SLACK) / slots).max(1)
+    }
+
+    /// Checks that the connection maps hold every namespace's hand-off quota at once (so no
+    /// namespace can take another's share): an error naming the three flags otherwise.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let slots = u64::from(self.max_pods) + 1;
+        let needed = slots * u64::from(self.handshakes) + u64::from(HANDOFF_SLACK);
+        if needed > u64::from(self.max_connections) {
+            return Err(format!(
+                "--quota-handshakes {} for {} namespaces (--max-pods {} and the default policy) plus \
+                 {HANDOFF_SLACK} for adds racing on every CPU needs --max-connections of at least \
+                 {needed}, not {}: raise --max-connections or lower --quota-handshakes (its \
+                 default, {}, is the equal share)",
+                self.handshakes,
+                slots,
+                self.max_pods,
+                self.max_connections,
+                Self::handshakes_for(self.max_pods, self.max_connections),
+            ));
+        }
+        Ok(())
+    }
+
     /// `max_entries` of each shared map: one slot more than `max_pods` for the default entry
-    /// (netns cookie 0) and two port lists per direction.
+    /// (netns cookie 0) and two port lists per direction; the connection maps hold
+    /// `max_connections` (the inbound LRU, allocated up front, at most its old fixed size).
     pub fn map_sizes(&self) -> Vec<(&'static str, u32)> {
         let slots = self.max_pods.saturating_add(1);
         let per = |n: u32| slots.saturating_mul(n).max(1);
+        let conns = self.max_connections.max(1);
         vec![
             (map_names::NETNS_OUTBOUND, slots),
             (map_names::NETNS_INBOUND, slots),
@@ -76,21 +118,18 @@ impl Quotas {
             (map_names::NETNS_COUNTERS, per(Counter::COUNT)),
             (map_names::HANDOFFS, slots),
             (map_names::LOCAL_COUNTS, slots),
-            // Each policy may go over its quota by one add per CPU at the same instant.
+            (map_names::TRACKED, conns),
+            (map_names::LOCAL_CONNECTS, conns),
             (
-                map_names::TRACKED,
-                per(self.handshakes).saturating_add(HANDOFF_SLACK),
-            ),
-            (
-                map_names::LOCAL_CONNECTS,
-                per(self.handshakes).saturating_add(HANDOFF_SLACK),
+                map_names::INBOUND,
+                conns.min(redirect_common::INBOUND_MAX_ENTRIES),
             ),
         ]
     }
 
     fn encode(&self) -> Raw {
         [
-            MAGIC,
+            MAGIC_V2,
             self.max_pods,
             self.ports,
             self.cidrs,
@@ -98,11 +137,13 @@ impl Quotas {
             self.interfaces,
             self.routes,
             self.handshakes,
+            self.max_connections,
+            0,
         ]
     }
 
     fn decode(raw: &Raw) -> Option<Self> {
-        (raw[0] == MAGIC).then_some(Self {
+        (raw[0] == MAGIC_V2).then_some(Self {
             max_pods: raw[1],
             ports: raw[2],
             cidrs: raw[3],
@@ -110,7 +151,22 @@ impl Quotas {
             interfaces: raw[5],
             routes: raw[6],
             handshakes: raw[7],
+            max_connections: raw[8],
         })
+    }
+
+    /// A record of a datapath pinned before `max_connections`: its connection maps were
+    /// sized from the quota (`TRACKED`) and its inbound LRU fixed; the same sizes again.
+    fn decode_v1(raw: &RawV1) -> Option<Self> {
+        if raw[0] != MAGIC {
+            return None;
+        }
+        let slots = raw[1].saturating_add(1);
+        let mut v2 = [0; 10];
+        v2[..8].copy_from_slice(raw);
+        v2[0] = MAGIC_V2;
+        v2[8] = slots.saturating_mul(raw[7]).saturating_add(HANDOFF_SLACK);
+        Self::decode(&v2)
     }
 
     /// Checks one namespace's enrollment against the quotas, before anything is written.
@@ -247,13 +303,20 @@ pub fn read(dir: &Path) -> Result<Quotas> {
     if !path.exists() {
         return Ok(Quotas::default());
     }
-    let data = MapData::from_pin(&path).map_err(map_err("opening the sizing record", dir))?;
-    let array: Array<MapData, Raw> =
-        Array::try_from(Map::Array(data)).map_err(map_err("reading the sizing record", dir))?;
+    let open = || MapData::from_pin(&path).map_err(map_err("opening the sizing record", dir));
+    if let Ok(array) = Array::<MapData, Raw>::try_from(Map::Array(open()?)) {
+        let raw = array
+            .get(&0, 0)
+            .map_err(map_err("reading the sizing record", dir))?;
+        return Ok(Quotas::decode(&raw).unwrap_or_default());
+    }
+    // An older record (its value is shorter).
+    let array: Array<MapData, RawV1> =
+        Array::try_from(Map::Array(open()?)).map_err(map_err("reading the sizing record", dir))?;
     let raw = array
         .get(&0, 0)
         .map_err(map_err("reading the sizing record", dir))?;
-    Ok(Quotas::decode(&raw).unwrap_or_default())
+    Ok(Quotas::decode_v1(&raw).unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -264,12 +327,48 @@ mod tests {
     fn default_sizing_follows_the_quotas() {
         let q = Quotas::default();
         assert_eq!(Quotas::decode(&q.encode()), Some(q));
+        assert_eq!(q.handshakes, (8192 - 1024) / 111);
+        q.validate().expect("the defaults hold every quota at once");
         let sizes = q.map_sizes();
         let size = |name| sizes.iter().find(|(n, _)| *n == name).map(|(_, s)| *s);
         assert_eq!(size(map_names::NETNS_OUTBOUND), Some(111));
         assert_eq!(size(map_names::INBOUND_PORTS), Some(111 * 2048));
         assert_eq!(size(map_names::POD_ADDRS), Some(111 * 64));
-        assert_eq!(size(map_names::TRACKED), Some(111 * 2048 + 1024));
+        assert_eq!(size(map_names::TRACKED), Some(8192));
+        assert_eq!(size(map_names::LOCAL_CONNECTS), Some(8192));
+        assert_eq!(size(map_names::INBOUND), Some(8192));
         assert!(sizes.iter().all(|(_, s)| *s > 0));
+    }
+
+    #[test]
+    fn a_quota_the_connection_maps_cannot_hold_for_every_namespace_is_refused() {
+        let q = Quotas {
+            handshakes: 2048,
+            ..Quotas::default()
+        };
+        let e = q.validate().expect_err("111 x 2048 + 1024 > 8192");
+        assert!(
+            e.contains("--quota-handshakes 2048")
+                && e.contains("at least 228352")
+                && e.contains("not 8192")
+                && e.contains("--max-connections"),
+            "{e}"
+        );
+        let fits = Quotas {
+            max_connections: 228_352,
+            ..q
+        };
+        fits.validate().expect("exactly enough");
+    }
+
+    #[test]
+    fn an_old_record_sizes_the_connection_maps_as_they_were() {
+        let old: RawV1 = [MAGIC, 110, 1024, 1024, 64, 16, 4096, 2048];
+        let q = Quotas::decode_v1(&old).expect("v1 record");
+        let sizes = q.map_sizes();
+        let size = |name| sizes.iter().find(|(n, _)| *n == name).map(|(_, s)| *s);
+        assert_eq!(size(map_names::TRACKED), Some(111 * 2048 + 1024));
+        assert_eq!(size(map_names::INBOUND), Some(65_536), "the old fixed LRU");
+        assert_eq!(Quotas::decode(&[0; 10]), None);
     }
 }

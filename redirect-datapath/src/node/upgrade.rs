@@ -211,7 +211,9 @@ fn stage_maps(
         if same {
             let _ = std::fs::remove_file(&new_pin);
         } else if let Some(old_def) = def_at(&old) {
-            let why = if old_def.map_type != new_def.map_type
+            let why = if replace::hash_becomes_trie(&old_def, &new_def) {
+                None // the port rules (layout v5): carried key by key
+            } else if old_def.map_type != new_def.map_type
                 || old_def.key_size != new_def.key_size
                 || old_def.value_size != new_def.value_size
             {
@@ -254,10 +256,12 @@ fn carry(dir: &Path, s: &Staged) -> Result<usize> {
     let from = bpfsys::obj_get(&s.old).map_err(|e| fail("opening", e))?;
     let to = bpfsys::obj_get(new_pin).map_err(|e| fail("opening the successor of", e))?;
     let def = replace::map_def(from.as_fd()).map_err(|e| fail("reading", e))?;
-    let to_max = replace::map_def(to.as_fd())
-        .map_err(|e| fail("reading the successor of", e))?
-        .max_entries;
-    replace::copy_entries(from.as_fd(), to.as_fd(), def, to_max)
+    let to_def = replace::map_def(to.as_fd()).map_err(|e| fail("reading the successor of", e))?;
+    if replace::hash_becomes_trie(&def, &to_def) {
+        return replace::copy_hash_into_trie(from.as_fd(), to.as_fd(), def)
+            .map_err(|e| fail("copying the entries of", e));
+    }
+    replace::copy_entries(from.as_fd(), to.as_fd(), def, to_def.max_entries)
         .map_err(|e| fail("copying the entries of", e))
 }
 
