@@ -116,6 +116,17 @@ impl Counter {
     pub const COUNT: u32 = Self::ALL.len() as u32;
 }
 
+// Slots are 0..COUNT in order, so every slot below COUNT is a counter (the BPF side turns a
+// decision word's slot back into its counter by that).
+const _: () = {
+    let mut i = 0;
+    while i < Counter::ALL.len() {
+        assert!(Counter::ALL[i] as usize == i);
+        i += 1;
+    }
+    assert!(Counter::ALL.len() <= 256);
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -145,7 +145,7 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
         count(Counter::ProxyIdElsewhere);
         count_ns(netns, Counter::ProxyIdElsewhere);
     }
-    let verdict = decide(policy, &conn, &Maps { netns, key });
+    let verdict = decided(redirect_decide(policy, &conn, netns, key));
     // Only a redirect to the outbound port needs the readiness lookup.
     let up = !matches!(verdict, Verdict::Redirect(p, _) if p == policy.proxy_port)
         || proxy_listens(netns);
@@ -182,6 +182,43 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
         trace(netns, &conn, counter, port);
     }
     (counter, port)
+}
+
+/// [`decide`] as a BPF global function: the verifier checks it once per program for any
+/// arguments, instead of once for every path of each caller that reaches it (the load time).
+/// A global function returns only a scalar: the verdict as [`Verdict::to_word`].
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn redirect_decide(
+    policy: *const OutboundPolicy,
+    conn: *const Conn,
+    netns: u64,
+    key: u64,
+) -> u32 {
+    // SAFETY: the verifier checks a global function for NULL and valid pointers alike; both
+    // are the caller's map value and stack, read only.
+    let (Some(policy), Some(conn)) = (unsafe { policy.as_ref() }, unsafe { conn.as_ref() }) else {
+        return Verdict::Pass(Counter::NoPolicy).to_word();
+    };
+    decide(policy, conn, &Maps { netns, key }).to_word()
+}
+
+/// The verdict of a [`redirect_decide`] word.
+#[inline(always)]
+fn decided(word: u32) -> Verdict {
+    let (redirect, port, slot) = Verdict::word_parts(word);
+    let counter = if slot < Counter::COUNT {
+        // SAFETY: slots 0..COUNT are exactly the counters, in order (asserted at compile time
+        // in redirect-common), and `Counter` is `repr(u32)`.
+        unsafe { core::mem::transmute::<u32, Counter>(slot) }
+    } else {
+        Counter::NoPolicy
+    };
+    if redirect {
+        Verdict::Redirect(port, counter)
+    } else {
+        Verdict::Pass(counter)
+    }
 }
 
 /// Streams one decision to `redirect trace`; dropped silently when the ring is full.

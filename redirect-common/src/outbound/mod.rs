@@ -221,5 +221,49 @@ pub enum Verdict {
     Redirect(u16, Counter),
 }
 
+impl Verdict {
+    /// The verdict as one word, for a BPF global function (which may return only a scalar):
+    /// the counter's slot in the low byte, the port in bits 8-23, bit 31 for a redirect.
+    #[inline(always)]
+    pub const fn to_word(self) -> u32 {
+        match self {
+            Verdict::Pass(c) => c as u32,
+            Verdict::Redirect(port, c) => (1 << 31) | ((port as u32) << 8) | c as u32,
+        }
+    }
+
+    /// [`Verdict::to_word`]'s parts: whether it redirects, the port, the counter's slot.
+    #[inline(always)]
+    pub const fn word_parts(word: u32) -> (bool, u16, u32) {
+        (word >> 31 != 0, (word >> 8) as u16, word & 0xff)
+    }
+}
+
 mod decide;
 pub use decide::{decide, is_proxy, proxy_id_elsewhere, when_proxy_down};
+
+#[cfg(test)]
+mod word_tests {
+    use super::Verdict;
+    use crate::Counter;
+
+    #[test]
+    fn every_verdict_survives_its_word() {
+        for c in Counter::ALL {
+            for v in [
+                Verdict::Pass(c),
+                Verdict::Redirect(15001, c),
+                Verdict::Redirect(0, c),
+                Verdict::Redirect(u16::MAX, c),
+            ] {
+                let (redirect, port, slot) = Verdict::word_parts(v.to_word());
+                let back = if redirect {
+                    Verdict::Redirect(port, Counter::ALL[slot as usize])
+                } else {
+                    Verdict::Pass(Counter::ALL[slot as usize])
+                };
+                assert_eq!(back, v);
+            }
+        }
+    }
+}
