@@ -213,7 +213,12 @@ impl Datapath {
                     aya::maps::Map::Array(d)
                     | aya::maps::Map::PerCpuArray(d)
                     | aya::maps::Map::HashMap(d)
-                    | aya::maps::Map::LruHashMap(d) => d,
+                    | aya::maps::Map::LruHashMap(d)
+                    | aya::maps::Map::PerCpuHashMap(d)
+                    | aya::maps::Map::LpmTrie(d)
+                    | aya::maps::Map::RingBuf(d)
+                    | aya::maps::Map::SockHash(d)
+                    | aya::maps::Map::Unsupported(d) => d,
                     _ => return None,
                 };
                 data.info().ok().map(|i| (name.to_owned(), i.id()))

@@ -3,6 +3,7 @@
 mod cni;
 mod pods;
 mod report;
+mod scaling;
 mod scene;
 mod stats;
 mod workloads;
@@ -45,6 +46,9 @@ struct Params {
     /// CNI ADDs one at a time per mode and round, and how many at once.
     cni_serial: usize,
     cni_parallel: usize,
+    /// Namespaces enrolled in the scaled measurement, and connections churned.
+    namespaces: usize,
+    churn: u64,
 }
 
 impl Params {
@@ -58,6 +62,8 @@ impl Params {
                 rule_counts: vec![0, 100, 1000, 10_000],
                 cni_serial: 20,
                 cni_parallel: 20,
+                namespaces: 100,
+                churn: 1_000_000,
             },
             Size::Quick => Self {
                 rounds: 5,
@@ -67,6 +73,8 @@ impl Params {
                 rule_counts: vec![0, 100, 1000, 10_000],
                 cni_serial: 10,
                 cni_parallel: 20,
+                namespaces: 100,
+                churn: 100_000,
             },
             Size::Tiny => Self {
                 rounds: 5,
@@ -76,6 +84,8 @@ impl Params {
                 rule_counts: vec![0, 100],
                 cni_serial: 2,
                 cni_parallel: 4,
+                namespaces: 10,
+                churn: 2_000,
             },
         }
     }
@@ -228,12 +238,16 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
         for round in 0..p.rounds {
             b.bulk_round(round, &p)?;
         }
-        let memory = b.memory();
+        let mut memory = b.memory();
+        memory.extend(b.churn_workload(p.churn)?);
         let scaled = [Mode::Ebpf, Mode::IptablesLegacy, Mode::IptablesNft];
-        for n in p.rule_counts.clone() {
-            progress(&format!("loading {n} exclusion rules"))?;
-            b.set_rules(n)?;
-            for round in 0..p.rounds {
+        // Rule counts interleaved within each round (rotated), so a slow stretch of the
+        // machine does not land on one count.
+        for round in 0..p.rounds {
+            for i in 0..p.rule_counts.len() {
+                let n = p.rule_counts[(i + round) % p.rule_counts.len()];
+                progress(&format!("loading {n} exclusion rules"))?;
+                b.set_rules(n)?;
                 b.cps_round(
                     "rules",
                     &format!("rules={n}"),
@@ -243,6 +257,9 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
                     p.concurrency,
                 )?;
             }
+        }
+        for round in 0..p.rounds {
+            b.load_round(round)?;
         }
         let mut subnet = 100u8;
         for round in 0..p.rounds {
@@ -273,6 +290,7 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
             progress(&format!("CNI ADD round {}/{}", round + 1, p.rounds))?;
             b.cni_round(round, p.cni_serial, p.cni_parallel, pods)?;
         }
+        memory.extend(b.namespaces_workload(&p)?);
         Ok(memory)
     })();
     let memory = result?;
@@ -309,7 +327,16 @@ pub fn check(out: &Path) -> anyhow::Result<usize> {
             bail!("bench smoke: mode {mode} produced no samples");
         }
     }
-    for w in ["cps", "keepalive-rps", "bulk", "rules", "enroll", "cni-add"] {
+    for w in [
+        "cps",
+        "keepalive-rps",
+        "bulk",
+        "rules",
+        "enroll",
+        "cni-add",
+        "load",
+        "namespaces",
+    ] {
         if !report.samples.iter().any(|s| s.workload == w) {
             bail!("bench smoke: workload {w} produced no samples");
         }

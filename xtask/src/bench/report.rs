@@ -59,6 +59,23 @@ fn groups(samples: &[Sample]) -> Vec<((String, String), Vec<&Sample>)> {
         .collect()
 }
 
+/// [`ROWS`] first, then any other mode of the group (the scaling workloads' rows: one per
+/// program, per namespace count) in the order they first appear.
+fn rows_of<'a>(samples: &[&'a Sample]) -> Vec<&'a str> {
+    let mut rows: Vec<&str> = ROWS
+        .iter()
+        .copied()
+        .filter(|r| samples.iter().any(|s| s.mode == *r))
+        .collect();
+    let extra: Vec<&'a str> = samples.iter().map(|s| s.mode.as_str()).collect();
+    for m in extra {
+        if !rows.contains(&m) {
+            rows.push(m);
+        }
+    }
+    rows
+}
+
 fn fmt_ratio(r: Option<f64>) -> String {
     r.map_or_else(|| "-".into(), |r| format!("{r:.3}"))
 }
@@ -81,7 +98,7 @@ pub fn markdown(report: &Report) -> String {
         let unit = samples.first().map(|s| s.unit.clone()).unwrap_or_default();
         let _ = writeln!(out, "\n## {workload} ({variant}), {unit}\n");
         out.push_str("| mode | n | median | p99 | min-max | / explicit | / iptables-legacy | CPU ms per 1,000 conns |\n|---|---|---|---|---|---|---|---|\n");
-        for s in summarise(&samples, &ROWS) {
+        for s in summarise(&samples, &rows_of(&samples)) {
             let _ = writeln!(
                 out,
                 "| {} | {} | {:.1} | {:.1} | {:.1}-{:.1} | {} | {} | {} |",

@@ -284,20 +284,8 @@ impl Bench {
             .output()
             .ok()
             .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok());
-        let state: Option<Value> = std::fs::read_dir(&self.state_dir)
-            .ok()
-            .and_then(|mut d| d.next())
-            .and_then(|e| e.ok())
-            .and_then(|e| std::fs::read_to_string(e.path()).ok())
-            .and_then(|t| serde_json::from_str(&t).ok());
         let mut total = 0u64;
-        for (name, id) in state
-            .as_ref()
-            .and_then(|s| s["maps"].as_array())
-            .into_iter()
-            .flatten()
-            .filter_map(|p| Some((p[0].as_str()?.to_owned(), p[1].as_u64()?)))
-        {
+        for (name, id) in self.attach_map_ids() {
             let info = Command::new("bpftool")
                 .args(["-j", "map", "show", "id", &id.to_string()])
                 .output()
