@@ -12,9 +12,9 @@ pub struct Sizing {
     #[arg(long, value_name = "N", env = "REDIRECT_MAX_PODS", default_value_t = Quotas::default().max_pods, value_parser = clap::value_parser!(u32).range(1..=65_535))]
     pub max_pods: u32,
     /// Connections in hand-off at once on the node (connected to a proxy, its side of the
-    /// handshake not complete; steered inbound, not yet established; a pod's connects to its own
-    /// addresses in handshake): the size of each connection map (TRACKED, LOCAL_CONNECTS, the
-    /// inbound LRU). It must hold every namespace's --quota-handshakes at once.
+    /// handshake not complete; a pod's connects to its own addresses in handshake): the size of
+    /// TRACKED and LOCAL_CONNECTS, and twice that of the inbound LRU (steered, not yet
+    /// established; allocated up front). It must hold every namespace's --quota-handshakes at once.
     #[arg(long, value_name = "M", env = "REDIRECT_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1025..=4_194_304))]
     pub max_connections: u32,
     /// Per namespace: ports in each port list (-b, -d, -o, -q).
@@ -36,7 +36,7 @@ pub struct Sizing {
     /// port, its side of the handshake not yet complete); above it SO_ORIGINAL_DST is unanswered
     /// for that namespace only (counter handoff_quota). The same bound applies to the pod's
     /// connects to its own addresses in handshake (above it, steered inbound: local_quota).
-    /// Default: an equal share of --max-connections, (M - 1024) / (N + 1) (64 at the defaults).
+    /// Default: an equal share of --max-connections, (M - 1024) / (N + 1) (138 at the defaults).
     #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_HANDSHAKES", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub quota_handshakes: Option<u32>,
 }

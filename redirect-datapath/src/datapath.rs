@@ -271,7 +271,7 @@ mod tests {
             bpf_log_level: 0,
             inbound: Vec::new(),
             exclude_cidrs: vec!["10.96.1.7/12".parse().expect("cidr")],
-            max_connections: 8192,
+            max_connections: 16_384,
         };
         let c = outbound::compile(&opts.policy(), false, Vec::new()).expect("compile");
         let k = c.policy;

@@ -185,7 +185,7 @@ fn a_handshake_quota_the_connection_maps_cannot_hold_creates_nothing() {
     let cgroup = Cgroup::new("rqk").expect("cgroup");
     let pins = Pins::new();
     let a = pod("rqk", "10.213.0.1");
-    // 111 namespaces x 2048 + 1024 cannot fit in the default 8192 connections.
+    // 111 namespaces x 2048 + 1024 cannot fit in the default 16384 connections.
     let out = apply(
         &pins,
         &cgroup,
@@ -198,7 +198,7 @@ fn a_handshake_quota_the_connection_maps_cannot_hold_creates_nothing() {
     assert!(
         e.contains("--quota-handshakes 2048")
             && e.contains("--max-connections of at least 228352")
-            && e.contains("not 8192"),
+            && e.contains("not 16384"),
         "{e}"
     );
     assert!(!pins.0.exists(), "nothing pinned");

@@ -20,7 +20,7 @@ const MAGIC: u32 = 0x7a69_7365; // "size"
 /// `TRACKED` entries beyond `slots * handshakes`: concurrent adds on every CPU at once.
 pub const HANDOFF_SLACK: u32 = 1024;
 /// Default `--max-connections`: connections in hand-off at once on a 110-pod node.
-pub const DEFAULT_MAX_CONNECTIONS: u32 = 8192;
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 16_384;
 /// The record of a datapath pinned before `max_connections` existed (layout v4 and older).
 type RawV1 = [u32; 8];
 /// The record: [`MAGIC_V2`], the seven quotas, `max_connections`, one reserved word.
@@ -45,9 +45,11 @@ pub struct Quotas {
     /// Redirected connections of one namespace whose proxy side has not completed its
     /// handshake yet (`TRACKED` hand-offs in flight) (`--quota-handshakes`).
     pub handshakes: u32,
-    /// Connections in hand-off at once on the node, in each of `TRACKED`, `LOCAL_CONNECTS`
-    /// and `INBOUND` (`--max-connections`): those maps' size. `(max_pods + 1) x handshakes`
-    /// plus the per-CPU slack must fit in it, so every namespace can always use its quota.
+    /// Connections in hand-off at once on the node, in each of `TRACKED` and `LOCAL_CONNECTS`
+    /// (`--max-connections`): those maps' size, and twice the inbound LRU's (`INBOUND`, whose
+    /// entries are allocated up front and live one network round trip). `(max_pods + 1) x
+    /// handshakes` plus the per-CPU slack must fit in it, so every namespace can always use
+    /// its quota.
     pub max_connections: u32,
 }
 
@@ -98,7 +100,7 @@ impl Quotas {
 
     /// `max_entries` of each shared map: one slot more than `max_pods` for the default entry
     /// (netns cookie 0) and two port lists per direction; the connection maps hold
-    /// `max_connections` (the inbound LRU, allocated up front, at most its old fixed size).
+    /// `max_connections`, the inbound LRU half of it (1,024 to 65,536, its old fixed size).
     pub fn map_sizes(&self) -> Vec<(&'static str, u32)> {
         let slots = self.max_pods.saturating_add(1);
         let per = |n: u32| slots.saturating_mul(n).max(1);
@@ -122,7 +124,7 @@ impl Quotas {
             (map_names::LOCAL_CONNECTS, conns),
             (
                 map_names::INBOUND,
-                conns.min(redirect_common::INBOUND_MAX_ENTRIES),
+                (conns / 2).clamp(1024, redirect_common::INBOUND_MAX_ENTRIES),
             ),
         ]
     }
@@ -327,15 +329,15 @@ mod tests {
     fn default_sizing_follows_the_quotas() {
         let q = Quotas::default();
         assert_eq!(Quotas::decode(&q.encode()), Some(q));
-        assert_eq!(q.handshakes, (8192 - 1024) / 111);
+        assert_eq!(q.handshakes, (16_384 - 1024) / 111);
         q.validate().expect("the defaults hold every quota at once");
         let sizes = q.map_sizes();
         let size = |name| sizes.iter().find(|(n, _)| *n == name).map(|(_, s)| *s);
         assert_eq!(size(map_names::NETNS_OUTBOUND), Some(111));
         assert_eq!(size(map_names::INBOUND_PORTS), Some(111 * 2048));
         assert_eq!(size(map_names::POD_ADDRS), Some(111 * 64));
-        assert_eq!(size(map_names::TRACKED), Some(8192));
-        assert_eq!(size(map_names::LOCAL_CONNECTS), Some(8192));
+        assert_eq!(size(map_names::TRACKED), Some(16_384));
+        assert_eq!(size(map_names::LOCAL_CONNECTS), Some(16_384));
         assert_eq!(size(map_names::INBOUND), Some(8192));
         assert!(sizes.iter().all(|(_, s)| *s > 0));
     }
@@ -346,11 +348,11 @@ mod tests {
             handshakes: 2048,
             ..Quotas::default()
         };
-        let e = q.validate().expect_err("111 x 2048 + 1024 > 8192");
+        let e = q.validate().expect_err("111 x 2048 + 1024 > 16384");
         assert!(
             e.contains("--quota-handshakes 2048")
                 && e.contains("at least 228352")
-                && e.contains("not 8192")
+                && e.contains("not 16384")
                 && e.contains("--max-connections"),
             "{e}"
         );

@@ -119,7 +119,7 @@ pub const FEATURES: &[Feature] = &[
     f(
         "lpm_trie",
         "LPM trie maps",
-        "-i/-x CIDRs, -c routes",
+        "-i/-x CIDRs, -c routes, port rules (-o/-q/-b/-d)",
         "4.11",
         Check::Map(MapType::LpmTrie),
     ),

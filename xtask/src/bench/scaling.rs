@@ -188,6 +188,7 @@ impl Bench {
         let fill = |name: &str| maps.get(name).map_or(0, |id| map_fill(*id));
         let before: Vec<usize> = CONNECTION_MAPS.iter().map(|n| fill(n)).collect();
         let rss0 = scene::rss_kib(loader);
+        let runs0 = self.hook_runs();
         let mut done = 0u64;
         let mut errors = 0u64;
         // Runs of 5 s (1 s for a small churn) until the count is reached.
@@ -224,6 +225,7 @@ impl Bench {
         let secs = t0.elapsed().as_secs_f64();
         let after: Vec<usize> = CONNECTION_MAPS.iter().map(|n| fill(n)).collect();
         let rss1 = scene::rss_kib(loader);
+        let runs1 = self.hook_runs();
         let mut m = BTreeMap::new();
         m.insert(
             "churn: connections through the eBPF pod (c=16)".into(),
@@ -240,11 +242,52 @@ impl Bench {
                 Value::from(format!("{} / {}", before[i], after[i])),
             );
         }
+        // Every hook's runs and time per connection over the churn (bpf_stats is on).
+        for (program, (runs, ns)) in &runs1 {
+            let (r0, n0) = runs0.get(program).copied().unwrap_or((0, 0));
+            let per = |v: u64| v as f64 / done.max(1) as f64;
+            m.insert(
+                format!("churn: {program} runs, ns per connection"),
+                Value::from(format!(
+                    "{:.2}, {:.0}",
+                    per(runs.saturating_sub(r0)),
+                    per(ns.saturating_sub(n0))
+                )),
+            );
+        }
         m.insert(
             "churn: redirect attach (loader) RSS before / after, KiB".into(),
             Value::from(format!("{rss0} / {rss1}")),
         );
         Ok(m)
+    }
+
+    /// Each attached program of the eBPF pod's datapath: (runs, run time ns) so far
+    /// (`redirect status --json`; bpf_stats is on during the bench).
+    fn hook_runs(&self) -> BTreeMap<String, (u64, u64)> {
+        let status = Command::new(self.bin.join("redirect"))
+            .args(["status", "--json"])
+            .env("REDIRECT_STATE_DIR", &self.state_dir)
+            .output()
+            .ok()
+            .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
+            .unwrap_or_default();
+        let mut runs = BTreeMap::new();
+        for a in status["instances"][0]["attachments"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let Some(program) = a["program"].as_str() else {
+                continue;
+            };
+            // A program attached at two cgroups is one program: its counts once.
+            runs.entry(program.to_owned()).or_insert((
+                a["stat"]["runs"].as_u64().unwrap_or(0),
+                a["stat"]["run_time_ns"].as_u64().unwrap_or(0),
+            ));
+        }
+        runs
     }
 
     /// One short-connection run of `pod` at c=1: its rate.
