@@ -13,8 +13,9 @@ use crate::{
     sock_ops::{cookie, key_as_client, quota_add, quota_sub},
 };
 
-/// `TCP_CONNECT_CB`: records a connect to one of its own namespace's addresses (of a namespace
-/// with inbound capture). True when the connect was one (recorded or not): nothing else to do.
+/// `TCP_CONNECT_CB` of a socket the capture hooks did not redirect: records a connect to one
+/// of its own namespace's addresses (of a namespace with inbound capture). True when the
+/// connect was one (recorded or not).
 #[inline(always)]
 pub fn on_connect(ctx: &SockOpsContext) -> bool {
     let key = key_as_client(ctx);

@@ -62,7 +62,9 @@ fn try_sock_ops(ctx: &SockOpsContext) {
 /// record; a closing listener or application socket is handled as before.
 fn on_state(ctx: &SockOpsContext) {
     let (old, new) = (ctx.arg(0), ctx.arg(1));
-    if old == TCP_SYN_SENT {
+    if old == TCP_SYN_SENT && !has_handoff(ctx) {
+        // A socket with a hand-off was redirected to loopback: never a local connect, no
+        // record to delete.
         local::on_handshake_done(ctx);
     }
     if new != TCP_CLOSE {
@@ -152,19 +154,27 @@ fn watch_close(ctx: &SockOpsContext) {
     let _ = ctx.set_cb_flags((ctx.cb_flags() | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
 }
 
-/// `tcp_connect()` of a redirected application socket: publishes the hand-off under the
-/// connection's 4-tuple, within its policy's quota, before the SYN leaves.
+/// Whether the socket published a hand-off (its storage says so).
+#[inline(always)]
+fn has_handoff(ctx: &SockOpsContext) -> bool {
+    // SAFETY: the socket's own storage, valid for the program run; read once.
+    sock_state(ctx, false).is_some_and(|s| unsafe { (*s).flags } & SOCK_HANDOFF != 0)
+}
+
+/// `tcp_connect()`: a redirected application socket publishes its hand-off under the
+/// connection's 4-tuple, within its policy's quota, before the SYN leaves; any other connect
+/// to one of its namespace's own addresses is recorded ([`local::on_connect`]). A redirected
+/// socket connects to loopback, never to one of its pod's addresses, so the socket's storage
+/// is read first and the address lookup is left to the others.
 fn on_connect(ctx: &SockOpsContext) {
-    if local::on_connect(ctx) {
-        return;
-    }
-    let Some(state) = sock_state(ctx, false) else {
-        return;
-    };
-    // SAFETY: the socket's own storage, valid for the program run; its callbacks run under
-    // the socket's lock, one at a time.
-    let state = unsafe { &mut *state };
-    let Some(orig) = sock::redirected_to(state) else {
+    let redirected = sock_state(ctx, false).and_then(|state| {
+        // SAFETY: the socket's own storage, valid for the program run; its callbacks run
+        // under the socket's lock, one at a time.
+        let state = unsafe { &mut *state };
+        sock::redirected_to(state).map(|orig| (state, orig))
+    });
+    let Some((state, orig)) = redirected else {
+        local::on_connect(ctx);
         return;
     };
     let quota_key = state.quota_key;
