@@ -147,7 +147,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cgroup,
             proxy_cgroup,
             metrics.map(|addr| (addr, metrics_per_namespace)),
-            sizing.quotas()?,
+            sizing.quotas(),
             kube.options()?,
         ),
         Command::Enroll {

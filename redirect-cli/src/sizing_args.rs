@@ -3,7 +3,7 @@
 //! variables serve the commands that create a datapath without flags of their own
 //! (`istio-iptables`, whose arguments are Istio's, and `vm`).
 use clap::{Args, Parser};
-use redirect_datapath::node::sizing::{Quotas, DEFAULT_MAX_CONNECTIONS};
+use redirect_datapath::node::sizing::Quotas;
 
 /// Node sizing, used only when the datapath is created (later runs use the pinned one's).
 #[derive(Debug, Clone, Args)]
@@ -15,8 +15,9 @@ pub struct Sizing {
     /// handshake not complete; a pod's connects to its own addresses in handshake): the size of
     /// TRACKED and LOCAL_CONNECTS, and twice that of the inbound LRU (steered, not yet
     /// established; allocated up front). It must hold every namespace's --quota-handshakes at once.
-    #[arg(long, value_name = "M", env = "REDIRECT_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1025..=4_194_304))]
-    pub max_connections: u32,
+    /// [default: 16384, or (N + 1) x 16 + 1024 when that is larger]
+    #[arg(long, value_name = "M", env = "REDIRECT_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1025..=4_194_304))]
+    pub max_connections: Option<u32>,
     /// Per namespace: ports in each port list (-b, -d, -o, -q).
     #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_PORTS", default_value_t = Quotas::default().ports, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub quota_ports: u32,
@@ -42,10 +43,13 @@ pub struct Sizing {
 }
 
 impl Sizing {
-    /// The quotas these flags say; an error when the connection maps could not hold every
-    /// namespace's hand-off quota at once.
-    pub fn quotas(&self) -> anyhow::Result<Quotas> {
-        let q = Quotas {
+    /// The quotas these flags say. Whether the connection maps hold every namespace's hand-off
+    /// quota is checked only when a datapath is created with them (a pinned one keeps its own).
+    pub fn quotas(&self) -> Quotas {
+        let max_connections = self
+            .max_connections
+            .unwrap_or_else(|| Quotas::default_max_connections(self.max_pods));
+        Quotas {
             max_pods: self.max_pods,
             ports: self.quota_ports,
             cidrs: self.quota_cidrs,
@@ -54,12 +58,10 @@ impl Sizing {
             routes: self.quota_routes,
             handshakes: self
                 .quota_handshakes
-                .unwrap_or_else(|| Quotas::handshakes_for(self.max_pods, self.max_connections)),
-            max_connections: self.max_connections,
-        };
-        q.validate()
-            .map_err(|e| anyhow::anyhow!("node sizing: {e}"))?;
-        Ok(q)
+                .unwrap_or_else(|| Quotas::handshakes_for(self.max_pods, max_connections)),
+            ..Quotas::default()
+        }
+        .with_connections(max_connections)
     }
 
     /// The sizing the environment (`REDIRECT_MAX_PODS`, `REDIRECT_QUOTA_*`) asks for, else the
@@ -73,6 +75,6 @@ impl Sizing {
         let parsed = EnvOnly::try_parse_from(["redirect"]).map_err(|e| {
             anyhow::anyhow!("node sizing from the environment: {}", e.to_string().trim())
         })?;
-        parsed.sizing.quotas()
+        Ok(parsed.sizing.quotas())
     }
 }

@@ -118,9 +118,9 @@ impl Datapath {
         // per-namespace hand-off quota: the default policy may use the whole connection map.
         let sizing = crate::node::sizing::Quotas {
             max_pods: 110.max(u32::try_from(options.inbound.len()).unwrap_or(u32::MAX)),
-            max_connections: options.max_connections,
             ..Default::default()
-        };
+        }
+        .with_connections(options.max_connections);
         let quota = u64::from(
             options
                 .max_connections

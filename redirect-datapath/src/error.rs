@@ -148,6 +148,12 @@ pub enum Error {
         /// The flag that sets it when the datapath is created.
         flag: &'static str,
     },
+    /// A node sizing whose connection maps cannot hold every namespace's hand-off quota.
+    #[error("node sizing: {why}")]
+    Sizing {
+        /// What does not fit, naming the flags.
+        why: String,
+    },
     /// The pin directory's parent is not a bpf filesystem (none is mounted on its behalf).
     #[error("{mount} is not a bpf filesystem, so the datapath cannot be pinned at {dir}: run where the host's bpffs is mounted (a container needs -v /sys/fs/bpf:/sys/fs/bpf, or pass --bpffs inside a mounted bpffs); mounting a new one here would be private to this mount namespace and the capture would die with it")]
     NoBpffs {

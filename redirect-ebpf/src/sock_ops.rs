@@ -21,6 +21,7 @@ use aya_ebpf::{
 };
 use redirect_common::{
     normalise_addr,
+    outbound::is_loopback,
     sock::{self, SOCK_HANDOFF},
     tracking, ConnKey, Counter, ListenerKey, NetnsCookie, Tracked, AF_INET, AF_INET6,
 };
@@ -165,7 +166,9 @@ fn has_handoff(ctx: &SockOpsContext) -> bool {
 /// connection's 4-tuple, within its policy's quota, before the SYN leaves; any other connect
 /// to one of its namespace's own addresses is recorded ([`local::on_connect`]). A redirected
 /// socket connects to loopback, never to one of its pod's addresses, so the socket's storage
-/// is read first and the address lookup is left to the others.
+/// is read first and the address lookup is left to the others. A socket that connects again
+/// after a redirected attempt failed keeps its mark, so the mark counts only for a connect
+/// to loopback (where the capture hooks sent it).
 fn on_connect(ctx: &SockOpsContext) {
     let redirected = sock_state(ctx, false).and_then(|state| {
         // SAFETY: the socket's own storage, valid for the program run; its callbacks run
@@ -173,7 +176,9 @@ fn on_connect(ctx: &SockOpsContext) {
         let state = unsafe { &mut *state };
         sock::redirected_to(state).map(|orig| (state, orig))
     });
-    let Some((state, orig)) = redirected else {
+    let key = key_as_client(ctx);
+    let Some((state, orig)) = redirected.filter(|_| is_loopback(key.family, &key.server_addr))
+    else {
         local::on_connect(ctx);
         return;
     };
@@ -188,7 +193,7 @@ fn on_connect(ctx: &SockOpsContext) {
         client_cookie: cookie(ctx),
         quota_key,
     };
-    if TRACKED.insert(key_as_client(ctx), entry, 0).is_err() {
+    if TRACKED.insert(key, entry, 0).is_err() {
         quota_sub(&HANDOFFS, quota_key);
         count(Counter::TrackError);
         return;

@@ -220,5 +220,18 @@ fn a_handshake_quota_the_connection_maps_cannot_hold_creates_nothing() {
         redirect_tests::node::map_max_entries(&pins.0, "TRACKED"),
         228_352
     );
-    cleanup(&pins, &cgroup, &[&a]);
+    // Once pinned, the datapath's own sizing rules: the same quota without the larger
+    // --max-connections (an old deployment's environment) still enrolls the next pod.
+    let b = pod("rql", "10.213.0.2");
+    ok(
+        &apply(
+            &pins,
+            &cgroup,
+            &b,
+            &[("REDIRECT_QUOTA_HANDSHAKES", "2048")],
+            &["-i", "*"],
+        ),
+        "pod b under the pinned sizing",
+    );
+    cleanup(&pins, &cgroup, &[&a, &b]);
 }

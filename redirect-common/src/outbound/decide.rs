@@ -6,7 +6,7 @@ use crate::{types::PASSTHROUGH_V6, Counter, AF_INET, AF_INET6};
 /// The destination leaves through `lo`: loopback, or the unspecified address, which the kernel
 /// routes to the host itself (it becomes 127.0.0.1 / `::1` before nat `OUTPUT` sees it).
 #[inline(always)]
-fn is_loopback(family: u16, dst: &[u32; 4]) -> bool {
+pub fn is_loopback(family: u16, dst: &[u32; 4]) -> bool {
     if family == AF_INET {
         dst[0].to_ne_bytes()[0] == 127 || dst[0] == 0
     } else {

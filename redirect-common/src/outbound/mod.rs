@@ -240,7 +240,7 @@ impl Verdict {
 }
 
 mod decide;
-pub use decide::{decide, is_proxy, proxy_id_elsewhere, when_proxy_down};
+pub use decide::{decide, is_loopback, is_proxy, proxy_id_elsewhere, when_proxy_down};
 
 #[cfg(test)]
 mod word_tests {

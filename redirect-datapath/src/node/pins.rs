@@ -63,6 +63,11 @@ impl NodeDatapath {
             Some(p) => cgroup::validate(p)?,
             None => app.clone(),
         };
+        // Checked only here: a datapath already pinned keeps its own sizing, whatever the flags.
+        attach
+            .quotas
+            .validate()
+            .map_err(|why| Error::Sizing { why })?;
         let probed = preflight::require_kernel_support()?;
         let sk_lookup = crate::probe::sk_lookup_program(&probed);
         ensure_bpffs(dir)?;

@@ -51,6 +51,9 @@ pub struct Quotas {
     /// handshakes` plus the per-CPU slack must fit in it, so every namespace can always use
     /// its quota.
     pub max_connections: u32,
+    /// Entries of the inbound LRU (`INBOUND`), from `max_connections` when the datapath is
+    /// created ([`Quotas::inbound_for`]) and pinned with the rest.
+    pub inbound: u32,
 }
 
 impl Default for Quotas {
@@ -64,11 +67,41 @@ impl Default for Quotas {
             routes: 4096,
             handshakes: Self::handshakes_for(110, DEFAULT_MAX_CONNECTIONS),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            inbound: Self::inbound_for(DEFAULT_MAX_CONNECTIONS),
         }
     }
 }
 
 impl Quotas {
+    /// The default `--max-connections` of a node of `max_pods`: 16,384, or room for 16
+    /// hand-offs per namespace when that is more.
+    pub fn default_max_connections(max_pods: u32) -> u32 {
+        let per_pod = max_pods
+            .saturating_add(1)
+            .saturating_mul(16)
+            .saturating_add(HANDOFF_SLACK);
+        DEFAULT_MAX_CONNECTIONS.max(per_pod)
+    }
+
+    /// Entries of the inbound LRU for `max_connections`: half of it, and at least 256 per
+    /// possible CPU (the kernel's common LRU keeps up to 128 free entries on each CPU's list,
+    /// so a smaller map would evict before it is full); 1,024 to 65,536.
+    pub fn inbound_for(max_connections: u32) -> u32 {
+        let cpus = aya::util::nr_cpus().map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX));
+        (max_connections / 2)
+            .max(cpus.saturating_mul(256))
+            .clamp(1024, redirect_common::INBOUND_MAX_ENTRIES)
+    }
+
+    /// These quotas with connection maps of `max_connections` (and the inbound LRU it gives).
+    pub fn with_connections(self, max_connections: u32) -> Self {
+        Self {
+            max_connections,
+            inbound: Self::inbound_for(max_connections),
+            ..self
+        }
+    }
+
     /// The default `--quota-handshakes` of a node sized `max_pods` x `max_connections`: an
     /// equal share of the connection maps for every namespace and the default policy, after
     /// the per-CPU slack (at least 1).
@@ -82,6 +115,16 @@ impl Quotas {
     pub fn validate(&self) -> std::result::Result<(), String> {
         let slots = u64::from(self.max_pods) + 1;
         let needed = slots * u64::from(self.handshakes) + u64::from(HANDOFF_SLACK);
+        if slots + u64::from(HANDOFF_SLACK) > u64::from(self.max_connections) {
+            return Err(format!(
+                "--max-connections {} cannot hold one hand-off for each of {slots} namespaces \
+                 (--max-pods {} and the default policy) plus {HANDOFF_SLACK} for adds racing on \
+                 every CPU: give at least {}",
+                self.max_connections,
+                self.max_pods,
+                slots + u64::from(HANDOFF_SLACK),
+            ));
+        }
         if needed > u64::from(self.max_connections) {
             return Err(format!(
                 "--quota-handshakes {} for {} namespaces (--max-pods {} and the default policy) plus \
@@ -100,7 +143,7 @@ impl Quotas {
 
     /// `max_entries` of each shared map: one slot more than `max_pods` for the default entry
     /// (netns cookie 0) and two port lists per direction; the connection maps hold
-    /// `max_connections`, the inbound LRU half of it (1,024 to 65,536, its old fixed size).
+    /// `max_connections`, the inbound LRU `inbound`.
     pub fn map_sizes(&self) -> Vec<(&'static str, u32)> {
         let slots = self.max_pods.saturating_add(1);
         let per = |n: u32| slots.saturating_mul(n).max(1);
@@ -122,10 +165,7 @@ impl Quotas {
             (map_names::LOCAL_COUNTS, slots),
             (map_names::TRACKED, conns),
             (map_names::LOCAL_CONNECTS, conns),
-            (
-                map_names::INBOUND,
-                (conns / 2).clamp(1024, redirect_common::INBOUND_MAX_ENTRIES),
-            ),
+            (map_names::INBOUND, self.inbound.max(1)),
         ]
     }
 
@@ -140,7 +180,7 @@ impl Quotas {
             self.routes,
             self.handshakes,
             self.max_connections,
-            0,
+            self.inbound,
         ]
     }
 
@@ -154,6 +194,11 @@ impl Quotas {
             routes: raw[6],
             handshakes: raw[7],
             max_connections: raw[8],
+            inbound: if raw[9] == 0 {
+                Self::inbound_for(raw[8])
+            } else {
+                raw[9]
+            },
         })
     }
 
@@ -168,6 +213,8 @@ impl Quotas {
         v2[..8].copy_from_slice(raw);
         v2[0] = MAGIC_V2;
         v2[8] = slots.saturating_mul(raw[7]).saturating_add(HANDOFF_SLACK);
+        // Its inbound LRU had the fixed size of those layouts.
+        v2[9] = redirect_common::INBOUND_MAX_ENTRIES;
         Self::decode(&v2)
     }
 
@@ -338,7 +385,8 @@ mod tests {
         assert_eq!(size(map_names::POD_ADDRS), Some(111 * 64));
         assert_eq!(size(map_names::TRACKED), Some(16_384));
         assert_eq!(size(map_names::LOCAL_CONNECTS), Some(16_384));
-        assert_eq!(size(map_names::INBOUND), Some(8192));
+        assert_eq!(size(map_names::INBOUND), Some(Quotas::inbound_for(16_384)));
+        assert!((8192..=65_536).contains(&q.inbound));
         assert!(sizes.iter().all(|(_, s)| *s > 0));
     }
 
@@ -356,21 +404,35 @@ mod tests {
                 && e.contains("--max-connections"),
             "{e}"
         );
-        let fits = Quotas {
-            max_connections: 228_352,
-            ..q
+        q.with_connections(228_352)
+            .validate()
+            .expect("exactly enough");
+        // A node of many pods gets a default that holds 16 hand-offs for each.
+        let big = Quotas {
+            max_pods: 20_000,
+            ..Quotas::default()
         };
-        fits.validate().expect("exactly enough");
+        let m = Quotas::default_max_connections(20_000);
+        let big = Quotas {
+            handshakes: Quotas::handshakes_for(20_000, m),
+            ..big
+        }
+        .with_connections(m);
+        assert_eq!(big.handshakes, 16);
+        big.validate().expect("the default fits");
     }
 
     #[test]
     fn an_old_record_sizes_the_connection_maps_as_they_were() {
-        let old: RawV1 = [MAGIC, 110, 1024, 1024, 64, 16, 4096, 2048];
-        let q = Quotas::decode_v1(&old).expect("v1 record");
-        let sizes = q.map_sizes();
-        let size = |name| sizes.iter().find(|(n, _)| *n == name).map(|(_, s)| *s);
-        assert_eq!(size(map_names::TRACKED), Some(111 * 2048 + 1024));
-        assert_eq!(size(map_names::INBOUND), Some(65_536), "the old fixed LRU");
+        for (pods, quota) in [(110, 2048), (4, 32)] {
+            let old: RawV1 = [MAGIC, pods, 1024, 1024, 64, 16, 4096, quota];
+            let q = Quotas::decode_v1(&old).expect("v1 record");
+            let sizes = q.map_sizes();
+            let size = |name| sizes.iter().find(|(n, _)| *n == name).map(|(_, s)| *s);
+            assert_eq!(size(map_names::TRACKED), Some((pods + 1) * quota + 1024));
+            assert_eq!(size(map_names::INBOUND), Some(65_536), "the old fixed LRU");
+            assert_eq!(Quotas::decode(&q.encode()), Some(q), "kept as it was");
+        }
         assert_eq!(Quotas::decode(&[0; 10]), None);
     }
 }
