@@ -13,8 +13,9 @@ pub struct Sizing {
     pub max_pods: u32,
     /// Connections in hand-off at once on the node (connected to a proxy, its side of the
     /// handshake not complete; a pod's connects to its own addresses in handshake): the size of
-    /// TRACKED and LOCAL_CONNECTS, and twice that of the inbound LRU (steered, not yet
-    /// established; allocated up front). It must hold every namespace's --quota-handshakes at once.
+    /// TRACKED and LOCAL_CONNECTS; the inbound LRU (steered, not yet established; allocated up
+    /// front) gets half of it, at least 256 per CPU, 1024 to 65536. It must hold every
+    /// namespace's --quota-handshakes at once.
     /// [default: 16384, or (N + 1) x 16 + 1024 when that is larger]
     #[arg(long, value_name = "M", env = "REDIRECT_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1025..=4_194_304))]
     pub max_connections: Option<u32>,
