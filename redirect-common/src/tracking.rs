@@ -28,10 +28,42 @@ pub fn app_close_deletes(sock: u64, entry: &Tracked) -> bool {
     entry.client_cookie == sock
 }
 
+/// Whether a socket that connected to `remote` may hold a `LOCAL_CONNECTS` record, to be
+/// deleted when it leaves `SYN_SENT`. Only a connect to one of its namespace's own addresses
+/// (`POD_ADDRS`) is recorded, and that map never holds a loopback or unspecified address (user
+/// space leaves them out of a namespace's addresses), so a connect to loopback has none: every
+/// redirected connect (to the proxy on `127.0.0.1` / `::1`) leaves `SYN_SENT` without a map
+/// lookup.
+#[inline(always)]
+pub fn may_hold_local_record(family: u16, remote: &[u32; 4]) -> bool {
+    !crate::outbound::is_loopback(family, remote)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::OrigDst;
+
+    #[test]
+    fn a_connect_to_loopback_holds_no_local_record() {
+        let v4 = |a: [u8; 4]| [u32::from_ne_bytes(a), 0, 0, 0];
+        assert!(!may_hold_local_record(crate::AF_INET, &v4([127, 0, 0, 1])));
+        assert!(!may_hold_local_record(crate::AF_INET, &v4([127, 0, 0, 6])));
+        assert!(!may_hold_local_record(
+            crate::AF_INET6,
+            &[0, 0, 0, u32::from_be(1)]
+        ));
+        assert!(may_hold_local_record(crate::AF_INET, &v4([10, 1, 2, 3])));
+        // `::6` is not in POD_ADDRS either, but its delete is only a miss.
+        assert!(may_hold_local_record(
+            crate::AF_INET6,
+            &[0, 0, 0, u32::from_be(6)]
+        ));
+        assert!(may_hold_local_record(
+            crate::AF_INET6,
+            &[u32::from_be(0xfd00_0000), 0, 0, u32::from_be(1)]
+        ));
+    }
 
     fn entry(client_cookie: u64) -> Tracked {
         Tracked {

@@ -170,6 +170,12 @@ impl Kube {
         (pod.uid.is_empty() || uid == pod.uid).then_some(found)
     }
 
+    /// The generation of the watch's cache (it changes with every change the watch saw);
+    /// `None` as for [`Kube::node_pods`]. Copies no pod.
+    pub fn node_generation(&self) -> Option<u64> {
+        self.cache.as_ref()?.generation()
+    }
+
     /// This node's pods as the watch last listed them, with the cache's generation; `None`
     /// without a watch (no `--node-name`) or before its first listing completed.
     pub fn node_pods(&self) -> Option<(u64, Vec<Pod>)> {

@@ -73,6 +73,12 @@ impl PodCache {
             .cloned()
     }
 
+    /// The cache's generation once a first listing completed (no pod is copied).
+    pub fn generation(&self) -> Option<u64> {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        s.synced.then_some(s.generation)
+    }
+
     /// Every cached pod and the cache's generation, once a first listing completed (before
     /// that, `None`: an absent pod may merely not be listed yet).
     pub fn synced(&self) -> Option<(u64, Vec<Pod>)> {

@@ -100,7 +100,7 @@ impl RouteSocket {
         }
     }
 
-    /// The namespace's own addresses, loopback and `::6` excluded, sorted: `::6` is the
+    /// The namespace's own addresses, loopback, unspecified and `::6` excluded, sorted: `::6` is the
     /// proxy's IPv6 passthrough source that istio-proxy puts on every dual-stack pod's lo (the
     /// outbound decision treats it as loopback), so it names no pod in `POD_ADDRS`. The
     /// local address where the kernel gives one (`IFA_LOCAL`: point-to-point links), as
@@ -128,7 +128,13 @@ impl RouteSocket {
             let Some(ip) = local.or(address) else {
                 continue;
             };
-            if !ip.is_loopback() && ip != PASSTHROUGH_V6 && !out.contains(&ip) {
+            // Never loopback or unspecified: sock_ops relies on it to skip the local-connect
+            // record of every connect to loopback (`tracking::may_hold_local_record`).
+            if !ip.is_loopback()
+                && !ip.is_unspecified()
+                && ip != PASSTHROUGH_V6
+                && !out.contains(&ip)
+            {
                 out.push(ip);
             }
         }

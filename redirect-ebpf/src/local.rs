@@ -5,12 +5,12 @@
 //! retransmits find it, and counts against its namespace's quota (`LOCAL_COUNTS`,
 //! `--quota-handshakes`). A connect that cannot be recorded is captured (fail closed).
 use aya_ebpf::{bindings::BPF_SOCK_OPS_STATE_CB_FLAG, programs::SockOpsContext};
-use redirect_common::Counter;
+use redirect_common::{tracking, Counter};
 
 use crate::{
     inbound::{netns_of, policy_of},
     maps::{count, count_ns, LOCAL_CONNECTS, LOCAL_COUNTS},
-    sock_ops::{cookie, key_as_client, quota_add, quota_sub},
+    sock_ops::{addrs, cookie, key_as_client, quota_add, quota_sub},
 };
 
 /// `TCP_CONNECT_CB` of a socket the capture hooks did not redirect: records a connect to one
@@ -46,9 +46,14 @@ pub fn on_connect(ctx: &SockOpsContext) -> bool {
 }
 
 /// `STATE_CB` out of `SYN_SENT`: the handshake is over (or failed), no SYN of this connection
-/// will reach sk_lookup again; its record goes. Only the delete that wins counts back.
+/// will reach sk_lookup again; its record goes. Only the delete that wins counts back. A
+/// connect to loopback (every redirected one) was never recorded: no lookup at all.
 #[inline(always)]
 pub fn on_handshake_done(ctx: &SockOpsContext) {
+    let (family, _, remote) = addrs(ctx);
+    if !tracking::may_hold_local_record(family, &remote) {
+        return;
+    }
     let key = key_as_client(ctx);
     if LOCAL_CONNECTS.remove(key).is_ok() {
         quota_sub(&LOCAL_COUNTS, key.netns.0);

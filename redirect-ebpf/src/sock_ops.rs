@@ -60,12 +60,11 @@ fn try_sock_ops(ctx: &SockOpsContext) {
 }
 
 /// `STATE_CB`: a local connect leaving `SYN_SENT` (established or failed) no longer needs its
-/// record; a closing listener or application socket is handled as before.
+/// record (a redirected socket, connected to loopback, returns at once); a closing listener or
+/// application socket is handled as before.
 fn on_state(ctx: &SockOpsContext) {
     let (old, new) = (ctx.arg(0), ctx.arg(1));
-    if old == TCP_SYN_SENT && !has_handoff(ctx) {
-        // A socket with a hand-off was redirected to loopback: never a local connect, no
-        // record to delete.
+    if old == TCP_SYN_SENT {
         local::on_handshake_done(ctx);
     }
     if new != TCP_CLOSE {
@@ -105,7 +104,7 @@ pub(crate) fn cookie(ctx: &SockOpsContext) -> u64 {
 
 /// (family, local address, remote address) of the socket, v4-mapped folded to IPv4.
 #[inline(always)]
-fn addrs(ctx: &SockOpsContext) -> (u16, [u32; 4], [u32; 4]) {
+pub(crate) fn addrs(ctx: &SockOpsContext) -> (u16, [u32; 4], [u32; 4]) {
     if ctx.family() == u32::from(AF_INET) {
         (
             AF_INET,
@@ -153,13 +152,6 @@ fn key_as_proxy(ctx: &SockOpsContext) -> ConnKey {
 fn watch_close(ctx: &SockOpsContext) {
     // Failure leaves the entry to the other side's close; nothing else to do here.
     let _ = ctx.set_cb_flags((ctx.cb_flags() | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
-}
-
-/// Whether the socket published a hand-off (its storage says so).
-#[inline(always)]
-fn has_handoff(ctx: &SockOpsContext) -> bool {
-    // SAFETY: the socket's own storage, valid for the program run; read once.
-    sock_state(ctx, false).is_some_and(|s| unsafe { (*s).flags } & SOCK_HANDOFF != 0)
 }
 
 /// `tcp_connect()`: a redirected application socket publishes its hand-off under the

@@ -128,7 +128,10 @@ impl Daemon {
     /// the daemon's start one), a bound proxy cgroup is gone, or the interval passed.
     pub(super) fn reconcile_pods(&mut self) {
         let Some(kube) = &self.kube else { return };
-        let Some((generation, pods)) = kube.node_pods() else {
+        // Whether one is due is decided before any pod is copied: copying a node's pods
+        // every tick cost a 400-pod node 11 ms of CPU a second, during which no request
+        // was served.
+        let Some(generation) = kube.node_generation() else {
             return;
         };
         let interval = kube.options().reconcile_interval;
@@ -150,6 +153,9 @@ impl Daemon {
         if !due {
             return;
         }
+        let Some((generation, pods)) = kube.node_pods() else {
+            return;
+        };
         self.reconcile = Reconcile {
             last: Some(Instant::now()),
             generation,

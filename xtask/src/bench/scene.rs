@@ -174,7 +174,7 @@ pub fn steal() -> (u64, u64) {
     (v.get(7).copied().unwrap_or(0), v.iter().sum())
 }
 
-/// `kernel.bpf_stats_enabled` switched on for the bench's life (the kernel then counts each
+/// `kernel.bpf_stats_enabled` switched on while this lives (the kernel then counts each
 /// program's runs and run time: the per-hook table), put back as it was on drop.
 pub struct BpfStats(Option<String>);
 

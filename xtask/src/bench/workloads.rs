@@ -30,19 +30,13 @@ impl Bench {
         label: &str,
         modes: &[Mode],
         round: usize,
-        p: &Params,
         args: impl Fn(&Pod) -> Vec<String>,
     ) -> anyhow::Result<Vec<(Mode, Load, f64)>> {
         let mut out = Vec::with_capacity(modes.len());
         for i in 0..modes.len() {
             let mode = modes[(i + round) % modes.len()];
             let pod = self.pods.iter().find(|p| p.mode == mode).context("pod")?;
-            progress(&format!(
-                "{label} round {}/{} {}",
-                round + 1,
-                p.rounds,
-                mode.name()
-            ))?;
+            progress(&format!("{label} round {} {}", round + 1, mode.name()))?;
             let before = self.cpu_now(pod);
             let r = self.client(pod, &args(pod))?;
             let cpu = self.cpu_now(pod) - before + r.cpu_ms();
@@ -60,7 +54,7 @@ impl Bench {
         p: &Params,
         c: usize,
     ) -> anyhow::Result<()> {
-        let results = self.run_round(&format!("{workload} {variant}"), modes, round, p, |pod| {
+        let results = self.run_round(&format!("{workload} {variant}"), modes, round, |pod| {
             let args = [
                 "cps",
                 "--connect",
@@ -100,7 +94,7 @@ impl Bench {
     }
 
     pub(super) fn keepalive_round(&mut self, round: usize, p: &Params) -> anyhow::Result<()> {
-        let results = self.run_round("keepalive", &Mode::ALL, round, p, |pod| {
+        let results = self.run_round("keepalive", &Mode::ALL, round, |pod| {
             [
                 "keepalive",
                 "--connect",
@@ -148,7 +142,7 @@ impl Bench {
 
     pub(super) fn bulk_round(&mut self, round: usize, p: &Params) -> anyhow::Result<()> {
         let bytes = (p.bulk_mib * 1024 * 1024).to_string();
-        let results = self.run_round("bulk", &Mode::ALL, round, p, |pod| {
+        let results = self.run_round("bulk", &Mode::ALL, round, |pod| {
             [
                 "bulk",
                 "--connect",
@@ -325,8 +319,8 @@ impl Bench {
 
 /// The per-hook table, from `redirect status --json` of the eBPF pod's `redirect attach`: for
 /// each program, the instructions the verifier walked to load it and (with
-/// `kernel.bpf_stats_enabled`, which the bench switches on) its runs and mean time per run
-/// over every workload so far.
+/// `kernel.bpf_stats_enabled`, which the bench switches on for the churn workload only) its
+/// runs and mean time per run over that churn.
 fn hook_costs(status: &Value, m: &mut BTreeMap<String, Value>) {
     let mut verified = 0u64;
     for a in status["instances"][0]["attachments"]
