@@ -99,7 +99,8 @@ impl NetnsHandle {
         self.ino
     }
 
-    /// Runs `f` inside this namespace (on the calling thread, which is then put back).
+    /// Runs `f` inside this namespace (on the calling thread, which is then put back). `f`
+    /// must not start threads or runtimes: they would stay in this namespace.
     pub fn run<T>(&self, f: impl FnOnce() -> std::io::Result<T>) -> Result<T> {
         in_namespace(self.file.as_fd(), &self.path, f)
     }
@@ -207,8 +208,9 @@ fn in_namespace<T>(
     path: &Path,
     f: impl FnOnce() -> std::io::Result<T>,
 ) -> Result<T> {
+    const HOME: &str = "/proc/thread-self/ns/net";
     let err = |e: std::io::Error| Error::io("inspecting network namespace", path, e);
-    let home = File::open("/proc/thread-self/ns/net").map_err(err)?;
+    let home = File::open(HOME).map_err(|e| Error::io("opening", Path::new(HOME), e))?;
     nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET)
         .map_err(|e| err(std::io::Error::from(e)))?;
     let back = GoHome(home);

@@ -245,13 +245,12 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
         // The per-hook table counts runs and run time (`kernel.bpf_stats_enabled`) over the
         // churn only: counting costs every program run two clock reads, which production never
         // pays, so every workload that compares modes runs with it off.
-        let mut memory = {
+        let mut memory = b.memory();
+        {
             let _stats = scene::BpfStats::enable();
-            let churn = b.churn_workload(p.churn)?;
-            let mut m = b.memory();
-            m.extend(churn);
-            m
-        };
+            memory.extend(b.churn_workload(p.churn)?);
+            memory.extend(b.hook_table());
+        }
         let scaled = [Mode::Ebpf, Mode::IptablesLegacy, Mode::IptablesNft];
         // Rule counts interleaved within each round (rotated), so a slow stretch of the
         // machine does not land on one count.

@@ -272,12 +272,7 @@ impl Bench {
                 );
             }
         }
-        let status = Command::new(self.bin.join("redirect"))
-            .args(["status", "--json"])
-            .env("REDIRECT_STATE_DIR", &self.state_dir)
-            .output()
-            .ok()
-            .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok());
+        let status = self.attach_status();
         let mut total = 0u64;
         for (name, id) in self.attach_map_ids() {
             let info = Command::new("bpftool")
@@ -311,9 +306,27 @@ impl Bench {
                 "tracked connections at the end (must be 0)".into(),
                 s["instances"][0]["tracked_entries"].clone(),
             );
+        }
+        m
+    }
+
+    /// The per-hook table (see [`hook_costs`]), read while `kernel.bpf_stats_enabled` is on.
+    pub(super) fn hook_table(&self) -> BTreeMap<String, Value> {
+        let mut m = BTreeMap::new();
+        if let Some(s) = self.attach_status() {
             hook_costs(&s, &mut m);
         }
         m
+    }
+
+    /// `redirect status --json` of the bench's `redirect attach` instances.
+    fn attach_status(&self) -> Option<Value> {
+        Command::new(self.bin.join("redirect"))
+            .args(["status", "--json"])
+            .env("REDIRECT_STATE_DIR", &self.state_dir)
+            .output()
+            .ok()
+            .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
     }
 }
 
