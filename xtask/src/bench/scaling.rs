@@ -242,7 +242,7 @@ impl Bench {
                 Value::from(format!("{} / {}", before[i], after[i])),
             );
         }
-        // Every hook's runs and time per connection over the churn (bpf_stats is on for the churn alone).
+        // Every hook's runs and time per connection over the churn (bpf_stats is on for it).
         for (program, (runs, ns)) in &runs1 {
             let (r0, n0) = runs0.get(program).copied().unwrap_or((0, 0));
             let per = |v: u64| v as f64 / done.max(1) as f64;
@@ -265,13 +265,7 @@ impl Bench {
     /// Each attached program of the eBPF pod's datapath: (runs, run time ns) so far
     /// (`redirect status --json`; bpf_stats is on during the churn).
     fn hook_runs(&self) -> BTreeMap<String, (u64, u64)> {
-        let status = Command::new(self.bin.join("redirect"))
-            .args(["status", "--json"])
-            .env("REDIRECT_STATE_DIR", &self.state_dir)
-            .output()
-            .ok()
-            .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
-            .unwrap_or_default();
+        let status = self.attach_status().unwrap_or_default();
         let mut runs = BTreeMap::new();
         for a in status["instances"][0]["attachments"]
             .as_array()

@@ -320,7 +320,7 @@ impl Bench {
     }
 
     /// `redirect status --json` of the bench's `redirect attach` instances.
-    fn attach_status(&self) -> Option<Value> {
+    pub(super) fn attach_status(&self) -> Option<Value> {
         Command::new(self.bin.join("redirect"))
             .args(["status", "--json"])
             .env("REDIRECT_STATE_DIR", &self.state_dir)
