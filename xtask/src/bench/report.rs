@@ -5,7 +5,10 @@ use anyhow::Context as _;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::stats::{summarise, Sample, Summary};
+use super::{
+    floor,
+    stats::{summarise, Sample, Summary},
+};
 
 /// Everything one run produced.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -115,9 +118,19 @@ pub fn markdown(report: &Report) -> String {
             );
         }
     }
-    if !report.memory.is_empty() {
+    let (floor, rest): (Vec<_>, Vec<_>) = report
+        .memory
+        .iter()
+        .partition(|(k, _)| k.starts_with(floor::PREFIX));
+    if !floor.is_empty() {
+        out.push_str("\n## The capture's floor\n\nWhat the hooks' own run time over the churn (`bpf_stats`) allows against the explicit hop of this run: at full concurrency conn/s scales with 1 / CPU per connection, at c=1 with 1 / latency.\n\n| what | value |\n|---|---|\n");
+        for (k, v) in floor {
+            let _ = writeln!(out, "| {} | {v} |", &k[floor::PREFIX.len()..]);
+        }
+    }
+    if !rest.is_empty() {
         out.push_str("\n## Memory\n\n| what | value |\n|---|---|\n");
-        for (k, v) in &report.memory {
+        for (k, v) in rest {
             let _ = writeln!(out, "| {k} | {v} |");
         }
     }

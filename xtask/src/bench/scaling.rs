@@ -14,7 +14,7 @@ use redirect_testkit::{probe::Load, Cgroup, Netns};
 use serde_json::Value;
 
 use super::{
-    progress,
+    floor, progress,
     scene::{self, Mode},
     stats::{median, Sample},
     Bench, Params, Pod,
@@ -243,9 +243,11 @@ impl Bench {
             );
         }
         // Every hook's runs and time per connection over the churn (bpf_stats is on for it).
+        let per = |v: u64| v as f64 / done.max(1) as f64;
+        let mut all_ns = 0;
         for (program, (runs, ns)) in &runs1 {
             let (r0, n0) = runs0.get(program).copied().unwrap_or((0, 0));
-            let per = |v: u64| v as f64 / done.max(1) as f64;
+            all_ns += ns.saturating_sub(n0);
             m.insert(
                 format!("churn: {program} runs, ns per connection"),
                 Value::from(format!(
@@ -255,6 +257,7 @@ impl Bench {
                 )),
             );
         }
+        m.insert(floor::HOOKS_NS.into(), Value::from(per(all_ns).round()));
         m.insert(
             "churn: redirect attach (loader) RSS before / after, KiB".into(),
             Value::from(format!("{rss0} / {rss1}")),
@@ -264,7 +267,7 @@ impl Bench {
 
     /// Each attached program of the eBPF pod's datapath: (runs, run time ns) so far
     /// (`redirect status --json`; bpf_stats is on during the churn).
-    fn hook_runs(&self) -> BTreeMap<String, (u64, u64)> {
+    pub(super) fn hook_runs(&self) -> BTreeMap<String, (u64, u64)> {
         let status = self.attach_status().unwrap_or_default();
         let mut runs = BTreeMap::new();
         for a in status["instances"][0]["attachments"]

@@ -23,8 +23,11 @@ impl Bench {
     }
 
     /// Runs one round: every mode once, in an order rotated by `round` so no mode always
-    /// runs first. `args` builds the probe-load arguments for a pod. Returns, per mode, the
-    /// client's result and the CPU milliseconds of client, proxy and server during the run.
+    /// runs first, and reversed on odd rounds so each mode follows its neighbour in half the
+    /// rounds and precedes it in the other half (eBPF sits next to explicit: whatever the slot
+    /// after another run costs falls on both alike). `args` builds the probe-load arguments for
+    /// a pod. Returns, per mode, the client's result and the CPU milliseconds of client, proxy
+    /// and server during the run.
     fn run_round(
         &self,
         label: &str,
@@ -34,7 +37,7 @@ impl Bench {
     ) -> anyhow::Result<Vec<(Mode, Load, f64)>> {
         let mut out = Vec::with_capacity(modes.len());
         for i in 0..modes.len() {
-            let mode = modes[(i + round) % modes.len()];
+            let mode = modes[slot(modes.len(), round, i)];
             let pod = self.pods.iter().find(|p| p.mode == mode).context("pod")?;
             progress(&format!("{label} round {} {}", round + 1, mode.name()))?;
             let before = self.cpu_now(pod);
@@ -138,6 +141,40 @@ impl Bench {
             }
         }
         Ok(())
+    }
+
+    /// One keep-alive run of the eBPF pod while `bpf_stats` counts (inside the churn's window):
+    /// how many hook runs its requests cost. Hooks run per connection, never per request, so
+    /// any keep-alive gap to the explicit hop is not theirs; this is the measurement of that.
+    pub(super) fn keepalive_hooks(&self, p: &Params) -> anyhow::Result<BTreeMap<String, Value>> {
+        let pod = self
+            .pods
+            .iter()
+            .find(|p| p.mode == Mode::Ebpf)
+            .context("the eBPF pod")?;
+        let before = self.hook_runs();
+        let args = [
+            "keepalive",
+            "--connect",
+            &pod.target.to_string(),
+            "--duration-ms",
+            &p.duration_ms.to_string(),
+        ]
+        .map(String::from);
+        let Load::Keepalive { requests, .. } = self.client(pod, &args)? else {
+            bail!("keep-alive hook count: probe-load keepalive printed no keepalive result");
+        };
+        let runs: u64 = self
+            .hook_runs()
+            .iter()
+            .map(|(prog, (r, _))| r.saturating_sub(before.get(prog).map_or(0, |b| b.0)))
+            .sum();
+        let mut m = BTreeMap::new();
+        m.insert(
+            "keep-alive: hook runs over one connection of the eBPF pod, requests on it".into(),
+            Value::from(format!("{runs}, {requests}")),
+        );
+        Ok(m)
     }
 
     pub(super) fn bulk_round(&mut self, round: usize, p: &Params) -> anyhow::Result<()> {
@@ -364,4 +401,51 @@ fn hook_costs(status: &Value, m: &mut BTreeMap<String, Value>) {
         "verified instructions, every attached program".into(),
         Value::from(verified),
     );
+}
+
+/// The index of the mode that runs `i`th in round `round` of `n` modes: rotated by the round,
+/// reversed on odd rounds.
+fn slot(n: usize, round: usize, i: usize) -> usize {
+    let rotated = (i + round / 2) % n;
+    if round % 2 == 1 {
+        n - 1 - rotated
+    } else {
+        rotated
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot;
+
+    #[test]
+    fn every_mode_runs_once_and_neighbours_swap() {
+        let n = 5;
+        let (mut after, mut before) = (0, 0);
+        for round in 0..10 {
+            let order: Vec<usize> = (0..n).map(|i| slot(n, round, i)).collect();
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(
+                sorted,
+                (0..n).collect::<Vec<_>>(),
+                "round {round}: {order:?}"
+            );
+            let pos = |m: usize| order.iter().position(|x| *x == m).unwrap();
+            // Modes 1 and 2 (explicit, ebpf) side by side.
+            if pos(2) == pos(1) + 1 {
+                after += 1;
+            }
+            if pos(1) == pos(2) + 1 {
+                before += 1;
+            }
+        }
+        assert_eq!(
+            (after, before),
+            (4, 4),
+            "ebpf right after explicit as often as right before"
+        );
+        assert_eq!(slot(n, 0, 0), 0);
+        assert_eq!(slot(n, 1, 0), 4);
+    }
 }
