@@ -1,6 +1,6 @@
 //! The daemon's Kubernetes client: one GET of the pod a CNI call names, with bounded retries
 //! (istio-cni: 30 x 1 s), over kube-rs (in-cluster config, else `--kubeconfig FILE`).
-use std::{net::IpAddr, path::PathBuf, time::Duration};
+use std::{net::IpAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::{config::KubeConfigOptions, Api, Client, Config};
@@ -164,7 +164,7 @@ impl Kube {
     }
 
     /// The cached pod, when it is the one the runtime named.
-    fn cached(&self, pod: &PodRef) -> Option<Pod> {
+    fn cached(&self, pod: &PodRef) -> Option<Arc<Pod>> {
         let found = self.cache.as_ref()?.get(&pod.namespace, &pod.name)?;
         let uid = found.metadata.uid.as_deref().unwrap_or_default();
         (pod.uid.is_empty() || uid == pod.uid).then_some(found)
@@ -178,7 +178,7 @@ impl Kube {
 
     /// This node's pods as the watch last listed them, with the cache's generation; `None`
     /// without a watch (no `--node-name`) or before its first listing completed.
-    pub fn node_pods(&self) -> Option<(u64, Vec<Pod>)> {
+    pub fn node_pods(&self) -> Option<(u64, Vec<Arc<Pod>>)> {
         self.cache.as_ref()?.synced()
     }
 
@@ -199,7 +199,7 @@ impl Kube {
 
     /// GETs `pod` until it exists with the uid the runtime named (a pod recreated under the
     /// same name is another pod), at most `get_attempts` times; checks it is on this node.
-    pub fn pod(&self, pod: &PodRef) -> Result<Pod, KubeError> {
+    pub fn pod(&self, pod: &PodRef) -> Result<Arc<Pod>, KubeError> {
         let client = self
             .client
             .clone()
@@ -217,7 +217,7 @@ impl Kube {
                 Ok(Some(found)) => {
                     let uid = found.metadata.uid.as_deref().unwrap_or_default();
                     if pod.uid.is_empty() || uid == pod.uid {
-                        return self.on_this_node(pod, found);
+                        return self.on_this_node(pod, Arc::new(found));
                     }
                     last = format!(
                         "the apiserver holds uid {uid}, the runtime named {}",
@@ -239,7 +239,7 @@ impl Kube {
         })
     }
 
-    fn on_this_node(&self, pod: &PodRef, found: Pod) -> Result<Pod, KubeError> {
+    fn on_this_node(&self, pod: &PodRef, found: Arc<Pod>) -> Result<Arc<Pod>, KubeError> {
         let node = found.spec.as_ref().and_then(|s| s.node_name.clone());
         match (&self.opts.node_name, node) {
             (Some(ours), Some(node)) if *ours != node => Err(KubeError::OtherNode {

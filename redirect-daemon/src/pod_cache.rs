@@ -13,9 +13,10 @@ type Key = (String, String);
 
 #[derive(Debug, Default)]
 struct State {
-    pods: HashMap<Key, Pod>,
+    /// Shared, not copied, with every reader (a kube-injected pod is kilobytes of objects).
+    pods: HashMap<Key, Arc<Pod>>,
     /// The listing in progress (between `Init` and `InitDone`): it replaces `pods` whole.
-    relist: Option<HashMap<Key, Pod>>,
+    relist: Option<HashMap<Key, Arc<Pod>>>,
     /// A first listing completed: `pods` is the node's whole set (what is not in it is gone).
     synced: bool,
     /// Bumped by every change: the reconcile looks again when it moved.
@@ -43,7 +44,7 @@ impl PodCache {
         s.generation += 1;
         match event {
             Event::Apply(pod) => {
-                s.pods.insert(key(&pod), pod);
+                s.pods.insert(key(&pod), Arc::new(pod));
             }
             Event::Delete(pod) => {
                 s.pods.remove(&key(&pod));
@@ -52,8 +53,8 @@ impl PodCache {
             Event::InitApply(pod) => {
                 let k = key(&pod);
                 match &mut s.relist {
-                    Some(list) => list.insert(k, pod),
-                    None => s.pods.insert(k, pod),
+                    Some(list) => list.insert(k, Arc::new(pod)),
+                    None => s.pods.insert(k, Arc::new(pod)),
                 };
             }
             Event::InitDone => {
@@ -66,7 +67,7 @@ impl PodCache {
     }
 
     /// The cached pod `namespace/name`.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Pod> {
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
         let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.pods
             .get(&(namespace.to_owned(), name.to_owned()))
@@ -81,7 +82,7 @@ impl PodCache {
 
     /// Every cached pod and the cache's generation, once a first listing completed (before
     /// that, `None`: an absent pod may merely not be listed yet).
-    pub fn synced(&self) -> Option<(u64, Vec<Pod>)> {
+    pub fn synced(&self) -> Option<(u64, Vec<Arc<Pod>>)> {
         let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.synced
             .then(|| (s.generation, s.pods.values().cloned().collect()))
@@ -127,7 +128,7 @@ mod tests {
     }
 
     fn uid(cache: &PodCache, ns: &str, name: &str) -> Option<String> {
-        cache.get(ns, name).and_then(|p| p.metadata.uid)
+        cache.get(ns, name).and_then(|p| p.metadata.uid.clone())
     }
 
     #[tokio::test]

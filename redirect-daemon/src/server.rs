@@ -13,6 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+mod datapath;
 mod followed;
 mod pods;
 mod reconcile;
@@ -69,6 +70,8 @@ pub struct Daemon {
     kube: Option<crate::apiserver::Kube>,
     reconcile: reconcile::Reconcile,
     reindexed: Instant,
+    /// Holds the kernel's sk_lookup switch on while the daemon runs (see `SkLookupKey`).
+    lookup_key: Option<node::SkLookupKey>,
 }
 
 impl Daemon {
@@ -110,70 +113,15 @@ impl Daemon {
             kube: None,
             reconcile: reconcile::Reconcile::default(),
             reindexed: Instant::now(),
+            lookup_key: None,
         };
+        daemon.hold_lookup_key();
         crate::repair::write_health(&daemon.opts.dir, &daemon.health);
         for e in read_enrollments(&daemon.opts.dir) {
             daemon.reconcile(e);
         }
         drop(guard);
         Ok(daemon)
-    }
-
-    /// Checks the pins and every enrollment's policy (see `repair`); repairs what it can and
-    /// records the rest as an alarm.
-    fn check_datapath(&mut self) {
-        use crate::repair::{pin_state, write_health, PinState};
-        let before = self.health.clone();
-        let mut alarm = None;
-        match pin_state(&self.opts.bpffs, std::process::id()) {
-            Ok(PinState::Ours) => {}
-            Ok(PinState::Gone) => self.recreate(&mut alarm),
-            Ok(PinState::Other(owner)) => {
-                alarm = Some(format!(
-                    "the pinned datapath at {} is recorded as owned by {owner}, not this daemon",
-                    self.opts.bpffs.display()
-                ));
-            }
-            Err(e) => alarm = Some(format!("checking the pinned datapath: {e}")),
-        }
-        if alarm.is_none() {
-            let recreated = self.health.repairs > before.repairs;
-            let why = self.health.last_problem.clone();
-            self.reapply_missing(&mut alarm);
-            if recreated {
-                // Every policy was re-applied because the pins went: say that, not the last one.
-                self.health.last_problem = why;
-            }
-        }
-        if alarm.is_some() && alarm != before.alarm {
-            tracing::error!(alarm = ?alarm, "the daemon's datapath needs an operator");
-            self.health.last_problem.clone_from(&alarm);
-        }
-        self.health.alarm = alarm;
-        if self.health != before {
-            write_health(&self.opts.dir, &self.health);
-        }
-    }
-
-    /// The pins are gone: creates the datapath again and re-applies every enrollment.
-    fn recreate(&mut self, alarm: &mut Option<String>) {
-        tracing::error!("the pinned datapath is gone (unpinned behind the daemon's back): recreating it and re-applying every enrollment");
-        let recreated = NodeDatapath::open_or_create(&self.opts.bpffs, &self.opts.attach)
-            .and_then(|(dp, _)| take_ownership(&dp, &self.opts.dir).map(|()| dp))
-            .and_then(|dp| Ok((dp, node::layout::hold_as_daemon(&self.opts.bpffs)?)));
-        match recreated {
-            Ok((dp, pins)) => {
-                self.dp = dp;
-                self.dp.sweep_on_apply(false);
-                self._pins = pins;
-                self.health.repairs += 1;
-                self.health.last_problem = Some(format!(
-                    "the pinned datapath at {} was unpinned behind the daemon's back; recreated",
-                    self.opts.bpffs.display()
-                ));
-            }
-            Err(e) => *alarm = Some(format!("recreating the unpinned datapath: {e}")),
-        }
     }
 
     /// Carries out one request.
@@ -248,6 +196,8 @@ impl Daemon {
             }
             Request::Uninstall => match node::remove_dir(&self.opts.bpffs) {
                 Ok(()) => {
+                    // The last reference to the program: nothing of the datapath stays loaded.
+                    self.lookup_key = None;
                     let _ = std::fs::remove_dir_all(enrollment_dir(&self.opts.dir));
                     self.enrollments.clear();
                     self.uninstalled = true;
@@ -272,7 +222,9 @@ impl Daemon {
         let Ok(_guard) = node::lock(&self.opts.bpffs) else {
             return;
         };
+        let mut phases = redirect_datapath::phases::Phases::start();
         self.check_datapath();
+        phases.mark("check");
         // Policies of namespaces that are gone, enrolled here or not (the kernel says which).
         match self.dp.remove_stale() {
             Ok(gone) if !gone.is_empty() => {
@@ -288,11 +240,13 @@ impl Daemon {
                 tracing::warn!(error = %e, "removing the policies of namespaces that are gone")
             }
         }
+        phases.mark("stale");
         if self.reindexed.elapsed() >= REINDEX {
             if let Err(e) = self.dp.reindex() {
                 tracing::warn!(error = %e, "reading the namespaces' map entries again");
             }
             self.reindexed = Instant::now();
+            phases.mark("reindex");
         }
         let cookies: Vec<u64> = self.enrollments.keys().copied().collect();
         for cookie in cookies {
@@ -324,7 +278,10 @@ impl Daemon {
                 }
             }
         }
+        phases.mark("follow");
         self.reconcile_pods();
+        phases.mark("reconcile");
+        tracing::debug!(enrolled = self.enrollments.len(), us = phases.total_us(), %phases, "tick");
     }
 
     /// Serves until `stop` is set or an uninstall completes. The pins stay (capture goes on)
@@ -371,25 +328,27 @@ impl Daemon {
     }
 
     fn serve(&mut self, stream: UnixStream) {
+        let mut phases = redirect_datapath::phases::Phases::start();
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
         let request = read_frame(BufReader::new(&stream)).and_then(|line| decode_request(&line));
-        let response = match request {
+        phases.mark("read");
+        let (op, response) = match request {
             Ok(req) => {
-                let (op, t0) = (req.op(), Instant::now());
-                let response = self.handle(req);
-                let elapsed_us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
-                tracing::debug!(op, ok = response.ok, elapsed_us, "request served");
-                response
+                let op = req.op();
+                (op, self.handle(req))
             }
             Err(e) => {
                 tracing::warn!(error = %e, "bad request refused");
-                Response::failed(format!("bad request: {e}"))
+                ("bad", Response::failed(format!("bad request: {e}")))
             }
         };
+        phases.mark("handle");
         if let Ok(mut text) = serde_json::to_string(&response) {
             text.push('\n');
             let _ = (&stream).write_all(text.as_bytes());
         }
+        phases.mark("reply");
+        tracing::debug!(op, ok = response.ok, elapsed_us = phases.total_us(), %phases, "request served");
     }
 }

@@ -17,6 +17,7 @@ pub mod node_status;
 pub mod object;
 pub mod observe;
 pub mod outbound;
+pub mod phases;
 pub mod plan;
 pub mod pod_files;
 pub mod preflight;

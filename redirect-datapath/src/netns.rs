@@ -219,6 +219,25 @@ fn in_namespace<T>(
     out.map_err(err)
 }
 
+/// A new, empty network namespace that no process runs in, held by the returned descriptor
+/// alone (it is freed when that closes). Made on the calling thread (`unshare`), which is then
+/// put back in its own namespace; no thread is spawned.
+pub fn private() -> Result<File> {
+    const HOME: &str = "/proc/thread-self/ns/net";
+    let home = File::open(HOME).map_err(|e| Error::io("opening", Path::new(HOME), e))?;
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
+        Error::io(
+            "creating a private network namespace (unshare CLONE_NEWNET) from",
+            Path::new(HOME),
+            e.into(),
+        )
+    })?;
+    let back = GoHome(home);
+    let made = File::open(HOME).map_err(|e| Error::io("opening", Path::new(HOME), e));
+    drop(back);
+    made
+}
+
 /// Puts the calling thread back into the namespace it came from, on return and on unwind.
 struct GoHome(File);
 

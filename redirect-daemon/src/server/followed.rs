@@ -8,6 +8,7 @@ use redirect_datapath::{
     error::{Error, Result},
     netns::NetnsHandle,
     node::NodeDatapath,
+    phases::Phases,
 };
 
 use super::Daemon;
@@ -80,9 +81,7 @@ impl Daemon {
                 Some(ns) => ns.try_clone(),
                 None => NetnsHandle::open(&e.netns),
             };
-            match ns.and_then(|ns| {
-                self.enroll_ns(ns, e.policy.clone(), e.source.clone(), e.pod.clone())
-            }) {
+            match ns.and_then(|ns| self.reapply(ns, &e)) {
                 Ok(_) => {
                     self.health.repairs += 1;
                     self.health.last_problem = Some(format!(
@@ -93,6 +92,12 @@ impl Daemon {
                 Err(err) => *alarm = Some(format!("re-applying {}: {err}", e.netns.display())),
             }
         }
+    }
+
+    /// Applies enrollment record `e` again through `ns`.
+    fn reapply(&mut self, ns: NetnsHandle, e: &Enrollment) -> Result<Enrollment> {
+        let (policy, source, pod) = (e.policy.clone(), e.source.clone(), e.pod.clone());
+        self.enroll_ns(ns, policy, source, pod, &mut Phases::start())
     }
 
     pub(super) fn reconcile(&mut self, e: Enrollment) {
@@ -112,8 +117,7 @@ impl Daemon {
         let (ns, applied) = match opened {
             Ok(ns) => (
                 ns.try_clone().ok(),
-                self.enroll_ns(ns, e.policy.clone(), e.source.clone(), e.pod.clone())
-                    .map_err(|err| err.to_string()),
+                self.reapply(ns, &e).map_err(|err| err.to_string()),
             ),
             Err(err) => (None, Err(err)),
         };
@@ -143,19 +147,27 @@ impl Daemon {
                 path: netns.to_path_buf(),
             });
         }
-        self.enroll_ns(NetnsHandle::open(netns)?, policy, source, None)
+        let mut phases = Phases::start();
+        let ns = NetnsHandle::open(netns)?;
+        phases.mark("open");
+        let e = self.enroll_ns(ns, policy, source, None, &mut phases)?;
+        tracing::info!(netns = %netns.display(), cookie = e.cookie, us = phases.total_us(), %phases, "namespace enrolled");
+        Ok(e)
     }
 
     /// Applies `policy` through `ns` (opened once for this enrollment) and keeps `ns` for
-    /// following it; `pod` is recorded beside it (CNI enrollments).
+    /// following it; `pod` is recorded beside it (CNI enrollments). The apply's phases and
+    /// the record's are added to `phases`.
     pub(super) fn enroll_ns(
         &mut self,
         ns: NetnsHandle,
         policy: redirect_policy::Policy,
         source: String,
         pod: Option<crate::proto::PodRef>,
+        phases: &mut Phases,
     ) -> Result<Enrollment> {
         let applied = self.dp.apply(&ns, &policy)?;
+        phases.extend(applied.phases);
         let e = Enrollment {
             netns: ns.path().to_path_buf(),
             cookie: applied.cookie,
@@ -168,6 +180,7 @@ impl Daemon {
             pod,
         };
         write_enrollment(&self.opts.dir, &e)?;
+        phases.mark("record");
         self.enrollments.insert(
             e.cookie,
             Followed {

@@ -1,8 +1,8 @@
 //! Pod requests of the CNI plugin: ADD resolves the pod, decides as istio-cni does and enrolls
 //! its netns (all or nothing); DEL, CHECK and GC key enrollments by the sandbox's container id.
-use std::{net::IpAddr, path::Path};
+use std::{net::IpAddr, path::Path, sync::Arc};
 
-use redirect_datapath::netns::NetnsHandle;
+use redirect_datapath::{netns::NetnsHandle, phases::Phases};
 use redirect_k8s::{decide, Decision, Pod};
 use redirect_policy::Policy;
 
@@ -33,7 +33,7 @@ impl Daemon {
     }
 
     /// The pod as the apiserver has it, its decision, and its policy when meshed.
-    fn resolve(&self, pod: &PodRef) -> Result<(Pod, Decision, Option<Policy>), String> {
+    fn resolve(&self, pod: &PodRef) -> Result<(Arc<Pod>, Decision, Option<Policy>), String> {
         let kube = self.kube.as_ref().ok_or_else(|| {
             format!("the daemon was started without Kubernetes access, so it cannot read {pod}")
         })?;
@@ -51,7 +51,10 @@ impl Daemon {
 
     /// CNI ADD.
     pub(super) fn pod_add(&mut self, pod: PodRef, netns: &Path, ips: &[IpAddr]) -> Response {
-        let (_, decision, policy) = match self.resolve(&pod) {
+        let mut phases = Phases::start();
+        let resolved = self.resolve(&pod);
+        phases.mark("resolve");
+        let (_, decision, policy) = match resolved {
             Ok(r) => r,
             Err(e) => return Response::failed(e),
         };
@@ -59,7 +62,7 @@ impl Daemon {
             tracing::info!(%pod, %decision, "pod not meshed: left alone");
             return not_meshed(&decision, format!("{pod} is not meshed: {decision}"));
         };
-        match self.enroll_pod(&pod, netns, ips, policy) {
+        match self.enroll_pod(&pod, netns, ips, policy, &mut phases) {
             Ok(cookie) => Response {
                 ok: true,
                 message: format!(
@@ -84,13 +87,15 @@ impl Daemon {
         }
     }
 
-    /// Opens the netns once, checks it holds the runtime's addresses, applies the policy.
+    /// Opens the netns once, checks it holds the runtime's addresses, applies the policy;
+    /// each step marked in `phases`.
     fn enroll_pod(
         &mut self,
         pod: &PodRef,
         netns: &Path,
         ips: &[IpAddr],
         policy: Policy,
+        phases: &mut Phases,
     ) -> Result<u64, String> {
         if !netns.is_absolute() {
             return Err(format!(
@@ -99,7 +104,9 @@ impl Daemon {
             ));
         }
         let ns = NetnsHandle::open(netns).map_err(|e| format!("{pod}: {e}"))?;
+        phases.mark("open");
         let held = ns.addresses().map_err(|e| format!("{pod}: {e}"))?;
+        phases.mark("prev_result");
         if let Some(missing) = ips.iter().find(|ip| !held.contains(ip)) {
             return Err(format!(
                 "{pod}: the netns {} does not hold {missing} from prevResult (it holds {held:?})",
@@ -108,9 +115,9 @@ impl Daemon {
         }
         let source = pod.to_string();
         let e = self
-            .enroll_ns(ns, policy, source, Some(pod.clone()))
+            .enroll_ns(ns, policy, source, Some(pod.clone()), phases)
             .map_err(|e| format!("enrolling {pod}: {e}"))?;
-        tracing::info!(%pod, netns = %netns.display(), cookie = e.cookie, "pod enrolled");
+        tracing::info!(%pod, netns = %netns.display(), cookie = e.cookie, us = phases.total_us(), %phases, "pod enrolled");
         Ok(e.cookie)
     }
 

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redirect_datapath::netns::NetnsHandle;
+use redirect_datapath::{netns::NetnsHandle, phases::Phases};
 use redirect_k8s::{decide, Decision, Pod};
 
 use super::Daemon;
@@ -156,6 +156,7 @@ impl Daemon {
         let Some((generation, pods)) = kube.node_pods() else {
             return;
         };
+        let pods: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
         self.reconcile = Reconcile {
             last: Some(Instant::now()),
             generation,
@@ -169,11 +170,13 @@ impl Daemon {
             .collect();
         let missing: Vec<&Pod> = pods
             .iter()
+            .copied()
             .filter(|p| !enrolled.contains_key(uid(p)) && running(p))
             .filter(|p| decide(p) == Decision::Meshed)
             .collect();
         let bound: Vec<(&Pod, u64)> = pods
             .iter()
+            .copied()
             .filter_map(|p| Some((p, *enrolled.get(uid(p))?)))
             .filter(|(p, cookie)| {
                 let current = self
@@ -200,8 +203,8 @@ impl Daemon {
 
     /// Unenrolls the pod enrollments whose pod the watch no longer lists and a GET confirms
     /// is gone (not found, or another pod under its name).
-    fn unenroll_gone_pods(&mut self, pods: &[Pod]) {
-        let listed: Vec<&str> = pods.iter().map(uid).collect();
+    fn unenroll_gone_pods(&mut self, pods: &[&Pod]) {
+        let listed: Vec<&str> = pods.iter().map(|p| uid(p)).collect();
         let candidates: Vec<(u64, PodRef)> = self
             .enrollments
             .values()
@@ -263,7 +266,13 @@ impl Daemon {
         let netns = ns.path().to_path_buf();
         let source =
             format!("{pod_ref}, enrolled in place (running before its CNI ADD reached the daemon)");
-        match self.enroll_ns(ns, policy, source, Some(pod_ref.clone())) {
+        match self.enroll_ns(
+            ns,
+            policy,
+            source,
+            Some(pod_ref.clone()),
+            &mut Phases::start(),
+        ) {
             Ok(e) => {
                 tracing::info!(pod = %pod_ref, netns = %netns.display(), cookie = e.cookie, "enrolled a running pod in place");
                 if let Some(target) = proxy_cgroup(pod, dir) {

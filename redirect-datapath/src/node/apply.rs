@@ -19,7 +19,9 @@ use crate::{
     enroll,
     error::Result,
     netns::NetnsHandle,
-    outbound, routes,
+    outbound,
+    phases::Phases,
+    routes,
     store::hash,
 };
 
@@ -33,10 +35,12 @@ impl NodeDatapath {
     /// address another pod may be given, a port rule) is left behind.
     pub fn apply(&mut self, ns: &NetnsHandle, policy: &Policy) -> Result<Applied> {
         let netns_path = ns.path();
+        let mut phases = Phases::start();
         // Before anything is read or written: a policy this datapath cannot enforce.
         needs::check(self.sk_lookup, policy, netns_path)?;
         let cookie = ns.cookie();
         let addrs = ns.addresses()?;
+        phases.mark("addresses");
         let ipv6 = ipv6_follows(policy, &addrs);
         let routes = if policy.exclude_interfaces.is_empty() {
             Vec::new()
@@ -45,12 +49,14 @@ impl NodeDatapath {
         };
         let mut compiled = outbound::compile(policy, ipv6, routes)?;
         compiled.policy.netns_ino = ns.inode();
+        phases.mark("compile");
         // Pods die without --cleanup-only (istio-init never runs it): their entries, and the
         // addresses a new pod may reuse, go before this one is written (the daemon does it
         // on its tick, and again here only when an address of this pod is still claimed).
         if self.sweep_on_apply || self.addresses_claimed(cookie, &addrs)? {
             self.remove_stale()?;
         }
+        phases.mark("sweep");
         let new = !self.has_policy(cookie)?;
         let enrolled = self.index()?.policies();
         self.quotas.check(&sizing::Enrollment {
@@ -68,9 +74,11 @@ impl NodeDatapath {
             None if new => Owned::default(),
             None => Owned::scan(&mut self.maps, cookie)?,
         };
+        phases.mark("quotas");
         let written = self
-            .write_all(ns, policy, &addrs, &compiled, &old)
+            .write_all(ns, policy, &addrs, &compiled, &old, &mut phases)
             .and_then(|done| ns.verify().map(|()| done));
+        phases.mark("verify");
         let inbound = match written {
             Ok((inbound, owned)) => {
                 self.index()?.set(cookie, owned);
@@ -84,13 +92,14 @@ impl NodeDatapath {
                 return Err(e);
             }
         };
-        tracing::info!(netns = %netns_path.display(), cookie, ipv6, inbound, addrs = ?addrs, "policy applied");
+        tracing::info!(netns = %netns_path.display(), cookie, ipv6, inbound, addrs = ?addrs, us = phases.total_us(), "policy applied");
         Ok(Applied {
             cookie,
             addrs,
             ipv6,
             inbound,
             compiled,
+            phases,
         })
     }
 
@@ -123,7 +132,8 @@ impl NodeDatapath {
     }
 
     /// Every write of an apply over the namespace's previous entries `old`, the outbound
-    /// policy last. Returns whether inbound is on, and the entries the namespace now owns.
+    /// policy last (each marked in `phases`). Returns whether inbound is on, and the entries
+    /// the namespace now owns.
     fn write_all(
         &mut self,
         ns: &NetnsHandle,
@@ -131,9 +141,11 @@ impl NodeDatapath {
         addrs: &[std::net::IpAddr],
         compiled: &outbound::Compiled,
         old: &Owned,
+        phases: &mut Phases,
     ) -> Result<(bool, Owned)> {
         let (netns_path, cookie) = (ns.path(), ns.cookie());
         enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old.addrs, addrs)?;
+        phases.mark("pod_addrs");
         let mut now = Owned {
             addrs: addrs.to_vec(),
             ..Owned::default()
@@ -145,19 +157,27 @@ impl NodeDatapath {
             enroll::write_inbound(&mut self.maps, &spec, cookie)?;
             enroll::remove_port_keys(&mut self.maps, &old.inbound_ports, &spec)?;
             now.inbound_ports = enroll::port_keys_of(&spec, cookie);
+            phases.mark("inbound");
             self.attach_sk_lookup(ns)?;
+            phases.mark("sk_lookup");
             enroll::adopt_listeners(&mut self.maps, &spec, ns)?;
+            phases.mark("adopt");
         } else {
             enroll::remove_inbound_keys(&mut self.maps, cookie, &old.inbound_ports)?;
+            phases.mark("inbound");
             // With no inbound policy the program passes every lookup: the link is how the
             // kernel tells whether this namespace is gone (see `remove_stale`).
             self.attach_sk_lookup(ns)?;
+            phases.mark("sk_lookup");
         }
         now.ifaces = write_ifaces(&mut self.maps, ns, policy, &old.ifaces)?;
+        phases.mark("ifaces");
         now.out = outbound::write_over(&mut self.maps, cookie, compiled, &old.out)?;
+        phases.mark("outbound");
         // After the policy: from now on sock_ops counts listen() calls; this counts the
         // listeners that were there before.
         seed_proxy_listeners(&mut self.maps, ns, policy.proxy_port)?;
+        phases.mark("proxy_seen");
         Ok((inbound, now))
     }
 

@@ -9,6 +9,7 @@ mod apply;
 mod entries;
 mod index;
 pub mod layout;
+mod lookup_key;
 pub mod needs;
 mod pins;
 pub mod sizing;
@@ -24,6 +25,7 @@ use aya::maps::{Map, MapData};
 use redirect_common::{map_names, prog_names};
 
 use self::entries::{owned_addresses, remove_ifaces, remove_ns_counters};
+pub use self::lookup_key::SkLookupKey;
 pub use self::pins::{lock, remove_dir};
 use redirect_policy::Policy;
 
@@ -76,6 +78,8 @@ pub struct Applied {
     pub inbound: bool,
     /// The kernel form written.
     pub compiled: outbound::Compiled,
+    /// Where the apply's time went.
+    pub phases: crate::phases::Phases,
 }
 
 impl NodeDatapath {

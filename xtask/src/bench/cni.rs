@@ -87,7 +87,8 @@ impl Bench {
                 .arg(&kubeconfig)
                 .args(["--node-name", NODE])
                 .env("REDIRECT_DAEMON_DIR", &dir)
-                .env("RUST_LOG", "warn");
+                // Its "pod enrolled" lines say where each ADD's time went (`phases`).
+                .env("RUST_LOG", "warn,redirect_daemon::server::pods=info");
             let daemon = scene::spawn("redirect daemon", daemon, "ready ")?;
             self.cni = Some(CniNode {
                 daemon: Some(daemon),
@@ -230,6 +231,16 @@ impl Bench {
             bail!("pod_add through the daemon's socket: {answer}");
         }
         Ok(ms)
+    }
+
+    /// Every line the CNI workload's daemon printed so far (stderr, then stdout).
+    pub(super) fn cni_daemon_lines(&self) -> Vec<String> {
+        let Some(daemon) = self.cni.as_ref().and_then(|n| n.daemon.as_ref()) else {
+            return Vec::new();
+        };
+        let mut lines = daemon.stderr_lines();
+        lines.extend(daemon.lines());
+        lines
     }
 
     /// Unenrolls an eBPF pod (CNI DEL, not timed).

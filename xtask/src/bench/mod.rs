@@ -2,6 +2,7 @@
 //! by side in one process tree, interleaved rounds, reported as medians and per-round ratios.
 mod cni;
 mod floor;
+mod phases;
 mod pods;
 mod report;
 mod scaling;
@@ -309,6 +310,7 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
             progress(&format!("CNI ADD round {}/{}", round + 1, p.rounds))?;
             b.cni_round(round, p.cni_serial, p.cni_parallel, pods)?;
         }
+        b.enrollment_phases()?;
         memory.extend(b.namespaces_workload(&p)?);
         Ok(memory)
     })();
