@@ -33,9 +33,9 @@ impl Phases {
         self.last = now;
     }
 
-    /// Appends `other`'s phases (an inner operation's) after this one's; the time since this
-    /// one's last mark that `other` does not cover is not counted twice: the next mark starts
-    /// where `other` ended.
+    /// Appends `other`'s phases (an inner operation's) after this one's; the next mark starts
+    /// where `other`'s last ended. The moment between this one's last mark and `other`'s start
+    /// (a call) is in neither, so the total can be a little under the wall time.
     pub fn extend(&mut self, other: Phases) {
         self.marks.extend(other.marks);
         self.last = other.last;

@@ -61,11 +61,20 @@ impl DiagSocket {
                     out.sort_by_key(|l| l.ipv6);
                     return Ok(out);
                 }
-                Err(e) => {
+                // The kernel refused the request itself: one dump per family from now on.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL | libc::EOPNOTSUPP | libc::EPROTONOSUPPORT)
+                    ) =>
+                {
                     tracing::debug!(error = %e, "no TCPDIAG_GETSOCK dump: one dump per family");
                     self.no_compat.store(true, Relaxed);
                     out.clear();
                 }
+                // Anything else (a dump that failed, a torn answer) is the caller's error: it
+                // reads `/proc/net/tcp` instead, never a short list.
+                Err(e) => return Err(e),
             }
         }
         for family in [AF_INET, AF_INET6] {
@@ -136,6 +145,13 @@ fn parse_both(buf: &[u8], seq: u32, port: u16) -> std::io::Result<(usize, Answer
         return Ok((next, Answer::Skip));
     }
     let answer = match kind {
+        // A dump that failed (e.g. no `tcp_diag` behind `inet_diag`) says so in its DONE.
+        NLMSG_DONE
+            if len >= 20 && i32::from_ne_bytes(buf[16..20].try_into().unwrap_or_default()) < 0 =>
+        {
+            let errno = i32::from_ne_bytes(buf[16..20].try_into().unwrap_or_default());
+            return Err(std::io::Error::from_raw_os_error(-errno));
+        }
         NLMSG_DONE => Answer::Done,
         NLMSG_ERROR if len >= 20 => {
             let errno = i32::from_ne_bytes(buf[16..20].try_into().unwrap_or_default());
@@ -249,6 +265,10 @@ fn dump(
                         ipv6: family == AF_INET6,
                     });
                 }
+                // A dump that failed (e.g. no `tcp_diag` behind `inet_diag`) says so here.
+                NetlinkPayload::Done(d) if d.code < 0 => {
+                    return Err(std::io::Error::from_raw_os_error(-d.code));
+                }
                 NetlinkPayload::Done(_) => return Ok(()),
                 NetlinkPayload::Error(e) => {
                     return Err(e.to_io());
@@ -340,6 +360,12 @@ mod tests {
         let refused = message(NLMSG_ERROR, 3, &(-libc::EINVAL).to_ne_bytes());
         let e = parse_both(&refused, 3, 1).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        // A dump that failed is an error, not an empty answer.
+        let failed = message(NLMSG_DONE, 3, &(-libc::ENOENT).to_ne_bytes());
+        let e = parse_both(&failed, 3, 1).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+        let done = message(NLMSG_DONE, 3, &0i32.to_ne_bytes());
+        assert_eq!(parse_both(&done, 3, 1).unwrap().1, Answer::Done);
         let mut torn = message(TCPDIAG_GETSOCK, 3, &listener(AF_INET, 1, 1));
         torn.truncate(40);
         assert!(parse_both(&torn, 3, 1).is_err());

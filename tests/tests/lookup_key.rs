@@ -5,7 +5,7 @@
 use std::{process::Command, time::Duration};
 
 use nix::sys::signal::Signal;
-use redirect_testkit::{eventually, privileged_or_skip, Netns};
+use redirect_testkit::{eventually, privileged_or_skip, Child, Netns};
 use redirect_tests::node::Node;
 use serde_json::Value;
 
@@ -43,8 +43,25 @@ fn the_daemon_holds_sk_lookup_on_until_it_stops() {
         return;
     }
     let node = Node::new();
-    let mut daemon = node.daemon();
-    let prog = node.pins.join("progs/redirect_sk_lookup");
+    // At info whatever the caller's RUST_LOG: the enrollment's line is read below.
+    let mut cmd = node.cmd(&["daemon"]);
+    cmd.arg("--cgroup")
+        .arg(node.cgroup.path())
+        .arg("--proxy-cgroup")
+        .arg(node.cgroup.path())
+        .env("RUST_LOG", "info");
+    let mut daemon = Child::spawn("redirect daemon", cmd).expect("start redirect daemon");
+    daemon
+        .wait_line("its ready line", Duration::from_secs(40), |l| {
+            l.starts_with("ready ")
+        })
+        .expect("daemon ready");
+    // Whichever sk_lookup program this kernel got (without `ingress_ifindex`, the second).
+    let prog = ["redirect_sk_lookup", "redirect_sk_lookup_no_ifindex"]
+        .iter()
+        .map(|name| node.pins.join("progs").join(name))
+        .find(|p| p.exists())
+        .expect("a pinned sk_lookup program");
     let held = lookup_links(&prog);
     assert_eq!(
         held.len(),

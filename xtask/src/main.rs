@@ -59,7 +59,7 @@ enum Task {
     },
     /// Benchmark direct, explicit proxy, eBPF and Istio's iptables (legacy, nft) side by side.
     Bench {
-        /// Short run (under two minutes).
+        /// Short run: 5 rounds and smaller workloads (about 11 minutes on a 2-vCPU machine, plus the build).
         #[arg(long)]
         quick: bool,
         /// Seconds-long run that only keeps the harness working (used by `test`).

@@ -74,8 +74,15 @@ impl Bench {
             let api = scene::spawn("probe-apiserver", api, "listening")?;
             let cg = Cgroup::new("rbc-")?;
             let pins = PathBuf::from(format!("/sys/fs/bpf/redirect-bench-cni-{}", self.id));
-            let mut daemon = Command::new(self.bin.join("redirect"));
+            // Its log goes to a file, not to a pipe a reader thread of this process wakes for
+            // during the timed ADD: its "pod enrolled" lines say where each ADD's time went
+            // (`phases`), written as a node's daemon writes them at its default level.
+            let log = self.scratch.join("cni-daemon.log");
+            let mut daemon = Command::new("sh");
             daemon
+                .args(["-c", "exec \"$@\" 2>>\"$0\""])
+                .arg(&log)
+                .arg(self.bin.join("redirect"))
                 .arg("daemon")
                 .arg("--bpffs")
                 .arg(&pins)
@@ -87,7 +94,6 @@ impl Bench {
                 .arg(&kubeconfig)
                 .args(["--node-name", NODE])
                 .env("REDIRECT_DAEMON_DIR", &dir)
-                // Its "pod enrolled" lines say where each ADD's time went (`phases`).
                 .env("RUST_LOG", "warn,redirect_daemon::server::pods=info");
             let daemon = scene::spawn("redirect daemon", daemon, "ready ")?;
             self.cni = Some(CniNode {
@@ -233,14 +239,12 @@ impl Bench {
         Ok(ms)
     }
 
-    /// Every line the CNI workload's daemon printed so far (stderr, then stdout).
-    pub(super) fn cni_daemon_lines(&self) -> Vec<String> {
-        let Some(daemon) = self.cni.as_ref().and_then(|n| n.daemon.as_ref()) else {
-            return Vec::new();
-        };
-        let mut lines = daemon.stderr_lines();
-        lines.extend(daemon.lines());
-        lines
+    /// Every line the CNI workload's daemon logged so far (its log file).
+    pub(super) fn cni_daemon_lines(&self) -> anyhow::Result<Vec<String>> {
+        let log = self.scratch.join("cni-daemon.log");
+        let text = std::fs::read_to_string(&log)
+            .with_context(|| format!("reading the CNI daemon's log {}", log.display()))?;
+        Ok(text.lines().map(str::to_owned).collect())
     }
 
     /// Unenrolls an eBPF pod (CNI DEL, not timed).

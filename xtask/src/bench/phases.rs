@@ -1,7 +1,8 @@
-//! Where a pod's enrollment goes: the CNI workload's daemon logs every ADD it serves with its
-//! phases (`pod enrolled ... phases=resolve=US open=US ...`, microseconds since the previous
-//! mark, from the request's start to the enrollment's record); each phase of each ADD is a
-//! sample, so the report's table gives each phase's median and p99 beside the total.
+//! Where a pod's enrollment goes: the CNI workload's daemon logs (to a file) every ADD it
+//! serves with its phases (`pod enrolled ... phases=resolve=US open=US ...`, microseconds
+//! since the previous mark, from the decoded request to the enrollment's record; the socket's
+//! read and reply are outside them); each phase of each ADD is a sample, so the report's table
+//! gives each phase's median and p99 beside their total.
 use super::{stats::Sample, Bench};
 
 const WORKLOAD: &str = "enrollment phases";
@@ -23,7 +24,7 @@ fn phases_of(line: &str) -> Vec<(&str, u64)> {
 impl Bench {
     /// One sample per phase per ADD the CNI workload's daemon served, and its total.
     pub(super) fn enrollment_phases(&mut self) -> anyhow::Result<()> {
-        let lines = self.cni_daemon_lines();
+        let lines = self.cni_daemon_lines()?;
         let mut adds = 0;
         for line in lines.iter().filter(|l| l.contains("pod enrolled")) {
             let phases = phases_of(line);
