@@ -5,7 +5,7 @@ use std::{net::IpAddr, path::PathBuf, sync::Arc, time::Duration};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{config::KubeConfigOptions, Api, Client, Config};
 
-use crate::{pod_cache::PodCache, proto::PodRef};
+use crate::{pod_cache::PodCache, proto::PodRef, resolution::Resolved};
 
 /// How the daemon reaches the apiserver and which pods are its node's.
 #[derive(Debug, Clone)]
@@ -142,7 +142,7 @@ impl Kube {
             });
         };
         let cache = match &opts.node_name {
-            Some(node) => Some(watch(config.clone(), node.clone())?),
+            Some(node) => Some(watch(config.clone(), node.clone(), opts.cluster_dns)?),
             None => None,
         };
         // One attempt must not outlast the plugin's patience: retries are ours.
@@ -164,9 +164,9 @@ impl Kube {
     }
 
     /// The cached pod, when it is the one the runtime named.
-    fn cached(&self, pod: &PodRef) -> Option<Arc<Pod>> {
+    fn cached(&self, pod: &PodRef) -> Option<Resolved> {
         let found = self.cache.as_ref()?.get(&pod.namespace, &pod.name)?;
-        let uid = found.metadata.uid.as_deref().unwrap_or_default();
+        let uid = found.pod.metadata.uid.as_deref().unwrap_or_default();
         (pod.uid.is_empty() || uid == pod.uid).then_some(found)
     }
 
@@ -197,9 +197,10 @@ impl Kube {
         &self.opts
     }
 
-    /// GETs `pod` until it exists with the uid the runtime named (a pod recreated under the
-    /// same name is another pod), at most `get_attempts` times; checks it is on this node.
-    pub fn pod(&self, pod: &PodRef) -> Result<Arc<Pod>, KubeError> {
+    /// `pod` with its decision and policy: from the watch's cache, else GETs it until it
+    /// exists with the uid the runtime named (a pod recreated under the same name is another
+    /// pod), at most `get_attempts` times, and resolves it; checks it is on this node.
+    pub fn pod(&self, pod: &PodRef) -> Result<Resolved, KubeError> {
         let client = self
             .client
             .clone()
@@ -217,7 +218,8 @@ impl Kube {
                 Ok(Some(found)) => {
                     let uid = found.metadata.uid.as_deref().unwrap_or_default();
                     if pod.uid.is_empty() || uid == pod.uid {
-                        return self.on_this_node(pod, Arc::new(found));
+                        let found = Resolved::new(found, self.opts.cluster_dns);
+                        return self.on_this_node(pod, found);
                     }
                     last = format!(
                         "the apiserver holds uid {uid}, the runtime named {}",
@@ -239,8 +241,8 @@ impl Kube {
         })
     }
 
-    fn on_this_node(&self, pod: &PodRef, found: Arc<Pod>) -> Result<Arc<Pod>, KubeError> {
-        let node = found.spec.as_ref().and_then(|s| s.node_name.clone());
+    fn on_this_node(&self, pod: &PodRef, found: Resolved) -> Result<Resolved, KubeError> {
+        let node = found.pod.spec.as_ref().and_then(|s| s.node_name.clone());
         match (&self.opts.node_name, node) {
             (Some(ours), Some(node)) if *ours != node => Err(KubeError::OtherNode {
                 pod: pod.to_string(),
@@ -254,8 +256,8 @@ impl Kube {
 
 /// Starts the watch of this node's pods (field selector `spec.nodeName=NODE`, every
 /// namespace) on a thread and runtime of its own, feeding the cache it returns.
-fn watch(config: Config, node: String) -> Result<PodCache, KubeError> {
-    let cache = PodCache::default();
+fn watch(config: Config, node: String, cluster_dns: Option<IpAddr>) -> Result<PodCache, KubeError> {
+    let cache = PodCache::new(cluster_dns);
     let fed = cache.clone();
     let failed = |e: std::io::Error| KubeError::Config {
         from: "the pod watch".into(),

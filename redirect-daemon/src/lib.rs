@@ -11,6 +11,7 @@ pub mod pod_cache;
 pub mod pod_cgroups;
 pub mod proto;
 pub mod repair;
+pub mod resolution;
 pub mod server;
 
 use std::path::PathBuf;

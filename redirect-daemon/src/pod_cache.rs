@@ -1,7 +1,9 @@
 //! The pods of this node as the apiserver's watch (field selector `spec.nodeName`) last told
-//! them: ADD reads a pod here first and GETs it only when it is not cached yet.
+//! them, each with its decision and policy (resolved by the watch thread as it arrives): ADD
+//! reads a pod here first and GETs it only when it is not cached yet.
 use std::{
     collections::HashMap,
+    net::IpAddr,
     sync::{Arc, Mutex, PoisonError},
 };
 
@@ -9,24 +11,37 @@ use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::{self, Event};
 
+use crate::resolution::Resolved;
+
 type Key = (String, String);
 
 #[derive(Debug, Default)]
 struct State {
     /// Shared, not copied, with every reader (a kube-injected pod is kilobytes of objects).
-    pods: HashMap<Key, Arc<Pod>>,
+    pods: HashMap<Key, Resolved>,
     /// The listing in progress (between `Init` and `InitDone`): it replaces `pods` whole.
-    relist: Option<HashMap<Key, Arc<Pod>>>,
+    relist: Option<HashMap<Key, Resolved>>,
     /// A first listing completed: `pods` is the node's whole set (what is not in it is gone).
     synced: bool,
     /// Bumped by every change: the reconcile looks again when it moved.
     generation: u64,
 }
 
+/// A watch event with its pod resolved (done before the cache is locked).
+enum Change {
+    Apply((Key, Resolved)),
+    InitApply((Key, Resolved)),
+    Delete(Key),
+    Init,
+    InitDone,
+}
+
 /// Shared between the watch thread and the daemon's loop.
 #[derive(Debug, Clone, Default)]
 pub struct PodCache {
     state: Arc<Mutex<State>>,
+    /// The cluster DNS address the pods' policies are resolved with.
+    cluster_dns: Option<IpAddr>,
 }
 
 fn key(pod: &Pod) -> Key {
@@ -37,27 +52,44 @@ fn key(pod: &Pod) -> Key {
 }
 
 impl PodCache {
+    /// An empty cache whose pods' policies are resolved with `cluster_dns`.
+    #[must_use]
+    pub fn new(cluster_dns: Option<IpAddr>) -> Self {
+        Self {
+            state: Arc::default(),
+            cluster_dns,
+        }
+    }
+
     /// Applies one watch event. A re-list (`Init` .. `InitDone`) replaces the cache whole, so
-    /// a pod deleted while the watch was down does not linger.
+    /// a pod deleted while the watch was down does not linger. A pod that arrives is resolved
+    /// here (its decision and policy), before the lock is taken: an ADD never waits for it.
     pub fn apply(&self, event: Event<Pod>) {
+        let resolve = |pod: Pod| (key(&pod), Resolved::new(pod, self.cluster_dns));
+        let change = match event {
+            Event::Apply(pod) => Change::Apply(resolve(pod)),
+            Event::InitApply(pod) => Change::InitApply(resolve(pod)),
+            Event::Delete(pod) => Change::Delete(key(&pod)),
+            Event::Init => Change::Init,
+            Event::InitDone => Change::InitDone,
+        };
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.generation += 1;
-        match event {
-            Event::Apply(pod) => {
-                s.pods.insert(key(&pod), Arc::new(pod));
+        match change {
+            Change::Apply((k, pod)) => {
+                s.pods.insert(k, pod);
             }
-            Event::Delete(pod) => {
-                s.pods.remove(&key(&pod));
+            Change::Delete(k) => {
+                s.pods.remove(&k);
             }
-            Event::Init => s.relist = Some(HashMap::new()),
-            Event::InitApply(pod) => {
-                let k = key(&pod);
+            Change::Init => s.relist = Some(HashMap::new()),
+            Change::InitApply((k, pod)) => {
                 match &mut s.relist {
-                    Some(list) => list.insert(k, Arc::new(pod)),
-                    None => s.pods.insert(k, Arc::new(pod)),
+                    Some(list) => list.insert(k, pod),
+                    None => s.pods.insert(k, pod),
                 };
             }
-            Event::InitDone => {
+            Change::InitDone => {
                 if let Some(list) = s.relist.take() {
                     s.pods = list;
                 }
@@ -66,8 +98,8 @@ impl PodCache {
         }
     }
 
-    /// The cached pod `namespace/name`.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+    /// The cached pod `namespace/name`, with its resolution.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Resolved> {
         let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.pods
             .get(&(namespace.to_owned(), name.to_owned()))
@@ -84,8 +116,12 @@ impl PodCache {
     /// that, `None`: an absent pod may merely not be listed yet).
     pub fn synced(&self) -> Option<(u64, Vec<Arc<Pod>>)> {
         let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        s.synced
-            .then(|| (s.generation, s.pods.values().cloned().collect()))
+        s.synced.then(|| {
+            (
+                s.generation,
+                s.pods.values().map(|r| Arc::clone(&r.pod)).collect(),
+            )
+        })
     }
 
     /// How many pods are cached.
@@ -128,7 +164,7 @@ mod tests {
     }
 
     fn uid(cache: &PodCache, ns: &str, name: &str) -> Option<String> {
-        cache.get(ns, name).and_then(|p| p.metadata.uid.clone())
+        cache.get(ns, name).and_then(|p| p.pod.metadata.uid.clone())
     }
 
     #[tokio::test]

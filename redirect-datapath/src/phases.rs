@@ -1,6 +1,9 @@
 //! Where one operation's time went: named phases in the order they ran, each the microseconds
 //! since the previous mark (an enrollment's log line carries them, so a slow one says why).
-use std::{fmt, time::Instant};
+use std::{
+    fmt,
+    time::{Duration, Instant},
+};
 
 /// Marks of one operation.
 #[derive(Debug, Clone)]
@@ -54,6 +57,38 @@ impl Phases {
     }
 }
 
+/// The calling thread's CPU time (user + system) at a start, to tell how much of an
+/// operation's wall time the thread ran and how much it waited (for a CPU, a lock, I/O).
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadCpu(Option<Duration>);
+
+impl ThreadCpu {
+    /// The calling thread's CPU time now (unknown if the clock cannot be read).
+    #[must_use]
+    pub fn now() -> Self {
+        Self(thread_cpu())
+    }
+
+    /// Microseconds of CPU the calling thread (the one that called [`now`](Self::now)) used
+    /// since then; `None` if either reading failed.
+    #[must_use]
+    pub fn used_us(&self) -> Option<u64> {
+        let used = thread_cpu()?.checked_sub(self.0?)?;
+        u64::try_from(used.as_micros()).ok()
+    }
+}
+
+/// The calling thread's CPU time: `CLOCK_THREAD_CPUTIME_ID`, the scheduler's own count in
+/// nanoseconds (`getrusage(RUSAGE_THREAD)` is tick-sampled: it reads 0 for most ADDs).
+fn thread_cpu() -> Option<Duration> {
+    use nix::time::{clock_gettime, ClockId};
+    let t = clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).ok()?;
+    Some(Duration::new(
+        u64::try_from(t.tv_sec()).ok()?,
+        u32::try_from(t.tv_nsec()).ok()?,
+    ))
+}
+
 impl fmt::Display for Phases {
     /// `name=us name=us ...`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -88,5 +123,29 @@ mod tests {
             outer.marks().iter().map(|m| m.1).sum::<u64>()
         );
         assert!(outer.to_string().starts_with("resolve="), "{outer}");
+    }
+
+    #[test]
+    fn thread_cpu_counts_work_and_not_sleep() {
+        let cpu = ThreadCpu::now();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let slept = cpu.used_us().expect("the thread's CPU clock");
+        assert!(slept < 20_000, "sleeping used {slept} us of CPU");
+        let cpu = ThreadCpu::now();
+        let t0 = Instant::now();
+        let mut x = 0u64;
+        while t0.elapsed() < std::time::Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let spun = cpu.used_us().expect("the thread's CPU clock");
+        assert!(spun >= 10_000, "30 ms of spinning used {spun} us of CPU");
+        // Finer than a scheduler tick: half a millisecond of work is seen as such.
+        let cpu = ThreadCpu::now();
+        let t0 = Instant::now();
+        while t0.elapsed() < std::time::Duration::from_micros(500) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let short = cpu.used_us().expect("the thread's CPU clock");
+        assert!(short >= 100, "0.5 ms of spinning used {short} us of CPU");
     }
 }

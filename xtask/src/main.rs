@@ -68,6 +68,11 @@ enum Task {
         /// Where report.md, report.json and the SVG charts go.
         #[arg(long, default_value = "target/bench")]
         out: std::path::PathBuf,
+        /// Run only these workloads (comma-separated: cps, keepalive, bulk, churn, rules, load,
+        /// enroll, cni, namespaces), e.g. `--only cni` to study enrollment alone. Such a report
+        /// is for investigation, not for BENCHMARKS.md: the published run is the whole set.
+        #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = bench::WORKLOADS)]
+        only: Vec<String>,
     },
     /// Build everything and show one real redirected request, then wait for Ctrl-C.
     Run {
@@ -100,7 +105,12 @@ fn main() -> ExitCode {
             per_binary: std::time::Duration::from_secs(kernel_timeout),
         }),
         Task::Run { once } => demo::run(once),
-        Task::Bench { quick, tiny, out } => {
+        Task::Bench {
+            quick,
+            tiny,
+            out,
+            only,
+        } => {
             let size = if tiny {
                 bench::Size::Tiny
             } else if quick {
@@ -108,7 +118,7 @@ fn main() -> ExitCode {
             } else {
                 bench::Size::Full
             };
-            bench::run(size, &out)
+            bench::run(size, &out, &only)
         }
     };
     match result {

@@ -97,7 +97,7 @@ impl Daemon {
     /// Applies enrollment record `e` again through `ns`.
     fn reapply(&mut self, ns: NetnsHandle, e: &Enrollment) -> Result<Enrollment> {
         let (policy, source, pod) = (e.policy.clone(), e.source.clone(), e.pod.clone());
-        self.enroll_ns(ns, policy, source, pod, &mut Phases::start())
+        self.enroll_ns(ns, policy, source, pod, None, &mut Phases::start())
     }
 
     pub(super) fn reconcile(&mut self, e: Enrollment) {
@@ -150,23 +150,25 @@ impl Daemon {
         let mut phases = Phases::start();
         let ns = NetnsHandle::open(netns)?;
         phases.mark("open");
-        let e = self.enroll_ns(ns, policy, source, None, &mut phases)?;
+        let e = self.enroll_ns(ns, policy, source, None, None, &mut phases)?;
         tracing::info!(netns = %netns.display(), cookie = e.cookie, us = phases.total_us(), %phases, "namespace enrolled");
         Ok(e)
     }
 
     /// Applies `policy` through `ns` (opened once for this enrollment) and keeps `ns` for
-    /// following it; `pod` is recorded beside it (CNI enrollments). The apply's phases and
-    /// the record's are added to `phases`.
+    /// following it; `pod` is recorded beside it (CNI enrollments). `read`: the namespace's
+    /// addresses when the caller has just read them through `ns` (not read again). The
+    /// apply's phases and the record's are added to `phases`.
     pub(super) fn enroll_ns(
         &mut self,
         ns: NetnsHandle,
         policy: redirect_policy::Policy,
         source: String,
         pod: Option<crate::proto::PodRef>,
+        read: Option<Vec<std::net::IpAddr>>,
         phases: &mut Phases,
     ) -> Result<Enrollment> {
-        let applied = self.dp.apply(&ns, &policy)?;
+        let applied = self.dp.apply_read(&ns, &policy, read)?;
         phases.extend(applied.phases);
         let e = Enrollment {
             netns: ns.path().to_path_buf(),

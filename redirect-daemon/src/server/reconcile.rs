@@ -271,6 +271,7 @@ impl Daemon {
             policy,
             source,
             Some(pod_ref.clone()),
+            None,
             &mut Phases::start(),
         ) {
             Ok(e) => {

@@ -34,12 +34,27 @@ impl NodeDatapath {
     /// write ([`NetnsHandle::verify`]), removes everything the namespace has, so no entry (an
     /// address another pod may be given, a port rule) is left behind.
     pub fn apply(&mut self, ns: &NetnsHandle, policy: &Policy) -> Result<Applied> {
+        self.apply_read(ns, policy, None)
+    }
+
+    /// [`apply`](Self::apply), with the namespace's addresses when the caller has just read
+    /// them through `ns` (the CNI ADD checks the runtime's prevResult against them): the
+    /// namespace is then not asked for them a second time.
+    pub fn apply_read(
+        &mut self,
+        ns: &NetnsHandle,
+        policy: &Policy,
+        addrs: Option<Vec<std::net::IpAddr>>,
+    ) -> Result<Applied> {
         let netns_path = ns.path();
         let mut phases = Phases::start();
         // Before anything is read or written: a policy this datapath cannot enforce.
         needs::check(self.sk_lookup, policy, netns_path)?;
         let cookie = ns.cookie();
-        let addrs = ns.addresses()?;
+        let addrs = match addrs {
+            Some(addrs) => addrs,
+            None => ns.addresses()?,
+        };
         phases.mark("addresses");
         let ipv6 = ipv6_follows(policy, &addrs);
         let routes = if policy.exclude_interfaces.is_empty() {

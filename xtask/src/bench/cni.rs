@@ -29,13 +29,13 @@ const NODE: &str = "bench-node";
 /// an uncaptured one goes nowhere (and never off the box).
 const TARGET: &str = "198.19.255.254:80";
 
-/// The daemon the ADDs go to, its apiserver, cgroup and pins; all removed on drop.
+/// The daemon the ADDs go to, its apiserver, cgroup, pins and directory; all removed on drop.
 pub(super) struct CniNode {
     daemon: Option<Child>,
     _api: Child,
     cg: Cgroup,
     pins: PathBuf,
-    dir: PathBuf,
+    dir: Tmpfs,
     next: usize,
 }
 
@@ -44,7 +44,36 @@ impl Drop for CniNode {
         // Stopped first: a daemon leaves its datapath pinned, so the pins go after it.
         drop(self.daemon.take());
         let _ = std::fs::remove_dir_all(&self.pins);
-        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A tmpfs mounted at a new directory (unmounted and removed on drop): the daemon's directory
+/// on a node is `/run/redirect/daemon`, and `/run` is a tmpfs there, while this machine's
+/// scratch (and even its `/run`) may be a disk whose journal makes each enrollment record's
+/// write wait for I/O now and then.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(path: PathBuf) -> anyhow::Result<Self> {
+        use nix::mount::{mount, MsFlags};
+        std::fs::create_dir_all(&path)?;
+        let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+        mount(
+            Some("tmpfs"),
+            &path,
+            Some("tmpfs"),
+            flags,
+            Some("size=16m,mode=0700"),
+        )
+        .with_context(|| format!("mounting a tmpfs at {}", path.display()))?;
+        Ok(Self(path))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -61,9 +90,8 @@ impl Bench {
     /// The daemon and apiserver of the CNI workload, serving `pods` pod names.
     fn cni_node(&mut self, pods: usize) -> anyhow::Result<&mut CniNode> {
         if self.cni.is_none() {
-            let dir = self.scratch.join("cni-daemon");
-            std::fs::create_dir_all(&dir)?;
-            let kubeconfig = dir.join("kubeconfig");
+            let dir = Tmpfs::mount(self.scratch.join("cni-daemon"))?;
+            let kubeconfig = dir.0.join("kubeconfig");
             let mut api = Command::new(self.bin.join("probe-apiserver"));
             api.arg("--kubeconfig").arg(&kubeconfig).args([
                 "--node",
@@ -93,7 +121,7 @@ impl Bench {
                 .arg("--kubeconfig")
                 .arg(&kubeconfig)
                 .args(["--node-name", NODE])
-                .env("REDIRECT_DAEMON_DIR", &dir)
+                .env("REDIRECT_DAEMON_DIR", &dir.0)
                 .env("RUST_LOG", "warn,redirect_daemon::server::pods=info");
             let daemon = scene::spawn("redirect daemon", daemon, "ready ")?;
             self.cni = Some(CniNode {
@@ -160,7 +188,7 @@ impl Bench {
         let node = self.cni.as_ref().context("CNI node")?;
         let conf = json!({
             "cniVersion": "1.0.0", "name": "bench", "type": "redirect-cni",
-            "daemon_socket": node.dir.join("daemon.sock"), "log_level": "warn",
+            "daemon_socket": node.dir.0.join("daemon.sock"), "log_level": "warn",
             "exclude_namespaces": ["kube-system"],
             "prevResult": {"cniVersion": "1.0.0", "ips": [{"address": format!("{}/16", pod.ip)}]},
         });
@@ -213,8 +241,6 @@ impl Bench {
     /// sends, without its exec): milliseconds from connect to the answer, which the daemon
     /// gives once the pod's policy is in the kernel's maps.
     fn socket_add(&self, pod: &CniPod) -> anyhow::Result<f64> {
-        use std::io::BufRead as _;
-        let node = self.cni.as_ref().context("CNI node")?;
         let request = json!({
             "op": "pod_add",
             "pod": {"namespace": "bench", "name": pod.name, "uid": format!("uid-{}", pod.name),
@@ -222,21 +248,45 @@ impl Bench {
             "netns": pod.ns.path(),
             "ips": [pod.ip],
         });
+        let (ms, answer) = self.socket_request(&request)?;
+        if answer["ok"] != true || answer["pod"]["meshed"] != true {
+            bail!("pod_add through the daemon's socket: {answer}");
+        }
+        Ok(ms)
+    }
+
+    /// The daemon's cheapest request (`status`: it answers, reading nothing) on the same
+    /// socket: what an ADD's round trip costs before any enrollment work (the connect, the
+    /// daemon's and the client's wake-ups, the frames), measured in the same state of the
+    /// machine as the ADD next to it.
+    fn socket_status(&self) -> anyhow::Result<f64> {
+        let (ms, answer) = self.socket_request(&json!({"op": "status"}))?;
+        if answer["ok"] != true {
+            bail!("status through the daemon's socket: {answer}");
+        }
+        Ok(ms)
+    }
+
+    /// Sends one request line to the CNI daemon's socket: milliseconds from connect to the
+    /// whole answer line, and the answer.
+    fn socket_request(
+        &self,
+        request: &serde_json::Value,
+    ) -> anyhow::Result<(f64, serde_json::Value)> {
+        use std::io::BufRead as _;
+        let node = self.cni.as_ref().context("CNI node")?;
         let mut line = request.to_string();
         line.push('\n');
         let t0 = Instant::now();
-        let mut stream = std::os::unix::net::UnixStream::connect(node.dir.join("daemon.sock"))
+        let mut stream = std::os::unix::net::UnixStream::connect(node.dir.0.join("daemon.sock"))
             .context("connecting to the daemon's socket")?;
         stream.write_all(line.as_bytes())?;
         let mut answer = String::new();
         std::io::BufReader::new(&stream).read_line(&mut answer)?;
         let ms = t0.elapsed().as_secs_f64() * 1000.0;
-        let v: serde_json::Value = serde_json::from_str(&answer)
+        let v = serde_json::from_str(&answer)
             .with_context(|| format!("the daemon's answer {answer:?}"))?;
-        if v["ok"] != true || v["pod"]["meshed"] != true {
-            bail!("pod_add through the daemon's socket: {answer}");
-        }
-        Ok(ms)
+        Ok((ms, v))
     }
 
     /// Every line the CNI workload's daemon logged so far (its log file).
@@ -291,6 +341,19 @@ impl Bench {
                 "cni-add",
                 "one at a time",
                 "floor: exec of true",
+                round * serial + i,
+                ms,
+                "ms",
+                false,
+            ));
+            // The floor of the socket path: a request the daemon answers with no work, after
+            // the same kind of idle gap as the ADD below (the iptables modes' pods ran since
+            // the daemon's last request; here the next pod is built).
+            let ms = self.socket_status()?;
+            self.samples.push(Sample::new(
+                "cni-add",
+                "one at a time",
+                "floor: daemon socket, status",
                 round * serial + i,
                 ms,
                 "ms",

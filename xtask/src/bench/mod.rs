@@ -160,7 +160,12 @@ fn watch_signals() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn environment(size: Size, steal_pct: f64, elapsed: f64) -> BTreeMap<String, String> {
+fn environment(
+    size: Size,
+    only: &[String],
+    steal_pct: f64,
+    elapsed: f64,
+) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     let cmd = |c: &str, a: &[&str]| {
         util::output(c, a)
@@ -185,12 +190,30 @@ fn environment(size: Size, steal_pct: f64, elapsed: f64) -> BTreeMap<String, Str
     );
     env.insert("steal during the run".into(), format!("{steal_pct:.1}%"));
     env.insert("duration".into(), format!("{elapsed:.0} s"));
+    if !only.is_empty() {
+        env.insert("workloads".into(), format!("only {}", only.join(", ")));
+    }
     env.insert("date".into(), cmd("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]));
     env
 }
 
-/// Runs the benchmark of `size` and writes the report into `out`.
-pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
+/// The workloads `--only` can name, in the order a run takes them.
+pub const WORKLOADS: [&str; 9] = [
+    "cps",
+    "keepalive",
+    "bulk",
+    "churn",
+    "rules",
+    "load",
+    "enroll",
+    "cni",
+    "namespaces",
+];
+
+/// Runs the benchmark of `size` (only the workloads in `only`, when it names any) and writes
+/// the report into `out`.
+pub fn run(size: Size, out: &Path, only: &[String]) -> anyhow::Result<()> {
+    let want = |w: &str| only.is_empty() || only.iter().any(|o| o == w);
     if !util::is_root() {
         bail!("`cargo xtask bench` needs root (BPF, cgroups, network namespaces, iptables): rerun it with sudo");
     }
@@ -228,12 +251,18 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
     let start = Instant::now();
     let steal0 = scene::steal();
     let result = (|| -> anyhow::Result<BTreeMap<String, Value>> {
-        for (i, mode) in Mode::ALL.iter().enumerate() {
-            progress(&format!("setting up {}", mode.name()))?;
-            b.setup_pod(u8::try_from(i + 1)?, *mode)?;
+        let mut memory = BTreeMap::new();
+        if ["cps", "keepalive", "bulk", "churn", "rules"]
+            .iter()
+            .any(|w| want(w))
+        {
+            for (i, mode) in Mode::ALL.iter().enumerate() {
+                progress(&format!("setting up {}", mode.name()))?;
+                b.setup_pod(u8::try_from(i + 1)?, *mode)?;
+            }
+            b.verify()?;
         }
-        b.verify()?;
-        for round in 0..p.cps_rounds {
+        for round in (0..p.cps_rounds).filter(|_| want("cps")) {
             b.cps_round("cps", "c=1", &Mode::ALL, round, &p, 1)?;
             b.cps_round(
                 "cps",
@@ -244,17 +273,17 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
                 p.concurrency,
             )?;
         }
-        for round in 0..p.cps_rounds {
+        for round in (0..p.cps_rounds).filter(|_| want("keepalive")) {
             b.keepalive_round(round, &p)?;
         }
-        for round in 0..p.cps_rounds {
+        for round in (0..p.cps_rounds).filter(|_| want("bulk")) {
             b.bulk_round(round, &p)?;
         }
         // The per-hook table counts runs and run time (`kernel.bpf_stats_enabled`) over the
         // churn only: counting costs every program run two clock reads, which production never
         // pays, so every workload that compares modes runs with it off.
-        let mut memory = b.memory();
-        {
+        if want("churn") {
+            memory.extend(b.memory());
             let _stats = scene::BpfStats::enable();
             memory.extend(b.churn_workload(p.churn)?);
             memory.extend(b.keepalive_hooks(&p)?);
@@ -263,7 +292,7 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
         let scaled = [Mode::Ebpf, Mode::IptablesLegacy, Mode::IptablesNft];
         // Rule counts interleaved within each round (rotated), so a slow stretch of the
         // machine does not land on one count.
-        for round in 0..p.rule_rounds {
+        for round in (0..p.rule_rounds).filter(|_| want("rules")) {
             for i in 0..p.rule_counts.len() {
                 let n = p.rule_counts[(i + round) % p.rule_counts.len()];
                 progress(&format!("loading {n} exclusion rules"))?;
@@ -278,11 +307,11 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
                 )?;
             }
         }
-        for round in 0..p.rounds {
+        for round in (0..p.rounds).filter(|_| want("load")) {
             b.load_round(round)?;
         }
         let mut subnet = 100u8;
-        for round in 0..p.rounds {
+        for round in (0..p.rounds).filter(|_| want("enroll")) {
             for (i, _) in scaled.iter().enumerate() {
                 let mode = scaled[(i + round) % scaled.len()];
                 progress(&format!(
@@ -306,12 +335,16 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
             }
         }
         let pods = p.rounds * (2 * p.cni_serial + p.cni_parallel) + 1;
-        for round in 0..p.rounds {
-            progress(&format!("CNI ADD round {}/{}", round + 1, p.rounds))?;
-            b.cni_round(round, p.cni_serial, p.cni_parallel, pods)?;
+        if want("cni") {
+            for round in 0..p.rounds {
+                progress(&format!("CNI ADD round {}/{}", round + 1, p.rounds))?;
+                b.cni_round(round, p.cni_serial, p.cni_parallel, pods)?;
+            }
+            b.enrollment_phases()?;
         }
-        b.enrollment_phases()?;
-        memory.extend(b.namespaces_workload(&p)?);
+        if want("namespaces") {
+            memory.extend(b.namespaces_workload(&p)?);
+        }
         Ok(memory)
     })();
     let mut memory = result?;
@@ -321,7 +354,7 @@ pub fn run(size: Size, out: &Path) -> anyhow::Result<()> {
         / (steal1.1.saturating_sub(steal0.1)).max(1) as f64;
     eprintln!();
     let report = report::Report {
-        environment: environment(size, steal_pct, start.elapsed().as_secs_f64()),
+        environment: environment(size, only, steal_pct, start.elapsed().as_secs_f64()),
         samples: b.samples.clone(),
         memory,
     };

@@ -2,11 +2,18 @@
 //! serves with its phases (`pod enrolled ... phases=resolve=US open=US ...`, microseconds
 //! since the previous mark, from the decoded request to the enrollment's record; the socket's
 //! read and reply are outside them); each phase of each ADD is a sample, so the report's table
-//! gives each phase's median and p99 beside their total.
+//! gives each phase's median and p99 beside their total, and how much of it the daemon's thread
+//! ran (`cpu`) and waited (`off-cpu`).
 use super::{stats::Sample, Bench};
 
 const WORKLOAD: &str = "enrollment phases";
 const VARIANT: &str = "the daemon's own account of each CNI ADD";
+
+/// The daemon thread's own CPU time in a `pod enrolled` line (`cpu_us=`, before `phases`).
+fn cpu_of(line: &str) -> Option<u64> {
+    let (_, rest) = line.split_once(" cpu_us=")?;
+    rest.split_whitespace().next()?.parse().ok()
+}
 
 /// The `name=us` pairs of a `pod enrolled` line's `phases` field (the line's last field).
 fn phases_of(line: &str) -> Vec<(&str, u64)> {
@@ -32,7 +39,13 @@ impl Bench {
                 continue;
             }
             let total: u64 = phases.iter().map(|(_, us)| us).sum();
-            for (name, us) in phases.into_iter().chain([("total", total)]) {
+            // Of the total, what the daemon's thread ran, and what it waited (for a CPU, a
+            // lock, I/O): a slow ADD says whether it worked longer or was kept from working.
+            let cpu = cpu_of(line)
+                .map(|cpu| [("cpu", cpu), ("off-cpu", total.saturating_sub(cpu))])
+                .into_iter()
+                .flatten();
+            for (name, us) in phases.into_iter().chain([("total", total)]).chain(cpu) {
                 self.samples.push(Sample::new(
                     WORKLOAD,
                     VARIANT,
@@ -68,5 +81,7 @@ mod tests {
         );
         assert!(phases_of("pod enrolled us=3").is_empty());
         assert_eq!(phases_of("x phases=a=1 b=oops c=2"), [("a", 1)]);
+        assert_eq!(super::cpu_of(line), None);
+        assert_eq!(super::cpu_of("us=30 cpu_us=21 phases=a=1"), Some(21));
     }
 }

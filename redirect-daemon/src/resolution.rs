@@ -1,0 +1,123 @@
+//! A pod's capture decision and policy, computed once per version of the pod: by the watch
+//! thread when the pod arrives (or by the ADD that had to GET it), so a CNI ADD only looks
+//! them up instead of parsing the pod's annotations on the pod-start path.
+use std::{net::IpAddr, sync::Arc};
+
+use k8s_openapi::api::core::v1::Pod;
+use redirect_k8s::{decide, Decision};
+use redirect_policy::Policy;
+
+/// What istio-cni would decide for one version of a pod, and the policy it would apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolution {
+    /// Captured or skipped, and why.
+    pub decision: Decision,
+    /// When meshed: the policy, or why the pod cannot be captured (the annotation or field
+    /// and its value).
+    pub policy: Option<Result<Policy, String>>,
+}
+
+impl Resolution {
+    /// Decides for `pod`; `cluster_dns` as [`redirect_k8s::policy`] takes it.
+    #[must_use]
+    pub fn of(pod: &Pod, cluster_dns: Option<IpAddr>) -> Self {
+        let decision = decide(pod);
+        let policy = match decision {
+            Decision::Meshed => {
+                Some(redirect_k8s::policy(pod, cluster_dns).map_err(|e| e.to_string()))
+            }
+            Decision::Skipped { .. } => None,
+        };
+        Self { decision, policy }
+    }
+}
+
+/// A pod as the watch (or a GET) gave it, with its resolution; both shared, never copied.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The pod.
+    pub pod: Arc<Pod>,
+    /// Its decision and policy.
+    pub resolution: Arc<Resolution>,
+}
+
+impl Resolved {
+    /// Resolves `pod` now.
+    #[must_use]
+    pub fn new(pod: Pod, cluster_dns: Option<IpAddr>) -> Self {
+        let resolution = Arc::new(Resolution::of(&pod, cluster_dns));
+        Self {
+            pod: Arc::new(pod),
+            resolution,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(annotations: &[(&str, &str)]) -> Pod {
+        let mut value = serde_json::json!({
+            "metadata": {"namespace": "shop", "name": "web", "uid": "u1", "annotations": {}},
+            "spec": {"containers": [{"name": "app"}, {"name": "istio-proxy"}]},
+        });
+        for (k, v) in annotations {
+            value["metadata"]["annotations"][*k] = serde_json::Value::from(*v);
+        }
+        serde_json::from_value(value).expect("a pod")
+    }
+
+    #[test]
+    fn a_resolution_is_what_deciding_and_parsing_at_add_time_gave() {
+        let injected = ("sidecar.istio.io/status", "{}");
+        for (annotations, meshed) in [
+            (vec![injected], true),
+            (
+                vec![
+                    injected,
+                    ("traffic.sidecar.istio.io/excludeOutboundPorts", "5432"),
+                ],
+                true,
+            ),
+            (
+                vec![
+                    injected,
+                    (
+                        "traffic.sidecar.istio.io/excludeOutboundIPRanges",
+                        "not-a-cidr",
+                    ),
+                ],
+                true,
+            ),
+            (vec![], false),
+        ] {
+            let p = pod(&annotations);
+            let r = Resolved::new(p.clone(), None);
+            assert_eq!(r.resolution.decision, decide(&p), "{annotations:?}");
+            assert_eq!(
+                r.resolution.decision == Decision::Meshed,
+                meshed,
+                "{annotations:?}"
+            );
+            let direct = meshed.then(|| redirect_k8s::policy(&p, None).map_err(|e| e.to_string()));
+            assert_eq!(r.resolution.policy, direct, "{annotations:?}");
+        }
+    }
+
+    #[test]
+    fn an_invalid_annotation_is_kept_as_the_error_naming_it() {
+        let p = pod(&[
+            ("sidecar.istio.io/status", "{}"),
+            (
+                "traffic.sidecar.istio.io/excludeOutboundIPRanges",
+                "not-a-cidr",
+            ),
+        ]);
+        let r = Resolution::of(&p, None);
+        assert_eq!(r.decision, Decision::Meshed);
+        let err = r.policy.expect("meshed").expect_err("refused");
+        assert!(err.contains("excludeOutboundIPRanges"), "{err}");
+        assert!(err.contains("not-a-cidr"), "{err}");
+    }
+}
