@@ -73,29 +73,32 @@ impl PodCache {
             Event::Init => Change::Init,
             Event::InitDone => Change::InitDone,
         };
+        // What the change replaces is dropped after the lock is released: a re-list's old
+        // set is every pod of the node, and freeing it under the lock would hold an ADD's
+        // lookup for as long.
+        let mut replaced: Option<HashMap<Key, Resolved>> = None;
+        let mut gone: Option<Resolved> = None;
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.generation += 1;
         match change {
-            Change::Apply((k, pod)) => {
-                s.pods.insert(k, pod);
-            }
-            Change::Delete(k) => {
-                s.pods.remove(&k);
-            }
-            Change::Init => s.relist = Some(HashMap::new()),
+            Change::Apply((k, pod)) => gone = s.pods.insert(k, pod),
+            Change::Delete(k) => gone = s.pods.remove(&k),
+            Change::Init => replaced = s.relist.replace(HashMap::new()),
             Change::InitApply((k, pod)) => {
-                match &mut s.relist {
+                gone = match &mut s.relist {
                     Some(list) => list.insert(k, pod),
                     None => s.pods.insert(k, pod),
                 };
             }
             Change::InitDone => {
                 if let Some(list) = s.relist.take() {
-                    s.pods = list;
+                    replaced = Some(std::mem::replace(&mut s.pods, list));
                 }
                 s.synced = true;
             }
         }
+        drop(s);
+        drop((replaced, gone));
     }
 
     /// The cached pod `namespace/name`, with its resolution.
