@@ -65,7 +65,7 @@ impl Daemon {
             tracing::info!(%pod, %decision, "pod not meshed: left alone");
             return not_meshed(&decision, format!("{pod} is not meshed: {decision}"));
         };
-        match self.enroll_pod(&pod, netns, ips, policy, (&mut phases, cpu)) {
+        match self.enroll_pod(&pod, netns, ips, policy, &mut phases, cpu) {
             Ok(cookie) => Response {
                 ok: true,
                 message: format!(
@@ -98,7 +98,8 @@ impl Daemon {
         netns: &Path,
         ips: &[IpAddr],
         policy: Policy,
-        (phases, cpu): (&mut Phases, ThreadCpu),
+        phases: &mut Phases,
+        cpu: ThreadCpu,
     ) -> Result<u64, String> {
         if !netns.is_absolute() {
             return Err(format!(

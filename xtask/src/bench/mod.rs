@@ -33,7 +33,7 @@ use crate::{build, setup, util};
 pub enum Size {
     /// The published run (BENCHMARKS.md).
     Full,
-    /// Under two minutes.
+    /// About 11 minutes on a 2-vCPU machine.
     Quick,
     /// Seconds; keeps the harness working in `cargo xtask test`.
     Tiny,
