@@ -258,6 +258,14 @@ pub fn plugin(name: &str) -> PathBuf {
     Path::new(PLUGIN_DIR).join(name)
 }
 
+/// Why a test of the CNI chain cannot run (Debian's plugins are missing), for `privileged!`.
+pub fn plugins_missing() -> Option<String> {
+    (!plugins_installed()).then(|| {
+        "Debian's containernetworking-plugins are missing (cargo xtask setup installs them)"
+            .to_owned()
+    })
+}
+
 /// Whether Debian's plugins are installed.
 pub fn plugins_installed() -> bool {
     ["loopback", "bridge", "host-local"]

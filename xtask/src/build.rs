@@ -1,4 +1,4 @@
-//! `build-ebpf`, `lint` and `test`.
+//! `build-ebpf`, `build-next-layout`, the host binaries and `lint`.
 use anyhow::Context as _;
 
 use crate::{
@@ -106,43 +106,4 @@ pub fn lint() -> anyhow::Result<()> {
         ])
         .env("REDIRECT_EBPF_OBJECT", util::ebpf_object()))?;
     run(ebpf_cargo("clippy").args(["--", "-D", "warnings"]))
-}
-
-/// Setup, lint, build (the image too: `REDIRECT_IMAGE`, `REDIRECT_IMAGE_ARCHIVE`), then every
-/// test (unit and root integration tests).
-pub fn test(extra: &[String]) -> anyhow::Result<()> {
-    setup::setup()?;
-    build_ebpf()?;
-    lint()?;
-    build_next_layout()?;
-    build_bins(false)?;
-    let image = crate::image::for_tests()?;
-    let mut cmd = util::cargo(None);
-    cmd.args(["test", "--workspace", "--exclude", "redirect-ebpf"])
-        .env("REDIRECT_EBPF_OBJECT", util::ebpf_object())
-        .args(extra);
-    if let Some(image) = image {
-        cmd.env("REDIRECT_IMAGE", &image.tags[0])
-            .env("REDIRECT_IMAGE_ARCHIVE", &image.archive);
-    }
-    run(&mut cmd)?;
-    bench_smoke()
-}
-
-/// Runs the benchmark harness with tiny counts and checks its report (never its timings).
-fn bench_smoke() -> anyhow::Result<()> {
-    if !util::is_root() {
-        anyhow::ensure!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "bench smoke test cannot run in CI: not root"
-        );
-        eprintln!("SKIPPED bench smoke test: not root");
-        return Ok(());
-    }
-    let out = util::workspace_root().join("target/bench-smoke");
-    let _ = std::fs::remove_dir_all(&out);
-    crate::bench::run(crate::bench::Size::Tiny, &out, &[]).context("bench smoke test")?;
-    let samples = crate::bench::check(&out)?;
-    println!("bench smoke: {samples} samples from every mode and workload; report.json parses");
-    Ok(())
 }

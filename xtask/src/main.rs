@@ -5,6 +5,7 @@ mod demo;
 mod image;
 mod kernel;
 mod setup;
+mod test;
 mod util;
 
 use std::process::ExitCode;
@@ -92,7 +93,7 @@ fn main() -> ExitCode {
         Task::Lint => build::lint(),
         Task::Test {
             kernel: None, args, ..
-        } => build::test(&args),
+        } => test::test(&args),
         Task::Test {
             kernel: Some(kernel),
             kernel_tests,

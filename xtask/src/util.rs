@@ -12,6 +12,31 @@ pub fn workspace_root() -> PathBuf {
     manifest.parent().map_or(manifest.clone(), PathBuf::from)
 }
 
+/// Every crate directory of the workspace (the root's children and grandchildren that hold a
+/// Cargo.toml: the card's layout nests crates one level under redirect-ebpf/, redirect-user/
+/// and tests/).
+pub fn crate_dirs() -> anyhow::Result<Vec<PathBuf>> {
+    let root = workspace_root();
+    let mut out = Vec::new();
+    for top in std::fs::read_dir(&root).with_context(|| format!("listing {}", root.display()))? {
+        let top = top?.path();
+        if !top.is_dir() || top.ends_with("target") || top.ends_with(".git") {
+            continue;
+        }
+        if top.join("Cargo.toml").is_file() {
+            out.push(top.clone());
+        }
+        for sub in std::fs::read_dir(&top).with_context(|| format!("listing {}", top.display()))? {
+            let sub = sub?.path();
+            if sub.join("Cargo.toml").is_file() {
+                out.push(sub);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// Where cargo puts the host binaries: `$CARGO_TARGET_DIR`, else `<workspace>/target`.
 pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")

@@ -242,6 +242,7 @@ impl Bench {
     /// gives once the pod's policy is in the kernel's maps.
     fn socket_add(&self, pod: &CniPod) -> anyhow::Result<f64> {
         let request = json!({
+            "v": 2,
             "op": "pod_add",
             "pod": {"namespace": "bench", "name": pod.name, "uid": format!("uid-{}", pod.name),
                     "container_id": format!("sandbox-{}", pod.name)},
@@ -249,7 +250,7 @@ impl Bench {
             "ips": [pod.ip],
         });
         let (ms, answer) = self.socket_request(&request)?;
-        if answer["ok"] != true || answer["pod"]["meshed"] != true {
+        if answer["ok"] != true || answer["answer"]["pod"]["meshed"] != true {
             bail!("pod_add through the daemon's socket: {answer}");
         }
         Ok(ms)
@@ -260,7 +261,7 @@ impl Bench {
     /// daemon's and the client's wake-ups, the frames), measured in the same state of the
     /// machine as the ADD next to it.
     fn socket_status(&self) -> anyhow::Result<f64> {
-        let (ms, answer) = self.socket_request(&json!({"op": "status"}))?;
+        let (ms, answer) = self.socket_request(&json!({"v": 2, "op": "status"}))?;
         if answer["ok"] != true {
             bail!("status through the daemon's socket: {answer}");
         }

@@ -2,7 +2,7 @@
 //! image built FROM scratch with buildah (nothing downloaded; the host's CA bundle for the
 //! Kubernetes client), tagged with the crate version, entrypoint `redirect`; also written as an OCI archive (`podman load`, `kind load
 //! image-archive`, `ctr images import`). `cargo xtask test` builds it in storage of its own and
-//! hands the archive to `tests/tests/image.rs`.
+//! hands the archive to `tests/tests/it/image.rs`.
 pub mod musl;
 
 use std::{
@@ -261,9 +261,9 @@ pub fn for_tests() -> anyhow::Result<Option<Built>> {
     if !util::is_root() {
         anyhow::ensure!(
             std::env::var("CI").as_deref() != Ok("true"),
-            "the image for tests/tests/image.rs cannot be built in CI: not root"
+            "the image for tests/tests/it/image.rs cannot be built in CI: not root"
         );
-        eprintln!("SKIPPED the image build (not root): tests/tests/image.rs will skip");
+        eprintln!("SKIPPED the image build (not root): tests/tests/it/image.rs will skip");
         return Ok(None);
     }
     let storage = util::target_dir().join("image/storage");

@@ -7,6 +7,7 @@ mod initramfs;
 mod modules;
 mod qemu;
 mod report;
+mod select;
 
 use std::{
     collections::BTreeMap,
@@ -17,9 +18,10 @@ use std::{
 
 use anyhow::{bail, Context as _};
 
+use self::select::{area_tests, listed_tests, selection, TEST_BINARY};
 use crate::{build, setup, util};
 
-/// Test binaries run in each kernel unless `--kernel-tests` says otherwise: the outbound, inbound
+/// Test modules (of the one binary) run in each kernel unless `--kernel-tests` says otherwise: the outbound, inbound
 /// and daemon suites whole, and the conformance cases for DNS (IPv4 and IPv6), inbound ports `*`,
 /// owner groups with exclusions (IPv4 and IPv6 DNS) and an excluded interface. The README lists it.
 pub const DEFAULT_TESTS: &str = "outbound,inbound,daemon,probe_fallback,\
@@ -32,36 +34,12 @@ const PACKAGES: [&str; 2] = ["busybox-static", "xz-utils"];
 pub struct Options {
     /// `6.1`, `6.12` or `all`.
     pub kernel: String,
-    /// `NAME[=FILTER],...`: test targets of tests/tests, with an optional libtest name filter.
+    /// `NAME[=FILTER],...`: modules of tests/tests/it, with optional name filters.
     pub tests: String,
     /// libtest arguments for every binary.
     pub extra: Vec<String>,
     /// Limit for each test binary inside the guest.
     pub per_binary: Duration,
-}
-
-/// `outbound,conformance=dns+ipv6` -> `[("outbound", []), ("conformance", ["dns", "ipv6"])]`
-/// (each filter a libtest name filter; a test runs when it matches any of them).
-fn selection(spec: &str) -> anyhow::Result<Vec<(String, Vec<String>)>> {
-    let out: Vec<(String, Vec<String>)> = spec
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(|item| match item.split_once('=') {
-            Some((name, filters)) => (
-                name.to_owned(),
-                filters
-                    .split('+')
-                    .filter(|f| !f.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
-            ),
-            None => (item.to_owned(), Vec::new()),
-        })
-        .collect();
-    if out.is_empty() {
-        bail!("--kernel-tests is empty: name test targets of tests/tests, e.g. {DEFAULT_TESTS}");
-    }
-    Ok(out)
 }
 
 /// Builds the named integration test targets (as `cargo test` would) and returns name -> executable.
@@ -142,17 +120,22 @@ pub fn test(opts: &Options) -> anyhow::Result<()> {
     setup::install_missing(&PACKAGES.map(String::from), true)?;
     build::build_ebpf()?;
     build::build_bins(false)?;
-    let names: Vec<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
-    let exes = test_executables(&names)?;
+    let exes = test_executables(&[TEST_BINARY])?;
+    let exe = exes
+        .get(TEST_BINARY)
+        .with_context(|| format!("no integration test binary {TEST_BINARY:?} (tests/tests/it)"))?;
+    let listed = listed_tests(exe)?;
     let mut runs = Vec::new();
-    for (name, filter) in &wanted {
-        let exe = exes.get(name).with_context(|| {
-            format!("no integration test target {name:?} (tests/tests/{name}.rs)")
-        })?;
-        let mut args = filter.clone();
+    for (area, filters) in &wanted {
+        let names = area_tests(&listed, area, filters);
+        if names.is_empty() {
+            bail!("--kernel-tests {area}: no test of module {area} of tests/tests/it matches {filters:?}");
+        }
+        let mut args = vec!["--exact".to_owned()];
+        args.extend(names);
         args.extend(opts.extra.iter().cloned());
         runs.push(guest::TestRun {
-            name: name.clone(),
+            name: area.clone(),
             exe: exe.clone(),
             args,
         });
@@ -163,12 +146,8 @@ pub fn test(opts: &Options) -> anyhow::Result<()> {
     bins.extend(runs.iter().map(|r| r.exe.clone()));
     let stripped = strip_all(&bins, &kernels_dir.join("stripped"))?;
     let data = [root.join("tests/data"), root.join("deploy")];
-    // Paths like redirect-testkit/../tests/data need each crate's directory to exist.
-    let crates: Vec<PathBuf> = std::fs::read_dir(&root)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.join("Cargo.toml").is_file())
-        .collect();
+    // Paths like tests/testkit/../data need each crate's directory to exist.
+    let crates = util::crate_dirs()?;
     let emulator = emulator::prepare(&kernels_dir)?;
     println!(
         "xtask: qemu-system-x86 {} from {}",

@@ -1,0 +1,321 @@
+//! The `redirect` binary: parses the CLI and runs attach, exec or status.
+mod attach_cmd;
+mod cli;
+mod cli_values;
+#[cfg(test)]
+mod fuzz_tests;
+mod install_cni_args;
+mod install_cni_cmd;
+mod istio;
+mod istio_daemon;
+mod kube_args;
+mod node_cmds;
+mod observe_cmds;
+mod pod_policy_cmd;
+mod sizing_args;
+mod upgrade_cmd;
+
+use std::{os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
+
+use anyhow::{bail, Context as _};
+use clap::Parser as _;
+use redirect_datapath::{cgroup, state, status, AttachOptions};
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::InvalidUtf8 => {
+            eprintln!(
+                "error: {}",
+                cli_values::non_utf8_argument(std::env::args_os())
+            );
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The subcommand's name when it needs root: every command but `istio-iptables --dry-run` and
+/// `--help` reads or writes the datapath's maps, pins, links or the root-only daemon socket.
+fn needs_root(cmd: &Command) -> Option<&'static str> {
+    Some(match cmd {
+        Command::IstioIptables { args } => {
+            let harmless = ["--dry-run", "-h", "--help"];
+            if args.iter().any(|a| harmless.contains(&a.as_str())) {
+                return None;
+            }
+            "istio-iptables"
+        }
+        Command::Attach { .. } => "attach",
+        Command::Exec { .. } => "exec",
+        Command::Daemon { .. } => "daemon",
+        Command::Enroll { .. } => "enroll",
+        Command::Unenroll { .. } => "unenroll",
+        Command::List { .. } => "list",
+        Command::Uninstall { .. } => "uninstall",
+        Command::Upgrade { .. } => "upgrade",
+        Command::Validate { .. } => "validate",
+        Command::Vm { .. } => "vm",
+        Command::Stats { .. } => "stats",
+        Command::Trace { .. } => "trace",
+        Command::Explain { .. } => "explain",
+        Command::Status { .. } => "status",
+        Command::Probe { .. } => "probe",
+        // Files only; a directory it may not write names itself in the error.
+        Command::PodPolicy { .. } | Command::InstallCni(_) | Command::UninstallCni(_) => {
+            return None
+        }
+    })
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    // The directory flags stand for their environment variables, which the libraries read;
+    // set before any thread starts.
+    for (var, value) in [
+        ("REDIRECT_DAEMON_DIR", &cli.daemon_dir),
+        ("REDIRECT_STATE_DIR", &cli.state_dir),
+    ] {
+        if let Some(v) = value {
+            std::env::set_var(var, v);
+        }
+    }
+    if let Some(name) = needs_root(&cli.command) {
+        let euid = nix::unistd::geteuid().as_raw();
+        if euid != 0 {
+            bail!("redirect {name} must run as root (effective uid is {euid}): it reads and writes the datapath's BPF maps, pins and links and the root-only daemon socket, which needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN; rerun it with sudo");
+        }
+    }
+    match cli.command {
+        Command::Attach {
+            cgroup,
+            proxy_cgroup,
+            proxy_uid,
+            proxy_gid,
+            outbound_port,
+            bpf_log,
+            metrics_file,
+            inbound,
+            exclude_cidr,
+            exclude_cidr_file,
+            max_connections,
+        } => attach_cmd::attach(
+            AttachOptions {
+                cgroup,
+                proxy_cgroup,
+                proxy_uid,
+                proxy_gid,
+                outbound_port,
+                bpf_log_level: bpf_log,
+                inbound,
+                exclude_cidrs: attach_cmd::with_cidr_file(
+                    exclude_cidr,
+                    exclude_cidr_file.as_deref(),
+                )?,
+                max_connections,
+            },
+            metrics_file.as_deref(),
+        ),
+        Command::Exec { cgroup, command } => exec(cgroup, &command),
+        Command::IstioIptables { args } => istio::run(&args),
+        Command::Daemon {
+            bpffs,
+            cgroup,
+            proxy_cgroup,
+            metrics,
+            metrics_per_namespace,
+            sizing,
+            kube,
+        } => node_cmds::daemon(
+            bpffs,
+            cgroup,
+            proxy_cgroup,
+            metrics.map(|addr| (addr, metrics_per_namespace)),
+            sizing.quotas(),
+            kube.options()?,
+        ),
+        Command::Enroll {
+            netns,
+            istio_args,
+            cluster_env,
+            policy,
+        } => node_cmds::enroll(
+            &netns,
+            istio_args.as_deref(),
+            cluster_env.as_deref(),
+            policy.as_deref(),
+        ),
+        Command::Unenroll { netns } => node_cmds::unenroll(&netns),
+        Command::List { json } => node_cmds::list(json),
+        Command::Uninstall { bpffs } => node_cmds::uninstall(bpffs),
+        Command::Upgrade { bpffs, check } => upgrade_cmd::upgrade(bpffs, check),
+        Command::Validate {
+            netns,
+            cgroup,
+            timeout_ms,
+            bpffs,
+            json,
+        } => observe_cmds::validate(&netns, cgroup.as_deref(), timeout_ms, bpffs, json),
+        Command::Vm {
+            cluster_env,
+            netns,
+            args,
+            cgroup,
+        } => node_cmds::vm(&cluster_env, netns.as_deref(), args.as_deref(), cgroup),
+        Command::Stats { netns, bpffs, json } => observe_cmds::stats(netns.as_deref(), bpffs, json),
+        Command::Trace {
+            netns,
+            count,
+            seconds,
+            bpffs,
+            json,
+        } => observe_cmds::trace(netns.as_deref(), count, seconds, bpffs, json),
+        Command::Explain {
+            netns,
+            inbound: true,
+            src,
+            iface,
+            dst,
+            bpffs,
+            json,
+            ..
+        } => observe_cmds::explain_inbound(
+            &netns,
+            src.as_deref().unwrap_or_default(),
+            dst,
+            iface.as_deref(),
+            bpffs,
+            json,
+        ),
+        Command::Explain {
+            netns,
+            uid,
+            gid,
+            dst,
+            udp,
+            src,
+            cgroup,
+            bpffs,
+            json,
+            ..
+        } => {
+            let uid = uid.context("--uid: the caller's uid is needed to explain a connect")?;
+            let src = src
+                .map(|s| {
+                    s.parse::<std::net::IpAddr>()
+                        .with_context(|| format!("--src {s:?}: not an IP address"))
+                })
+                .transpose()?;
+            observe_cmds::explain(
+                &netns,
+                (uid, gid.unwrap_or(uid)),
+                dst,
+                !udp,
+                src,
+                cgroup.as_deref(),
+                bpffs,
+                json,
+            )
+        }
+        Command::Probe { json, demo_missing } => probe(json, demo_missing),
+        Command::InstallCni(args) => install_cni_cmd::run(&args),
+        Command::UninstallCni(dirs) => install_cni_cmd::uninstall_cni(&dirs),
+        Command::PodPolicy {
+            file,
+            json,
+            migrate,
+            cluster_dns,
+        } => pod_policy_cmd::run(&file, json, migrate, cluster_dns),
+        Command::Status { bpffs, json } => {
+            let dir = bpffs.unwrap_or_else(redirect_daemon::default_bpffs);
+            let node = if redirect_datapath::node::NodeDatapath::exists(&dir) {
+                Some(redirect_daemon::node_status(
+                    &dir,
+                    redirect_daemon_api::DaemonDir::from_env().path(),
+                )?)
+            } else {
+                None
+            };
+            let report = status::collect(node)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", status::render(&report));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `redirect probe`: every feature, present or not; the first missing one is the error.
+fn probe(json: bool, demo_missing: bool) -> anyhow::Result<()> {
+    use redirect_datapath::probe;
+    let mut probed = probe::probe_all()?;
+    if demo_missing {
+        probed.push(probe::probe(&probe::NONEXISTENT));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&probed)?);
+    } else {
+        println!("kernel {}", probe::kernel_release());
+        for p in &probed {
+            println!(
+                "  {:<7} {:<58} since {:<6} for {}{}",
+                if p.present { "yes" } else { "MISSING" },
+                p.name,
+                p.since,
+                p.needed_by,
+                if p.present {
+                    String::new()
+                } else {
+                    probe::detail(p)
+                }
+            );
+            if let (false, Some(without)) = (p.present, p.without) {
+                println!("          optional: without it {without}");
+            }
+        }
+    }
+    match probe::missing(&probed) {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+fn exec(cgroup_arg: Option<PathBuf>, command: &[String]) -> anyhow::Result<()> {
+    let target = match cgroup_arg {
+        Some(path) => cgroup::validate(&path)?,
+        None => {
+            let (live, _) = state::read_all(&state::state_dir())?;
+            match live.as_slice() {
+                [one] => one.options.cgroup.clone(),
+                [] => bail!("no `redirect attach` is running: start one, or pass --cgroup PATH"),
+                many => bail!(
+                    "{} `redirect attach` instances are running (pids {}): pass --cgroup PATH to choose",
+                    many.len(),
+                    many.iter().map(|s| s.pid.to_string()).collect::<Vec<_>>().join(", ")
+                ),
+            }
+        }
+    };
+    cgroup::enter(&target)?;
+    let (program, args) = command.split_first().context("no command given after --")?;
+    let err = std::process::Command::new(program).args(args).exec();
+    bail!("running {program}: {err}")
+}

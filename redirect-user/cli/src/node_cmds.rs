@@ -1,0 +1,374 @@
+//! `redirect daemon | enroll | unenroll | list | uninstall | explain`: the node daemon and the
+//! commands that talk to it or read its pinned maps.
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::{Path, PathBuf},
+    sync::{atomic::AtomicBool, Arc},
+};
+
+use anyhow::{bail, Context as _};
+use nix::sys::signal::{SigSet, Signal};
+use redirect_daemon::{
+    self as daemon,
+    server::{self, Daemon, Options},
+};
+use redirect_daemon_api::{Client, DaemonDir};
+use redirect_datapath::{
+    netns,
+    node::{self, NodeAttach, NodeDatapath},
+};
+use redirect_policy::Policy;
+
+pub(crate) fn bpffs_or_default(bpffs: Option<PathBuf>) -> PathBuf {
+    bpffs.unwrap_or_else(daemon::default_bpffs)
+}
+
+/// The daemon's socket: the one of the daemon that owns the pinned datapath (from its layout
+/// record), else the one in `REDIRECT_DAEMON_DIR`.
+fn socket() -> PathBuf {
+    daemon::owner(&daemon::default_bpffs())
+        .map_or_else(|| DaemonDir::from_env().socket(), |(_, s)| s)
+}
+
+/// The client of that daemon.
+fn client() -> Client {
+    Client::new(socket())
+}
+
+/// The daemon directory in effect (`REDIRECT_DAEMON_DIR`, else the default).
+fn daemon_dir() -> PathBuf {
+    DaemonDir::from_env().path().to_path_buf()
+}
+
+/// Runs the daemon until SIGINT/SIGTERM (capture stays pinned) or an uninstall; `metrics` is
+/// the endpoint's address and whether it serves per-namespace series.
+pub fn daemon(
+    bpffs: Option<PathBuf>,
+    cgroup: Option<PathBuf>,
+    proxy_cgroup: Option<PathBuf>,
+    metrics: Option<(SocketAddr, bool)>,
+    quotas: redirect_datapath::node::sizing::Quotas,
+    kube: redirect_daemon::apiserver::KubeOptions,
+) -> anyhow::Result<()> {
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        signals.add(s);
+    }
+    signals.thread_block().context("blocking SIGINT/SIGTERM")?;
+    let bpffs = bpffs_or_default(bpffs);
+    // Before the datapath is touched: a broken kubeconfig stops the start, naming it.
+    let kube = redirect_daemon::apiserver::Kube::new(kube)?;
+    let d = Daemon::start(Options {
+        bpffs: bpffs.clone(),
+        dir: daemon_dir(),
+        attach: NodeAttach {
+            cgroup,
+            // Never silently the capture cgroup: a proxy in a sibling cgroup must work too.
+            proxy_cgroup: Some(match proxy_cgroup {
+                Some(p) => p,
+                None => redirect_datapath::cgroup::cgroup2_root()?,
+            }),
+            quotas,
+        },
+    })?
+    .with_kube(kube);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let (signal, from) = wait_signal(&signals);
+        // The flag first: logging can fail (a closed stderr) and must not keep us running.
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(signal, from_pid = from, "stopping");
+    });
+    let metrics = match metrics {
+        Some((addr, per_namespace)) => {
+            let dir = daemon_dir();
+            let bound = daemon::metrics::spawn(
+                addr,
+                bpffs,
+                move || server::enrolled_names(&dir),
+                per_namespace,
+            )?;
+            format!(" metrics=http://{bound}/metrics")
+        }
+        None => String::new(),
+    };
+    println!(
+        "ready pid={} socket={}{metrics}",
+        std::process::id(),
+        socket().display()
+    );
+    d.run(&stop)?;
+    Ok(())
+}
+
+/// Waits for one of `signals`; returns its number and the sending pid (for the log: who
+/// stopped the daemon matters to an operator).
+/// The next of `signals` and its sender's pid. An interrupted wait (`EINTR`: a debugger
+/// attaching, a stop and continue) is not a signal to stop on: it waits again.
+fn wait_signal(signals: &SigSet) -> (i32, i32) {
+    loop {
+        // SAFETY: syscall edge: `info` is a zeroed siginfo_t the kernel fills; the set is valid.
+        let (signal, from) = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let signal = libc::sigwaitinfo(signals.as_ref(), &mut info);
+            (signal, info.si_pid())
+        };
+        if signal > 0 {
+            return (signal, from);
+        }
+        tracing::info!(error = %std::io::Error::last_os_error(), "the wait for a stop signal was interrupted (a debugger attaching, a stop and continue): still running");
+    }
+}
+
+/// Splits `ARGS` like a shell would for simple quoting: whitespace, '...' and "...".
+pub(crate) fn split_args(s: &str) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    let mut quote: Option<char> = None;
+    for c in s.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.get_or_insert_with(String::new).push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                cur.get_or_insert_with(String::new);
+            }
+            (None, c) if c.is_whitespace() => out.extend(cur.take()),
+            (None, c) => cur.get_or_insert_with(String::new).push(c),
+        }
+    }
+    if quote.is_some() {
+        bail!("--istio-args: unterminated quote in {s:?}");
+    }
+    out.extend(cur);
+    Ok(out)
+}
+
+/// Enrolls a namespace with a policy from istio-iptables args, a cluster.env or a JSON file.
+pub fn enroll(
+    netns_name: &str,
+    istio_args: Option<&str>,
+    cluster_env: Option<&Path>,
+    policy: Option<&Path>,
+) -> anyhow::Result<()> {
+    let (policy, source): (Policy, String) = match (istio_args, cluster_env, policy) {
+        (Some(args), None, None) => {
+            let mut argv = split_args(args)?;
+            argv.extend(["--netns".to_owned(), netns_name.to_owned()]);
+            (
+                crate::istio::parse(&argv)?.policy,
+                format!("--istio-args {args}"),
+            )
+        }
+        (None, Some(file), None) => {
+            let argv = vec![
+                "--cluster-env".to_owned(),
+                file.display().to_string(),
+                "--netns".to_owned(),
+                netns_name.to_owned(),
+            ];
+            (
+                crate::istio::parse(&argv)?.policy,
+                format!("--cluster-env {}", file.display()),
+            )
+        }
+        (None, None, Some(file)) => {
+            let text = std::fs::read(file)
+                .with_context(|| format!("--policy: reading {}", file.display()))?;
+            let p = redirect_policy::policy_from_json(&text)
+                .with_context(|| format!("--policy {}: not a valid policy", file.display()))?;
+            (p, format!("--policy {}", file.display()))
+        }
+        _ => bail!("give exactly one of --istio-args, --cluster-env or --policy"),
+    };
+    let r = client().enroll(&netns::resolve(Some(netns_name)), policy, source)?;
+    println!("{}", r.message);
+    Ok(())
+}
+
+/// Enrolls the host (or a namespace playing the VM) from a cluster.env.
+pub fn vm(
+    cluster_env: &Path,
+    netns_name: Option<&str>,
+    extra: Option<&str>,
+    cgroup: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let mut argv = vec![
+        "--cluster-env".to_owned(),
+        cluster_env.display().to_string(),
+    ];
+    if let Some(n) = netns_name {
+        argv.extend(["--netns".to_owned(), n.to_owned()]);
+    }
+    if let Some(extra) = extra {
+        argv.extend(split_args(extra)?);
+    }
+    let policy = crate::istio::parse(&argv)?.policy;
+    // The host is init's namespace: a path the daemon can open too (not /proc/self).
+    let path = netns_name.map_or_else(
+        || PathBuf::from("/proc/1/ns/net"),
+        |n| netns::resolve(Some(n)),
+    );
+    let source = format!("vm --cluster-env {}", cluster_env.display());
+    if socket().exists() {
+        let r = client().enroll(&path, policy, source)?;
+        println!("{} (through the daemon)", r.message);
+        return Ok(());
+    }
+    let dir = daemon::default_bpffs();
+    let _lock = node::lock(&dir)?;
+    let attach = NodeAttach {
+        cgroup,
+        proxy_cgroup: None,
+        quotas: crate::sizing_args::Sizing::from_env()?,
+    };
+    let handle = netns::NetnsHandle::open(&path)?;
+    let (a, _) = NodeDatapath::apply_at(&dir, &attach, &handle, &policy)?;
+    let inbound = if a.inbound {
+        format!(", inbound to :{}", policy.inbound_capture_port)
+    } else {
+        String::new()
+    };
+    println!(
+        "VM policy from {} applied to {} (netns cookie {}): outbound to :{}{inbound}",
+        cluster_env.display(),
+        path.display(),
+        a.cookie,
+        policy.proxy_port,
+    );
+    Ok(())
+}
+
+/// Removes a namespace's policy.
+pub fn unenroll(netns_name: &str) -> anyhow::Result<()> {
+    let r = client().unenroll(&netns::resolve(Some(netns_name)))?;
+    println!("{}", r.message);
+    Ok(())
+}
+
+/// Lists enrollments.
+pub fn list(json: bool) -> anyhow::Result<()> {
+    let r = client().list()?;
+    // Checked against the kernel's maps: the daemon's record is what it believes.
+    let bpffs = daemon::default_bpffs();
+    let mut kernel = NodeDatapath::open(&bpffs).ok();
+    let checked: Vec<(&redirect_daemon_api::Enrollment, &'static str)> = r
+        .enrollments
+        .iter()
+        .map(|e| {
+            let state = match kernel.as_mut().map(|dp| dp.kernel_policy(e.cookie)) {
+                Some(Ok((true, inbound))) if inbound == e.inbound => "ok",
+                Some(Ok((true, _))) => "inbound-differs",
+                Some(Ok((false, _))) => "MISSING",
+                Some(Err(_)) | None => "unreadable",
+            };
+            (e, state)
+        })
+        .collect();
+    if json {
+        let list: Vec<serde_json::Value> = checked
+            .iter()
+            .map(|(e, state)| {
+                let mut v = serde_json::to_value(e).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("kernel".into(), (*state).into());
+                }
+                v
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(());
+    }
+    if r.enrollments.is_empty() {
+        println!("no namespace is enrolled with the daemon");
+        return Ok(());
+    }
+    println!(
+        "{:<30} {:>8} {:<24} {:<7} {:<5} {:<8} source",
+        "netns", "cookie", "addresses", "inbound", "proxy", "kernel"
+    );
+    for (e, state) in &checked {
+        // Link-local addresses are listed by `--json`; the table keeps to routable ones.
+        let addrs: Vec<String> = e
+            .addrs
+            .iter()
+            .filter(|a| !matches!(a, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80))
+            .map(ToString::to_string)
+            .collect();
+        println!(
+            "{:<30} {:>8} {:<24} {:<7} {:<5} {:<8} {}",
+            e.netns.display(),
+            e.cookie,
+            addrs.join(","),
+            if e.inbound { "yes" } else { "no" },
+            if e.proxy_listening { "up" } else { "down" },
+            state,
+            e.source
+        );
+    }
+    let drifted = checked.iter().filter(|(_, s)| *s != "ok").count();
+    if drifted > 0 {
+        eprintln!("WARNING: {drifted} enrollment(s) differ from what the kernel's maps hold (kernel column): re-enroll them (`redirect enroll`) or restart the daemon, which re-applies its enrollments");
+    }
+    Ok(())
+}
+
+/// Removes every pin, attachment and enrollment.
+pub fn uninstall(bpffs: Option<PathBuf>) -> anyhow::Result<()> {
+    let dir = bpffs_or_default(bpffs);
+    if socket().exists() {
+        if let Ok(r) = client().uninstall() {
+            println!("{}", r.message);
+            return Ok(());
+        }
+    }
+    if DaemonDir::from_env().running() {
+        bail!(
+            "a redirect daemon is running ({}) but did not uninstall; stop it first, then run `redirect uninstall` again",
+            daemon_dir().display()
+        );
+    }
+    let _lock = node::lock(&dir)?;
+    let enrollments = DaemonDir::from_env().enrollments();
+    if !dir.exists() && !enrollments.exists() {
+        println!(
+            "nothing to do: no datapath pinned at {} and no enrollment files in {}",
+            dir.display(),
+            daemon_dir().display()
+        );
+        return Ok(());
+    }
+    if NodeDatapath::exists(&dir) {
+        if let Ok(layout) = NodeDatapath::open(&dir).and_then(|dp| dp.layout()) {
+            if let node::layout::Owner::Daemon { pid, .. } = layout.owner {
+                if layout.owner.is_live_daemon() {
+                    bail!(
+                        "the datapath at {} is owned by the redirect daemon pid {pid}, which is running with another daemon directory than {}: uninstall through it (REDIRECT_DAEMON_DIR) or stop it first",
+                        dir.display(),
+                        daemon_dir().display()
+                    );
+                }
+            }
+        }
+    }
+    node::remove_dir(&dir)?;
+    let _ = std::fs::remove_dir_all(&enrollments);
+    println!(
+        "uninstalled: {} unpinned, every program detached",
+        dir.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_args;
+
+    #[test]
+    fn splits_like_a_shell() {
+        let v = split_args(r#"-i '*' -x "" -b '*' -d 15090,15021"#).expect("split");
+        assert_eq!(v, ["-i", "*", "-x", "", "-b", "*", "-d", "15090,15021"]);
+        assert!(split_args("-i '*").is_err());
+    }
+}

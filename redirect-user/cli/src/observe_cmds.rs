@@ -1,0 +1,300 @@
+//! `redirect explain | stats | trace | validate`: read-only views of the pinned datapath.
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::{Path, PathBuf},
+    sync::{atomic::AtomicBool, Arc},
+};
+
+use anyhow::{bail, Context as _};
+use nix::sys::signal::{SigSet, Signal};
+use redirect_daemon::server;
+use redirect_datapath::{explain, explain_inbound, netns, node::NodeDatapath};
+
+use crate::node_cmds::bpffs_or_default;
+
+/// Explains one connection from the pinned maps.
+#[allow(clippy::too_many_arguments)] // one per CLI flag
+pub fn explain(
+    netns_name: &str,
+    (uid, gid): (u32, u32),
+    dst: SocketAddr,
+    tcp: bool,
+    src: Option<IpAddr>,
+    cgroup: Option<&Path>,
+    bpffs: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let dir = bpffs_or_default(bpffs);
+    if !NodeDatapath::exists(&dir) {
+        bail!("no datapath is pinned at {} (start `redirect daemon` or run `redirect istio-iptables`)", dir.display());
+    }
+    let path = netns::resolve(Some(netns_name));
+    let cookie = netns::cookie(&path)?;
+    let mut dp = NodeDatapath::open(&dir)?;
+    let query = explain::Query {
+        uid,
+        gid,
+        dst,
+        tcp,
+        src,
+        caller_cgroup: cgroup,
+    };
+    let e = explain::explain(dp.maps(), cookie, &query)?;
+    if json {
+        let out = serde_json::json!({
+            "query": {
+                "direction": "outbound",
+                "netns": path.display().to_string(),
+                "cookie": cookie,
+                "uid": uid,
+                "gid": gid,
+                "dst": dst.to_string(),
+                "protocol": if tcp { "tcp" } else { "udp" },
+                "src": src.map(|s| s.to_string()),
+                "cgroup": cgroup.map(|c| c.display().to_string()),
+            },
+            "outcome": e.outcome,
+            "counter": e.counter,
+            "rule": e.rule,
+            "own_policy": e.own_policy,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "{} {dst} from uid {uid} gid {gid} in {}: {} ({}; rule: {}){}",
+            if tcp { "TCP" } else { "UDP" },
+            path.display(),
+            e.outcome,
+            e.counter,
+            e.rule,
+            if e.own_policy {
+                ""
+            } else {
+                " [the namespace has no policy of its own]"
+            }
+        );
+    }
+    Ok(())
+}
+
+/// Explains one connection arriving at a namespace from the pinned maps.
+pub fn explain_inbound(
+    netns_name: &str,
+    src: &str,
+    dst: SocketAddr,
+    iface: Option<&str>,
+    bpffs: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let src: SocketAddr = match src.parse::<SocketAddr>() {
+        Ok(a) => a,
+        Err(_) => SocketAddr::new(
+            src.parse::<IpAddr>()
+                .with_context(|| format!("--src {src:?}: not IP or IP:PORT"))?,
+            0,
+        ),
+    };
+    let mut dp = open_pinned(bpffs)?;
+    let path = netns::resolve(Some(netns_name));
+    let ns = netns::NetnsHandle::open(&path)?;
+    let cookie = ns.cookie();
+    let ifindex = match iface {
+        Some(name) => ns
+            .ifindex(name)?
+            .with_context(|| format!("--iface {name}: no such interface in {}", path.display()))?,
+        None => 0,
+    };
+    let q = explain_inbound::InboundQuery { src, dst, ifindex };
+    let e = explain_inbound::explain_inbound(dp.maps(), cookie, &q)?;
+    if json {
+        let out = serde_json::json!({
+            "query": {
+                "direction": "inbound",
+                "netns": path.display().to_string(),
+                "cookie": cookie,
+                "src": src.to_string(),
+                "dst": dst.to_string(),
+                "iface": iface,
+            },
+            "outcome": e.outcome,
+            "counter": e.counter,
+            "rule": e.rule,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "TCP {src} -> {dst}{} arriving in {}: {} ({}; rule: {})",
+            iface.map(|i| format!(" on {i}")).unwrap_or_default(),
+            path.display(),
+            e.outcome,
+            e.counter,
+            e.rule
+        );
+    }
+    Ok(())
+}
+
+fn open_pinned(bpffs: Option<PathBuf>) -> anyhow::Result<NodeDatapath> {
+    let dir = bpffs_or_default(bpffs);
+    if !NodeDatapath::exists(&dir) {
+        bail!("no datapath is pinned at {} (start `redirect daemon` or run `redirect istio-iptables`)", dir.display());
+    }
+    Ok(NodeDatapath::open(&dir)?)
+}
+
+/// Names of enrolled namespaces by cookie, from the daemon's state files when there are any.
+fn names_by_cookie() -> std::collections::BTreeMap<u64, String> {
+    server::enrolled_names(redirect_daemon_api::DaemonDir::from_env().path())
+}
+
+fn cookie_filter(netns_name: Option<&str>) -> anyhow::Result<Option<u64>> {
+    netns_name
+        .map(|n| netns::cookie(&netns::resolve(Some(n))).map_err(anyhow::Error::from))
+        .transpose()
+}
+
+/// Validates capture in a namespace; exits 1 when a check fails.
+pub fn validate(
+    netns_name: &str,
+    cgroup: Option<&Path>,
+    timeout_ms: u64,
+    bpffs: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut dp = open_pinned(bpffs)?;
+    let path = netns::resolve(Some(netns_name));
+    if let Some(cg) = cgroup {
+        redirect_datapath::cgroup::enter(cg)?;
+    }
+    let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
+        .with_context(|| format!("entering {}", path.display()))?;
+    let report = redirect_datapath::validate::run(
+        dp.maps(),
+        &path,
+        std::time::Duration::from_millis(timeout_ms),
+    )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for c in &report.checks {
+            println!(
+                "{:<9} {}  {}",
+                c.name,
+                if c.ok { "OK  " } else { "FAIL" },
+                c.detail
+            );
+        }
+    }
+    if !report.ok {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// Per-namespace decision counters.
+pub fn stats(netns_name: Option<&str>, bpffs: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    let only = cookie_filter(netns_name)?;
+    let mut dp = open_pinned(bpffs)?;
+    let all = redirect_datapath::observe::ns_counters(dp.maps())?;
+    let names = names_by_cookie();
+    let selected: Vec<(u64, &Vec<(&str, u64)>)> = all
+        .iter()
+        .filter(|(ns, _)| only.is_none_or(|c| c == **ns))
+        .map(|(ns, c)| (*ns, c))
+        .collect();
+    if json {
+        let v: Vec<serde_json::Value> = selected
+            .iter()
+            .map(|(ns, c)| {
+                let counters: serde_json::Map<String, serde_json::Value> = c
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).into()))
+                    .collect();
+                serde_json::json!({"netns": names.get(ns), "cookie": ns, "counters": counters})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if selected.is_empty() {
+        println!(
+            "no decision counted yet{}",
+            netns_name.map_or(String::new(), |n| format!(" in {n}"))
+        );
+        return Ok(());
+    }
+    for (ns, counters) in selected {
+        let name = names.get(&ns).cloned().unwrap_or_default();
+        println!("netns {ns} {name}");
+        for (counter, n) in counters {
+            let rule = redirect_common::Counter::ALL
+                .iter()
+                .find(|c| c.name() == *counter)
+                .map_or("-", |c| c.rule());
+            println!("  {n:>10}  {counter:<24} {rule}");
+        }
+    }
+    Ok(())
+}
+
+/// Streams decisions until Ctrl-C, `count` or `seconds`.
+pub fn trace(
+    netns_name: Option<&str>,
+    count: Option<usize>,
+    seconds: Option<u64>,
+    bpffs: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let only = cookie_filter(netns_name)?;
+    let mut dp = open_pinned(bpffs)?;
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM] {
+        signals.add(s);
+    }
+    signals.thread_block().context("blocking SIGINT/SIGTERM")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let _ = signals.wait();
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let mut tracer = redirect_datapath::observe::Tracer::start(
+        dp.take_map(redirect_common::map_names::TRACE)?,
+        dp.take_map(redirect_common::map_names::TRACE_ON)?,
+    )?;
+    let names = names_by_cookie();
+    let deadline = seconds.map(|s| std::time::Instant::now() + std::time::Duration::from_secs(s));
+    let mut seen = 0;
+    eprintln!("tracing decisions (Ctrl-C to stop)");
+    while !stop.load(std::sync::atomic::Ordering::Relaxed)
+        && deadline.is_none_or(|d| std::time::Instant::now() < d)
+        && count.is_none_or(|n| seen < n)
+    {
+        for d in tracer.next_batch(200)? {
+            if only.is_some_and(|c| c != d.netns) || count.is_some_and(|n| seen >= n) {
+                continue;
+            }
+            seen += 1;
+            if json {
+                // One shape: `netns` is the namespace's path (when known), `cookie` beside it.
+                let mut v = serde_json::to_value(&d)?;
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("netns".into(), names.get(&d.netns).cloned().into());
+                    o.insert("cookie".into(), d.netns.into());
+                }
+                println!("{}", serde_json::to_string(&v)?);
+            } else {
+                let ns = names
+                    .get(&d.netns)
+                    .cloned()
+                    .unwrap_or_else(|| d.netns.to_string());
+                println!(
+                    "pid={} comm={} uid={} gid={} netns={} {} {} -> {} ({}: {})",
+                    d.pid, d.comm, d.uid, d.gid, ns, d.proto, d.dst, d.decision, d.counter, d.rule
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! What a CNI runtime hands the plugin: the network configuration on stdin (our conflist
+//! entry, `prevResult`, GC's `cni.dev/valid-attachments`) and the `CNI_*` environment.
+use std::{collections::BTreeMap, net::IpAddr, path::PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::{CniError, Code};
+
+/// The CNI versions this plugin speaks (VERSION's `supportedVersions`).
+pub const SUPPORTED_VERSIONS: [&str; 3] = ["0.4.0", "1.0.0", "1.1.0"];
+
+/// The daemon's own pods: recognised by namespace and name prefix before any other call, so
+/// a node whose daemon is being (re)started never waits on itself.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct DaemonPods {
+    /// The DaemonSet's namespace.
+    pub namespace: String,
+    /// The DaemonSet's name followed by `-` (its pods are named `NAME-xxxxx`).
+    pub name_prefix: String,
+}
+
+impl Default for DaemonPods {
+    fn default() -> Self {
+        // deploy/kubernetes/daemonset.yaml: DaemonSet `redirect` in `istio-system`.
+        Self {
+            namespace: "istio-system".into(),
+            name_prefix: "redirect-".into(),
+        }
+    }
+}
+
+/// Our conflist entry, with what the runtime adds to it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetConf {
+    /// The config's CNI version.
+    pub cni_version: String,
+    /// The daemon's socket.
+    #[serde(default = "default_socket", rename = "daemon_socket")]
+    pub daemon_socket: PathBuf,
+    /// Pod namespaces never handed to the daemon.
+    #[serde(default, rename = "exclude_namespaces")]
+    pub exclude_namespaces: Vec<String>,
+    /// The daemon's own pods.
+    #[serde(default, rename = "daemon_pods")]
+    pub daemon_pods: DaemonPods,
+    /// `error`, `warn`, `info`, `debug` or `trace`.
+    #[serde(default = "default_level", rename = "log_level")]
+    pub log_level: String,
+    /// Seconds to wait for the daemon's answer (it GETs the pod with retries first).
+    #[serde(default = "default_timeout", rename = "timeout_seconds")]
+    pub timeout_seconds: u64,
+    /// The previous plugin's result (ADD, CHECK).
+    #[serde(default)]
+    pub prev_result: Option<Value>,
+    /// GC: the attachments still valid.
+    #[serde(default, rename = "cni.dev/valid-attachments")]
+    pub valid_attachments: Vec<Attachment>,
+}
+
+/// One entry of `cni.dev/valid-attachments`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    /// The container id.
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+}
+
+/// The socket of the daemon in the DaemonSet (its default directory).
+pub fn default_socket() -> PathBuf {
+    redirect_daemon_api::DaemonDir::new(redirect_daemon_api::DEFAULT_DIR).socket()
+}
+
+fn default_level() -> String {
+    "info".into()
+}
+
+fn default_timeout() -> u64 {
+    60
+}
+
+impl NetConf {
+    /// Parses stdin; a version we do not speak is CNI error 1.
+    pub fn parse(bytes: &[u8]) -> Result<Self, CniError> {
+        let conf: NetConf = serde_json::from_slice(bytes).map_err(|e| {
+            CniError::new(
+                Code::Decoding,
+                "decoding the network configuration on stdin",
+                e,
+            )
+        })?;
+        if !SUPPORTED_VERSIONS.contains(&conf.cni_version.as_str()) {
+            return Err(CniError::new(
+                Code::IncompatibleVersion,
+                format!("unsupported cniVersion {:?}", conf.cni_version),
+                format!("this plugin speaks {}", SUPPORTED_VERSIONS.join(", ")),
+            ));
+        }
+        Ok(conf)
+    }
+
+    /// The addresses prevResult gives the pod (`ips[].address`, CIDR form).
+    pub fn prev_ips(&self) -> Result<Vec<IpAddr>, CniError> {
+        let Some(prev) = &self.prev_result else {
+            return Err(CniError::new(
+                Code::InvalidConfig,
+                "no prevResult: redirect-cni is a chained plugin and must come after the plugin that gives the pod its addresses",
+                "",
+            ));
+        };
+        let ips = prev
+            .get("ips")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        ips.iter()
+            .map(|ip| {
+                let text = ip
+                    .get("address")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let addr = text.split('/').next().unwrap_or_default();
+                addr.parse().map_err(|e| {
+                    CniError::new(
+                        Code::InvalidConfig,
+                        format!("prevResult ips[].address {text:?} is not an address"),
+                        e,
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// `CNI_ARGS`: `K=V;K=V`.
+pub fn cni_args(text: &str) -> BTreeMap<String, String> {
+    text.split(';')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}

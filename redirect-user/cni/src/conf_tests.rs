@@ -1,0 +1,75 @@
+//! The plugin's reading of stdin and `CNI_ARGS`.
+use crate::conf::{cni_args, default_socket, DaemonPods, NetConf};
+use crate::error::Code;
+
+#[test]
+fn the_conflist_entry_of_the_issue_parses_with_defaults() {
+    let conf = NetConf::parse(
+        br#"{"cniVersion": "1.0.0", "name": "k8s", "type": "redirect-cni",
+             "daemon_socket": "/run/redirect/daemon/daemon.sock",
+             "exclude_namespaces": ["kube-system"], "log_level": "info"}"#,
+    )
+    .expect("parses");
+    assert_eq!(conf.daemon_socket, default_socket());
+    assert_eq!(
+        conf.daemon_socket.to_str(),
+        Some("/run/redirect/daemon/daemon.sock")
+    );
+    assert_eq!(conf.exclude_namespaces, ["kube-system"]);
+    assert_eq!(conf.daemon_pods, DaemonPods::default());
+    assert_eq!(conf.daemon_pods.namespace, "istio-system");
+    assert_eq!(conf.timeout_seconds, 60);
+}
+
+#[test]
+fn an_unsupported_version_is_error_1_naming_it() {
+    let e = NetConf::parse(br#"{"cniVersion": "0.3.1", "type": "redirect-cni"}"#)
+        .expect_err("0.3.1 refused");
+    assert_eq!(e.code, Code::IncompatibleVersion);
+    assert!(e.msg.contains("0.3.1"), "{e}");
+}
+
+#[test]
+fn stdin_that_is_not_a_config_is_error_6() {
+    let e = NetConf::parse(b"{not json").expect_err("refused");
+    assert_eq!(e.code, Code::Decoding);
+}
+
+#[test]
+fn prev_result_addresses_are_read_and_bad_ones_named() {
+    let conf = NetConf::parse(
+        br#"{"cniVersion": "1.0.0", "prevResult": {"cniVersion": "1.0.0",
+             "ips": [{"address": "198.18.200.2/24", "gateway": "198.18.200.1"},
+                     {"address": "fd00::2/64"}]}}"#,
+    )
+    .expect("parses");
+    let ips: Vec<String> = conf
+        .prev_ips()
+        .expect("addresses")
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(ips, ["198.18.200.2", "fd00::2"]);
+    let bad =
+        NetConf::parse(br#"{"cniVersion": "1.0.0", "prevResult": {"ips": [{"address": "x/24"}]}}"#)
+            .expect("parses");
+    let e = bad.prev_ips().expect_err("refused");
+    assert_eq!(e.code, Code::InvalidConfig);
+    assert!(e.msg.contains("\"x/24\""), "{e}");
+    let none = NetConf::parse(br#"{"cniVersion": "1.0.0"}"#).expect("parses");
+    assert_eq!(
+        none.prev_ips().expect_err("no prevResult").code,
+        Code::InvalidConfig
+    );
+}
+
+#[test]
+fn cni_args_are_split_on_semicolons() {
+    let args = cni_args(
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=hello-1;K8S_POD_UID=u-1;junk",
+    );
+    assert_eq!(args["K8S_POD_NAMESPACE"], "shop");
+    assert_eq!(args["K8S_POD_NAME"], "hello-1");
+    assert_eq!(args["K8S_POD_UID"], "u-1");
+    assert!(!args.contains_key("junk"));
+}

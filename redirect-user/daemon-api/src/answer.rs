@@ -1,0 +1,210 @@
+//! What the daemon answers: one type per request, in a frame that carries the protocol version
+//! and either the answer (`{"v", "ok": true, "answer": {...}}`) or the failure naming the value
+//! (`{"v", "ok": false, "error": "..."}`).
+use std::{net::IpAddr, path::PathBuf};
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use redirect_policy::Policy;
+
+use crate::{request::PodRef, PROTOCOL_VERSION};
+
+/// One enrolled namespace, as the daemon lists it (the state file's record plus what only the
+/// kernel knows now).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enrollment {
+    /// Namespace file.
+    pub netns: PathBuf,
+    /// Its netns cookie (the key of every map entry it owns).
+    pub cookie: u64,
+    /// Where the policy came from.
+    pub source: String,
+    /// The policy.
+    pub policy: Policy,
+    /// Its addresses, as last synchronised.
+    pub addrs: Vec<IpAddr>,
+    /// Whether its IPv6 traffic follows the policy.
+    pub ipv6: bool,
+    /// Whether inbound capture is on.
+    pub inbound: bool,
+    /// Whether the proxy listens on the outbound port, read from the kernel when answering.
+    pub proxy_listening: bool,
+    /// The Kubernetes pod this namespace belongs to, when the CNI plugin enrolled it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRef>,
+}
+
+/// What the daemon decided for a pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodOutcome {
+    /// Enrolled (capture active) or not meshed.
+    pub meshed: bool,
+    /// `meshed`, or istio-cni's reason to skip it.
+    pub decision: String,
+}
+
+/// `enroll`: the namespace's enrollment as now applied.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Enrolled {
+    /// A one-line summary.
+    pub message: String,
+    /// The enrollment.
+    pub enrollment: Enrollment,
+}
+
+/// `unenroll`: removed, or nothing was enrolled (success too, like CNI DEL).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Unenrolled {
+    /// A one-line summary.
+    pub message: String,
+    /// Whether an enrollment was removed.
+    pub removed: bool,
+}
+
+/// `list`: every enrollment.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Listed {
+    /// The enrollments.
+    pub enrollments: Vec<Enrollment>,
+}
+
+/// `uninstall`: everything removed; the daemon stops.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Uninstalled {
+    /// A one-line summary.
+    pub message: String,
+}
+
+/// `pod_add`, `pod_del`, `pod_check`: what was decided for the pod.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PodAnswer {
+    /// A one-line summary.
+    pub message: String,
+    /// The decision (`pod_del`: meshed when an enrollment was removed).
+    pub pod: PodOutcome,
+    /// The enrollment, when the pod is enrolled (`pod_add`, `pod_check`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enrollment: Option<Enrollment>,
+}
+
+/// `pod_gc`: what the collection removed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GcDone {
+    /// A one-line summary.
+    pub message: String,
+    /// The container ids whose enrollments were removed.
+    pub removed: Vec<String>,
+}
+
+/// `status`: the daemon answers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Status {
+    /// A one-line summary.
+    pub message: String,
+    /// The daemon's pid.
+    pub pid: u32,
+    /// How many namespaces are enrolled.
+    pub enrolled: usize,
+}
+
+/// Any answer, as the daemon sends it (each serialises as its own object).
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Answer {
+    /// `enroll`.
+    Enrolled(Enrolled),
+    /// `unenroll`.
+    Unenrolled(Unenrolled),
+    /// `list`.
+    Listed(Listed),
+    /// `uninstall`.
+    Uninstalled(Uninstalled),
+    /// `pod_add`, `pod_del`, `pod_check`.
+    Pod(PodAnswer),
+    /// `pod_gc`.
+    Gc(GcDone),
+    /// `status`.
+    Status(Status),
+}
+
+impl Answer {
+    /// Its one-line summary (for logs).
+    pub fn message(&self) -> String {
+        match self {
+            Answer::Enrolled(a) => a.message.clone(),
+            Answer::Unenrolled(a) => a.message.clone(),
+            Answer::Listed(a) => format!("{} enrolled", a.enrollments.len()),
+            Answer::Uninstalled(a) => a.message.clone(),
+            Answer::Pod(a) => a.message.clone(),
+            Answer::Gc(a) => a.message.clone(),
+            Answer::Status(a) => a.message.clone(),
+        }
+    }
+}
+
+/// The answer line: this result with the protocol version, and the newline.
+pub fn frame(result: &Result<Answer, String>) -> String {
+    #[derive(Serialize)]
+    struct Frame<'a> {
+        v: u32,
+        ok: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        answer: Option<&'a Answer>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<&'a str>,
+    }
+    let frame = match result {
+        Ok(a) => Frame {
+            v: PROTOCOL_VERSION,
+            ok: true,
+            answer: Some(a),
+            error: None,
+        },
+        Err(e) => Frame {
+            v: PROTOCOL_VERSION,
+            ok: false,
+            answer: None,
+            error: Some(e),
+        },
+    };
+    let mut line = serde_json::to_string(&frame).unwrap_or_else(|e| {
+        format!(r#"{{"v":{PROTOCOL_VERSION},"ok":false,"error":"encoding the answer: {e}"}}"#)
+    });
+    line.push('\n');
+    line
+}
+
+/// An answer frame as a client reads it (the client checks `v` first).
+#[derive(Debug, Deserialize)]
+pub(crate) struct Received<A> {
+    pub ok: bool,
+    #[serde(default = "none", bound = "A: DeserializeOwned")]
+    pub answer: Option<A>,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+fn none<A>() -> Option<A> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_parse_back() {
+        let ok = frame(&Ok(Answer::Gc(GcDone {
+            message: "1 removed".into(),
+            removed: vec!["c1".into()],
+        })));
+        let r: Received<GcDone> = serde_json::from_str(&ok).expect("ok frame");
+        assert!(r.ok && ok.contains(&format!("\"v\":{PROTOCOL_VERSION}")));
+        assert_eq!(r.answer.expect("answer").removed, ["c1"]);
+
+        let failed = frame(&Err("bad request: unknown op \"x\"".into()));
+        let r: Received<GcDone> = serde_json::from_str(&failed).expect("error frame");
+        assert!(!r.ok && r.answer.is_none());
+        assert_eq!(r.error.as_deref(), Some("bad request: unknown op \"x\""));
+    }
+}

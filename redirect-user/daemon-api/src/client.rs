@@ -1,0 +1,306 @@
+//! The client side of the daemon socket: one typed call per request, each waiting for its own
+//! answer type, the protocol version checked on every answer.
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    net::IpAddr,
+    os::unix::net::UnixStream,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::de::DeserializeOwned;
+
+use redirect_policy::Policy;
+
+use crate::{
+    answer::{Enrolled, GcDone, Listed, PodAnswer, Received, Status, Unenrolled, Uninstalled},
+    request::{PodRef, Request, PROTOCOL_VERSION},
+    DaemonDir,
+};
+
+/// A call that did not get its answer, naming the socket and the call.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing listens at the socket.
+    #[error("connecting to the redirect daemon at {} (is `redirect daemon` running?): {source}", socket.display())]
+    Unreachable {
+        /// The socket.
+        socket: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The exchange failed after connecting.
+    #[error("{call} {}: {source}", socket.display())]
+    Io {
+        /// What was being done.
+        call: &'static str,
+        /// The socket.
+        socket: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The answer is not this protocol's JSON.
+    #[error("decoding the answer to {op} from {}: {source} (answer: {answer:?})", socket.display())]
+    Decode {
+        /// The request's op.
+        op: &'static str,
+        /// The socket.
+        socket: PathBuf,
+        /// The line received (at most 200 bytes of it).
+        answer: String,
+        /// The parser's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The daemon speaks another protocol version.
+    #[error("the redirect daemon at {} speaks protocol version {theirs}, this client {PROTOCOL_VERSION}: run the same release of redirect, redirect-cni and the daemon", socket.display())]
+    Version {
+        /// The socket.
+        socket: PathBuf,
+        /// The daemon's version (1: it sent none).
+        theirs: u32,
+    },
+    /// The daemon carried out nothing and said why.
+    #[error("{error}")]
+    Refused {
+        /// The request's op.
+        op: &'static str,
+        /// The daemon's error, naming the value.
+        error: String,
+    },
+}
+
+impl ClientError {
+    /// Whether no daemon answered at all (not listening, or gone mid-exchange).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, ClientError::Unreachable { .. })
+    }
+}
+
+/// A client of the daemon listening at one socket.
+#[derive(Debug, Clone)]
+pub struct Client {
+    socket: PathBuf,
+    timeout: Duration,
+}
+
+impl Client {
+    /// The daemon at `socket`, waiting at most 30 s for each answer.
+    pub fn new(socket: impl Into<PathBuf>) -> Self {
+        Self {
+            socket: socket.into(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// The daemon of directory `dir`.
+    pub fn of(dir: &DaemonDir) -> Self {
+        Self::new(dir.socket())
+    }
+
+    /// This client, waiting at most `timeout` for each answer.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Applies `policy` to the namespace `netns` (replacing its previous one).
+    pub fn enroll(
+        &self,
+        netns: &Path,
+        policy: Policy,
+        source: String,
+    ) -> Result<Enrolled, ClientError> {
+        self.call(&Request::Enroll {
+            netns: netns.to_owned(),
+            policy: Box::new(policy),
+            source,
+        })
+    }
+
+    /// Removes the namespace's policy (success when nothing is enrolled for it).
+    pub fn unenroll(&self, netns: &Path) -> Result<Unenrolled, ClientError> {
+        self.call(&Request::Unenroll {
+            netns: netns.to_owned(),
+        })
+    }
+
+    /// Every enrollment.
+    pub fn list(&self) -> Result<Listed, ClientError> {
+        self.call(&Request::List)
+    }
+
+    /// Removes every enrollment, pin and attachment; the daemon then exits.
+    pub fn uninstall(&self) -> Result<Uninstalled, ClientError> {
+        self.call(&Request::Uninstall)
+    }
+
+    /// CNI ADD.
+    pub fn pod_add(
+        &self,
+        pod: PodRef,
+        netns: PathBuf,
+        ips: Vec<IpAddr>,
+    ) -> Result<PodAnswer, ClientError> {
+        self.call(&Request::PodAdd { pod, netns, ips })
+    }
+
+    /// CNI DEL.
+    pub fn pod_del(&self, pod: PodRef, netns: Option<PathBuf>) -> Result<PodAnswer, ClientError> {
+        self.call(&Request::PodDel { pod, netns })
+    }
+
+    /// CNI CHECK.
+    pub fn pod_check(
+        &self,
+        pod: PodRef,
+        netns: PathBuf,
+        ips: Vec<IpAddr>,
+    ) -> Result<PodAnswer, ClientError> {
+        self.call(&Request::PodCheck { pod, netns, ips })
+    }
+
+    /// CNI GC: every pod enrollment whose container id is not in `valid` goes.
+    pub fn pod_gc(&self, valid: Vec<String>) -> Result<GcDone, ClientError> {
+        self.call(&Request::PodGc { valid })
+    }
+
+    /// Whether the daemon answers.
+    pub fn status(&self) -> Result<Status, ClientError> {
+        self.call(&Request::Status)
+    }
+
+    fn call<A: DeserializeOwned>(&self, req: &Request) -> Result<A, ClientError> {
+        let socket = &self.socket;
+        let io = |call| {
+            move |source| ClientError::Io {
+                call,
+                socket: socket.clone(),
+                source,
+            }
+        };
+        let mut stream =
+            UnixStream::connect(socket).map_err(|source| ClientError::Unreachable {
+                socket: socket.clone(),
+                source,
+            })?;
+        stream
+            .set_read_timeout(Some(self.timeout))
+            .map_err(io("configuring"))?;
+        let line = req
+            .frame()
+            .map_err(|e| io("encoding a request for")(e.into()))?;
+        stream
+            .write_all(line.as_bytes())
+            .map_err(io("writing to"))?;
+        let mut answer = String::new();
+        BufReader::new(&stream)
+            .read_line(&mut answer)
+            .map_err(io("reading the answer from"))?;
+        let op = req.op();
+        let decode = |source| ClientError::Decode {
+            op,
+            socket: socket.clone(),
+            answer: answer.chars().take(200).collect(),
+            source,
+        };
+        let v: serde_json::Value = serde_json::from_str(&answer).map_err(decode)?;
+        let theirs = v.get("v").and_then(serde_json::Value::as_u64).unwrap_or(1);
+        if theirs != u64::from(PROTOCOL_VERSION) {
+            return Err(ClientError::Version {
+                socket: socket.clone(),
+                theirs: u32::try_from(theirs).unwrap_or(u32::MAX),
+            });
+        }
+        let got: Received<A> = serde_json::from_value(v).map_err(decode)?;
+        match (got.ok, got.answer) {
+            (true, Some(a)) => Ok(a),
+            (true, None) => Err(ClientError::Refused {
+                op,
+                error: format!("the daemon's answer to {op} is empty"),
+            }),
+            (false, _) => Err(ClientError::Refused {
+                op,
+                error: got
+                    .error
+                    .unwrap_or_else(|| format!("the daemon refused {op} without a reason")),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    fn serve_once(answer: &'static str) -> (PathBuf, std::thread::JoinHandle<String>) {
+        let dir = std::env::temp_dir().join(redirect_testkit::unique_name("dapi"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let socket = dir.join("daemon.sock");
+        let listener = UnixListener::bind(&socket).expect("bind");
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().expect("accept");
+            let mut line = String::new();
+            BufReader::new(&s).read_line(&mut line).expect("read");
+            s.write_all(answer.as_bytes()).expect("write");
+            line
+        });
+        (socket, t)
+    }
+
+    #[test]
+    fn a_typed_answer_comes_back() {
+        let (socket, t) = serve_once(
+            "{\"v\":2,\"ok\":true,\"answer\":{\"message\":\"up\",\"pid\":7,\"enrolled\":3}}\n",
+        );
+        let s = Client::new(&socket).status().expect("status");
+        assert_eq!((s.pid, s.enrolled), (7, 3));
+        let sent: serde_json::Value =
+            serde_json::from_str(&t.join().expect("server")).expect("json");
+        assert_eq!(sent["v"], PROTOCOL_VERSION);
+        assert_eq!(sent["op"], "status");
+        let _ = std::fs::remove_dir_all(socket.parent().expect("dir"));
+    }
+
+    #[test]
+    fn another_version_is_named() {
+        let (socket, t) = serve_once("{\"ok\":true,\"message\":\"old\"}\n");
+        let e = Client::new(&socket).status().expect_err("version 1");
+        t.join().expect("server");
+        assert!(matches!(e, ClientError::Version { theirs: 1, .. }), "{e:?}");
+        assert!(
+            e.to_string().contains("protocol version 1, this client 2"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(socket.parent().expect("dir"));
+    }
+
+    #[test]
+    fn a_refusal_carries_the_daemons_words() {
+        let (socket, t) = serve_once("{\"v\":2,\"ok\":false,\"error\":\"pod x/y: no such pod\"}\n");
+        let e = Client::new(&socket)
+            .pod_gc(Vec::new())
+            .expect_err("refused");
+        t.join().expect("server");
+        assert_eq!(e.to_string(), "pod x/y: no such pod");
+        let _ = std::fs::remove_dir_all(socket.parent().expect("dir"));
+    }
+
+    #[test]
+    fn no_daemon_is_unreachable() {
+        let e = Client::new("/nonexistent/daemon.sock")
+            .list()
+            .expect_err("nothing there");
+        assert!(e.is_unreachable(), "{e:?}");
+        assert!(e.to_string().contains("/nonexistent/daemon.sock"), "{e}");
+    }
+}

@@ -1,0 +1,122 @@
+//! The count of CNI ADDs that found the daemon unreachable: a file beside the socket
+//! (`cni-add-unreachable`, one decimal number) that each `redirect-cni` process increments
+//! under an exclusive `flock`, so concurrent ADDs (the kubelet starts pods in parallel) are
+//! all counted; the daemon exports it when it is back (`redirect_cni_add_unreachable_total`)
+//! and `redirect status` shows it. It only grows (a Prometheus counter) and lives as long as
+//! the daemon directory (a node reboot clears `/run`).
+use std::{
+    fs::OpenOptions,
+    io::{Read as _, Seek as _, SeekFrom, Write as _},
+    os::unix::fs::OpenOptionsExt as _,
+    path::{Path, PathBuf},
+};
+
+use nix::fcntl::{Flock, FlockArg};
+
+/// The file's name in the daemon directory.
+pub const FILE: &str = "cni-add-unreachable";
+
+/// The metric's name.
+pub const METRIC: &str = "redirect_cni_add_unreachable_total";
+
+/// The counter file of the daemon directory `dir`.
+pub fn path(dir: &Path) -> PathBuf {
+    crate::DaemonDir::new(dir).cni_failures()
+}
+
+/// A counter file's failure, naming the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{call} {}: {source}", path.display())]
+pub struct CounterError {
+    /// The call.
+    pub call: &'static str,
+    /// The file.
+    pub path: PathBuf,
+    /// The OS error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+fn err<'p>(call: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> CounterError + 'p {
+    move |source| CounterError {
+        call,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn parse(text: &str) -> u64 {
+    text.trim().parse().unwrap_or(0)
+}
+
+/// Adds one to the counter of `dir` (created when absent, mode 0600); returns the new count.
+pub fn increment(dir: &Path) -> Result<u64, CounterError> {
+    let file = path(dir);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&file)
+        .map_err(err("opening", &file))?;
+    let mut locked = Flock::lock(f, FlockArg::LockExclusive)
+        .map_err(|(_, e)| err("locking", &file)(e.into()))?;
+    let mut text = String::new();
+    locked
+        .read_to_string(&mut text)
+        .map_err(err("reading", &file))?;
+    let n = parse(&text).saturating_add(1);
+    locked
+        .seek(SeekFrom::Start(0))
+        .map_err(err("seeking", &file))?;
+    locked.set_len(0).map_err(err("truncating", &file))?;
+    locked
+        .write_all(format!("{n}\n").as_bytes())
+        .map_err(err("writing", &file))?;
+    Ok(n)
+}
+
+/// The counter of `dir` (0 when there is no file), read under a shared lock.
+pub fn read(dir: &Path) -> Result<u64, CounterError> {
+    let file = path(dir);
+    let f = match std::fs::File::open(&file) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(err("opening", &file)(e)),
+    };
+    let mut locked =
+        Flock::lock(f, FlockArg::LockShared).map_err(|(_, e)| err("locking", &file)(e.into()))?;
+    let mut text = String::new();
+    locked
+        .read_to_string(&mut text)
+        .map_err(err("reading", &file))?;
+    Ok(parse(&text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrent_increments_are_all_counted() {
+        let dir = std::env::temp_dir().join(redirect_testkit::unique_name("cnifail"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        assert_eq!(read(&dir).expect("read"), 0);
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let dir = dir.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        increment(&dir).expect("increment");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        assert_eq!(read(&dir).expect("read"), 400);
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}

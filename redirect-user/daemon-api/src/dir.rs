@@ -1,0 +1,82 @@
+//! The daemon directory's path rule, written once: where the socket, the single-instance lock,
+//! the enrollment files and the CNI failure counter live, for the daemon and every client.
+use std::{
+    fs::File,
+    path::{Path, PathBuf},
+};
+
+/// Default daemon directory (socket, lock, enrollment files); `REDIRECT_DAEMON_DIR` overrides.
+pub const DEFAULT_DIR: &str = "/run/redirect/daemon";
+
+/// The variable that overrides [`DEFAULT_DIR`].
+pub const DIR_ENV: &str = "REDIRECT_DAEMON_DIR";
+
+/// A daemon directory and the files in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonDir(PathBuf);
+
+impl DaemonDir {
+    /// The daemon directory at `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self(dir.into())
+    }
+
+    /// The directory in effect: `$REDIRECT_DAEMON_DIR`, else [`DEFAULT_DIR`].
+    pub fn from_env() -> Self {
+        Self(std::env::var_os(DIR_ENV).map_or_else(|| PathBuf::from(DEFAULT_DIR), PathBuf::from))
+    }
+
+    /// The directory itself.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The root-only socket the daemon listens on.
+    pub fn socket(&self) -> PathBuf {
+        self.0.join("daemon.sock")
+    }
+
+    /// The single-instance lock (the running daemon's pid inside).
+    pub fn lock(&self) -> PathBuf {
+        self.0.join("daemon.lock")
+    }
+
+    /// The directory of the enrollment files (`COOKIE.json`).
+    pub fn enrollments(&self) -> PathBuf {
+        self.0.join("enrollments")
+    }
+
+    /// The count of CNI ADDs that found the daemon unreachable.
+    pub fn cni_failures(&self) -> PathBuf {
+        self.0.join(crate::cni_failures::FILE)
+    }
+
+    /// True while a daemon holds the single-instance lock.
+    pub fn running(&self) -> bool {
+        let Ok(file) = File::open(self.lock()) else {
+            return false;
+        };
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock).is_err()
+    }
+}
+
+impl AsRef<Path> for DaemonDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_sit_in_the_directory() {
+        let d = DaemonDir::new("/run/x");
+        assert_eq!(d.socket(), Path::new("/run/x/daemon.sock"));
+        assert_eq!(d.lock(), Path::new("/run/x/daemon.lock"));
+        assert_eq!(d.enrollments(), Path::new("/run/x/enrollments"));
+        assert_eq!(d.cni_failures(), Path::new("/run/x/cni-add-unreachable"));
+        assert!(!d.running(), "no lock file: no daemon");
+    }
+}

@@ -1,0 +1,18 @@
+//! The daemon socket's protocol, shared by the daemon, the CLI and the exec'd CNI plugin: one
+//! JSON request per line (`{"v": VERSION, "op": ...}`) and one typed answer per request, a
+//! protocol version both sides check, the client, the daemon directory's path rule and the CNI
+//! plugin's failure counter file. It links no datapath, cluster client or async runtime, so the
+//! plugin the runtime execs on every pod start stays small.
+pub mod answer;
+pub mod client;
+pub mod cni_failures;
+mod dir;
+pub mod request;
+
+pub use answer::{
+    Answer, Enrolled, Enrollment, GcDone, Listed, PodAnswer, PodOutcome, Status, Unenrolled,
+    Uninstalled,
+};
+pub use client::{Client, ClientError};
+pub use dir::{DaemonDir, DEFAULT_DIR, DIR_ENV};
+pub use request::{PodRef, Request, PROTOCOL_VERSION};

@@ -1,0 +1,144 @@
+//! What a client asks the daemon: one JSON object per line, `{"v": PROTOCOL_VERSION, "op": ...,
+//! fields}`. The daemon refuses a frame of another version (or none) with an answer naming both.
+use std::{net::IpAddr, path::PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use redirect_policy::Policy;
+
+/// The protocol both sides speak. 2: typed answers (`{"v", "ok", "answer"}` or `{"v", "ok",
+/// "error"}`), the version in every frame. 1 (never numbered on the wire): one `Response`.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// What a client asks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Apply `policy` to the namespace (replacing its previous one).
+    Enroll {
+        /// Namespace file.
+        netns: PathBuf,
+        /// The resolved policy.
+        policy: Box<Policy>,
+        /// Where it came from (`--istio-args ...`, `--cluster-env FILE`, `--policy FILE`).
+        source: String,
+    },
+    /// Remove the namespace's policy.
+    Unenroll {
+        /// Namespace file.
+        netns: PathBuf,
+    },
+    /// List enrollments.
+    List,
+    /// Remove every enrollment, pin and attachment, then exit.
+    Uninstall,
+    /// CNI ADD: resolve the pod, decide as istio-cni does, enroll its netns when meshed.
+    PodAdd {
+        /// The pod (CNI_ARGS).
+        pod: PodRef,
+        /// CNI_NETNS.
+        netns: PathBuf,
+        /// The pod's addresses from the primary plugin's prevResult: the netns must hold them.
+        ips: Vec<IpAddr>,
+    },
+    /// CNI DEL: unenroll the pod's netns; success when nothing is enrolled for it.
+    PodDel {
+        /// The pod (CNI_ARGS; the container id is the key).
+        pod: PodRef,
+        /// CNI_NETNS, when the runtime still gives one.
+        #[serde(default)]
+        netns: Option<PathBuf>,
+    },
+    /// CNI CHECK: the enrollment matches what the pod asks for now.
+    PodCheck {
+        /// The pod.
+        pod: PodRef,
+        /// CNI_NETNS.
+        netns: PathBuf,
+        /// prevResult's addresses.
+        ips: Vec<IpAddr>,
+    },
+    /// CNI GC: unenroll every pod enrollment whose container id is not listed.
+    PodGc {
+        /// The container ids of `cni.dev/valid-attachments`.
+        valid: Vec<String>,
+    },
+    /// CNI STATUS: whether the daemon answers.
+    Status,
+}
+
+impl Request {
+    /// The request line: this request with the protocol version, and the newline.
+    pub fn frame(&self) -> Result<String, serde_json::Error> {
+        #[derive(Serialize)]
+        struct Frame<'a> {
+            v: u32,
+            #[serde(flatten)]
+            request: &'a Request,
+        }
+        let mut line = serde_json::to_string(&Frame {
+            v: PROTOCOL_VERSION,
+            request: self,
+        })?;
+        line.push('\n');
+        Ok(line)
+    }
+
+    /// Its `op` on the wire.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Enroll { .. } => "enroll",
+            Request::Unenroll { .. } => "unenroll",
+            Request::List => "list",
+            Request::Uninstall => "uninstall",
+            Request::PodAdd { .. } => "pod_add",
+            Request::PodDel { .. } => "pod_del",
+            Request::PodCheck { .. } => "pod_check",
+            Request::PodGc { .. } => "pod_gc",
+            Request::Status => "status",
+        }
+    }
+}
+
+/// The pod a CNI call names (from `CNI_ARGS` and `CNI_CONTAINERID`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRef {
+    /// K8S_POD_NAMESPACE.
+    pub namespace: String,
+    /// K8S_POD_NAME.
+    pub name: String,
+    /// K8S_POD_UID (empty when the runtime gives none).
+    #[serde(default)]
+    pub uid: String,
+    /// The sandbox's container id (CNI_CONTAINERID, else K8S_POD_INFRA_CONTAINER_ID).
+    pub container_id: String,
+}
+
+impl std::fmt::Display for PodRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pod {}/{}", self.namespace, self.name)?;
+        if !self.uid.is_empty() {
+            write!(f, " (uid {})", self.uid)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_carries_the_version_and_the_op() {
+        let line = Request::PodGc {
+            valid: vec!["c1".into()],
+        }
+        .frame()
+        .expect("frame");
+        assert!(line.ends_with('\n'));
+        let v: serde_json::Value = serde_json::from_str(&line).expect("json");
+        assert_eq!(v["v"], PROTOCOL_VERSION);
+        assert_eq!(v["op"], "pod_gc");
+        assert_eq!(v["valid"], serde_json::json!(["c1"]));
+    }
+}

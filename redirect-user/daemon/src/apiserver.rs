@@ -1,0 +1,293 @@
+//! The daemon's Kubernetes client: one GET of the pod a CNI call names, with bounded retries
+//! (istio-cni: 30 x 1 s), over kube-rs (in-cluster config, else `--kubeconfig FILE`).
+use std::{net::IpAddr, path::PathBuf, sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::{config::KubeConfigOptions, Api, Client, Config};
+
+use redirect_daemon_api::PodRef;
+
+use crate::{pod_cache::PodCache, resolution::Resolved};
+
+/// How the daemon reaches the apiserver and which pods are its node's.
+#[derive(Debug, Clone)]
+pub struct KubeOptions {
+    /// A kubeconfig, used when `KUBERNETES_SERVICE_HOST` is not set (outside a cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name: a pod scheduled elsewhere is refused.
+    pub node_name: Option<String>,
+    /// The cluster DNS address, for pods that capture DNS with `dnsPolicy: ClusterFirst`.
+    pub cluster_dns: Option<IpAddr>,
+    /// GET attempts before a pod that cannot be read fails ADD.
+    pub get_attempts: u32,
+    /// Pause between two attempts.
+    pub get_interval: Duration,
+    /// Where the kubelet's pod cgroups are found (the cgroup v2 mount on a node): the reconcile
+    /// finds running pods' processes and containers there.
+    pub pod_cgroup_root: PathBuf,
+    /// Longest time between two reconciles of this node's pods (a watch change starts one at
+    /// the next tick).
+    pub reconcile_interval: Duration,
+}
+
+impl Default for KubeOptions {
+    fn default() -> Self {
+        Self {
+            kubeconfig: None,
+            node_name: None,
+            cluster_dns: None,
+            get_attempts: 30,
+            get_interval: Duration::from_secs(1),
+            pod_cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+            reconcile_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a pod could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    /// Neither in a cluster nor given a kubeconfig.
+    #[error("the daemon has no Kubernetes access (KUBERNETES_SERVICE_HOST is not set and no --kubeconfig was given), so it cannot read {0}")]
+    NoAccess(String),
+    /// The configuration could not be loaded.
+    #[error("loading the Kubernetes client configuration ({from}): {reason}")]
+    Config {
+        /// `in-cluster` or the kubeconfig's path.
+        from: String,
+        /// kube-rs's words.
+        reason: String,
+    },
+    /// Every attempt failed.
+    #[error("GET {pod} from the apiserver failed {attempts} time(s); last: {last}")]
+    Get {
+        /// The pod, as `pod NS/NAME (uid UID)`.
+        pod: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        last: String,
+    },
+    /// The pod runs on another node.
+    #[error("{pod} is scheduled on node {found:?}, not this daemon's node {ours:?}")]
+    OtherNode {
+        /// The pod, as `pod NS/NAME (uid UID)`.
+        pod: String,
+        /// Its spec.nodeName.
+        found: String,
+        /// `--node-name`.
+        ours: String,
+    },
+}
+
+/// The apiserver client (absent without access) and the runtime it runs on.
+pub struct Kube {
+    opts: KubeOptions,
+    client: Option<Client>,
+    /// This node's pods as the watch tells them (with `--node-name` only).
+    cache: Option<PodCache>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl std::fmt::Debug for Kube {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kube")
+            .field("opts", &self.opts)
+            .field("client", &self.client.is_some())
+            .field("cached", &self.cache.as_ref().map(PodCache::len))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Kube {
+    /// Builds the client: in-cluster when `KUBERNETES_SERVICE_HOST` is set, else from
+    /// `--kubeconfig`, else none (pod requests then fail, naming why).
+    pub fn new(opts: KubeOptions) -> Result<Self, KubeError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| KubeError::Config {
+                from: "a runtime for the client".into(),
+                reason: e.to_string(),
+            })?;
+        let config = if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+            Some(Config::incluster().map_err(|e| KubeError::Config {
+                from: "in-cluster".into(),
+                reason: e.to_string(),
+            })?)
+        } else if let Some(path) = &opts.kubeconfig {
+            let from = path.display().to_string();
+            let file =
+                kube::config::Kubeconfig::read_from(path).map_err(|e| KubeError::Config {
+                    from: from.clone(),
+                    reason: e.to_string(),
+                })?;
+            Some(
+                rt.block_on(Config::from_custom_kubeconfig(
+                    file,
+                    &KubeConfigOptions::default(),
+                ))
+                .map_err(|e| KubeError::Config {
+                    from,
+                    reason: e.to_string(),
+                })?,
+            )
+        } else {
+            None
+        };
+        let Some(mut config) = config else {
+            return Ok(Self {
+                opts,
+                client: None,
+                cache: None,
+                rt,
+            });
+        };
+        let cache = match &opts.node_name {
+            Some(node) => Some(watch(config.clone(), node.clone(), opts.cluster_dns)?),
+            None => None,
+        };
+        // One attempt must not outlast the plugin's patience: retries are ours.
+        config.connect_timeout = Some(Duration::from_secs(5));
+        config.read_timeout = Some(Duration::from_secs(5));
+        let client = {
+            let _entered = rt.enter();
+            Client::try_from(config).map_err(|e| KubeError::Config {
+                from: "the client".into(),
+                reason: e.to_string(),
+            })?
+        };
+        Ok(Self {
+            opts,
+            client: Some(client),
+            cache,
+            rt,
+        })
+    }
+
+    /// The cached pod, when it is the one the runtime named.
+    fn cached(&self, pod: &PodRef) -> Option<Resolved> {
+        let found = self.cache.as_ref()?.get(&pod.namespace, &pod.name)?;
+        let uid = found.pod.metadata.uid.as_deref().unwrap_or_default();
+        (pod.uid.is_empty() || uid == pod.uid).then_some(found)
+    }
+
+    /// The generation of the watch's cache (it changes with every change the watch saw);
+    /// `None` as for [`Kube::node_pods`]. Copies no pod.
+    pub fn node_generation(&self) -> Option<u64> {
+        self.cache.as_ref()?.generation()
+    }
+
+    /// This node's pods as the watch last listed them, with the cache's generation; `None`
+    /// without a watch (no `--node-name`) or before its first listing completed.
+    pub fn node_pods(&self) -> Option<(u64, Vec<Arc<Pod>>)> {
+        self.cache.as_ref()?.synced()
+    }
+
+    /// One GET of `namespace/name` (no retries): `Ok(None)` when the apiserver has no such
+    /// pod. The reconcile confirms with it that a pod the watch lost is really gone.
+    pub fn get_once(&self, namespace: &str, name: &str) -> Result<Option<Pod>, String> {
+        let client = self.client.clone().ok_or("no Kubernetes access")?;
+        let api: Api<Pod> = Api::namespaced(client, namespace);
+        self.rt
+            .block_on(api.get_opt(name))
+            .map_err(|e| e.to_string())
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &KubeOptions {
+        &self.opts
+    }
+
+    /// `pod` with its decision and policy: from the watch's cache, else GETs it until it
+    /// exists with the uid the runtime named (a pod recreated under the same name is another
+    /// pod), at most `get_attempts` times, and resolves it; checks it is on this node.
+    pub fn pod(&self, pod: &PodRef) -> Result<Resolved, KubeError> {
+        let client = self
+            .client
+            .clone()
+            .ok_or_else(|| KubeError::NoAccess(pod.to_string()))?;
+        let api: Api<Pod> = Api::namespaced(client, &pod.namespace);
+        let attempts = self.opts.get_attempts.max(1);
+        let mut last = String::new();
+        for attempt in 1..=attempts {
+            // The watch may have told it meanwhile.
+            if let Some(found) = self.cached(pod) {
+                tracing::debug!(%pod, attempt, "pod read from the watch's cache");
+                return self.on_this_node(pod, found);
+            }
+            match self.rt.block_on(api.get_opt(&pod.name)) {
+                Ok(Some(found)) => {
+                    let uid = found.metadata.uid.as_deref().unwrap_or_default();
+                    if pod.uid.is_empty() || uid == pod.uid {
+                        let found = Resolved::new(found, self.opts.cluster_dns);
+                        return self.on_this_node(pod, found);
+                    }
+                    last = format!(
+                        "the apiserver holds uid {uid}, the runtime named {}",
+                        pod.uid
+                    );
+                }
+                Ok(None) => last = "not found".into(),
+                Err(e) => last = e.to_string(),
+            }
+            tracing::warn!(%pod, attempt, attempts, error = %last, "reading the pod");
+            if attempt < attempts {
+                std::thread::sleep(self.opts.get_interval);
+            }
+        }
+        Err(KubeError::Get {
+            pod: pod.to_string(),
+            attempts,
+            last,
+        })
+    }
+
+    fn on_this_node(&self, pod: &PodRef, found: Resolved) -> Result<Resolved, KubeError> {
+        let node = found.pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        match (&self.opts.node_name, node) {
+            (Some(ours), Some(node)) if *ours != node => Err(KubeError::OtherNode {
+                pod: pod.to_string(),
+                found: node,
+                ours: ours.clone(),
+            }),
+            _ => Ok(found),
+        }
+    }
+}
+
+/// Starts the watch of this node's pods (field selector `spec.nodeName=NODE`, every
+/// namespace) on a thread and runtime of its own, feeding the cache it returns.
+fn watch(config: Config, node: String, cluster_dns: Option<IpAddr>) -> Result<PodCache, KubeError> {
+    let cache = PodCache::new(cluster_dns);
+    let fed = cache.clone();
+    let failed = |e: std::io::Error| KubeError::Config {
+        from: "the pod watch".into(),
+        reason: e.to_string(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(failed)?;
+    std::thread::Builder::new()
+        .name("pod-watch".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let client = match Client::try_from(config) {
+                    Ok(c) => c,
+                    Err(error) => {
+                        tracing::error!(%error, "the pod watch cannot start: pods are read with GETs only");
+                        return;
+                    }
+                };
+                let selector = format!("spec.nodeName={node}");
+                tracing::info!(selector, "watching this node's pods");
+                let config = kube::runtime::watcher::Config::default().fields(&selector);
+                let events = kube::runtime::watcher(Api::<Pod>::all(client), config);
+                fed.follow(kube::runtime::WatchStreamExt::default_backoff(events))
+                    .await;
+            });
+        })
+        .map_err(failed)?;
+    Ok(cache)
+}

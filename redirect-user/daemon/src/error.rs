@@ -1,0 +1,120 @@
+//! The daemon's errors: its own (the directory, the lock, a pod request) beside the datapath's,
+//! each naming the value and the call (a pod by its `namespace/name (uid)`).
+use std::{net::IpAddr, path::PathBuf};
+
+/// What went wrong in the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The datapath refused or failed.
+    #[error(transparent)]
+    Datapath(#[from] redirect_datapath::Error),
+    /// A file of the daemon directory.
+    #[error("{call} {}: {source}", path.display())]
+    Io {
+        /// The call.
+        call: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An enrollment file could not be written.
+    #[error("encoding enrollment file {}: {source}", path.display())]
+    State {
+        /// The file.
+        path: PathBuf,
+        /// The encoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Another daemon holds the single-instance lock.
+    #[error("another redirect daemon is running (pid {pid}, lock {}): one datapath per node, never two; stop it first or talk to it with `redirect enroll/list`", lock.display())]
+    AlreadyRunning {
+        /// Pid recorded in the lock file.
+        pid: String,
+        /// The lock file.
+        lock: PathBuf,
+    },
+    /// A namespace path the daemon cannot keep using (relative, or another process's view).
+    #[error("--netns {}: the daemon opens the namespace itself and keeps following it, so give a path that names it from any process and stays valid: /run/netns/NAME, or /proc/PID/ns/net of a long-lived process of the pod", path.display())]
+    NetnsPath {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// A pod request without Kubernetes access.
+    #[error("the daemon was started without Kubernetes access, so it cannot read {pod}")]
+    NoKube {
+        /// The pod.
+        pod: String,
+    },
+    /// The apiserver did not give the pod.
+    #[error(transparent)]
+    Kube(#[from] crate::apiserver::KubeError),
+    /// The pod's annotations give no policy that can be applied.
+    #[error("{pod} cannot be captured: {reason}")]
+    NotCapturable {
+        /// The pod.
+        pod: String,
+        /// The policy's error, naming the annotation.
+        reason: String,
+    },
+    /// CNI_NETNS is relative.
+    #[error("CNI_NETNS {} of {pod} is not an absolute path", netns.display())]
+    RelativeNetns {
+        /// The pod.
+        pod: String,
+        /// CNI_NETNS.
+        netns: PathBuf,
+    },
+    /// The pod's namespace could not be opened or read.
+    #[error("{pod}: {source}")]
+    PodNetns {
+        /// The pod.
+        pod: String,
+        /// The datapath's error.
+        #[source]
+        source: Box<redirect_datapath::Error>,
+    },
+    /// The namespace does not hold an address the primary plugin gave the pod.
+    #[error("{pod}: the netns {} does not hold {missing} from prevResult (it holds {held:?})", netns.display())]
+    MissingAddress {
+        /// The pod.
+        pod: String,
+        /// CNI_NETNS.
+        netns: PathBuf,
+        /// The address from prevResult.
+        missing: IpAddr,
+        /// What the namespace holds.
+        held: Vec<IpAddr>,
+    },
+    /// The pod's policy could not be applied.
+    #[error("enrolling {pod}: {source}")]
+    Enroll {
+        /// The pod.
+        pod: String,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
+    /// CNI CHECK: the enrollment is not what the pod asks for.
+    #[error("{0}")]
+    Check(String),
+    /// CNI GC: the enrollments that could not be removed.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Gc(Vec<Error>),
+}
+
+impl Error {
+    /// A failed call on a file of the daemon directory.
+    pub fn io(call: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            call,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// The daemon's result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

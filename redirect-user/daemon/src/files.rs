@@ -1,0 +1,138 @@
+//! The daemon's directory and what it owns: the single-instance lock, the root-only socket,
+//! one enrollment file per namespace, and its ownership record in the pinned layout.
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    io::{Read as _, Seek as _, Write as _},
+    os::unix::{fs::PermissionsExt as _, net::UnixListener},
+    path::{Path, PathBuf},
+};
+
+use redirect_daemon_api::DaemonDir;
+use redirect_datapath::node::{
+    layout::{self, Owner},
+    NodeDatapath,
+};
+
+use crate::{
+    error::{Error, Result},
+    state::Record,
+};
+
+pub(crate) fn enrollment_dir(dir: &Path) -> PathBuf {
+    DaemonDir::new(dir).enrollments()
+}
+
+/// The pin directory is the unit of ownership: a live daemon recorded there (another daemon
+/// directory, another mount namespace) refuses this one; otherwise this daemon records itself.
+pub(crate) fn take_ownership(dp: &NodeDatapath, dir: &Path) -> Result<()> {
+    let mut record = dp.layout()?;
+    if let Owner::Daemon { pid, .. } = record.owner {
+        if pid != std::process::id() && record.owner.is_live_daemon() {
+            return Err(redirect_datapath::Error::OwnedByDaemon {
+                dir: dp.dir().to_path_buf(),
+                pid,
+            }
+            .into());
+        }
+    }
+    record.owner = Owner::this_daemon()?;
+    record.daemon_dir = Some(dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()));
+    Ok(layout::write(dp.dir(), &record)?)
+}
+
+pub(crate) fn single_instance(dir: &Path) -> Result<nix::fcntl::Flock<File>> {
+    let path = DaemonDir::new(dir).lock();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io("opening", &path, e))?;
+    let mut locked =
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(l) => l,
+            Err((mut file, _)) => {
+                let mut pid = String::new();
+                let _ = file.read_to_string(&mut pid);
+                return Err(Error::AlreadyRunning {
+                    pid: pid.trim().to_owned(),
+                    lock: path,
+                });
+            }
+        };
+    locked
+        .set_len(0)
+        .map_err(|e| Error::io("writing", &path, e))?;
+    locked
+        .rewind()
+        .map_err(|e| Error::io("writing", &path, e))?;
+    write!(locked, "{}", std::process::id()).map_err(|e| Error::io("writing", &path, e))?;
+    Ok(locked)
+}
+
+pub(crate) fn write_enrollment(dir: &Path, e: &Record) -> Result<()> {
+    let dir = enrollment_dir(dir);
+    std::fs::create_dir_all(&dir).map_err(|err| Error::io("creating", &dir, err))?;
+    let path = dir.join(format!("{}.json", e.cookie));
+    let tmp = dir.join(format!(".{}.json.tmp", e.cookie));
+    let text = serde_json::to_vec_pretty(e).map_err(|err| Error::State {
+        path: path.clone(),
+        source: err,
+    })?;
+    std::fs::write(&tmp, text).map_err(|err| Error::io("writing", &tmp, err))?;
+    std::fs::rename(&tmp, &path).map_err(|err| Error::io("renaming", &path, err))
+}
+
+pub(crate) fn remove_enrollment(dir: &Path, cookie: u64) {
+    let _ = std::fs::remove_file(enrollment_dir(dir).join(format!("{cookie}.json")));
+}
+
+/// Netns cookie -> namespace path of the enrollments recorded in `dir`.
+pub fn enrolled_names(dir: &Path) -> BTreeMap<u64, String> {
+    read_enrollments(dir)
+        .into_iter()
+        .map(|e| (e.cookie, e.netns.display().to_string()))
+        .collect()
+}
+
+/// The enrollments recorded in daemon directory `dir`.
+pub fn enrollments(dir: &Path) -> Vec<Record> {
+    read_enrollments(dir)
+}
+
+pub(crate) fn read_enrollments(dir: &Path) -> Vec<Record> {
+    let Ok(entries) = std::fs::read_dir(enrollment_dir(dir)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        match std::fs::read(&path) {
+            Ok(bytes) => match crate::decode::decode_enrollment(&bytes) {
+                Ok(e) => out.push(e),
+                Err(error) => {
+                    tracing::warn!(file = %path.display(), %error, "invalid enrollment file skipped");
+                }
+            },
+            Err(error) => {
+                tracing::warn!(file = %path.display(), %error, "unreadable enrollment file skipped");
+            }
+        }
+    }
+    out
+}
+
+pub(crate) fn bind(dir: &Path) -> Result<UnixListener> {
+    let path = DaemonDir::new(dir).socket();
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).map_err(|e| Error::io("binding", &path, e))?;
+    // Root only: enrolling changes what every process of a pod may reach.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io("restricting", &path, e))?;
+    Ok(listener)
+}

@@ -1,0 +1,102 @@
+//! The node daemon: owns the pinned datapath, enrolls namespaces on request over a root-only
+//! unix socket, keeps one state file per enrollment so a restart re-adopts them, and follows
+//! each namespace's addresses.
+pub mod apiserver;
+pub mod decode;
+pub mod error;
+mod files;
+pub mod metrics;
+pub mod pod_cache;
+pub mod pod_cgroups;
+pub mod repair;
+pub mod resolution;
+pub mod server;
+pub mod state;
+
+use std::path::PathBuf;
+
+pub use error::{Error, Result};
+use redirect_daemon_api::{cni_failures, DaemonDir};
+
+/// The pin directory in effect (`REDIRECT_BPFFS`, else the node default).
+pub fn default_bpffs() -> PathBuf {
+    std::env::var_os("REDIRECT_BPFFS").map_or_else(
+        || PathBuf::from(redirect_datapath::node::DEFAULT_DIR),
+        PathBuf::from,
+    )
+}
+
+/// The node status of the datapath pinned at `bpffs`, with the enrollments recorded in the
+/// daemon directory `dir`.
+pub fn node_status(
+    bpffs: &std::path::Path,
+    dir: &std::path::Path,
+) -> redirect_datapath::Result<redirect_datapath::node_status::NodeStatus> {
+    let mut status = redirect_datapath::node_status::collect(bpffs)?;
+    // The daemon's record against the kernel's maps.
+    let mut dp = redirect_datapath::node::NodeDatapath::open(bpffs)?;
+    for e in server::enrollments(dir) {
+        match dp.kernel_policy(e.cookie) {
+            Ok((true, inbound)) if inbound == e.inbound => {}
+            Ok((true, _)) => status.warnings.push(format!(
+                "{} is enrolled with inbound capture {}, but the kernel's maps say {}: re-enroll it",
+                e.netns.display(),
+                if e.inbound { "on" } else { "off" },
+                if e.inbound { "off" } else { "on" }
+            )),
+            _ => status.warnings.push(format!(
+                "{} is enrolled (netns cookie {}) but the kernel's maps hold no policy for it: its traffic is not captured; re-enroll it or restart the daemon",
+                e.netns.display(),
+                e.cookie
+            )),
+        }
+    }
+    let health = repair::read_health(dir);
+    if let Some(alarm) = &health.alarm {
+        status
+            .warnings
+            .push(format!("the daemon cannot repair its datapath: {alarm}"));
+    }
+    if health.repairs > 0 {
+        status.warnings.push(format!(
+            "the daemon repaired its datapath {} time(s); last: {}",
+            health.repairs,
+            health.last_problem.as_deref().unwrap_or("-")
+        ));
+    }
+    match cni_failures::read(dir) {
+        Ok(0) => {}
+        Ok(n) => status.warnings.push(format!(
+            "{n} CNI ADD(s) found the daemon unreachable and failed closed (the kubelet retries them; {METRIC} in the metrics, the plugin's cni.log says which pods)",
+            METRIC = cni_failures::METRIC
+        )),
+        Err(e) => status.warnings.push(e.to_string()),
+    }
+    status.enrolled = server::enrollments(dir)
+        .into_iter()
+        .map(|e| redirect_datapath::node_status::EnrolledNs {
+            netns: e.netns.display().to_string(),
+            cookie: e.cookie,
+            source: e.source,
+        })
+        .collect();
+    Ok(status)
+}
+
+/// The running daemon that owns the datapath pinned at `bpffs`, as (pid, its socket), read
+/// from the pinned layout record: whatever this process's `REDIRECT_DAEMON_DIR`, changes to a
+/// daemon's datapath go through that daemon so its view stays true.
+pub fn owner(bpffs: &std::path::Path) -> Option<(u32, PathBuf)> {
+    use redirect_datapath::node::{layout, NodeDatapath};
+    if !NodeDatapath::exists(bpffs) {
+        return None;
+    }
+    let record = layout::check(bpffs).ok()?;
+    let up = layout::daemon_up(bpffs, &record);
+    match (record.owner, record.daemon_dir) {
+        (layout::Owner::Daemon { pid, .. }, Some(dir)) if up => {
+            Some((pid, DaemonDir::new(dir).socket()))
+        }
+        _ => None,
+    }
+}

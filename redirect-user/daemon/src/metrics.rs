@@ -1,0 +1,121 @@
+//! The daemon's Prometheus endpoint: node-wide decision counters and map fill levels, and the
+//! per-namespace counters (which name every enrolled namespace) only when the operator asks,
+//! read from the pinned maps at each scrape and served by redirect-http within its limits.
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use redirect_common::Counter;
+use redirect_datapath::{error::Result, metrics, node::NodeDatapath, node_status, observe};
+use redirect_http::{Limits, Method, Request, Response, StatusCode};
+
+/// Renders the exposition text for the datapath pinned at `bpffs`. With `per_netns` (netns
+/// cookie -> the namespace's path) every enrolled namespace also exports every counter, zeros
+/// included; without it only the node-wide counters and the map fill are rendered.
+pub fn render(bpffs: &Path, per_netns: Option<&BTreeMap<u64, String>>) -> Result<String> {
+    let status = node_status::collect(bpffs)?;
+    let mut rows = Vec::new();
+    if let Some(names) = per_netns {
+        let mut dp = NodeDatapath::open(bpffs)?;
+        let mut per_ns = observe::ns_counters(dp.maps())?;
+        for cookie in names.keys() {
+            per_ns.entry(*cookie).or_default();
+        }
+        rows = per_ns
+            .into_iter()
+            .map(|(cookie, seen)| {
+                let all = Counter::ALL
+                    .iter()
+                    .map(|c| {
+                        let n = seen
+                            .iter()
+                            .find(|(name, _)| *name == c.name())
+                            .map_or(0, |(_, n)| *n);
+                        (c.name(), n)
+                    })
+                    .collect();
+                (cookie, names.get(&cookie).map_or("", String::as_str), all)
+            })
+            .collect();
+    }
+    Ok(metrics::render(&metrics::Exposition {
+        counters: status.counters.clone(),
+        per_netns: rows,
+        maps: status.fill.clone(),
+    }))
+}
+
+/// What a scrape reads.
+struct Source<N> {
+    bpffs: PathBuf,
+    /// The daemon directory: the CNI plugin's count of ADDs that found the daemon unreachable.
+    dir: PathBuf,
+    names: N,
+    per_namespace: bool,
+}
+
+/// Serves `GET /metrics` (and `HEAD`) on `addr` from a thread of its own; returns the bound
+/// address. `names` (netns cookie -> path) is asked at each scrape only with `per_namespace`.
+pub fn spawn(
+    addr: SocketAddr,
+    bpffs: PathBuf,
+    names: impl Fn() -> BTreeMap<u64, String> + Send + Sync + 'static,
+    per_namespace: bool,
+) -> std::result::Result<SocketAddr, redirect_http::Error> {
+    let source = Arc::new(Source {
+        bpffs,
+        dir: redirect_daemon_api::DaemonDir::from_env()
+            .path()
+            .to_path_buf(),
+        names,
+        per_namespace,
+    });
+    redirect_http::spawn_thread(
+        "metrics endpoint",
+        addr,
+        Limits::default(),
+        move |req: Request| {
+            let source = Arc::clone(&source);
+            async move {
+                if req.path != "/metrics" {
+                    return Response::not_found(&req);
+                }
+                if req.method != Method::GET {
+                    return Response::method_not_allowed(&req, "GET, HEAD");
+                }
+                // Reading the maps blocks: off the thread that serves the connections.
+                let rendered = tokio::task::spawn_blocking(move || {
+                    let names = source.per_namespace.then(|| (source.names)());
+                    render(&source.bpffs, names.as_ref())
+                        .map(|text| text + &render_cni_failures(&source.dir))
+                })
+                .await;
+                match rendered {
+                    Ok(Ok(text)) => Response::prometheus(text),
+                    Ok(Err(e)) => {
+                        Response::text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"))
+                    }
+                    Err(e) => Response::text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("rendering the metrics: {e}\n"),
+                    ),
+                }
+            }
+        },
+    )
+}
+
+/// The Prometheus text of the CNI plugin's count of ADDs that found the daemon unreachable.
+fn render_cni_failures(dir: &std::path::Path) -> String {
+    use redirect_daemon_api::cni_failures::{read, METRIC};
+    let n = read(dir).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "reading the CNI ADD failure count");
+        0
+    });
+    format!(
+        "# HELP {METRIC} CNI ADDs that found the redirect daemon unreachable (each failed closed).\n# TYPE {METRIC} counter\n{METRIC} {n}\n"
+    )
+}

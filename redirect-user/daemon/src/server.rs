@@ -1,0 +1,338 @@
+//! The daemon's loop: single-instance lock, adopt-or-create the datapath, reconcile enrollment
+//! files, serve the socket, follow addresses every second.
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    io::{BufReader, Write as _},
+    os::unix::{
+        fs::PermissionsExt as _,
+        net::{UnixListener, UnixStream},
+    },
+    path::PathBuf,
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
+
+mod datapath;
+mod followed;
+mod pods;
+mod reconcile;
+
+use self::followed::{gone, Followed};
+pub use crate::files::{enrolled_names, enrollments};
+use crate::{
+    decode::{decode_request, read_frame},
+    error::{Error, Result},
+    files::{
+        bind, enrollment_dir, read_enrollments, remove_enrollment, single_instance, take_ownership,
+        write_enrollment,
+    },
+};
+use redirect_daemon_api::{
+    answer, Answer, DaemonDir, Enrolled, Listed, Request, Status, Unenrolled, Uninstalled,
+};
+use redirect_datapath::{
+    netns,
+    node::{self, NodeAttach, NodeDatapath},
+};
+
+/// How the daemon was started.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Pin directory of the datapath.
+    pub bpffs: PathBuf,
+    /// Socket, lock and enrollment files.
+    pub dir: PathBuf,
+    /// Where to attach if the datapath has to be created.
+    pub attach: NodeAttach,
+}
+
+/// How often the daemon checks its pins, follows addresses and routes, and drops namespaces
+/// that are gone.
+const TICK: Duration = Duration::from_secs(1);
+/// How often the daemon reads what each namespace owns in the maps again (another process may
+/// have written between two of its locks; its own writes keep the index true meanwhile).
+const REINDEX: Duration = Duration::from_secs(10);
+/// Longest wait before the stop flag is looked at again.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
+/// A running daemon.
+#[derive(Debug)]
+pub struct Daemon {
+    opts: Options,
+    dp: NodeDatapath,
+    enrollments: BTreeMap<u64, Followed>,
+    listener: UnixListener,
+    _lock: nix::fcntl::Flock<File>,
+    uninstalled: bool,
+    health: crate::repair::Health,
+    /// Held for the daemon's lifetime: how a process in another PID namespace tells it runs.
+    _pins: nix::fcntl::Flock<File>,
+    /// The apiserver client of pod requests (`with_kube`).
+    kube: Option<crate::apiserver::Kube>,
+    reconcile: reconcile::Reconcile,
+    reindexed: Instant,
+    /// Holds the kernel's sk_lookup switch on while the daemon runs (see `SkLookupKey`).
+    lookup_key: Option<node::SkLookupKey>,
+}
+
+impl Daemon {
+    /// Takes the single-instance lock, adopts (or creates) the pinned datapath, re-applies the
+    /// enrollments found on disk and binds the root-only socket.
+    pub fn start(opts: Options) -> Result<Self> {
+        redirect_datapath::preflight::require_root()?;
+        std::fs::create_dir_all(&opts.dir).map_err(|e| Error::io("creating", &opts.dir, e))?;
+        let _ = std::fs::set_permissions(&opts.dir, std::fs::Permissions::from_mode(0o700));
+        let lock = single_instance(&opts.dir)?;
+        let guard = node::lock(&opts.bpffs)?;
+        if NodeDatapath::exists(&opts.bpffs) {
+            // A new daemon is how a node is upgraded: it takes the pinned datapath over in
+            // place (no capture gap), or refuses to start naming the layout it cannot take.
+            if let Some(u) = NodeDatapath::upgrade(&opts.bpffs)? {
+                tracing::info!(dir = %opts.bpffs.display(), from = u.from.0, to = u.to.0, links = u.links, namespaces = u.namespaces, carried = ?u.carried, "upgraded the pinned datapath in place");
+            }
+        }
+        let (mut dp, created) = NodeDatapath::open_or_create(&opts.bpffs, &opts.attach)?;
+        // Gone namespaces are swept on the tick, not on every enrollment.
+        dp.sweep_on_apply(false);
+        take_ownership(&dp, &opts.dir)?;
+        let pins = node::layout::hold_as_daemon(&opts.bpffs)?;
+        let links = std::fs::read_dir(opts.bpffs.join("links")).map_or(0, |d| d.count());
+        if created {
+            tracing::info!(dir = %opts.bpffs.display(), links, "created and pinned the node datapath");
+        } else {
+            tracing::info!(dir = %opts.bpffs.display(), links, "adopted the pinned node datapath (nothing attached again)");
+        }
+        let mut daemon = Self {
+            listener: bind(&opts.dir)?,
+            opts,
+            dp,
+            enrollments: BTreeMap::new(),
+            _lock: lock,
+            uninstalled: false,
+            health: crate::repair::Health::default(),
+            _pins: pins,
+            kube: None,
+            reconcile: reconcile::Reconcile::default(),
+            reindexed: Instant::now(),
+            lookup_key: None,
+        };
+        daemon.hold_lookup_key();
+        crate::repair::write_health(&daemon.opts.dir, &daemon.health);
+        for e in read_enrollments(&daemon.opts.dir) {
+            daemon.reconcile(e);
+        }
+        drop(guard);
+        Ok(daemon)
+    }
+
+    /// Carries out one request: its typed answer, or what went wrong.
+    pub fn handle(&mut self, req: Request) -> Result<Answer> {
+        let _guard = node::lock(&self.opts.bpffs)?;
+        Ok(match req {
+            Request::Enroll {
+                netns,
+                policy,
+                source,
+            } => {
+                let e = self.enroll(&netns, *policy, source)?;
+                let proxy_listening = self.dp.proxy_listening(e.cookie);
+                Answer::Enrolled(Enrolled {
+                    message: format!("enrolled {} (netns cookie {})", netns.display(), e.cookie),
+                    enrollment: e.to_wire(proxy_listening),
+                })
+            }
+            Request::Unenroll { netns } => {
+                let found = self
+                    .enrollments
+                    .values()
+                    .find(|f| f.record.netns == netns)
+                    .map(|f| f.record.cookie)
+                    .or_else(|| {
+                        netns::cookie(&netns)
+                            .ok()
+                            .filter(|c| self.enrollments.contains_key(c))
+                    });
+                match found {
+                    Some(cookie) => Answer::Unenrolled(self.unenroll_cookie(cookie)?),
+                    // Idempotent, like CNI DEL: what is not enrolled is already as asked.
+                    None => Answer::Unenrolled(Unenrolled {
+                        message: format!("nothing to do: {} is not enrolled", netns.display()),
+                        removed: false,
+                    }),
+                }
+            }
+            Request::PodAdd { pod, netns, ips } => Answer::Pod(self.pod_add(pod, &netns, &ips)?),
+            Request::PodDel { pod, netns } => Answer::Pod(self.pod_del(&pod, netns.as_deref())?),
+            Request::PodCheck { pod, netns, ips } => {
+                Answer::Pod(self.pod_check(&pod, &netns, &ips)?)
+            }
+            Request::PodGc { valid } => Answer::Gc(self.pod_gc(&valid)?),
+            Request::Status => Answer::Status(Status {
+                message: format!(
+                    "the redirect daemon (pid {}) answers; {} namespace(s) enrolled",
+                    std::process::id(),
+                    self.enrollments.len()
+                ),
+                pid: std::process::id(),
+                enrolled: self.enrollments.len(),
+            }),
+            Request::List => Answer::Listed(Listed {
+                enrollments: self
+                    .enrollments
+                    .values()
+                    .map(|f| f.record.to_wire(self.dp.proxy_listening(f.record.cookie)))
+                    .collect(),
+            }),
+            Request::Uninstall => {
+                node::remove_dir(&self.opts.bpffs)?;
+                // The last reference to the program: nothing of the datapath stays loaded.
+                self.lookup_key = None;
+                let _ = std::fs::remove_dir_all(enrollment_dir(&self.opts.dir));
+                self.enrollments.clear();
+                self.uninstalled = true;
+                Answer::Uninstalled(Uninstalled {
+                    message: format!(
+                        "uninstalled: {} unpinned, every program detached; the daemon (pid {}) stops",
+                        self.opts.bpffs.display(),
+                        std::process::id()
+                    ),
+                })
+            }
+        })
+    }
+
+    /// Follows every enrolled namespace's addresses (and, with `-c`, its routes and rules);
+    /// drops namespaces that are gone.
+    pub fn tick(&mut self) {
+        let Ok(_guard) = node::lock(&self.opts.bpffs) else {
+            return;
+        };
+        let mut phases = redirect_datapath::phases::Phases::start();
+        self.check_datapath();
+        phases.mark("check");
+        // Policies of namespaces that are gone, enrolled here or not (the kernel says which).
+        match self.dp.remove_stale() {
+            Ok(gone) if !gone.is_empty() => {
+                tracing::info!(cookies = ?gone, "removed the policies of namespaces that are gone");
+                for cookie in gone {
+                    if self.enrollments.remove(&cookie).is_some() {
+                        remove_enrollment(&self.opts.dir, cookie);
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "removing the policies of namespaces that are gone")
+            }
+        }
+        phases.mark("stale");
+        if self.reindexed.elapsed() >= REINDEX {
+            if let Err(e) = self.dp.reindex() {
+                tracing::warn!(error = %e, "reading the namespaces' map entries again");
+            }
+            self.reindexed = Instant::now();
+            phases.mark("reindex");
+        }
+        let cookies: Vec<u64> = self.enrollments.keys().copied().collect();
+        for cookie in cookies {
+            let Some(f) = self.enrollments.get(&cookie) else {
+                continue;
+            };
+            let e = f.record.clone();
+            if gone(&self.dp, f) {
+                tracing::info!(netns = %e.netns.display(), cookie, "enrolled namespace is gone: removing its policy");
+                let _ = self.dp.remove_policy(cookie, &e.netns);
+                self.enrollments.remove(&cookie);
+                remove_enrollment(&self.opts.dir, cookie);
+                continue;
+            }
+            // Through the descriptor held since the enrollment: never the path again.
+            let Some(ns) = &f.ns else { continue };
+            match self.dp.refresh(ns, &e.policy) {
+                Ok(addrs) if addrs != e.addrs => {
+                    let mut updated = e;
+                    updated.addrs = addrs;
+                    let _ = write_enrollment(&self.opts.dir, &updated);
+                    if let Some(f) = self.enrollments.get_mut(&cookie) {
+                        f.record = updated;
+                    }
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::warn!(netns = %e.netns.display(), error = %err, "following addresses and routes")
+                }
+            }
+        }
+        phases.mark("follow");
+        self.reconcile_pods();
+        phases.mark("reconcile");
+        tracing::debug!(enrolled = self.enrollments.len(), us = phases.total_us(), %phases, "tick");
+    }
+
+    /// Serves until `stop` is set or an uninstall completes. The pins stay (capture goes on)
+    /// unless uninstalled.
+    pub fn run(mut self, stop: &AtomicBool) -> Result<()> {
+        self.listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("configuring", DaemonDir::new(&self.opts.dir).socket(), e))?;
+        let mut last_tick = Instant::now();
+        while !stop.load(Ordering::Relaxed) && !self.uninstalled {
+            // Woken by a connection at once (no polling interval on the pod-start path), else
+            // at the next tick or stop check.
+            let until_tick = TICK.saturating_sub(last_tick.elapsed());
+            if self.wait_readable(until_tick.min(STOP_CHECK)) {
+                match self.listener.accept() {
+                    Ok((stream, _)) => self.serve(stream),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => tracing::warn!(error = %e, "accept"),
+                }
+            }
+            if last_tick.elapsed() >= TICK {
+                self.tick();
+                last_tick = Instant::now();
+            }
+        }
+        let dir = DaemonDir::new(&self.opts.dir);
+        let _ = std::fs::remove_file(dir.socket());
+        if self.uninstalled {
+            let _ = std::fs::remove_file(dir.lock());
+        }
+        tracing::info!(
+            uninstalled = self.uninstalled,
+            "daemon stopped; capture stays pinned unless uninstalled"
+        );
+        Ok(())
+    }
+
+    /// Whether the socket has a connection waiting, within `timeout`.
+    fn wait_readable(&self, timeout: Duration) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd as _;
+        let mut fds = [PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
+    }
+
+    fn serve(&mut self, stream: UnixStream) {
+        let mut phases = redirect_datapath::phases::Phases::start();
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let request = read_frame(BufReader::new(&stream)).and_then(|line| decode_request(&line));
+        phases.mark("read");
+        let (op, result) = match request {
+            Ok(req) => {
+                let op = req.op();
+                (op, self.handle(req).map_err(|e| e.to_string()))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "bad request refused");
+                ("bad", Err(format!("bad request: {e}")))
+            }
+        };
+        phases.mark("handle");
+        let _ = (&stream).write_all(answer::frame(&result).as_bytes());
+        phases.mark("reply");
+        tracing::debug!(op, ok = result.is_ok(), elapsed_us = phases.total_us(), %phases, "request served");
+    }
+}

@@ -1,0 +1,209 @@
+//! The daemon's enrollments: a namespace path is opened once per enrollment, the policy is
+//! applied through that descriptor, and the descriptor is held for the enrollment's life. The
+//! follower and a re-apply go through it; the path is only looked up (never opened again) to
+//! tell whether it still names the namespace.
+use std::path::Path;
+
+use redirect_daemon_api::{PodRef, Unenrolled};
+use redirect_datapath::{netns::NetnsHandle, node::NodeDatapath, phases::Phases};
+
+use super::Daemon;
+use crate::{
+    error::{Error, Result},
+    files::{remove_enrollment, write_enrollment},
+    state::Record as Enrollment,
+};
+
+/// One enrollment and the descriptor of its namespace (`None` only for a recorded enrollment
+/// whose path could not be opened at the daemon's start; it is listed, not followed).
+#[derive(Debug)]
+pub(crate) struct Followed {
+    /// What is listed and stored in its file.
+    pub record: Enrollment,
+    /// The namespace, opened once.
+    pub ns: Option<NetnsHandle>,
+}
+
+/// Whether the enrollment's namespace is gone: the kernel detached its sk_lookup link, or its
+/// path names another namespace (a reused pid, a remounted name) or nothing. Holding the
+/// descriptor keeps the namespace itself alive; the path is what says it left.
+pub(crate) fn gone(dp: &NodeDatapath, f: &Followed) -> bool {
+    if dp.namespace_gone(f.record.cookie) {
+        return true;
+    }
+    match &f.ns {
+        Some(ns) => match ns.at_path() {
+            Ok(Some(same)) => !same,
+            Ok(None) => true,
+            Err(e) => {
+                tracing::warn!(netns = %ns.path().display(), error = %e, "cannot look the enrolled namespace's path up");
+                false
+            }
+        },
+        None => !f.record.netns.exists(),
+    }
+}
+
+/// Opens a recorded enrollment's namespace at the daemon's start: `Ok(None)` when its path
+/// is gone or now names another namespace than the recorded cookie.
+pub(crate) fn reopen(e: &Enrollment) -> Result<Option<NetnsHandle>> {
+    match NetnsHandle::open(&e.netns) {
+        Ok(ns) if ns.cookie() == e.cookie => Ok(Some(ns)),
+        Ok(ns) => {
+            tracing::info!(netns = %e.netns.display(), recorded = e.cookie, now = ns.cookie(), "the enrolled path names another namespace now");
+            Ok(None)
+        }
+        Err(_) if !Path::new(&e.netns).exists() => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+impl Daemon {
+    /// Re-applies every enrollment whose policy is not in the maps.
+    pub(super) fn reapply_missing(&mut self, alarm: &mut Option<String>) {
+        let missing: Vec<u64> = self
+            .enrollments
+            .keys()
+            .filter(|cookie| !self.dp.kernel_policy(**cookie).is_ok_and(|(out, _)| out))
+            .copied()
+            .collect();
+        for cookie in missing {
+            let Some(f) = self.enrollments.get(&cookie) else {
+                continue;
+            };
+            let e = f.record.clone();
+            tracing::error!(netns = %e.netns.display(), cookie = e.cookie, "an enrolled namespace's policy is missing from the maps: re-applying it");
+            // Through the descriptor it was enrolled with, not its path again.
+            let ns = match &f.ns {
+                Some(ns) => ns.try_clone(),
+                None => NetnsHandle::open(&e.netns),
+            };
+            match ns.map_err(Error::from).and_then(|ns| self.reapply(ns, &e)) {
+                Ok(_) => {
+                    self.health.repairs += 1;
+                    self.health.last_problem = Some(format!(
+                        "the policy of {} was removed behind the daemon's back; re-applied",
+                        e.netns.display()
+                    ));
+                }
+                Err(err) => *alarm = Some(format!("re-applying {}: {err}", e.netns.display())),
+            }
+        }
+    }
+
+    /// Applies enrollment record `e` again through `ns`.
+    fn reapply(&mut self, ns: NetnsHandle, e: &Enrollment) -> Result<Enrollment> {
+        let (policy, source, pod) = (e.policy.clone(), e.source.clone(), e.pod.clone());
+        self.enroll_ns(ns, policy, source, pod, None, &mut Phases::start())
+    }
+
+    pub(super) fn reconcile(&mut self, e: Enrollment) {
+        let opened = match reopen(&e) {
+            Ok(Some(ns)) if !self.dp.namespace_gone(e.cookie) => Ok(ns),
+            Ok(_) => {
+                tracing::info!(netns = %e.netns.display(), cookie = e.cookie, "enrolled namespace is gone: removing its policy");
+                if let Err(err) = self.dp.remove_policy(e.cookie, &e.netns) {
+                    tracing::warn!(error = %err, "removing a stale policy");
+                }
+                remove_enrollment(&self.opts.dir, e.cookie);
+                return;
+            }
+            Err(err) => Err(err),
+        };
+        // One descriptor for the re-apply; a second (dup) kept to follow it if that fails.
+        let (ns, applied) = match opened {
+            Ok(ns) => (ns.try_clone().ok(), self.reapply(ns, &e)),
+            Err(err) => (None, Err(err)),
+        };
+        match applied {
+            Ok(_) => tracing::info!(netns = %e.netns.display(), "enrollment re-adopted"),
+            Err(err) => {
+                // Its previous policy is still in the maps: keep it listed and followed, so
+                // `unenroll` and the namespace-gone check still reach it.
+                tracing::warn!(netns = %e.netns.display(), error = %err, "re-applying an enrollment failed; the previous policy stays");
+                self.enrollments
+                    .insert(e.cookie, Followed { record: e, ns });
+            }
+        }
+    }
+
+    pub(super) fn enroll(
+        &mut self,
+        netns: &Path,
+        policy: redirect_policy::Policy,
+        source: String,
+    ) -> Result<Enrollment> {
+        if !netns.is_absolute()
+            || netns.starts_with("/proc/self")
+            || netns.starts_with("/proc/thread-self")
+        {
+            return Err(Error::NetnsPath {
+                path: netns.to_path_buf(),
+            });
+        }
+        let mut phases = Phases::start();
+        let ns = NetnsHandle::open(netns)?;
+        phases.mark("open");
+        let e = self.enroll_ns(ns, policy, source, None, None, &mut phases)?;
+        tracing::info!(netns = %netns.display(), cookie = e.cookie, us = phases.total_us(), %phases, "namespace enrolled");
+        Ok(e)
+    }
+
+    /// Applies `policy` through `ns` (opened once for this enrollment) and keeps `ns` for
+    /// following it; `pod` is recorded beside it (CNI enrollments). `read`: the namespace's
+    /// addresses when the caller has just read them through `ns` (not read again). The
+    /// apply's phases and the record's are added to `phases`.
+    pub(super) fn enroll_ns(
+        &mut self,
+        ns: NetnsHandle,
+        policy: redirect_policy::Policy,
+        source: String,
+        pod: Option<PodRef>,
+        read: Option<Vec<std::net::IpAddr>>,
+        phases: &mut Phases,
+    ) -> Result<Enrollment> {
+        let applied = self.dp.apply_read(&ns, &policy, read)?;
+        phases.extend(applied.phases);
+        let e = Enrollment {
+            netns: ns.path().to_path_buf(),
+            cookie: applied.cookie,
+            source,
+            policy,
+            addrs: applied.addrs,
+            ipv6: applied.ipv6,
+            inbound: applied.inbound,
+            pod,
+        };
+        write_enrollment(&self.opts.dir, &e)?;
+        phases.mark("record");
+        self.enrollments.insert(
+            e.cookie,
+            Followed {
+                record: e.clone(),
+                ns: Some(ns),
+            },
+        );
+        Ok(e)
+    }
+
+    /// Removes the policy of the enrollment `cookie` and forgets it.
+    pub(super) fn unenroll_cookie(&mut self, cookie: u64) -> Result<Unenrolled> {
+        let Some(netns) = self
+            .enrollments
+            .get(&cookie)
+            .map(|f| f.record.netns.clone())
+        else {
+            return Ok(Unenrolled {
+                message: format!("nothing to do: netns cookie {cookie} is not enrolled"),
+                removed: false,
+            });
+        };
+        self.dp.remove_policy(cookie, &netns)?;
+        self.enrollments.remove(&cookie);
+        remove_enrollment(&self.opts.dir, cookie);
+        Ok(Unenrolled {
+            message: format!("unenrolled {}", netns.display()),
+            removed: true,
+        })
+    }
+}

@@ -1,0 +1,286 @@
+//! Pod requests of the CNI plugin: ADD resolves the pod, decides as istio-cni does and enrolls
+//! its netns (all or nothing); DEL, CHECK and GC key enrollments by the sandbox's container id.
+use std::{net::IpAddr, path::Path};
+
+use redirect_datapath::{
+    netns::NetnsHandle,
+    phases::{Phases, ThreadCpu},
+};
+use redirect_k8s::Decision;
+use redirect_policy::Policy;
+
+use redirect_daemon_api::{GcDone, PodAnswer, PodOutcome, PodRef};
+
+use super::Daemon;
+use crate::{
+    apiserver::Kube,
+    error::{Error, Result},
+};
+
+fn answer(meshed: bool, decision: &Decision, message: String) -> PodAnswer {
+    PodAnswer {
+        message,
+        pod: PodOutcome {
+            meshed,
+            decision: decision.to_string(),
+        },
+        enrollment: None,
+    }
+}
+
+impl Daemon {
+    /// Gives the daemon its Kubernetes client (pod requests fail without one).
+    #[must_use]
+    pub fn with_kube(mut self, kube: Kube) -> Self {
+        self.kube = Some(kube);
+        self
+    }
+
+    /// The pod's decision, and its policy when meshed: both resolved when the watch
+    /// delivered the pod (or when it had to be read with a GET), only looked up here.
+    fn resolve(&self, pod: &PodRef) -> Result<(Decision, Option<Policy>)> {
+        let kube = self.kube.as_ref().ok_or_else(|| Error::NoKube {
+            pod: pod.to_string(),
+        })?;
+        let found = kube.pod(pod)?;
+        let resolution = &found.resolution;
+        let policy = match &resolution.policy {
+            None => None,
+            Some(Ok(policy)) => Some(policy.clone()),
+            Some(Err(e)) => {
+                return Err(Error::NotCapturable {
+                    pod: pod.to_string(),
+                    reason: e.clone(),
+                })
+            }
+        };
+        Ok((resolution.decision.clone(), policy))
+    }
+
+    /// CNI ADD.
+    pub(super) fn pod_add(
+        &mut self,
+        pod: PodRef,
+        netns: &Path,
+        ips: &[IpAddr],
+    ) -> Result<PodAnswer> {
+        let mut phases = Phases::start();
+        let cpu = ThreadCpu::now();
+        let resolved = self.resolve(&pod);
+        phases.mark("resolve");
+        let (decision, policy) = resolved?;
+        let Some(policy) = policy else {
+            tracing::info!(%pod, %decision, "pod not meshed: left alone");
+            return Ok(answer(
+                false,
+                &decision,
+                format!("{pod} is not meshed: {decision}"),
+            ));
+        };
+        let cookie = self
+            .enroll_pod(&pod, netns, ips, policy, &mut phases, cpu)
+            .inspect_err(|e| {
+                tracing::error!(%pod, netns = %netns.display(), error = %e, "pod not enrolled");
+            })?;
+        let mut a = answer(
+            true,
+            &decision,
+            format!(
+                "enrolled {pod} at {} (netns cookie {cookie})",
+                netns.display()
+            ),
+        );
+        a.enrollment = self
+            .enrollments
+            .get(&cookie)
+            .map(|f| f.record.to_wire(false));
+        Ok(a)
+    }
+
+    /// Opens the netns once, checks it holds the runtime's addresses, applies the policy;
+    /// each step marked in `phases`, and the thread's CPU time since `cpu` logged beside them.
+    fn enroll_pod(
+        &mut self,
+        pod: &PodRef,
+        netns: &Path,
+        ips: &[IpAddr],
+        policy: Policy,
+        phases: &mut Phases,
+        cpu: ThreadCpu,
+    ) -> Result<u64> {
+        if !netns.is_absolute() {
+            return Err(Error::RelativeNetns {
+                pod: pod.to_string(),
+                netns: netns.to_owned(),
+            });
+        }
+        let in_pod = |source| Error::PodNetns {
+            pod: pod.to_string(),
+            source: Box::new(source),
+        };
+        let ns = NetnsHandle::open(netns).map_err(in_pod)?;
+        phases.mark("open");
+        let held = ns.addresses().map_err(in_pod)?;
+        phases.mark("prev_result");
+        if let Some(missing) = ips.iter().find(|ip| !held.contains(ip)) {
+            return Err(Error::MissingAddress {
+                pod: pod.to_string(),
+                netns: netns.to_owned(),
+                missing: *missing,
+                held,
+            });
+        }
+        let source = pod.to_string();
+        let e = self
+            .enroll_ns(ns, policy, source, Some(pod.clone()), Some(held), phases)
+            .map_err(|e| Error::Enroll {
+                pod: pod.to_string(),
+                source: Box::new(e),
+            })?;
+        // `cpu_us`: how much of `us` this thread ran (the rest it waited: for a CPU, a lock,
+        // I/O). `phases` stays the line's last field (the bench reads it to the end).
+        let cpu_us = cpu.used_us();
+        tracing::info!(%pod, netns = %netns.display(), cookie = e.cookie, us = phases.total_us(), cpu_us, %phases, "pod enrolled");
+        Ok(e.cookie)
+    }
+
+    /// The cookie of the enrollment of `pod`: by its sandbox's container id, else (a pod
+    /// enrolled in place by the reconcile, whose sandbox id may be unknown) by its uid, else by
+    /// `netns`, as a path or as the namespace it names.
+    fn pod_enrollment(&self, pod: &PodRef, netns: Option<&Path>) -> Option<u64> {
+        let by = |same: &dyn Fn(&PodRef) -> bool| {
+            self.enrollments
+                .values()
+                .find(|f| f.record.pod.as_ref().is_some_and(same))
+                .map(|f| f.record.cookie)
+        };
+        by(&|p| !p.container_id.is_empty() && p.container_id == pod.container_id)
+            .or_else(|| {
+                by(&|p| {
+                    !pod.uid.is_empty()
+                        && p.uid == pod.uid
+                        && (p.container_id.is_empty() || pod.container_id.is_empty())
+                })
+            })
+            .or_else(|| {
+                let netns = netns.filter(|n| !n.as_os_str().is_empty())?;
+                self.enrollments
+                    .values()
+                    .find(|f| f.record.netns == netns)
+                    .map(|f| f.record.cookie)
+                    .or_else(|| {
+                        let cookie = redirect_datapath::netns::cookie(netns).ok()?;
+                        self.enrollments.contains_key(&cookie).then_some(cookie)
+                    })
+            })
+    }
+
+    /// CNI DEL: idempotent.
+    pub(super) fn pod_del(&mut self, pod: &PodRef, netns: Option<&Path>) -> Result<PodAnswer> {
+        let (meshed, message) = match self.pod_enrollment(pod, netns) {
+            Some(cookie) => {
+                let u = self.unenroll_cookie(cookie)?;
+                (u.removed, u.message)
+            }
+            None => (false, format!("nothing to do: {pod} is not enrolled")),
+        };
+        Ok(PodAnswer {
+            message,
+            pod: PodOutcome {
+                meshed,
+                decision: if meshed { "unenrolled" } else { "not enrolled" }.to_owned(),
+            },
+            enrollment: None,
+        })
+    }
+
+    /// CNI CHECK: enrolled exactly when meshed, with the policy the pod asks for now, in the
+    /// same netns, and that policy in the kernel's maps.
+    pub(super) fn pod_check(
+        &mut self,
+        pod: &PodRef,
+        netns: &Path,
+        ips: &[IpAddr],
+    ) -> Result<PodAnswer> {
+        let (decision, policy) = self.resolve(pod)?;
+        let enrolled = self
+            .pod_enrollment(pod, Some(netns))
+            .and_then(|c| self.enrollments.get(&c))
+            .map(|f| f.record.clone());
+        let problem = match (policy, &enrolled) {
+            (None, None) => {
+                return Ok(answer(
+                    false,
+                    &decision,
+                    format!("{pod} is not meshed: {decision}"),
+                ))
+            }
+            (None, Some(e)) => Some(format!(
+                "{pod} is enrolled (netns cookie {}) but not meshed: {decision}",
+                e.cookie
+            )),
+            (Some(_), None) => Some(format!("{pod} is meshed but not enrolled")),
+            (Some(mut policy), Some(e)) => {
+                // The bypass bound to the running proxy container is the daemon's own doing.
+                policy.proxy_cgroup.clone_from(&e.policy.proxy_cgroup);
+                if e.policy != policy {
+                    Some(format!("{pod} is enrolled with another policy than its annotations ask for now: re-create the pod"))
+                } else if redirect_datapath::netns::cookie(netns).ok() != Some(e.cookie) {
+                    Some(format!(
+                        "{pod}: {} is not the enrolled netns (cookie {})",
+                        netns.display(),
+                        e.cookie
+                    ))
+                } else if !self.dp.kernel_policy(e.cookie).is_ok_and(|(out, _)| out) {
+                    Some(format!(
+                        "{pod}: the kernel's maps hold no policy for netns cookie {}",
+                        e.cookie
+                    ))
+                } else {
+                    ips.iter().find(|ip| !e.addrs.contains(ip)).map(|ip| {
+                        format!("{pod}: the enrolled netns does not hold {ip} from prevResult")
+                    })
+                }
+            }
+        };
+        if let Some(p) = problem {
+            return Err(Error::Check(p));
+        }
+        let mut a = answer(true, &decision, format!("{pod} is enrolled as it asks"));
+        a.enrollment = enrolled.map(|e| {
+            let listening = self.dp.proxy_listening(e.cookie);
+            e.to_wire(listening)
+        });
+        Ok(a)
+    }
+
+    /// CNI GC: unenrolls the pod enrollments whose container id is not in `valid`; namespaces
+    /// enrolled by hand (no pod) and pods enrolled in place whose sandbox id is unknown stay
+    /// (the reconcile unenrolls those once the apiserver no longer has them).
+    pub(super) fn pod_gc(&mut self, valid: &[String]) -> Result<GcDone> {
+        let stale: Vec<(u64, String)> = self
+            .enrollments
+            .values()
+            .filter_map(|f| {
+                let p = f.record.pod.as_ref()?;
+                (!p.container_id.is_empty() && !valid.contains(&p.container_id))
+                    .then(|| (f.record.cookie, p.container_id.clone()))
+            })
+            .collect();
+        let mut errors = Vec::new();
+        let mut removed = Vec::new();
+        for (cookie, id) in stale {
+            match self.unenroll_cookie(cookie) {
+                Ok(_) => removed.push(id),
+                Err(e) => errors.push(e),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(Error::Gc(errors));
+        }
+        Ok(GcDone {
+            message: format!("garbage-collected {} pod enrollment(s)", removed.len()),
+            removed,
+        })
+    }
+}

@@ -1,0 +1,181 @@
+//! `redirect validate`: proves capture works in one namespace before its proxy starts, like
+//! istio-validation: listeners on the proxy's ports, a dial the policy must capture, and the
+//! original destination checked on arrival.
+use std::{
+    io::Read as _,
+    net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream},
+    path::Path,
+    time::Duration,
+};
+
+use redirect_common::{map_names, outbound::OutboundPolicy};
+use serde::Serialize;
+
+use crate::{
+    error::{Error, Result},
+    netns,
+    store::{hash, MapStore},
+};
+
+/// Where validation dials for the outbound check (TEST-NET-1: never a real service).
+pub const PROBE_DST: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 9);
+/// Uid and gid of the dialling "application" (nobody).
+pub const APP_ID: u32 = 65534;
+
+/// One check.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// "outbound" or "inbound".
+    pub name: &'static str,
+    /// Passed.
+    pub ok: bool,
+    /// What happened.
+    pub detail: String,
+}
+
+/// The result of a validation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Every check passed.
+    pub ok: bool,
+    /// The checks.
+    pub checks: Vec<Check>,
+}
+
+/// The namespace's policy from the pinned maps.
+pub fn policy_of(store: &mut dyn MapStore, cookie: u64) -> Result<Option<OutboundPolicy>> {
+    Ok(
+        hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?
+            .get(&cookie, 0)
+            .ok(),
+    )
+}
+
+/// Switches only the calling thread to `id` (uid and gid): the capture hooks read the
+/// thread's credentials, and the rest of the process keeps its own.
+fn become_on_this_thread(id: u32) -> std::io::Result<()> {
+    // SAFETY: syscall edge: setresgid/setresuid take integers only; the raw syscalls change
+    // the calling thread's credentials alone (libc's wrappers would change every thread).
+    let rc = unsafe { libc::syscall(libc::SYS_setresgid, id, id, id) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    let rc = unsafe { libc::syscall(libc::SYS_setresuid, id, id, id) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Dials `dst` as `id` from a thread of its own (in this process's namespace).
+fn dial_as(id: u32, dst: SocketAddr, timeout: Duration) -> std::io::Result<()> {
+    std::thread::spawn(move || {
+        become_on_this_thread(id)?;
+        let mut s = TcpStream::connect_timeout(&dst, timeout)?;
+        s.set_read_timeout(Some(timeout))?;
+        let mut b = [0u8; 1];
+        let _ = s.read(&mut b);
+        Ok(())
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("dial thread panicked"))?
+}
+
+/// Accepts one connection within `timeout` and returns its original destination.
+fn arrival(listener: &TcpListener, timeout: Duration) -> Option<SocketAddr> {
+    listener.set_nonblocking(true).ok()?;
+    let start = std::time::Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok((s, _)) = listener.accept() {
+            return redirect_sys::orig_dst::original_dst(&s)
+                .ok()
+                .or_else(|| s.local_addr().ok());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+fn listen_on(port: u16) -> std::io::Result<TcpListener> {
+    TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))
+}
+
+/// Runs the checks. The caller has already moved this process into the pod's cgroup and
+/// network namespace (`netns_path` is only used for its addresses and cookie).
+pub fn run(store: &mut dyn MapStore, netns_path: &Path, timeout: Duration) -> Result<Report> {
+    let ns = netns::NetnsHandle::open(netns_path)?;
+    let cookie = ns.cookie();
+    let Some(policy) = policy_of(store, cookie)? else {
+        return Ok(Report {
+            ok: false,
+            checks: vec![Check {
+                name: "policy",
+                ok: false,
+                detail: format!(
+                    "{} has no capture policy (enroll it first)",
+                    netns_path.display()
+                ),
+            }],
+        });
+    };
+    let busy = |port: u16, e: std::io::Error| {
+        Error::io(
+        "binding the validation listener (validate runs before the proxy starts; is it already running?) on port",
+        port.to_string(),
+        e,
+    )
+    };
+    let out_l = listen_on(policy.proxy_port).map_err(|e| busy(policy.proxy_port, e))?;
+    let in_l = listen_on(policy.inbound_port).map_err(|e| busy(policy.inbound_port, e))?;
+    let mut checks = Vec::new();
+
+    let dialled = dial_as(APP_ID, PROBE_DST, timeout);
+    let got = arrival(&out_l, timeout);
+    checks.push(Check {
+        name: "outbound",
+        ok: got == Some(PROBE_DST),
+        detail: match (got, dialled) {
+            (Some(orig), _) => format!(
+                "uid {APP_ID} dialled {PROBE_DST}: arrived on :{} with original destination {orig}",
+                policy.proxy_port
+            ),
+            (None, Err(e)) => format!("uid {APP_ID} dialled {PROBE_DST}: not captured ({e})"),
+            (None, Ok(())) => {
+                format!("uid {APP_ID} dialled {PROBE_DST}: not captured (reached something else)")
+            }
+        },
+    });
+
+    let addrs = ns.addresses()?;
+    let pod_ip = addrs.iter().find(|a| a.is_ipv4()).copied();
+    let proxy_uid = policy.uids[0];
+    match pod_ip {
+        Some(ip) if policy.n_uids > 0 => {
+            let dst = SocketAddr::new(ip, 15099);
+            let dialled = dial_as(proxy_uid, dst, timeout);
+            let got = arrival(&in_l, timeout);
+            checks.push(Check {
+                name: "inbound",
+                ok: got == Some(dst),
+                detail: match (got, dialled) {
+                    (Some(orig), _) => format!(
+                        "proxy uid {proxy_uid} dialled its own pod at {dst}: arrived on :{} with original destination {orig}",
+                        policy.inbound_port
+                    ),
+                    (None, Err(e)) => format!("proxy uid {proxy_uid} dialled {dst}: not sent to :{} ({e})", policy.inbound_port),
+                    (None, Ok(())) => format!("proxy uid {proxy_uid} dialled {dst}: not sent to :{}", policy.inbound_port),
+                },
+            });
+        }
+        _ => checks.push(Check {
+            name: "inbound",
+            ok: false,
+            detail: "the namespace has no IPv4 address (or the policy no proxy uid) to dial".into(),
+        }),
+    }
+    Ok(Report {
+        ok: checks.iter().all(|c| c.ok),
+        checks,
+    })
+}
