@@ -67,13 +67,13 @@ fn attach_defaults_are_istios() {
     let root = root.display().to_string();
     let cli = Cli::try_parse_from(["redirect", "attach", "--cgroup", &root]).expect("parse");
     match cli.command {
-        Command::Attach {
+        Command::Attach(crate::attach_args::AttachArgs {
             proxy_uid,
             proxy_gid,
             outbound_port,
             proxy_cgroup,
             ..
-        } => {
+        }) => {
             assert_eq!((proxy_uid, proxy_gid, outbound_port), (1337, 1337, 15001));
             assert_eq!(proxy_cgroup, None);
         }

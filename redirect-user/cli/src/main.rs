@@ -1,4 +1,5 @@
 //! The `redirect` binary: parses the CLI and runs attach, exec or status.
+mod attach_args;
 mod attach_cmd;
 mod cli;
 mod cli_values;
@@ -63,7 +64,7 @@ fn needs_root(cmd: &Command) -> Option<&'static str> {
             }
             "istio-iptables"
         }
-        Command::Attach { .. } => "attach",
+        Command::Attach(_) => "attach",
         Command::Exec { .. } => "exec",
         Command::Daemon { .. } => "daemon",
         Command::Enroll { .. } => "enroll",
@@ -103,7 +104,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     match cli.command {
-        Command::Attach {
+        Command::Attach(attach_args::AttachArgs {
             cgroup,
             proxy_cgroup,
             proxy_uid,
@@ -115,7 +116,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             exclude_cidr,
             exclude_cidr_file,
             max_connections,
-        } => attach_cmd::attach(
+        }) => attach_cmd::attach(
             AttachOptions {
                 cgroup,
                 proxy_cgroup,

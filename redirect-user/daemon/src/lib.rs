@@ -1,6 +1,21 @@
 //! The node daemon: owns the pinned datapath, enrolls namespaces on request over a root-only
 //! unix socket, keeps one state file per enrollment so a restart re-adopts them, and follows
 //! each namespace's addresses.
+//!
+//! - `server` the loop (the socket, following addresses and `-c` routes; at start it upgrades a
+//!   datapath pinned by another build in place before adopting it); `server::followed` each
+//!   enrollment's namespace opened once and held; `server::datapath` its hold on the pins and
+//!   the sk_lookup static key; `server::pods` the CNI plugin's ADD, DEL, CHECK and GC;
+//!   `server::reconcile` this node's pods against the enrollments (in-place enrollment, the
+//!   proxy-cgroup binding, unenrolling deleted pods).
+//! - `files` the directory (lock, root-only socket, enrollment files, ownership record);
+//!   `state` the enrollment file's record; `decode` what it reads from outside (one request
+//!   line of at most 1 MiB, the protocol version first, enrollment files); `repair` its check of
+//!   its own pins and enrollments each tick (`DIR/health`); `metrics` the Prometheus endpoint.
+//! - `apiserver` the kube-rs client (in-cluster or `--kubeconfig`, bounded GET retries);
+//!   `pod_cache` this node's pods from a watch; `resolution` each pod's decision and policy,
+//!   resolved as it arrives; `pod_cgroups` the kubelet's cgroup tree.
+//! - The socket's protocol, client and path rule are `redirect_daemon_api`'s.
 pub mod apiserver;
 pub mod decode;
 pub mod error;

@@ -1,10 +1,13 @@
 //! `cargo xtask bench`: direct, explicit proxy, eBPF and Istio's iptables (legacy and nft), side
 //! by side in one process tree, interleaved rounds, reported as medians and per-round ratios.
 mod cni;
+mod cni_node;
 mod floor;
+mod footprint;
 mod phases;
 mod pods;
 mod report;
+pub use report::check;
 mod scaling;
 mod scene;
 mod stats;
@@ -128,7 +131,7 @@ struct Bench {
     /// The pinned node datapath that enrollments are timed against (created on first use).
     node: Option<pods::NodeDatapath>,
     /// The daemon and apiserver of the CNI ADD workload (started on first use).
-    cni: Option<cni::CniNode>,
+    cni: Option<cni_node::CniNode>,
 }
 
 /// Set by the signal thread on SIGINT/SIGTERM/SIGHUP; the run stops at the next sample and
@@ -367,34 +370,4 @@ pub fn run(size: Size, out: &Path, only: &[String]) -> anyhow::Result<()> {
         out.display()
     );
     Ok(())
-}
-
-/// Checks a report has samples from every mode and parses; used by `cargo xtask test`.
-pub fn check(out: &Path) -> anyhow::Result<usize> {
-    let report = report::read(out)?;
-    for mode in report::MODES {
-        let n = report
-            .samples
-            .iter()
-            .filter(|s| s.mode == mode && s.workload == "cps")
-            .count();
-        if n == 0 {
-            bail!("bench smoke: mode {mode} produced no samples");
-        }
-    }
-    for w in [
-        "cps",
-        "keepalive-rps",
-        "bulk",
-        "rules",
-        "enroll",
-        "cni-add",
-        "load",
-        "namespaces",
-    ] {
-        if !report.samples.iter().any(|s| s.workload == w) {
-            bail!("bench smoke: workload {w} produced no samples");
-        }
-    }
-    Ok(report.samples.len())
 }

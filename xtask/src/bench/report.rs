@@ -298,3 +298,33 @@ pub fn read(dir: &Path) -> anyhow::Result<Report> {
     let text = std::fs::read_to_string(dir.join("report.json")).context("reading report.json")?;
     Ok(serde_json::from_str(&text)?)
 }
+
+/// Checks a report has samples from every mode and parses; used by `cargo xtask test`.
+pub fn check(out: &Path) -> anyhow::Result<usize> {
+    let report = read(out)?;
+    for mode in MODES {
+        let n = report
+            .samples
+            .iter()
+            .filter(|s| s.mode == mode && s.workload == "cps")
+            .count();
+        if n == 0 {
+            anyhow::bail!("bench smoke: mode {mode} produced no samples");
+        }
+    }
+    for w in [
+        "cps",
+        "keepalive-rps",
+        "bulk",
+        "rules",
+        "enroll",
+        "cni-add",
+        "load",
+        "namespaces",
+    ] {
+        if !report.samples.iter().any(|s| s.workload == w) {
+            anyhow::bail!("bench smoke: workload {w} produced no samples");
+        }
+    }
+    Ok(report.samples.len())
+}

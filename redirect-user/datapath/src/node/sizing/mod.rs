@@ -2,14 +2,15 @@
 //! quota, and the connection maps from `max_connections`, when the datapath is created; the
 //! sizing is pinned beside it (`DIR/sizing`), and every enrollment is checked against it before
 //! anything is written, so no namespace can fill a shared map and lock the others out.
-use std::{net::IpAddr, os::fd::AsFd as _, path::Path};
+mod pin;
 
-use aya::maps::{Array, Map, MapData};
+use std::{net::IpAddr, path::Path};
+
 use redirect_common::{map_names, Counter};
 use redirect_policy::{InboundPorts, Policy};
 
+pub use self::pin::{create, read};
 use crate::{
-    bpfsys,
     error::{Error, Result},
     outbound::Compiled,
 };
@@ -321,51 +322,6 @@ pub struct Enrollment<'a> {
     pub new: bool,
     /// Namespaces with a policy now.
     pub enrolled: usize,
-}
-
-fn map_err(op: &'static str, dir: &Path) -> impl FnOnce(aya::maps::MapError) -> Error {
-    super::layout::record_err(op, dir, PIN)
-}
-
-/// Creates and pins the sizing record of a new datapath.
-pub fn create(dir: &Path, quotas: &Quotas) -> Result<()> {
-    let path = dir.join(PIN);
-    let pin_err = |op: &'static str| {
-        let path = path.clone();
-        move |source| Error::Pin { op, path, source }
-    };
-    let size = u32::try_from(std::mem::size_of::<Raw>()).unwrap_or(u32::MAX);
-    let fd = bpfsys::array_map_create("redirect_sizing", size)
-        .map_err(pin_err("creating the sizing record for"))?;
-    bpfsys::obj_pin(fd.as_fd(), &path).map_err(pin_err("pinning the sizing record at"))?;
-    let data = MapData::from_pin(&path).map_err(map_err("opening the sizing record", dir))?;
-    let mut array: Array<MapData, Raw> =
-        Array::try_from(Map::Array(data)).map_err(map_err("reading the sizing record", dir))?;
-    array
-        .set(0, quotas.encode(), 0)
-        .map_err(map_err("writing the sizing record", dir))
-}
-
-/// The quotas of the datapath at `dir`; the defaults for one pinned before sizing existed.
-pub fn read(dir: &Path) -> Result<Quotas> {
-    let path = dir.join(PIN);
-    if !path.exists() {
-        return Ok(Quotas::default());
-    }
-    let open = || MapData::from_pin(&path).map_err(map_err("opening the sizing record", dir));
-    if let Ok(array) = Array::<MapData, Raw>::try_from(Map::Array(open()?)) {
-        let raw = array
-            .get(&0, 0)
-            .map_err(map_err("reading the sizing record", dir))?;
-        return Ok(Quotas::decode(&raw).unwrap_or_default());
-    }
-    // An older record (its value is shorter).
-    let array: Array<MapData, RawV1> =
-        Array::try_from(Map::Array(open()?)).map_err(map_err("reading the sizing record", dir))?;
-    let raw = array
-        .get(&0, 0)
-        .map_err(map_err("reading the sizing record", dir))?;
-    Ok(Quotas::decode_v1(&raw).unwrap_or_default())
 }
 
 #[cfg(test)]
