@@ -108,6 +108,7 @@ pub fn daemon(
 /// attaching, a stop and continue) is not a signal to stop on: it waits again.
 fn wait_signal(signals: &SigSet) -> (i32, i32) {
     loop {
+        // By hand: nix's SigSet::wait does not give the sender's pid, which the log names.
         // SAFETY: syscall edge: `info` is a zeroed siginfo_t the kernel fills; the set is valid.
         let (signal, from) = unsafe {
             let mut info: libc::siginfo_t = std::mem::zeroed();

@@ -1,9 +1,8 @@
 //! Finds a proxy that was already listening on the inbound port when its namespace was
 //! enrolled (sock_ops only sees new `listen()` calls) and takes its socket for `LISTENERS`,
 //! only after checking it is that namespace's TCP listener on that port.
-use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd};
+use std::os::fd::{AsFd as _, BorrowedFd, FromRawFd as _, OwnedFd};
 
-use nix::sys::socket::{getsockname, SockaddrStorage};
 use redirect_common::{AF_INET, AF_INET6};
 
 use crate::{error::Result, netns::NetnsHandle};
@@ -45,6 +44,7 @@ fn holders(inode: u64, netns_ino: Option<u64>) -> Vec<(i32, i32)> {
 
 /// Duplicates fd `fd` of process `pid` into this process (pidfd_open + pidfd_getfd).
 fn take_fd(pid: i32, fd: i32) -> Option<OwnedFd> {
+    // By hand: nix 0.29 has neither pidfd_open nor pidfd_getfd.
     // SAFETY: syscall edge: pidfd_open(pid, 0) returns a new fd or -1; no memory is passed.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if pidfd < 0 {
@@ -126,31 +126,12 @@ pub enum NotAdoptable {
     },
 }
 
-fn int_opt(
-    fd: BorrowedFd<'_>,
-    name: libc::c_int,
-    option: &'static str,
-) -> Result<i32, NotAdoptable> {
-    let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: syscall edge: `value` is a valid c_int buffer of `len` bytes for the kernel to fill.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            name,
-            (&raw mut value).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        Ok(value)
-    } else {
-        Err(NotAdoptable::Unreadable {
-            option,
-            error: std::io::Error::last_os_error().to_string(),
-        })
-    }
+/// A socket option read through socket2, its failure named.
+fn opt<T>(option: &'static str, got: std::io::Result<T>) -> Result<T, NotAdoptable> {
+    got.map_err(|e| NotAdoptable::Unreadable {
+        option,
+        error: e.to_string(),
+    })
 }
 
 /// Checks that `fd` is a TCP socket (IPv4 or IPv6) of netns `cookie`, listening, bound to
@@ -166,34 +147,28 @@ pub fn check_listener(fd: BorrowedFd<'_>, cookie: u64, port: u16) -> Result<u16,
             want: cookie,
         });
     }
-    let domain = int_opt(fd, libc::SO_DOMAIN, "SO_DOMAIN")?;
-    let kind = int_opt(fd, libc::SO_TYPE, "SO_TYPE")?;
-    let protocol = int_opt(fd, libc::SO_PROTOCOL, "SO_PROTOCOL")?;
-    let inet = domain == libc::AF_INET || domain == libc::AF_INET6;
-    if !inet || kind != libc::SOCK_STREAM || protocol != libc::IPPROTO_TCP {
+    let sock = socket2::SockRef::from(&fd);
+    let domain = opt("SO_DOMAIN", sock.domain())?;
+    let kind = opt("SO_TYPE", sock.r#type())?;
+    let protocol = opt("SO_PROTOCOL", sock.protocol())?;
+    let inet = domain == socket2::Domain::IPV4 || domain == socket2::Domain::IPV6;
+    if !inet || kind != socket2::Type::STREAM || protocol != Some(socket2::Protocol::TCP) {
         return Err(NotAdoptable::NotTcp {
-            domain,
-            kind,
-            protocol,
+            domain: domain.into(),
+            kind: kind.into(),
+            protocol: protocol.map_or(0, Into::into),
         });
     }
-    if int_opt(fd, libc::SO_ACCEPTCONN, "SO_ACCEPTCONN")? == 0 {
+    if !opt("SO_ACCEPTCONN", sock.is_listener())? {
         return Err(NotAdoptable::NotListening);
     }
-    let local: SockaddrStorage =
-        getsockname(fd.as_raw_fd()).map_err(|e| NotAdoptable::Unreadable {
-            option: "getsockname",
-            error: e.to_string(),
-        })?;
-    let bound = local
-        .as_sockaddr_in()
-        .map(|a| a.port())
-        .or_else(|| local.as_sockaddr_in6().map(|a| a.port()))
-        .unwrap_or(0);
+    let bound = opt("getsockname", sock.local_addr())?
+        .as_socket()
+        .map_or(0, |a| a.port());
     if bound != port {
         return Err(NotAdoptable::OtherPort(bound));
     }
-    Ok(if domain == libc::AF_INET6 {
+    Ok(if domain == socket2::Domain::IPV6 {
         AF_INET6
     } else {
         AF_INET

@@ -11,55 +11,70 @@ use std::{
     path::Path,
 };
 
-const BPF_MAP_CREATE: libc::c_long = 0;
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_OBJ_PIN: libc::c_long = 6;
-const BPF_OBJ_GET: libc::c_long = 7;
-pub(crate) const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
-const BPF_LINK_CREATE: libc::c_long = 28;
+use aya_obj::generated::{
+    bpf_attr, bpf_cmd, bpf_insn, bpf_link_info, bpf_link_type, bpf_map_info, bpf_map_type,
+    bpf_prog_type,
+};
 
-/// `enum bpf_attach_type` values used by the datapath.
+/// `enum bpf_attach_type` values used by the datapath (from aya-obj's kernel bindings).
 pub mod attach_type {
+    use aya_obj::generated::bpf_attach_type as t;
     /// `BPF_CGROUP_SOCK_OPS`.
-    pub const SOCK_OPS: u32 = 3;
+    pub const SOCK_OPS: u32 = t::BPF_CGROUP_SOCK_OPS as u32;
     /// `BPF_CGROUP_INET4_BIND`.
-    pub const BIND4: u32 = 8;
+    pub const BIND4: u32 = t::BPF_CGROUP_INET4_BIND as u32;
     /// `BPF_CGROUP_INET6_BIND`.
-    pub const BIND6: u32 = 9;
+    pub const BIND6: u32 = t::BPF_CGROUP_INET6_BIND as u32;
     /// `BPF_CGROUP_INET4_CONNECT`.
-    pub const CONNECT4: u32 = 10;
+    pub const CONNECT4: u32 = t::BPF_CGROUP_INET4_CONNECT as u32;
     /// `BPF_CGROUP_INET6_CONNECT`.
-    pub const CONNECT6: u32 = 11;
+    pub const CONNECT6: u32 = t::BPF_CGROUP_INET6_CONNECT as u32;
     /// `BPF_CGROUP_UDP4_SENDMSG`.
-    pub const SENDMSG4: u32 = 14;
+    pub const SENDMSG4: u32 = t::BPF_CGROUP_UDP4_SENDMSG as u32;
     /// `BPF_CGROUP_UDP6_SENDMSG`.
-    pub const SENDMSG6: u32 = 15;
+    pub const SENDMSG6: u32 = t::BPF_CGROUP_UDP6_SENDMSG as u32;
     /// `BPF_CGROUP_UDP4_RECVMSG`.
-    pub const RECVMSG4: u32 = 19;
+    pub const RECVMSG4: u32 = t::BPF_CGROUP_UDP4_RECVMSG as u32;
     /// `BPF_CGROUP_UDP6_RECVMSG`.
-    pub const RECVMSG6: u32 = 20;
+    pub const RECVMSG6: u32 = t::BPF_CGROUP_UDP6_RECVMSG as u32;
     /// `BPF_CGROUP_GETSOCKOPT`.
-    pub const GETSOCKOPT: u32 = 21;
+    pub const GETSOCKOPT: u32 = t::BPF_CGROUP_GETSOCKOPT as u32;
     /// `BPF_CGROUP_INET4_GETPEERNAME`.
-    pub const GETPEERNAME4: u32 = 29;
+    pub const GETPEERNAME4: u32 = t::BPF_CGROUP_INET4_GETPEERNAME as u32;
     /// `BPF_CGROUP_INET6_GETPEERNAME`.
-    pub const GETPEERNAME6: u32 = 30;
+    pub const GETPEERNAME6: u32 = t::BPF_CGROUP_INET6_GETPEERNAME as u32;
     /// `BPF_SK_LOOKUP`.
-    pub const SK_LOOKUP: u32 = 36;
+    pub const SK_LOOKUP: u32 = t::BPF_SK_LOOKUP as u32;
 }
 
-/// `union bpf_attr`, as large as any command here uses (the kernel wants the rest zeroed).
-#[repr(C, align(8))]
-pub(crate) struct Attr(pub(crate) [u32; 16]);
+/// The kernel bindings' plain C types that are valid all-zero (integers, arrays of them and
+/// unions of such structs: no pointers, references or enums inside).
+pub(crate) trait PlainC: Copy {}
+impl PlainC for bpf_attr {}
+impl PlainC for bpf_link_info {}
+impl PlainC for bpf_map_info {}
 
-pub(crate) fn bpf(cmd: libc::c_long, attr: &Attr) -> io::Result<libc::c_long> {
-    // SAFETY: syscall edge: `attr` is a valid, fully initialised bpf_attr of the size passed.
+/// The all-zero value of `T`, as the kernel wants every unused byte of its structs.
+pub(crate) fn zeroed<T: PlainC>() -> T {
+    // SAFETY: `PlainC` is implemented only for bindgen's C structs and unions of integers,
+    // for which every bit pattern, all-zero included, is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// A pointer as the kernel's `__aligned_u64` fields take it.
+pub(crate) fn ptr_u64<T>(p: *const T) -> u64 {
+    p as usize as u64
+}
+
+pub(crate) fn bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<libc::c_long> {
+    // SAFETY: syscall edge: `attr` is a valid, zero-initialised bpf_attr of the size passed;
+    // the pointers the caller put in it outlive the call.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_bpf,
-            cmd,
-            std::ptr::from_ref(attr),
-            std::mem::size_of::<Attr>(),
+            cmd as libc::c_long,
+            std::ptr::from_mut(attr),
+            std::mem::size_of::<bpf_attr>(),
         )
     };
     if rc < 0 {
@@ -69,40 +84,36 @@ pub(crate) fn bpf(cmd: libc::c_long, attr: &Attr) -> io::Result<libc::c_long> {
     }
 }
 
-/// Stores `v` in the `__aligned_u64` field at `word` of a bpf_attr (two 32-bit words, in the
-/// host's byte order, so big-endian hosts get the halves right too).
-pub(crate) fn set_u64(words: &mut [u32], word: usize, v: u64) {
-    let b = v.to_ne_bytes();
-    words[word] = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-    words[word + 1] = u32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
-}
-
 pub(crate) fn owned(fd: libc::c_long) -> io::Result<OwnedFd> {
     let fd = i32::try_from(fd).map_err(|_| io::Error::other("fd out of range"))?;
     // SAFETY: the kernel just returned this new file descriptor; we are its only owner.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// A descriptor as the kernel's `__u32` fd fields take it.
+pub(crate) fn fd_u32(fd: BorrowedFd<'_>) -> u32 {
+    fd.as_raw_fd().unsigned_abs()
+}
+
 /// Creates a one-entry `BPF_MAP_TYPE_ARRAY` named `name` (at most 15 bytes) whose value has
 /// `value_size` bytes.
 pub fn array_map_create(name: &str, value_size: u32) -> io::Result<OwnedFd> {
-    const BPF_MAP_TYPE_ARRAY: u32 = 2;
-    let mut attr = Attr([0; 16]);
-    attr.0[0] = BPF_MAP_TYPE_ARRAY;
-    attr.0[1] = 4; // key: u32 index
-    attr.0[2] = value_size;
-    attr.0[3] = 1; // max_entries
-                   // map_name: char[16] at byte offset 28 (words 7..11), NUL-terminated.
     let bytes = name.as_bytes();
     if bytes.len() > 15 {
         return Err(io::Error::other("map name longer than 15 bytes"));
     }
-    let mut buf = [0u8; 16];
-    buf[..bytes.len()].copy_from_slice(bytes);
-    for (i, chunk) in buf.chunks_exact(4).enumerate() {
-        attr.0[7 + i] = u32::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+    let mut map_name = [0; 16];
+    for (dst, src) in map_name.iter_mut().zip(bytes) {
+        *dst = src.cast_signed();
     }
-    owned(bpf(BPF_MAP_CREATE, &attr)?)
+    // Field writes only (safe on a union): the map-create member of the zeroed attr.
+    let mut attr: bpf_attr = zeroed();
+    attr.__bindgen_anon_1.map_type = bpf_map_type::BPF_MAP_TYPE_ARRAY as u32;
+    attr.__bindgen_anon_1.key_size = 4; // a u32 index
+    attr.__bindgen_anon_1.value_size = value_size;
+    attr.__bindgen_anon_1.max_entries = 1;
+    attr.__bindgen_anon_1.map_name = map_name;
+    owned(bpf(bpf_cmd::BPF_MAP_CREATE, &mut attr)?)
 }
 
 /// Creates a bpf_link of `prog` at `target` (a cgroup directory or netns file).
@@ -111,105 +122,91 @@ pub fn link_create(
     target: BorrowedFd<'_>,
     attach: u32,
 ) -> io::Result<OwnedFd> {
-    let mut attr = Attr([0; 16]);
-    attr.0[0] = prog.as_raw_fd() as u32;
-    attr.0[1] = target.as_raw_fd() as u32;
-    attr.0[2] = attach;
-    owned(bpf(BPF_LINK_CREATE, &attr)?)
+    let mut attr: bpf_attr = zeroed();
+    attr.link_create.__bindgen_anon_1.prog_fd = fd_u32(prog);
+    attr.link_create.__bindgen_anon_2.target_fd = fd_u32(target);
+    attr.link_create.attach_type = attach;
+    owned(bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)?)
 }
 
-fn path_attr(path: &Path, fd: u32) -> io::Result<(Attr, CString)> {
+fn path_attr(path: &Path, fd: u32) -> io::Result<(bpf_attr, CString)> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::other("path contains a NUL byte"))?;
-    let mut attr = Attr([0; 16]);
-    set_u64(&mut attr.0, 0, c.as_ptr() as u64);
-    attr.0[2] = fd;
+    let mut attr: bpf_attr = zeroed();
+    attr.__bindgen_anon_4.pathname = ptr_u64(c.as_ptr());
+    attr.__bindgen_anon_4.bpf_fd = fd;
     Ok((attr, c))
 }
 
 /// Pins `fd` (a program, map or link) at `path` in a bpffs.
 pub fn obj_pin(fd: BorrowedFd<'_>, path: &Path) -> io::Result<()> {
-    let (attr, _keep) = path_attr(path, fd.as_raw_fd() as u32)?;
-    bpf(BPF_OBJ_PIN, &attr).map(|_| ())
+    let (mut attr, _keep) = path_attr(path, fd_u32(fd))?;
+    bpf(bpf_cmd::BPF_OBJ_PIN, &mut attr).map(|_| ())
 }
 
 /// Opens the object pinned at `path`.
 pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
-    let (attr, _keep) = path_attr(path, 0)?;
-    owned(bpf(BPF_OBJ_GET, &attr)?)
+    let (mut attr, _keep) = path_attr(path, 0)?;
+    owned(bpf(bpf_cmd::BPF_OBJ_GET, &mut attr)?)
+}
+
+/// Fills `info` (a `struct bpf_*_info`) for the object `fd` (`BPF_OBJ_GET_INFO_BY_FD`).
+pub(crate) fn obj_info<T: PlainC>(fd: BorrowedFd<'_>) -> io::Result<T> {
+    let mut info: T = zeroed();
+    let mut attr: bpf_attr = zeroed();
+    attr.info.bpf_fd = fd_u32(fd);
+    attr.info.info_len = u32::try_from(std::mem::size_of::<T>()).unwrap_or(u32::MAX);
+    attr.info.info = ptr_u64(std::ptr::from_mut(&mut info));
+    bpf(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    Ok(info)
 }
 
 /// The network namespace inode a netns link (sk_lookup) is attached to: 0 once that namespace
 /// is gone (the kernel detaches the link when the namespace dies, whoever still sees it).
 pub fn link_netns_ino(link: BorrowedFd<'_>) -> io::Result<u32> {
-    /// `struct bpf_link_info`: type, id, prog_id, then (8-aligned) `netns { netns_ino, attach_type }`.
-    #[repr(C, align(8))]
-    struct LinkInfo([u32; 32]);
-    const BPF_LINK_TYPE_NETNS: u32 = 5;
-    let mut info = LinkInfo([0; 32]);
-    let mut attr = Attr([0; 16]);
-    attr.0[0] = link.as_raw_fd() as u32;
-    attr.0[1] = std::mem::size_of::<LinkInfo>() as u32;
-    set_u64(&mut attr.0, 2, std::ptr::from_mut(&mut info) as u64);
-    bpf(BPF_OBJ_GET_INFO_BY_FD, &attr)?;
-    if info.0[0] != BPF_LINK_TYPE_NETNS {
+    let info: bpf_link_info = obj_info(link)?;
+    if info.type_ != bpf_link_type::BPF_LINK_TYPE_NETNS as u32 {
         return Err(io::Error::other(format!(
             "link type {} is not a netns link",
-            info.0[0]
+            info.type_
         )));
     }
-    Ok(info.0[4])
+    // SAFETY: reading a union field: the kernel filled the `netns` member for a netns link
+    // (checked above), and any bits are a valid pair of u32s.
+    Ok(unsafe { info.__bindgen_anon_1.netns.netns_ino })
 }
 
 /// One `struct bpf_insn`: opcode, dst and src registers, offset, immediate.
-fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> [u8; 8] {
-    let o = off.to_ne_bytes();
-    let i = imm.to_ne_bytes();
-    // The register byte is `dst_reg:4, src_reg:4` in the host's bit-field order.
-    let regs = if cfg!(target_endian = "little") {
-        (src << 4) | (dst & 0xf)
-    } else {
-        (dst << 4) | (src & 0xf)
-    };
-    [code, regs, o[0], o[1], i[0], i[1], i[2], i[3]]
+fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
+    bpf_insn {
+        code,
+        _bitfield_align_1: [],
+        _bitfield_1: bpf_insn::new_bitfield_1(dst, src),
+        off,
+        imm,
+    }
 }
 
 /// Loads `insns` as a program of `prog_type` (with `expected_attach_type`) and unloads it
 /// again; whether the verifier accepted it.
-fn loads(prog_type: u32, expected_attach_type: u32, insns: &[[u8; 8]]) -> bool {
-    #[repr(C, align(8))]
-    struct LoadAttr([u32; 32]);
-    let code: Vec<u8> = insns.iter().flatten().copied().collect();
+fn loads(prog_type: bpf_prog_type, expected_attach_type: u32, insns: &[bpf_insn]) -> bool {
     let license = c"GPL";
-    let mut attr = LoadAttr([0; 32]);
-    attr.0[0] = prog_type;
-    attr.0[1] = u32::try_from(insns.len()).unwrap_or(u32::MAX);
-    set_u64(&mut attr.0, 2, code.as_ptr() as u64);
-    set_u64(&mut attr.0, 4, license.as_ptr() as u64);
-    attr.0[17] = expected_attach_type; // byte offset 68
-                                       // SAFETY: syscall edge: `attr` is a zeroed bpf_attr large enough for BPF_PROG_LOAD, whose
-                                       // pointers (instructions, license) outlive the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_LOAD,
-            std::ptr::from_ref(&attr),
-            std::mem::size_of::<LoadAttr>(),
-        )
-    };
-    if rc < 0 {
-        return false;
-    }
-    drop(owned(rc));
-    true
+    let mut attr: bpf_attr = zeroed();
+    attr.__bindgen_anon_3.prog_type = prog_type as u32;
+    attr.__bindgen_anon_3.insn_cnt = u32::try_from(insns.len()).unwrap_or(u32::MAX);
+    attr.__bindgen_anon_3.insns = ptr_u64(insns.as_ptr());
+    attr.__bindgen_anon_3.license = ptr_u64(license.as_ptr());
+    attr.__bindgen_anon_3.expected_attach_type = expected_attach_type;
+    bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr)
+        .and_then(owned)
+        .is_ok()
 }
 
 /// Whether sk_lookup programs may read `ingress_ifindex` (Linux 5.17).
 pub fn sk_lookup_reads_ingress_ifindex() -> bool {
-    const BPF_PROG_TYPE_SK_LOOKUP: u32 = 30;
     const OFFSET_INGRESS_IFINDEX: i16 = 64; // offsetof(struct bpf_sk_lookup, ingress_ifindex)
     loads(
-        BPF_PROG_TYPE_SK_LOOKUP,
+        bpf_prog_type::BPF_PROG_TYPE_SK_LOOKUP,
         attach_type::SK_LOOKUP,
         &[
             insn(0x61, 2, 1, OFFSET_INGRESS_IFINDEX, 0), // r2 = *(u32 *)(r1 + 64)
@@ -221,9 +218,8 @@ pub fn sk_lookup_reads_ingress_ifindex() -> bool {
 
 /// Whether a socket filter may call helper `id`: false for an id the kernel does not know.
 pub fn helper_id_is_known(id: u32) -> bool {
-    const BPF_PROG_TYPE_SOCKET_FILTER: u32 = 1;
     loads(
-        BPF_PROG_TYPE_SOCKET_FILTER,
+        bpf_prog_type::BPF_PROG_TYPE_SOCKET_FILTER,
         0,
         &[
             insn(0x85, 0, 0, 0, i32::try_from(id).unwrap_or(i32::MAX)), // call id

@@ -1,43 +1,25 @@
 //! The bpf(2) commands of an upgrade in place that aya does not expose: a link's program
 //! (`BPF_OBJ_GET_INFO_BY_FD`, `BPF_PROG_GET_FD_BY_ID`), replacing it (`BPF_LINK_UPDATE`), a
 //! map's definition and a raw copy of its entries into a map of another size. A syscall edge.
-use std::{
-    io,
-    os::fd::{AsRawFd as _, BorrowedFd, OwnedFd},
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+use aya_obj::generated::{
+    bpf_attr, bpf_cmd, bpf_link_info, bpf_map_info, bpf_map_type, BPF_F_REPLACE,
 };
 
-use crate::bpfsys::{bpf, owned, set_u64, Attr, BPF_OBJ_GET_INFO_BY_FD};
-
-const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
-const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
-const BPF_LINK_UPDATE: libc::c_long = 29;
-const BPF_F_REPLACE: u32 = 1 << 2;
-
-/// Fills `info` (a `struct bpf_*_info` of `words` u32) for the object `fd`.
-fn info_words<const N: usize>(fd: BorrowedFd<'_>) -> io::Result<[u32; N]> {
-    #[repr(C, align(8))]
-    struct Info<const N: usize>([u32; N]);
-    let mut info = Info([0u32; N]);
-    let mut attr = Attr([0; 16]);
-    attr.0[0] = fd.as_raw_fd() as u32;
-    attr.0[1] = u32::try_from(std::mem::size_of::<Info<N>>()).unwrap_or(u32::MAX);
-    set_u64(&mut attr.0, 2, std::ptr::from_mut(&mut info) as u64);
-    bpf(BPF_OBJ_GET_INFO_BY_FD, &attr)?;
-    Ok(info.0)
-}
+use crate::bpfsys::{bpf, fd_u32, obj_info, owned, ptr_u64, zeroed};
 
 /// The id of the program a bpf_link runs (`struct bpf_link_info.prog_id`).
 pub fn link_prog_id(link: BorrowedFd<'_>) -> io::Result<u32> {
-    Ok(info_words::<32>(link)?[2])
+    Ok(obj_info::<bpf_link_info>(link)?.prog_id)
 }
 
 /// Opens the loaded program with kernel id `id`.
 pub fn prog_by_id(id: u32) -> io::Result<OwnedFd> {
-    let mut attr = Attr([0; 16]);
-    attr.0[0] = id;
-    owned(bpf(BPF_PROG_GET_FD_BY_ID, &attr)?)
+    let mut attr: bpf_attr = zeroed();
+    attr.__bindgen_anon_6.__bindgen_anon_1.prog_id = id;
+    owned(bpf(bpf_cmd::BPF_PROG_GET_FD_BY_ID, &mut attr)?)
 }
 
 /// Replaces the program of `link` with `new` atomically, only if it still runs `old`
@@ -47,12 +29,12 @@ pub fn link_update(
     new: BorrowedFd<'_>,
     old: BorrowedFd<'_>,
 ) -> io::Result<()> {
-    let mut attr = Attr([0; 16]);
-    attr.0[0] = link.as_raw_fd() as u32;
-    attr.0[1] = new.as_raw_fd() as u32;
-    attr.0[2] = BPF_F_REPLACE;
-    attr.0[3] = old.as_raw_fd() as u32;
-    bpf(BPF_LINK_UPDATE, &attr).map(|_| ())
+    let mut attr: bpf_attr = zeroed();
+    attr.link_update.link_fd = fd_u32(link);
+    attr.link_update.__bindgen_anon_1.new_prog_fd = fd_u32(new);
+    attr.link_update.flags = BPF_F_REPLACE;
+    attr.link_update.__bindgen_anon_2.old_prog_fd = fd_u32(old);
+    bpf(bpf_cmd::BPF_LINK_UPDATE, &mut attr).map(|_| ())
 }
 
 /// What defines a map: two maps with the same definition can stand for each other.
@@ -82,23 +64,23 @@ impl std::fmt::Display for MapDef {
 
 /// The definition of map `fd` as the kernel reports it (`struct bpf_map_info`).
 pub fn map_def(fd: BorrowedFd<'_>) -> io::Result<MapDef> {
-    let w = info_words::<32>(fd)?;
+    let info: bpf_map_info = obj_info(fd)?;
     Ok(MapDef {
-        map_type: w[0],
-        key_size: w[2],
-        value_size: w[3],
-        max_entries: w[4],
-        flags: w[5],
+        map_type: info.type_,
+        key_size: info.key_size,
+        value_size: info.value_size,
+        max_entries: info.max_entries,
+        flags: info.map_flags,
     })
 }
 
-const HASH: u32 = 1;
-const ARRAY: u32 = 2;
-const PERCPU_HASH: u32 = 5;
-const PERCPU_ARRAY: u32 = 6;
-const LRU_HASH: u32 = 9;
-const LRU_PERCPU_HASH: u32 = 10;
-const LPM_TRIE: u32 = 11;
+const HASH: u32 = bpf_map_type::BPF_MAP_TYPE_HASH as u32;
+const ARRAY: u32 = bpf_map_type::BPF_MAP_TYPE_ARRAY as u32;
+const PERCPU_HASH: u32 = bpf_map_type::BPF_MAP_TYPE_PERCPU_HASH as u32;
+const PERCPU_ARRAY: u32 = bpf_map_type::BPF_MAP_TYPE_PERCPU_ARRAY as u32;
+const LRU_HASH: u32 = bpf_map_type::BPF_MAP_TYPE_LRU_HASH as u32;
+const LRU_PERCPU_HASH: u32 = bpf_map_type::BPF_MAP_TYPE_LRU_PERCPU_HASH as u32;
+const LPM_TRIE: u32 = bpf_map_type::BPF_MAP_TYPE_LPM_TRIE as u32;
 
 /// Whether the entries of hash `old` can be carried into trie `new` ([`copy_hash_into_trie`]):
 /// the trie's key is the hash's key behind a 4-byte prefix length, the value the same.
@@ -122,7 +104,7 @@ pub fn copy_hash_into_trie(
     for_each_key(from, def.key_size, &mut value, |key, value| {
         trie_key[4..].copy_from_slice(key);
         elem(
-            BPF_MAP_UPDATE_ELEM,
+            bpf_cmd::BPF_MAP_UPDATE_ELEM,
             to,
             trie_key.as_ptr(),
             value.as_mut_ptr(),
@@ -149,14 +131,24 @@ fn for_each_key(
         } else {
             key.as_ptr()
         };
-        match elem(BPF_MAP_GET_NEXT_KEY, from, start, next.as_mut_ptr()) {
+        match elem(
+            bpf_cmd::BPF_MAP_GET_NEXT_KEY,
+            from,
+            start,
+            next.as_mut_ptr(),
+        ) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(copied),
             Err(e) => return Err(e),
         }
         first = false;
         std::mem::swap(&mut key, &mut next);
-        match elem(BPF_MAP_LOOKUP_ELEM, from, key.as_ptr(), value.as_mut_ptr()) {
+        match elem(
+            bpf_cmd::BPF_MAP_LOOKUP_ELEM,
+            from,
+            key.as_ptr(),
+            value.as_mut_ptr(),
+        ) {
             Ok(()) => {}
             // Deleted by a program between the two calls: nothing to carry over.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
@@ -175,12 +167,12 @@ pub fn copyable(map_type: u32) -> bool {
     )
 }
 
-fn elem(cmd: libc::c_long, fd: BorrowedFd<'_>, key: *const u8, val: *mut u8) -> io::Result<()> {
-    let mut attr = Attr([0; 16]);
-    attr.0[0] = fd.as_raw_fd() as u32;
-    set_u64(&mut attr.0, 2, key as u64);
-    set_u64(&mut attr.0, 4, val as u64);
-    bpf(cmd, &attr).map(|_| ())
+fn elem(cmd: bpf_cmd, fd: BorrowedFd<'_>, key: *const u8, val: *mut u8) -> io::Result<()> {
+    let mut attr: bpf_attr = zeroed();
+    attr.__bindgen_anon_2.map_fd = fd_u32(fd);
+    attr.__bindgen_anon_2.key = ptr_u64(key);
+    attr.__bindgen_anon_2.__bindgen_anon_1.value = ptr_u64(val);
+    bpf(cmd, &mut attr).map(|_| ())
 }
 
 /// Copies every entry of `from` into `to` (same type, key and value sizes; any capacity):
@@ -208,12 +200,27 @@ pub fn copy_entries(
         let n = def.max_entries.min(to_max);
         for i in 0..n {
             let key = i.to_ne_bytes();
-            elem(BPF_MAP_LOOKUP_ELEM, from, key.as_ptr(), value.as_mut_ptr())?;
-            elem(BPF_MAP_UPDATE_ELEM, to, key.as_ptr(), value.as_mut_ptr())?;
+            elem(
+                bpf_cmd::BPF_MAP_LOOKUP_ELEM,
+                from,
+                key.as_ptr(),
+                value.as_mut_ptr(),
+            )?;
+            elem(
+                bpf_cmd::BPF_MAP_UPDATE_ELEM,
+                to,
+                key.as_ptr(),
+                value.as_mut_ptr(),
+            )?;
         }
         return Ok(n as usize);
     }
     for_each_key(from, def.key_size, &mut value, |key, value| {
-        elem(BPF_MAP_UPDATE_ELEM, to, key.as_ptr(), value.as_mut_ptr())
+        elem(
+            bpf_cmd::BPF_MAP_UPDATE_ELEM,
+            to,
+            key.as_ptr(),
+            value.as_mut_ptr(),
+        )
     })
 }

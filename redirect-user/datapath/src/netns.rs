@@ -274,6 +274,7 @@ pub fn cookie(path: &Path) -> Result<u64> {
 pub fn socket_cookie_of_netns(fd: BorrowedFd<'_>) -> std::io::Result<u64> {
     let mut value: u64 = 0;
     let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // By hand: neither socket2 nor nix 0.29 has SO_NETNS_COOKIE.
     // SAFETY: syscall edge: `value` is a valid u64 buffer of `len` bytes for the kernel to fill.
     let rc = unsafe {
         libc::getsockopt(

@@ -123,6 +123,7 @@ pub fn read_in_root(pid: i32, file: PodFile) -> std::io::Result<Option<String>> 
         Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
+    // By hand: nix 0.29's openat2 returns a bare RawFd too, owned the same way.
     // SAFETY: syscall edge: openat2 returned a new file descriptor that nothing else owns.
     let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     if !file.metadata()?.is_file() {

@@ -1,16 +1,17 @@
 //! `SO_ORIGINAL_DST`: the destination a captured connection was sent to before capture (the
 //! conntrack entry of iptables REDIRECT, or the answer of our BPF getsockopt hook), read the way
-//! a transparent proxy reads it. The one reader in the workspace, and its one `unsafe`.
+//! a transparent proxy reads it. The one reader in the workspace, on socket2's
+//! `original_dst_v4`/`original_dst_v6` (no `unsafe` of its own).
 //!
 //! IPv4: `getsockopt(SOL_IP, SO_ORIGINAL_DST)` fills a `sockaddr_in`; IPv6:
 //! `getsockopt(SOL_IPV6, IP6T_SO_ORIGINAL_DST)` fills a `sockaddr_in6`. Both options are 80.
 use std::{
-    io, mem,
-    net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6},
-    os::fd::{AsFd, AsRawFd as _, BorrowedFd},
+    io,
+    net::{SocketAddr, SocketAddrV4, SocketAddrV6},
+    os::fd::{AsFd, BorrowedFd},
 };
 
-use nix::sys::socket::{getsockname, SockaddrStorage};
+use socket2::{SockAddr, SockRef};
 
 /// `SO_ORIGINAL_DST` (`linux/netfilter_ipv4.h`), at level `SOL_IP`.
 pub const SO_ORIGINAL_DST: libc::c_int = 80;
@@ -74,90 +75,47 @@ impl Error {
     }
 }
 
-/// Plain C socket addresses the kernel fills in: any bytes are a valid value.
-trait CSockaddr: Copy {
-    /// The all-zero value.
-    const ZERO: Self;
-}
-
-impl CSockaddr for libc::sockaddr_in {
-    const ZERO: Self = libc::sockaddr_in {
-        sin_family: 0,
-        sin_port: 0,
-        sin_addr: libc::in_addr { s_addr: 0 },
-        sin_zero: [0; 8],
-    };
-}
-
-impl CSockaddr for libc::sockaddr_in6 {
-    const ZERO: Self = libc::sockaddr_in6 {
-        sin6_family: 0,
-        sin6_port: 0,
-        sin6_flowinfo: 0,
-        sin6_addr: libc::in6_addr { s6_addr: [0; 16] },
-        sin6_scope_id: 0,
-    };
-}
-
-/// `getsockopt(fd, level, name)` into a `T`; fails unless the kernel wrote a whole `T`.
-fn getsockopt_addr<T: CSockaddr>(
-    fd: BorrowedFd<'_>,
-    level: libc::c_int,
-    name: libc::c_int,
-    call: &'static str,
-) -> Result<T, Error> {
-    let mut value = T::ZERO;
-    let size = mem::size_of::<T>();
-    let mut len = size as libc::socklen_t;
-    // SAFETY: the one unsafe of the SO_ORIGINAL_DST readers. `value` is a live, exclusively
-    // borrowed `T` of `len` bytes, so the kernel's write of at most `len` bytes stays inside
-    // it, and `T` is a plain C struct (the `CSockaddr` impls) for which any bytes are a valid
-    // value; `len` is a valid `socklen_t` the kernel updates; `fd` is open while borrowed.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            std::ptr::addr_of_mut!(value).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(Error::from_getsockopt(call, io::Error::last_os_error()));
-    }
-    if len as usize != size {
-        return Err(Error::Failed {
-            call,
-            source: io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("the kernel wrote {len} bytes, expected {size}"),
-            ),
-        });
-    }
-    Ok(value)
+/// What the kernel answered, as a socket address of the family `call` asks for.
+fn answered(call: &'static str, got: io::Result<SockAddr>) -> Result<SocketAddr, Error> {
+    let addr = got.map_err(|e| Error::from_getsockopt(call, e))?;
+    addr.as_socket().ok_or_else(|| Error::Failed {
+        call,
+        source: io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the kernel answered address family {}", addr.family()),
+        ),
+    })
 }
 
 /// `getsockopt(SOL_IP, SO_ORIGINAL_DST)`.
 pub fn ipv4(fd: impl AsFd) -> Result<SocketAddrV4, Error> {
-    let raw: libc::sockaddr_in =
-        getsockopt_addr(fd.as_fd(), libc::SOL_IP, SO_ORIGINAL_DST, CALL_V4)?;
-    Ok(SocketAddrV4::new(
-        Ipv4Addr::from(u32::from_be(raw.sin_addr.s_addr)),
-        u16::from_be(raw.sin_port),
-    ))
+    let fd = fd.as_fd();
+    match answered(CALL_V4, SockRef::from(&fd).original_dst_v4())? {
+        SocketAddr::V4(a) => Ok(a),
+        other => Err(Error::Failed {
+            call: CALL_V4,
+            source: io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the kernel answered {other}, not an IPv4 address"),
+            ),
+        }),
+    }
 }
 
 /// `getsockopt(SOL_IPV6, IP6T_SO_ORIGINAL_DST)`, as the kernel answers (a v4-mapped address
 /// stays mapped; flow label and scope are dropped, as the proxy has always done).
 pub fn ipv6(fd: impl AsFd) -> Result<SocketAddrV6, Error> {
-    let raw: libc::sockaddr_in6 =
-        getsockopt_addr(fd.as_fd(), libc::SOL_IPV6, IP6T_SO_ORIGINAL_DST, CALL_V6)?;
-    Ok(SocketAddrV6::new(
-        Ipv6Addr::from(raw.sin6_addr.s6_addr),
-        u16::from_be(raw.sin6_port),
-        0,
-        0,
-    ))
+    let fd = fd.as_fd();
+    match answered(CALL_V6, SockRef::from(&fd).original_dst_v6())? {
+        SocketAddr::V6(a) => Ok(SocketAddrV6::new(*a.ip(), a.port(), 0, 0)),
+        other => Err(Error::Failed {
+            call: CALL_V6,
+            source: io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the kernel answered {other}, not an IPv6 address"),
+            ),
+        }),
+    }
 }
 
 /// `addr` with an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) shown as the IPv4 it maps.
@@ -177,17 +135,13 @@ fn local_addr(fd: BorrowedFd<'_>) -> Result<SocketAddr, Error> {
         call: CALL_LOCAL,
         source,
     };
-    let sa: SockaddrStorage = getsockname(fd.as_raw_fd()).map_err(|e| failed(e.into()))?;
-    if let Some(v4) = sa.as_sockaddr_in() {
-        return Ok(SocketAddr::V4(SocketAddrV4::from(*v4)));
-    }
-    if let Some(v6) = sa.as_sockaddr_in6() {
-        return Ok(SocketAddr::V6(SocketAddrV6::from(*v6)));
-    }
-    Err(failed(io::Error::new(
-        io::ErrorKind::InvalidInput,
-        "not an IPv4 or IPv6 socket",
-    )))
+    let addr = SockRef::from(&fd).local_addr().map_err(failed)?;
+    addr.as_socket().ok_or_else(|| {
+        failed(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not an IPv4 or IPv6 socket",
+        ))
+    })
 }
 
 /// The original destination of an accepted TCP socket, as a transparent proxy reads it:
@@ -272,5 +226,9 @@ mod tests {
     #[test]
     fn both_options_are_80_as_in_the_kernel_headers() {
         assert_eq!((SO_ORIGINAL_DST, IP6T_SO_ORIGINAL_DST), (80, 80));
+        assert_eq!(
+            (libc::SO_ORIGINAL_DST, libc::IP6T_SO_ORIGINAL_DST),
+            (SO_ORIGINAL_DST, IP6T_SO_ORIGINAL_DST)
+        );
     }
 }
