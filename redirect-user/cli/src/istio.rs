@@ -178,7 +178,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     };
     // Opened once: the apply reads and attaches through this descriptor only.
     let handle = netns::NetnsHandle::open(&ns)?;
-    let (applied, created) = NodeDatapath::apply_at(&dir, &attach, &handle, &inv.policy)?;
+    let node::AppliedAt { applied, created } =
+        NodeDatapath::apply_at(&dir, &attach, &handle, &inv.policy)?;
     let inbound = if applied.inbound {
         format!(", inbound capture to :{}", inv.policy.inbound_capture_port)
     } else {

@@ -223,16 +223,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         .with_context(|| format!("--src {s:?}: not an IP address"))
                 })
                 .transpose()?;
-            observe_cmds::explain(
-                &netns,
-                (uid, gid.unwrap_or(uid)),
+            observe_cmds::explain(observe_cmds::ExplainOptions {
+                netns: &netns,
+                uid,
+                gid: gid.unwrap_or(uid),
                 dst,
-                !udp,
+                tcp: !udp,
                 src,
-                cgroup.as_deref(),
+                cgroup: cgroup.as_deref(),
                 bpffs,
                 json,
-            )
+            })
         }
         Command::Probe { json, demo_missing } => probe(json, demo_missing),
         Command::InstallCni(args) => install_cni_cmd::run(&args),

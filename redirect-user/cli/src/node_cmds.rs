@@ -225,7 +225,7 @@ pub fn vm(
         quotas: crate::sizing_args::Sizing::from_env()?,
     };
     let handle = netns::NetnsHandle::open(&path)?;
-    let (a, _) = NodeDatapath::apply_at(&dir, &attach, &handle, &policy)?;
+    let a = NodeDatapath::apply_at(&dir, &attach, &handle, &policy)?.applied;
     let inbound = if a.inbound {
         format!(", inbound to :{}", policy.inbound_capture_port)
     } else {
@@ -259,9 +259,9 @@ pub fn list(json: bool) -> anyhow::Result<()> {
         .iter()
         .map(|e| {
             let state = match kernel.as_mut().map(|dp| dp.kernel_policy(e.cookie)) {
-                Some(Ok((true, inbound))) if inbound == e.inbound => "ok",
-                Some(Ok((true, _))) => "inbound-differs",
-                Some(Ok((false, _))) => "MISSING",
+                Some(Ok(k)) if k.outbound && k.inbound == e.inbound => "ok",
+                Some(Ok(k)) if k.outbound => "inbound-differs",
+                Some(Ok(_)) => "MISSING",
                 Some(Err(_)) | None => "unreadable",
             };
             (e, state)

@@ -12,18 +12,42 @@ use redirect_datapath::{explain, explain_inbound, netns, node::NodeDatapath};
 
 use crate::node_cmds::bpffs_or_default;
 
+/// What `redirect explain` asks about one outbound connect.
+#[derive(Debug)]
+pub struct ExplainOptions<'a> {
+    /// The namespace (a name in /run/netns or a path).
+    pub netns: &'a str,
+    /// The caller's uid.
+    pub uid: u32,
+    /// The caller's gid.
+    pub gid: u32,
+    /// The destination.
+    pub dst: SocketAddr,
+    /// TCP (else UDP).
+    pub tcp: bool,
+    /// The socket's bound source, if any.
+    pub src: Option<IpAddr>,
+    /// The caller's cgroup, if any.
+    pub cgroup: Option<&'a Path>,
+    /// The pin directory (default: the node's).
+    pub bpffs: Option<PathBuf>,
+    /// JSON instead of prose.
+    pub json: bool,
+}
+
 /// Explains one connection from the pinned maps.
-#[allow(clippy::too_many_arguments)] // one per CLI flag
-pub fn explain(
-    netns_name: &str,
-    (uid, gid): (u32, u32),
-    dst: SocketAddr,
-    tcp: bool,
-    src: Option<IpAddr>,
-    cgroup: Option<&Path>,
-    bpffs: Option<PathBuf>,
-    json: bool,
-) -> anyhow::Result<()> {
+pub fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
+    let ExplainOptions {
+        netns: netns_name,
+        uid,
+        gid,
+        dst,
+        tcp,
+        src,
+        cgroup,
+        bpffs,
+        json,
+    } = opts;
     let dir = bpffs_or_default(bpffs);
     if !NodeDatapath::exists(&dir) {
         bail!("no datapath is pinned at {} (start `redirect daemon` or run `redirect istio-iptables`)", dir.display());

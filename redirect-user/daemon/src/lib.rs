@@ -31,6 +31,7 @@ pub mod state;
 use std::path::PathBuf;
 
 pub use error::{Error, Result};
+use redirect_datapath::node::KernelPolicy;
 use redirect_daemon_api::{cni_failures, DaemonDir};
 
 /// The pin directory in effect (`REDIRECT_BPFFS`, else the node default).
@@ -52,8 +53,11 @@ pub fn node_status(
     let mut dp = redirect_datapath::node::NodeDatapath::open(bpffs)?;
     for e in server::enrollments(dir) {
         match dp.kernel_policy(e.cookie) {
-            Ok((true, inbound)) if inbound == e.inbound => {}
-            Ok((true, _)) => status.warnings.push(format!(
+            Ok(KernelPolicy {
+                outbound: true,
+                inbound,
+            }) if inbound == e.inbound => {}
+            Ok(KernelPolicy { outbound: true, .. }) => status.warnings.push(format!(
                 "{} is enrolled with inbound capture {}, but the kernel's maps say {}: re-enroll it",
                 e.netns.display(),
                 if e.inbound { "on" } else { "off" },

@@ -92,7 +92,10 @@ impl Daemon {
                 tracing::info!(dir = %opts.bpffs.display(), from = u.from.0, to = u.to.0, links = u.links, namespaces = u.namespaces, carried = ?u.carried, "upgraded the pinned datapath in place");
             }
         }
-        let (mut dp, created) = NodeDatapath::open_or_create(&opts.bpffs, &opts.attach)?;
+        let node::Opened {
+            datapath: mut dp,
+            created,
+        } = NodeDatapath::open_or_create(&opts.bpffs, &opts.attach)?;
         // Gone namespaces are swept on the tick, not on every enrollment.
         dp.sweep_on_apply(false);
         take_ownership(&dp, &opts.dir)?;

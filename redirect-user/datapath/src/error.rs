@@ -118,12 +118,6 @@ pub enum Error {
         /// What the path names now (its cookie and inode, or nothing).
         found: String,
     },
-    /// A namespace path the daemon cannot keep using (relative, or another process's view).
-    #[error("--netns {path}: the daemon opens the namespace itself and keeps following it, so give a path that names it from any process and stays valid: /run/netns/NAME, or /proc/PID/ns/net of a long-lived process of the pod")]
-    NetnsPath {
-        /// The path given.
-        path: PathBuf,
-    },
     /// A policy list is longer than the kernel-side policy can hold.
     #[error("{count} {what} given, at most {max} are supported per namespace")]
     PolicyLimit {
@@ -172,14 +166,6 @@ pub enum Error {
         /// The OS error.
         #[source]
         source: io::Error,
-    },
-    /// Another daemon holds the single-instance lock.
-    #[error("another redirect daemon is running (pid {pid}, lock {lock}): one datapath per node, never two; stop it first or talk to it with `redirect enroll/list`")]
-    AlreadyRunning {
-        /// Pid recorded in the lock file.
-        pid: String,
-        /// The lock file.
-        lock: PathBuf,
     },
     /// The pinned datapath has another layout than this build reads and writes.
     #[error("the datapath pinned at {dir} has layout v{found}, this redirect reads and writes layout v{expected}: upgrade it in place with `redirect upgrade --bpffs {dir}` (or start the new daemon) when this build upgrades from v{found} (`redirect upgrade --check` lists the layouts it does); otherwise remove it with `redirect uninstall --bpffs {dir}` (every namespace loses capture until it is enrolled again) or use the redirect that created it")]

@@ -63,7 +63,7 @@ impl Daemon {
         tracing::error!("the pinned datapath is gone (unpinned behind the daemon's back): recreating it and re-applying every enrollment");
         let recreated = NodeDatapath::open_or_create(&self.opts.bpffs, &self.opts.attach)
             .map_err(crate::Error::from)
-            .and_then(|(dp, _)| take_ownership(&dp, &self.opts.dir).map(|()| dp))
+            .and_then(|o| take_ownership(&o.datapath, &self.opts.dir).map(|()| o.datapath))
             .and_then(|dp| Ok((dp, node::layout::hold_as_daemon(&self.opts.bpffs)?)));
         match recreated {
             Ok((dp, pins)) => {

@@ -64,7 +64,7 @@ impl Daemon {
         let missing: Vec<u64> = self
             .enrollments
             .keys()
-            .filter(|cookie| !self.dp.kernel_policy(**cookie).is_ok_and(|(out, _)| out))
+            .filter(|cookie| !self.dp.kernel_policy(**cookie).is_ok_and(|k| k.outbound))
             .copied()
             .collect();
         for cookie in missing {

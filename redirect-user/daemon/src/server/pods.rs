@@ -231,7 +231,7 @@ impl Daemon {
                         netns.display(),
                         e.cookie
                     ))
-                } else if !self.dp.kernel_policy(e.cookie).is_ok_and(|(out, _)| out) {
+                } else if !self.dp.kernel_policy(e.cookie).is_ok_and(|k| k.outbound) {
                     Some(format!(
                         "{pod}: the kernel's maps hold no policy for netns cookie {}",
                         e.cookie

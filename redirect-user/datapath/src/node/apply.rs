@@ -25,6 +25,12 @@ use crate::{
     store::hash,
 };
 
+/// What one apply wrote: whether inbound capture is on, and the entries the namespace owns.
+struct Written {
+    inbound: bool,
+    owned: Owned,
+}
+
 impl NodeDatapath {
     /// Applies `policy` to namespace `ns`, replacing a previous one. Every lookup and the
     /// sk_lookup link go through `ns`'s descriptor (its path is not opened again). The quotas
@@ -95,7 +101,7 @@ impl NodeDatapath {
             .and_then(|done| ns.verify().map(|()| done));
         phases.mark("verify");
         let inbound = match written {
-            Ok((inbound, owned)) => {
+            Ok(Written { inbound, owned }) => {
                 self.index()?.set(cookie, owned);
                 inbound
             }
@@ -157,7 +163,7 @@ impl NodeDatapath {
         compiled: &outbound::Compiled,
         old: &Owned,
         phases: &mut Phases,
-    ) -> Result<(bool, Owned)> {
+    ) -> Result<Written> {
         let (netns_path, cookie) = (ns.path(), ns.cookie());
         enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old.addrs, addrs)?;
         phases.mark("pod_addrs");
@@ -193,7 +199,10 @@ impl NodeDatapath {
         // listeners that were there before.
         seed_proxy_listeners(&mut self.maps, ns, policy.proxy_port)?;
         phases.mark("proxy_seen");
-        Ok((inbound, now))
+        Ok(Written {
+            inbound,
+            owned: now,
+        })
     }
 
     pub(super) fn attach_sk_lookup(&mut self, ns: &NetnsHandle) -> Result<()> {

@@ -82,6 +82,33 @@ pub struct Applied {
     pub phases: crate::phases::Phases,
 }
 
+/// A node datapath opened at its directory, and whether this call created it.
+#[derive(Debug)]
+pub struct Opened {
+    /// The datapath.
+    pub datapath: NodeDatapath,
+    /// Whether it was loaded, attached and pinned by this call.
+    pub created: bool,
+}
+
+/// One namespace's policy applied at a directory, and whether that created the datapath.
+#[derive(Debug)]
+pub struct AppliedAt {
+    /// What was applied.
+    pub applied: Applied,
+    /// Whether the datapath was created for it.
+    pub created: bool,
+}
+
+/// What the kernel's maps hold for one namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelPolicy {
+    /// An outbound policy (`NETNS_OUTBOUND`).
+    pub outbound: bool,
+    /// An inbound policy (`NETNS_INBOUND`).
+    pub inbound: bool,
+}
+
 impl NodeDatapath {
     /// True when a datapath is pinned at `dir`.
     pub fn exists(dir: &Path) -> bool {
@@ -133,29 +160,36 @@ impl NodeDatapath {
     }
 
     /// Opens the datapath at `dir`, creating (loading, attaching, pinning) it when absent.
-    /// Returns whether it was created.
-    pub fn open_or_create(dir: &Path, attach: &NodeAttach) -> Result<(Self, bool)> {
+    pub fn open_or_create(dir: &Path, attach: &NodeAttach) -> Result<Opened> {
         if Self::exists(dir) {
             let dp = Self::open(dir)?;
             dp.check_attach(attach)?;
-            return Ok((dp, false));
+            return Ok(Opened {
+                datapath: dp,
+                created: false,
+            });
         }
         Self::create(dir, attach)?;
-        Ok((Self::open(dir)?, true))
+        Ok(Opened {
+            datapath: Self::open(dir)?,
+            created: true,
+        })
     }
 
     /// Applies `policy` to one namespace, creating the datapath first when none is pinned; a
     /// datapath created for a call that then fails is removed again (nothing half-applied).
-    /// Returns what was applied and whether the datapath was created.
     pub fn apply_at(
         dir: &Path,
         attach: &NodeAttach,
         ns: &NetnsHandle,
         policy: &Policy,
-    ) -> Result<(Applied, bool)> {
-        let (mut dp, created) = Self::open_or_create(dir, attach)?;
+    ) -> Result<AppliedAt> {
+        let Opened {
+            datapath: mut dp,
+            created,
+        } = Self::open_or_create(dir, attach)?;
         match dp.apply(ns, policy) {
-            Ok(applied) => Ok((applied, created)),
+            Ok(applied) => Ok(AppliedAt { applied, created }),
             Err(e) => {
                 if created {
                     drop(dp);
@@ -203,8 +237,8 @@ impl NodeDatapath {
             .ok_or(Error::Missing { kind: "map", name })
     }
 
-    /// What the kernel holds for namespace `cookie`: (an outbound policy, an inbound policy).
-    pub fn kernel_policy(&mut self, cookie: u64) -> Result<(bool, bool)> {
+    /// What the kernel holds for namespace `cookie`.
+    pub fn kernel_policy(&mut self, cookie: u64) -> Result<KernelPolicy> {
         let outbound = hash::<u64, redirect_common::outbound::OutboundPolicy>(
             &mut self.maps,
             map_names::NETNS_OUTBOUND,
@@ -215,7 +249,7 @@ impl NodeDatapath {
             hash::<u64, redirect_common::InboundPolicy>(&mut self.maps, map_names::NETNS_INBOUND)?
                 .get(&cookie, 0)
                 .is_ok();
-        Ok((outbound, inbound))
+        Ok(KernelPolicy { outbound, inbound })
     }
 
     /// The pinned maps.
