@@ -1,5 +1,6 @@
 //! `redirect istio-iptables`: parse istio-iptables' arguments and environment, then apply the
 //! policy to one namespace through the pinned node datapath (or print it with --dry-run).
+use crate::writer::NodeWriter;
 use std::{collections::HashMap, path::PathBuf};
 
 use anyhow::Context as _;
@@ -135,7 +136,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         print!("{}", side_by_side(&inv.policy, ipv6));
         return Ok(());
     }
-    if let Some((pid, socket)) = redirect_daemon::owner(&dir) {
+    if let NodeWriter::Daemon { pid, client } = NodeWriter::for_node(&dir) {
         if let Some(asked) = &inv.cgroup {
             NodeDatapath::open(&dir)?.check_attach(&NodeAttach {
                 cgroup: Some(asked.clone()),
@@ -143,7 +144,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 quotas: Default::default(),
             })?;
         }
-        if crate::istio_daemon::run(pid, &socket, &ns, &inv, args)? {
+        if crate::istio_daemon::run(pid, &client, &ns, &inv, args)? {
             return Ok(());
         }
     }

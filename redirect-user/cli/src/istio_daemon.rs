@@ -15,46 +15,42 @@ fn daemon_can_open(path: &Path) -> bool {
 
 /// The path the daemon knows namespace `ns` by: its enrollment's when it has one (found by
 /// netns cookie, so running inside the pod works too), else `ns` when the daemon can open it.
-fn daemon_path(socket: &Path, ns: &Path) -> anyhow::Result<Option<PathBuf>> {
+fn daemon_path(client: &Client, ns: &Path) -> anyhow::Result<Option<PathBuf>> {
     let cookie = netns::cookie(ns)?;
-    let list = Client::new(socket).list()?;
+    let list = client.list()?;
     if let Some(e) = list.enrollments.iter().find(|e| e.cookie == cookie) {
         return Ok(Some(e.netns.clone()));
     }
     Ok(daemon_can_open(ns).then(|| ns.to_path_buf()))
 }
 
-/// Applies or cleans up through the daemon pid `pid` at `socket`. Returns `false` when the
+/// Applies or cleans up through the daemon pid `pid` (its `client`). Returns `false` when the
 /// daemon cannot reach the namespace by a path (the caller's own namespace, not enrolled), or
 /// for a cleanup of a namespace the daemon did not enroll: the caller then writes the maps
 /// itself (and keeps the daemon's datapath pinned).
 pub fn run(
     pid: u32,
-    socket: &Path,
+    client: &Client,
     ns: &Path,
     inv: &Invocation,
     args: &[String],
 ) -> anyhow::Result<bool> {
-    let Some(path) = daemon_path(socket, ns)? else {
+    let Some(path) = daemon_path(client, ns)? else {
         tracing::warn!(daemon = pid, netns = %ns.display(), "the daemon owns the datapath but cannot open this namespace by path; writing its policy directly (it will not show in `redirect list`): pass --netns /run/netns/NAME or /proc/PID/ns/net to enroll it through the daemon");
         return Ok(false);
     };
     if inv.cleanup_only {
-        let enrolled = Client::new(socket)
-            .list()?
-            .enrollments
-            .iter()
-            .any(|e| e.netns == path);
+        let enrolled = client.list()?.enrollments.iter().any(|e| e.netns == path);
         if !enrolled {
             // Not the daemon's: a policy written directly, if any, is removed directly.
             return Ok(false);
         }
-        let r = Client::new(socket).unenroll(&path)?;
+        let r = client.unenroll(&path)?;
         println!("{} (through the daemon, pid {pid})", r.message);
         return Ok(true);
     }
     let source = format!("istio-iptables {}", args.join(" "));
-    let r = Client::new(socket).enroll(&path, inv.policy.clone(), source)?;
+    let r = client.enroll(&path, inv.policy.clone(), source)?;
     println!("{} (through the daemon, pid {pid})", r.message);
     Ok(true)
 }

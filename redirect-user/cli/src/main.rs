@@ -14,13 +14,15 @@ mod node_cmds;
 mod observe_cmds;
 mod pod_policy_cmd;
 mod sizing_args;
+mod status_cmd;
 mod upgrade_cmd;
+mod writer;
 
 use std::{os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
 
 use anyhow::{bail, Context as _};
 use clap::Parser as _;
-use redirect_datapath::{cgroup, state, status, AttachOptions};
+use redirect_datapath::{cgroup, state, AttachOptions};
 
 use crate::cli::{Cli, Command};
 
@@ -244,24 +246,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             migrate,
             cluster_dns,
         } => pod_policy_cmd::run(&file, json, migrate, cluster_dns),
-        Command::Status { bpffs, json } => {
-            let dir = bpffs.unwrap_or_else(redirect_daemon::default_bpffs);
-            let node = if redirect_datapath::node::NodeDatapath::exists(&dir) {
-                Some(redirect_daemon::node_status(
-                    &dir,
-                    redirect_daemon_api::DaemonDir::from_env().path(),
-                )?)
-            } else {
-                None
-            };
-            let report = status::collect(node)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", status::render(&report));
-            }
-            Ok(())
-        }
+        Command::Status { bpffs, json } => status_cmd::status(bpffs, json),
     }
 }
 

@@ -212,12 +212,14 @@ pub fn vm(
         |n| netns::resolve(Some(n)),
     );
     let source = format!("vm --cluster-env {}", cluster_env.display());
-    if socket().exists() {
-        let r = client().enroll(&path, policy, source)?;
-        println!("{} (through the daemon)", r.message);
+    let dir = daemon::default_bpffs();
+    if let crate::writer::NodeWriter::Daemon { pid, client } =
+        crate::writer::NodeWriter::for_node(&dir)
+    {
+        let r = client.enroll(&path, policy, source)?;
+        println!("{} (through the daemon, pid {pid})", r.message);
         return Ok(());
     }
-    let dir = daemon::default_bpffs();
     let _lock = node::lock(&dir)?;
     let attach = NodeAttach {
         cgroup,

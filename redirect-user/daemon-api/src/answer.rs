@@ -105,6 +105,18 @@ pub struct Status {
     pub pid: u32,
     /// How many namespaces are enrolled.
     pub enrolled: usize,
+    /// Repairs of its datapath since it started (recreated, policies re-applied).
+    #[serde(default)]
+    pub repairs: u64,
+    /// The last problem it found, repaired or not.
+    #[serde(default)]
+    pub last_problem: Option<String>,
+    /// A problem it cannot repair (another owner in the record).
+    #[serde(default)]
+    pub alarm: Option<String>,
+    /// CNI ADDs that found it unreachable (and failed closed), from the plugin's counter file.
+    #[serde(default)]
+    pub cni_add_unreachable: u64,
 }
 
 /// Any answer, as the daemon sends it (each serialises as its own object).

@@ -31,8 +31,7 @@ pub mod state;
 use std::path::PathBuf;
 
 pub use error::{Error, Result};
-use redirect_datapath::node::KernelPolicy;
-use redirect_daemon_api::{cni_failures, DaemonDir};
+use redirect_daemon_api::DaemonDir;
 
 /// The pin directory in effect (`REDIRECT_BPFFS`, else the node default).
 pub fn default_bpffs() -> PathBuf {
@@ -40,66 +39,6 @@ pub fn default_bpffs() -> PathBuf {
         || PathBuf::from(redirect_datapath::node::DEFAULT_DIR),
         PathBuf::from,
     )
-}
-
-/// The node status of the datapath pinned at `bpffs`, with the enrollments recorded in the
-/// daemon directory `dir`.
-pub fn node_status(
-    bpffs: &std::path::Path,
-    dir: &std::path::Path,
-) -> redirect_datapath::Result<redirect_datapath::node_status::NodeStatus> {
-    let mut status = redirect_datapath::node_status::collect(bpffs)?;
-    // The daemon's record against the kernel's maps.
-    let mut dp = redirect_datapath::node::NodeDatapath::open(bpffs)?;
-    for e in server::enrollments(dir) {
-        match dp.kernel_policy(e.cookie) {
-            Ok(KernelPolicy {
-                outbound: true,
-                inbound,
-            }) if inbound == e.inbound => {}
-            Ok(KernelPolicy { outbound: true, .. }) => status.warnings.push(format!(
-                "{} is enrolled with inbound capture {}, but the kernel's maps say {}: re-enroll it",
-                e.netns.display(),
-                if e.inbound { "on" } else { "off" },
-                if e.inbound { "off" } else { "on" }
-            )),
-            _ => status.warnings.push(format!(
-                "{} is enrolled (netns cookie {}) but the kernel's maps hold no policy for it: its traffic is not captured; re-enroll it or restart the daemon",
-                e.netns.display(),
-                e.cookie
-            )),
-        }
-    }
-    let health = repair::read_health(dir);
-    if let Some(alarm) = &health.alarm {
-        status
-            .warnings
-            .push(format!("the daemon cannot repair its datapath: {alarm}"));
-    }
-    if health.repairs > 0 {
-        status.warnings.push(format!(
-            "the daemon repaired its datapath {} time(s); last: {}",
-            health.repairs,
-            health.last_problem.as_deref().unwrap_or("-")
-        ));
-    }
-    match cni_failures::read(dir) {
-        Ok(0) => {}
-        Ok(n) => status.warnings.push(format!(
-            "{n} CNI ADD(s) found the daemon unreachable and failed closed (the kubelet retries them; {METRIC} in the metrics, the plugin's cni.log says which pods)",
-            METRIC = cni_failures::METRIC
-        )),
-        Err(e) => status.warnings.push(e.to_string()),
-    }
-    status.enrolled = server::enrollments(dir)
-        .into_iter()
-        .map(|e| redirect_datapath::node_status::EnrolledNs {
-            netns: e.netns.display().to_string(),
-            cookie: e.cookie,
-            source: e.source,
-        })
-        .collect();
-    Ok(status)
 }
 
 /// The running daemon that owns the datapath pinned at `bpffs`, as (pid, its socket), read

@@ -179,6 +179,14 @@ impl Daemon {
                 ),
                 pid: std::process::id(),
                 enrolled: self.enrollments.len(),
+                repairs: self.health.repairs,
+                last_problem: self.health.last_problem.clone(),
+                alarm: self.health.alarm.clone(),
+                cni_add_unreachable: redirect_daemon_api::cni_failures::read(&self.opts.dir)
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "reading the CNI ADD failure count");
+                        0
+                    }),
             }),
             Request::List => Answer::Listed(Listed {
                 enrollments: self

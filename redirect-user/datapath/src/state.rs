@@ -78,6 +78,16 @@ pub fn pid_alive(pid: u32) -> bool {
     })
 }
 
+/// Removes the state files `stale` (of processes that exited, as [`read_all`] found them);
+/// returns those removed.
+pub fn remove_stale(stale: &[PathBuf]) -> Vec<String> {
+    stale
+        .iter()
+        .filter(|p| std::fs::remove_file(p).is_ok())
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
 /// Every state file in `dir`, split into live instances and stale files (process gone).
 pub fn read_all(dir: &Path) -> Result<(Vec<InstanceState>, Vec<PathBuf>)> {
     let mut live = Vec::new();

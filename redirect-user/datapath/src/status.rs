@@ -58,7 +58,7 @@ pub struct Status {
     pub node: Option<NodeStatus>,
     /// Running instances.
     pub instances: Vec<InstanceStatus>,
-    /// State files whose process is gone (removed by this call).
+    /// State files whose process is gone, removed by the caller before reporting.
     pub stale_removed: Vec<String>,
 }
 
@@ -123,27 +123,27 @@ fn instance_status(state: &InstanceState, linked: &BTreeSet<u32>) -> Result<Inst
     })
 }
 
-/// Collects the report from the state directory and the kernel, beside `node` (the pinned
-/// datapath's status, collected by the caller, which knows the daemon's directory).
-pub fn collect(node: Option<NodeStatus>) -> Result<Status> {
+/// The running `redirect attach` instances, verified against the kernel, and the state files
+/// whose process is gone (read only: removing those is [`state::remove_stale`], a step of its
+/// own).
+#[derive(Debug, Clone)]
+pub struct Instances {
+    /// Running instances.
+    pub live: Vec<InstanceStatus>,
+    /// State files of processes that exited.
+    pub stale: Vec<std::path::PathBuf>,
+}
+
+/// Reads the attach instances from the state directory and the kernel; changes nothing.
+pub fn instances() -> Result<Instances> {
     let dir = state::state_dir();
     let (live, stale) = state::read_all(&dir)?;
     let linked = linked_program_ids()?;
-    let instances = live
+    let live = live
         .iter()
         .map(|s| instance_status(s, &linked))
         .collect::<Result<Vec<_>>>()?;
-    let mut stale_removed = Vec::new();
-    for path in stale {
-        if std::fs::remove_file(&path).is_ok() {
-            stale_removed.push(path.display().to_string());
-        }
-    }
-    Ok(Status {
-        node,
-        instances,
-        stale_removed,
-    })
+    Ok(Instances { live, stale })
 }
 
 /// Human-readable rendering.
