@@ -4,8 +4,8 @@ use std::{net::IpAddr, path::Path};
 use aya::maps::{MapData, SockHash};
 use redirect_common::{map_names, AddrKey, InboundPolicy, ListenerKey, PortKey, AF_INET, AF_INET6};
 use redirect_policy::{
-    inbound_kernel::{policy_of, port_entries},
     inbound_spec::{InboundPorts, InboundSpec},
+    kernel::inbound::{policy_of, port_entries},
 };
 
 use crate::{

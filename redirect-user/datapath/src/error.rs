@@ -119,15 +119,8 @@ pub enum Error {
         found: String,
     },
     /// A policy list is longer than the kernel-side policy can hold.
-    #[error("{count} {what} given, at most {max} are supported per namespace")]
-    PolicyLimit {
-        /// Which list.
-        what: &'static str,
-        /// How many were given.
-        count: usize,
-        /// The limit.
-        max: usize,
-    },
+    #[error(transparent)]
+    PolicyLimit(#[from] redirect_policy::kernel::outbound::PolicyLimit),
     /// An enrollment would use more of a shared map than the node's per-namespace quota.
     #[error("{netns}: {count} {what} is over the per-namespace quota of {limit}, so nothing was written (the node datapath was created with {flag} {limit}; recreate it with a larger {flag} to allow more)")]
     Quota {

@@ -67,7 +67,7 @@ fn ancestor_id(path: &std::path::Path, level: u16) -> Result<u64> {
             at.push(c);
         }
     }
-    Ok(crate::outbound::cgroup_id_level(&at)?.0)
+    Ok(crate::outbound::cgroup_id_level(&at)?.id)
 }
 
 /// The connection to explain.

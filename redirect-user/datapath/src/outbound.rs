@@ -1,166 +1,51 @@
-//! Outbound policy in kernel form: compiles a [`Policy`] into the `OutboundPolicy` value, CIDR
-//! trie entries and port rules of one namespace, and writes or removes them.
+//! Outbound policy in the maps: resolves the one input the pure compile cannot read (the proxy
+//! cgroup's id), compiles with `redirect_policy::kernel::outbound`, and writes or removes one
+//! namespace's `NETNS_OUTBOUND` value, CIDR trie entries and port rules.
 use std::collections::HashSet;
 
 use aya::maps::lpm_trie::Key;
 use ipnet::IpNet;
 use redirect_common::{
     map_names,
-    outbound::{
-        CidrKey, OutboundPolicy, OUT_DNS, OUT_DNS_ALL, OUT_ENABLED, OUT_GROUPS_EXCLUDE,
-        OUT_GROUPS_INCLUDE, OUT_HAS_EXCLUDED_NIC, OUT_HAS_PORTS, OUT_INCLUDE_ALL_V4,
-        OUT_INCLUDE_ALL_V6, OUT_IPV6, OUT_NO_LO_RETURN_V4, OUT_NO_LO_RETURN_V6,
-        OUT_NO_PROXY_PASSTHROUGH, OUT_PORT_EXCLUDE, OUT_PORT_INCLUDE, OUT_PROXY_CGROUP,
-    },
+    outbound::{CidrKey, OutboundPolicy},
     PortKey, AF_INET, AF_INET6,
 };
 
-use redirect_policy::{Cidrs, OwnerGroups, Policy};
+use redirect_policy::Policy;
 
 use crate::{
-    error::{Error, Result},
+    error::Result,
     store::{hash, lpm, map_error, port_keys_where, ports, remove_ports_where, MapStore},
 };
 
-/// The DNS capture port istio-iptables hard-codes.
-pub const DNS_CAPTURE_PORT: u16 = 15053;
-
-/// One namespace's outbound policy, ready for the maps.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Compiled {
-    /// The `NETNS_OUTBOUND` value.
-    pub policy: OutboundPolicy,
-    /// `OUT_EXCLUDE` entries (`-x`).
-    pub exclude: Vec<IpNet>,
-    /// `OUT_INCLUDE` entries (`-i` list).
-    pub include: Vec<IpNet>,
-    /// `OUT_PORTS` entries.
-    pub ports: Vec<(u16, u8)>,
-    /// `OUT_ROUTES` entries (only when an interface is excluded): prefix, via an excluded nic.
-    pub routes: Vec<(IpNet, bool)>,
-}
-
 pub use redirect_common::types::{addr_of as ip_of, addr_words as words};
+pub use redirect_policy::kernel::outbound::{CgroupRef, Compiled, DNS_CAPTURE_PORT};
 
-fn fill<T: Copy>(what: &'static str, dst: &mut [T], src: &[T]) -> Result<u8> {
-    if src.len() > dst.len() {
-        return Err(Error::PolicyLimit {
-            what,
-            count: src.len(),
-            max: dst.len(),
-        });
-    }
-    dst[..src.len()].copy_from_slice(src);
-    Ok(src.len() as u8)
-}
-
-/// Compiles `p` for a namespace; `ipv6` says whether its IPv6 traffic follows the policy (the
-/// namespace has an IPv6 address, or dual stack was asked for); `routes` are its routes with
-/// whether each leaves through an excluded interface (only used when `-c` is set).
+/// Compiles `p` for a namespace ([`redirect_policy::kernel::outbound::compile`]), its proxy
+/// cgroup resolved to the kernel's id first: the one input the pure half cannot read.
 pub fn compile(p: &Policy, ipv6: bool, routes: Vec<(IpNet, bool)>) -> Result<Compiled> {
-    let mut k = OutboundPolicy::ZERO;
-    k.flags = OUT_ENABLED;
-    if ipv6 {
-        k.flags |= OUT_IPV6;
-    }
-    k.n_uids = fill("proxy uids (-u)", &mut k.uids, &p.proxy_uids)?;
-    k.n_gids = fill("proxy gids (-g)", &mut k.gids, &p.proxy_gids)?;
-    match &p.owner_groups {
-        OwnerGroups::All => {}
-        OwnerGroups::Include(g) | OwnerGroups::Exclude(g) => {
-            let gids: Vec<u32> = g.iter().map(|g| g.gid).collect();
-            k.n_groups = fill("owner groups", &mut k.groups, &gids)?;
-            k.flags |= if matches!(p.owner_groups, OwnerGroups::Include(_)) {
-                OUT_GROUPS_INCLUDE
-            } else {
-                OUT_GROUPS_EXCLUDE
-            };
-        }
-    }
-    if p.dns_enabled() {
-        k.flags |= OUT_DNS;
-        if p.capture_all_dns {
-            k.flags |= OUT_DNS_ALL;
-        }
-        let v4: Vec<u32> = p
-            .dns_servers
-            .iter()
-            .filter(|ip| ip.is_ipv4())
-            .map(|ip| words(*ip)[0])
-            .collect();
-        let v6: Vec<[u32; 4]> = p
-            .dns_servers
-            .iter()
-            .filter(|ip| ip.is_ipv6())
-            .map(|ip| words(*ip))
-            .collect();
-        k.n_dns_v4 = fill("IPv4 DNS servers", &mut k.dns_v4, &v4)?;
-        k.n_dns_v6 = fill("IPv6 DNS servers", &mut k.dns_v6, &v6)?;
-    }
-    let lb = p.ipv4_loopback_cidr;
-    k.loopback_v4 = u32::from_ne_bytes(lb.addr().octets());
-    k.loopback_v4_mask = u32::from_ne_bytes(lb.netmask().octets());
-    if p.include_has_loopback() {
-        k.flags |= OUT_NO_LO_RETURN_V4 | OUT_NO_LO_RETURN_V6;
-    }
-    let include = match &p.include_cidrs {
-        Cidrs::All => {
-            k.flags |= OUT_INCLUDE_ALL_V4 | OUT_INCLUDE_ALL_V6;
-            Vec::new()
-        }
-        Cidrs::List(l) => l.iter().map(IpNet::trunc).collect(),
-    };
-    let mut ports = Vec::new();
-    for port in &p.exclude_ports {
-        ports.push((*port, OUT_PORT_EXCLUDE));
-    }
-    for port in &p.include_ports {
-        match ports.iter_mut().find(|(q, _)| q == port) {
-            Some((_, bits)) => *bits |= OUT_PORT_INCLUDE,
-            None => ports.push((*port, OUT_PORT_INCLUDE)),
-        }
-    }
-    if !ports.is_empty() {
-        k.flags |= OUT_HAS_PORTS;
-    }
-    let routes = if p.exclude_interfaces.is_empty() {
-        Vec::new()
-    } else {
-        k.flags |= OUT_HAS_EXCLUDED_NIC;
-        routes
-    };
-    if p.no_proxy == redirect_policy::NoProxy::Passthrough {
-        k.flags |= OUT_NO_PROXY_PASSTHROUGH;
-    }
-    if let Some(path) = &p.proxy_cgroup {
-        let (id, level) = cgroup_id_level(path)?;
-        k.flags |= OUT_PROXY_CGROUP;
-        k.proxy_cgroup = id;
-        k.proxy_cgroup_level = level;
-    }
-    k.proxy_port = p.proxy_port;
-    k.inbound_port = p.inbound_capture_port;
-    k.tunnel_port = p.tunnel_port;
-    k.dns_port = DNS_CAPTURE_PORT;
-    Ok(Compiled {
-        policy: k,
-        exclude: p.exclude_cidrs.iter().map(IpNet::trunc).collect(),
-        include,
-        ports,
+    let proxy_cgroup = p.proxy_cgroup.as_deref().map(cgroup_id_level).transpose()?;
+    Ok(redirect_policy::kernel::outbound::compile(
+        p,
+        ipv6,
         routes,
-    })
+        proxy_cgroup,
+    )?)
 }
 
 /// A cgroup v2 directory's id (its inode number, as `bpf_get_current_cgroup_id` reports it) and
 /// depth below the cgroup v2 root.
-pub fn cgroup_id_level(path: &std::path::Path) -> Result<(u64, u16)> {
+pub fn cgroup_id_level(path: &std::path::Path) -> Result<CgroupRef> {
     let dir = crate::cgroup::validate(path)?;
     let root = crate::cgroup::cgroup2_root()?;
     let id = crate::cgroup::id(&dir)?;
     let level = dir
         .strip_prefix(&root)
         .map_or(0, |rel| rel.components().count());
-    Ok((id, u16::try_from(level).unwrap_or(u16::MAX)))
+    Ok(CgroupRef {
+        id,
+        level: u16::try_from(level).unwrap_or(u16::MAX),
+    })
 }
 
 fn cidr_key(netns: u64, net: &IpNet) -> Key<CidrKey> {

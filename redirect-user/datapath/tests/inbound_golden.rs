@@ -27,7 +27,7 @@ use redirect_common::{
 };
 use redirect_datapath::enroll::addr_key;
 use redirect_policy::{
-    inbound_kernel::{inbound_kernel, InboundKernel},
+    kernel::inbound::{inbound_kernel, InboundKernel},
     parse_invocation, LookupError, PodFile, PodSource, Sources, View,
 };
 use redirect_testkit::reference;

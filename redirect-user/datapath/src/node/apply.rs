@@ -5,7 +5,7 @@
 use std::os::fd::AsFd as _;
 
 use redirect_common::map_names;
-use redirect_policy::{inbound_kernel, Policy};
+use redirect_policy::{kernel::inbound as inbound_kernel, Policy};
 
 use super::{
     entries::{seed_proxy_listeners, write_ifaces},

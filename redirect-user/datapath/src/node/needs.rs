@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use redirect_common::prog_names;
-use redirect_policy::{inbound_kernel, Policy};
+use redirect_policy::{kernel::inbound as inbound_kernel, Policy};
 
 use crate::{
     error::{Error, Result},
