@@ -8,7 +8,7 @@ use std::{
 use anyhow::{bail, Context as _};
 use nix::sys::signal::{SigSet, Signal};
 use redirect_common::map_names;
-use redirect_datapath::{counters, metrics, state, AttachOptions, Datapath};
+use redirect_datapath::{attach::state, maps::counters, views::metrics, AttachOptions, Datapath};
 
 use crate::cli;
 

@@ -6,8 +6,8 @@ use std::{collections::HashMap, path::PathBuf};
 use anyhow::Context as _;
 use redirect_datapath::{
     netns,
+    netns::pod_files,
     node::{self, NodeAttach, NodeDatapath},
-    pod_files,
 };
 use redirect_policy::{self as policy, Invocation, Policy};
 
@@ -91,7 +91,7 @@ pub(crate) fn pre_scan(args: &[String], flag: &str) -> Option<String> {
 
 /// Parses istio-iptables arguments the way `redirect istio-iptables` does: cluster.env under
 /// the environment, and names and DNS servers from the target namespace's own files
-/// ([`redirect_datapath::pod_files::sources`]; this process's own `/etc` only when the target
+/// ([`redirect_datapath::netns::pod_files::sources`]; this process's own `/etc` only when the target
 /// is the namespace it runs in).
 pub fn parse(args: &[String]) -> anyhow::Result<Invocation> {
     let netns = pre_scan(args, "--netns")

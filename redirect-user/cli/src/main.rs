@@ -22,7 +22,7 @@ use std::{os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
 
 use anyhow::{bail, Context as _};
 use clap::Parser as _;
-use redirect_datapath::{cgroup, state, AttachOptions};
+use redirect_datapath::{attach::state, cgroup, AttachOptions};
 
 use crate::cli::{Cli, Command};
 
@@ -252,7 +252,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// `redirect probe`: every feature, present or not; the first missing one is the error.
 fn probe(json: bool, demo_missing: bool) -> anyhow::Result<()> {
-    use redirect_datapath::probe;
+    use redirect_datapath::load::probe;
     let mut probed = probe::probe_all()?;
     if demo_missing {
         probed.push(probe::probe(&probe::NONEXISTENT));

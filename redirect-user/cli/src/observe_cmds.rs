@@ -8,7 +8,7 @@ use std::{
 use anyhow::{bail, Context as _};
 use nix::sys::signal::{SigSet, Signal};
 use redirect_daemon::server;
-use redirect_datapath::{explain, explain_inbound, netns, node::NodeDatapath};
+use redirect_datapath::{netns, node::NodeDatapath, views::explain, views::explain_inbound};
 
 use crate::node_cmds::bpffs_or_default;
 
@@ -193,7 +193,7 @@ pub fn validate(
     let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
     nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
         .with_context(|| format!("entering {}", path.display()))?;
-    let report = redirect_datapath::validate::run(
+    let report = redirect_datapath::views::validate::run(
         dp.maps(),
         &path,
         std::time::Duration::from_millis(timeout_ms),
@@ -220,7 +220,7 @@ pub fn validate(
 pub fn stats(netns_name: Option<&str>, bpffs: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
     let only = cookie_filter(netns_name)?;
     let mut dp = open_pinned(bpffs)?;
-    let all = redirect_datapath::observe::ns_counters(dp.maps())?;
+    let all = redirect_datapath::views::observe::ns_counters(dp.maps())?;
     let names = names_by_cookie();
     let selected: Vec<(u64, &Vec<(&str, u64)>)> = all
         .iter()
@@ -283,7 +283,7 @@ pub fn trace(
         let _ = signals.wait();
         flag.store(true, std::sync::atomic::Ordering::Relaxed);
     });
-    let mut tracer = redirect_datapath::observe::Tracer::start(
+    let mut tracer = redirect_datapath::views::observe::Tracer::start(
         dp.take_map(redirect_common::map_names::TRACE)?,
         dp.take_map(redirect_common::map_names::TRACE_ON)?,
     )?;

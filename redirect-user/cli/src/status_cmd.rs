@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 
 use redirect_daemon_api::{cni_failures::METRIC, Client, DaemonDir};
 use redirect_datapath::{
+    attach::state,
     node::{KernelPolicy, NodeDatapath},
-    node_status::{self, EnrolledNs, NodeStatus},
-    state, status,
+    views::node_status::{self, EnrolledNs, NodeStatus},
+    views::status,
 };
 
 /// Prints the report (text or JSON).

@@ -2,8 +2,8 @@
 use std::path::PathBuf;
 
 use redirect_datapath::{
+    load::object,
     node::{self, layout, upgrade, NodeDatapath},
-    object,
 };
 
 use crate::node_cmds::bpffs_or_default;

@@ -9,7 +9,9 @@ use std::{
 };
 
 use redirect_common::Counter;
-use redirect_datapath::{error::Result, metrics, node::NodeDatapath, node_status, observe};
+use redirect_datapath::{
+    error::Result, node::NodeDatapath, views::metrics, views::node_status, views::observe,
+};
 use redirect_http::{Limits, Method, Request, Response, StatusCode};
 
 /// Renders the exposition text for the datapath pinned at `bpffs`. With `per_netns` (netns

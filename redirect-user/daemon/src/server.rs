@@ -80,7 +80,7 @@ impl Daemon {
     /// Takes the single-instance lock, adopts (or creates) the pinned datapath, re-applies the
     /// enrollments found on disk and binds the root-only socket.
     pub fn start(opts: Options) -> Result<Self> {
-        redirect_datapath::preflight::require_root()?;
+        redirect_datapath::load::preflight::require_root()?;
         std::fs::create_dir_all(&opts.dir).map_err(|e| Error::io("creating", &opts.dir, e))?;
         let _ = std::fs::set_permissions(&opts.dir, std::fs::Permissions::from_mode(0o700));
         let lock = single_instance(&opts.dir)?;

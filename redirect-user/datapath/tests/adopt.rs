@@ -8,8 +8,8 @@ use std::{
 
 use redirect_common::AF_INET;
 use redirect_datapath::{
-    adopt::{self, check_listener, Listening, NotAdoptable},
     netns,
+    netns::adopt::{self, check_listener, Listening, NotAdoptable},
 };
 use redirect_testkit::{privileged_or_skip, Listen, Netns};
 

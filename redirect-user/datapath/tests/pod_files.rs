@@ -4,7 +4,7 @@
 //! where a file should be is refused without blocking.
 use std::{os::unix::fs::symlink, path::PathBuf, time::Duration};
 
-use redirect_datapath::pod_files::{self, read_in_root};
+use redirect_datapath::netns::pod_files::{self, read_in_root};
 use redirect_policy::{PodFile, SystemLookup as _};
 use redirect_testkit::{eventually, privileged_or_skip, unique_name, Child, Netns};
 

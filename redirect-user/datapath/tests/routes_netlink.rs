@@ -3,7 +3,7 @@
 //! for `-c net1` (metrics, multipath over netlink, IPv6, the local table, policy routing).
 use std::net::IpAddr;
 
-use redirect_datapath::routes::{resolve_in, Resolved};
+use redirect_datapath::netns::routes::{resolve_in, Resolved};
 use redirect_testkit::{ip, privileged_or_skip, Netns};
 
 /// What the BPF side's longest-prefix match on the entries answers for `dst`.

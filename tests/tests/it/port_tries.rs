@@ -3,7 +3,7 @@
 //! its value, in maps the kernel made (bpftool creates them as the old and new objects did).
 use std::{os::fd::AsFd as _, path::Path, process::Command};
 
-use redirect_datapath::{bpfsys, bpfsys_replace as replace};
+use redirect_datapath::{sys::bpfsys, sys::bpfsys_replace as replace};
 use redirect_testkit::privileged;
 use redirect_tests::node::Pins;
 

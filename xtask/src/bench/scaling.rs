@@ -42,7 +42,7 @@ impl Bench {
             .arg("--netns")
             .arg(ns.path())
             .args(["-u", "1337", "-i", "*", "-b", "*"])
-            .env("RUST_LOG", "redirect_datapath::plan=debug")
+            .env("RUST_LOG", "redirect_datapath::attach::plan=debug")
             .output()?;
         let ms = t0.elapsed().as_secs_f64() * 1000.0;
         let cleanup = self.istio_iptables(&dir, &ns.path(), &["--cleanup-only"]);
@@ -384,9 +384,9 @@ mod tests {
 
     #[test]
     fn verify_lines_are_read_by_program() {
-        let log = "2026-12-02T01:14:45Z DEBUG redirect_datapath::plan: program verified and loaded program=\"redirect_connect6\" elapsed_us=140659\n\
+        let log = "2026-12-02T01:14:45Z DEBUG redirect_datapath::attach::plan: program verified and loaded program=\"redirect_connect6\" elapsed_us=140659\n\
                    noise\n\
-                   2026-12-02T01:14:45Z DEBUG redirect_datapath::plan: program verified and loaded program=\"redirect_bind4\" elapsed_us=429\n";
+                   2026-12-02T01:14:45Z DEBUG redirect_datapath::attach::plan: program verified and loaded program=\"redirect_bind4\" elapsed_us=429\n";
         assert_eq!(
             verify_times(log),
             vec![

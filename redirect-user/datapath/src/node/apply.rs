@@ -15,14 +15,14 @@ use super::{
     sizing, Applied, NodeDatapath,
 };
 use crate::{
-    bpfsys::{self, attach_type},
-    enroll,
     error::Result,
+    maps::inbound,
+    maps::outbound,
+    maps::store::hash,
+    netns::routes,
     netns::NetnsHandle,
-    outbound,
     phases::Phases,
-    routes,
-    store::hash,
+    sys::bpfsys::{self, attach_type},
 };
 
 /// What one apply wrote: whether inbound capture is on, and the entries the namespace owns.
@@ -129,7 +129,7 @@ impl NodeDatapath {
     fn addresses_claimed(&mut self, cookie: u64, addrs: &[std::net::IpAddr]) -> Result<bool> {
         let map = hash::<redirect_common::AddrKey, u64>(&mut self.maps, map_names::POD_ADDRS)?;
         Ok(addrs.iter().any(|ip| {
-            map.get(&enroll::addr_key(*ip), 0)
+            map.get(&inbound::addr_key(*ip), 0)
                 .is_ok_and(|owner| owner != cookie)
         }))
     }
@@ -165,7 +165,7 @@ impl NodeDatapath {
         phases: &mut Phases,
     ) -> Result<Written> {
         let (netns_path, cookie) = (ns.path(), ns.cookie());
-        enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old.addrs, addrs)?;
+        inbound::sync_addresses(&mut self.maps, netns_path, cookie, &old.addrs, addrs)?;
         phases.mark("pod_addrs");
         let mut now = Owned {
             addrs: addrs.to_vec(),
@@ -175,16 +175,16 @@ impl NodeDatapath {
         let inbound = spec.is_some();
         if let Some(spec) = spec {
             // New rules first, stale ones after: a re-apply never leaves a moment without one.
-            enroll::write_inbound(&mut self.maps, &spec, cookie)?;
-            enroll::remove_port_keys(&mut self.maps, &old.inbound_ports, &spec)?;
-            now.inbound_ports = enroll::port_keys_of(&spec, cookie);
+            inbound::write_inbound(&mut self.maps, &spec, cookie)?;
+            inbound::remove_port_keys(&mut self.maps, &old.inbound_ports, &spec)?;
+            now.inbound_ports = inbound::port_keys_of(&spec, cookie);
             phases.mark("inbound");
             self.attach_sk_lookup(ns)?;
             phases.mark("sk_lookup");
-            enroll::adopt_listeners(&mut self.maps, &spec, ns)?;
+            inbound::adopt_listeners(&mut self.maps, &spec, ns)?;
             phases.mark("adopt");
         } else {
-            enroll::remove_inbound_keys(&mut self.maps, cookie, &old.inbound_ports)?;
+            inbound::remove_inbound_keys(&mut self.maps, cookie, &old.inbound_ports)?;
             phases.mark("inbound");
             // With no inbound policy the program passes every lookup: the link is how the
             // kernel tells whether this namespace is gone (see `remove_stale`).

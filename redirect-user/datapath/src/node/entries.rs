@@ -5,10 +5,10 @@ use redirect_common::{map_names, IfKey};
 use redirect_policy::Policy;
 
 use crate::{
-    enroll,
     error::Result,
+    maps::inbound,
+    maps::store::{hash, remove_where, MapStore},
     netns::NetnsHandle,
-    store::{hash, remove_where, MapStore},
 };
 
 pub(super) fn owned_addresses(
@@ -20,7 +20,7 @@ pub(super) fn owned_addresses(
         .iter()
         .filter_map(|e| e.ok())
         .filter(|(_, owner)| *owner == cookie)
-        .map(|(k, _)| enroll::addr_of_key(&k))
+        .map(|(k, _)| inbound::addr_of_key(&k))
         .collect())
 }
 
@@ -67,7 +67,7 @@ pub(super) fn write_ifaces(
             _pad: 0,
         };
         map.insert(key, *bits, 0)
-            .map_err(crate::store::map_error("writing", map_names::IFACES))?;
+            .map_err(crate::maps::store::map_error("writing", map_names::IFACES))?;
         written.push(key);
     }
     Ok(written)
@@ -85,7 +85,7 @@ pub(super) fn seed_proxy_listeners(
     port: u16,
 ) -> Result<()> {
     let cookie = ns.cookie();
-    let found = crate::adopt::listeners(ns, port)?.len() as u64;
+    let found = crate::netns::adopt::listeners(ns, port)?.len() as u64;
     let mut map = hash::<u64, u64>(store, map_names::PROXY_LISTENERS)?;
     // BPF_NOEXIST: once the namespace has a count, sock_ops keeps it (a re-apply must not
     // overwrite it, or the close of a listener counted since would count below zero).
@@ -96,7 +96,7 @@ pub(super) fn seed_proxy_listeners(
         {
             Ok(())
         }
-        Err(e) => Err(crate::store::map_error(
+        Err(e) => Err(crate::maps::store::map_error(
             "writing",
             map_names::PROXY_LISTENERS,
         )(e)),
@@ -110,7 +110,7 @@ pub(super) fn remove_ns_counters(store: &mut dyn MapStore, cookie: u64) -> Resul
         redirect_common::NsCounterKey,
         u64,
     > = aya::maps::PerCpuHashMap::try_from(store.map(map_names::NETNS_COUNTERS)?).map_err(
-        crate::store::map_error("opening", map_names::NETNS_COUNTERS),
+        crate::maps::store::map_error("opening", map_names::NETNS_COUNTERS),
     )?;
     let keys: Vec<redirect_common::NsCounterKey> = map
         .keys()

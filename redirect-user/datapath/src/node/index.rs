@@ -19,15 +19,15 @@ use aya::maps::lpm_trie::Key;
 use redirect_common::{map_names, outbound::CidrKey, AddrKey, IfKey, PortKey};
 
 use crate::{
-    enroll,
     error::Result,
-    outbound::{OutKeys, TRIES},
-    store::{hash, keys_where, lpm, MapStore},
+    maps::inbound,
+    maps::outbound::{OutKeys, TRIES},
+    maps::store::{hash, keys_where, lpm, MapStore},
 };
 
 /// One namespace's entries outside its policy values.
 #[derive(Clone, Default)]
-pub struct Owned {
+pub(super) struct Owned {
     /// `POD_ADDRS` entries it owns.
     pub addrs: Vec<IpAddr>,
     /// `INBOUND_PORTS` keys.
@@ -40,7 +40,7 @@ pub struct Owned {
 
 /// Every namespace's [`Owned`], and which have an outbound policy.
 #[derive(Default)]
-pub struct Index {
+pub(super) struct Index {
     owned: HashMap<u64, Owned>,
     policies: HashSet<u64>,
 }
@@ -56,13 +56,13 @@ impl std::fmt::Debug for Index {
 
 impl Index {
     /// Reads every namespace's entries from the maps: one iteration of each.
-    pub fn build(store: &mut dyn MapStore) -> Result<Self> {
+    pub(super) fn build(store: &mut dyn MapStore) -> Result<Self> {
         let mut index = Self::default();
         for (key, owner) in hash::<AddrKey, u64>(store, map_names::POD_ADDRS)?
             .iter()
             .filter_map(|e| e.ok())
         {
-            index.entry(owner).addrs.push(enroll::addr_of_key(&key));
+            index.entry(owner).addrs.push(inbound::addr_of_key(&key));
         }
         for key in ports(store, map_names::INBOUND_PORTS)? {
             index.entry(key.netns.get()).inbound_ports.push(key);
@@ -101,39 +101,39 @@ impl Index {
     }
 
     /// What namespace `cookie` owns (nothing when it has no entries).
-    pub fn owned(&self, cookie: u64) -> Owned {
+    pub(super) fn owned(&self, cookie: u64) -> Owned {
         self.owned.get(&cookie).cloned().unwrap_or_default()
     }
 
     /// What namespace `cookie` owns, `None` when the index has no entry of it.
-    pub fn get(&self, cookie: u64) -> Option<Owned> {
+    pub(super) fn get(&self, cookie: u64) -> Option<Owned> {
         self.owned.get(&cookie).cloned()
     }
 
     /// Records what namespace `cookie` owns after a write, and that it has a policy.
-    pub fn set(&mut self, cookie: u64, owned: Owned) {
+    pub(super) fn set(&mut self, cookie: u64, owned: Owned) {
         self.owned.insert(cookie, owned);
         self.policies.insert(cookie);
     }
 
     /// Records the addresses namespace `cookie` owns now.
-    pub fn set_addrs(&mut self, cookie: u64, addrs: &[IpAddr]) {
+    pub(super) fn set_addrs(&mut self, cookie: u64, addrs: &[IpAddr]) {
         self.entry(cookie).addrs = addrs.to_vec();
     }
 
     /// Records the outbound keys namespace `cookie` owns now.
-    pub fn set_out(&mut self, cookie: u64, out: OutKeys) {
+    pub(super) fn set_out(&mut self, cookie: u64, out: OutKeys) {
         self.entry(cookie).out = out;
     }
 
     /// Forgets namespace `cookie` (its entries were removed).
-    pub fn forget(&mut self, cookie: u64) {
+    pub(super) fn forget(&mut self, cookie: u64) {
         self.owned.remove(&cookie);
         self.policies.remove(&cookie);
     }
 
     /// How many namespaces have an outbound policy (the default entry included).
-    pub fn policies(&self) -> usize {
+    pub(super) fn policies(&self) -> usize {
         self.policies.len()
     }
 }
@@ -141,18 +141,18 @@ impl Index {
 impl Owned {
     /// What namespace `cookie` owns, found by iterating the maps (for a namespace whose
     /// entries another process may have written).
-    pub fn scan(store: &mut dyn MapStore, cookie: u64) -> Result<Self> {
+    pub(super) fn scan(store: &mut dyn MapStore, cookie: u64) -> Result<Self> {
         Ok(Self {
             addrs: super::entries::owned_addresses(store, cookie)?,
-            inbound_ports: enroll::inbound_port_keys(store, cookie)?,
+            inbound_ports: inbound::inbound_port_keys(store, cookie)?,
             ifaces: keys_where::<IfKey, u8>(store, map_names::IFACES, |k| k.netns == cookie)?,
-            out: crate::outbound::out_keys(store, cookie)?,
+            out: crate::maps::outbound::out_keys(store, cookie)?,
         })
     }
 }
 
 fn ports(store: &mut dyn MapStore, name: &'static str) -> Result<Vec<PortKey>> {
-    Ok(crate::store::ports(store, name)?.keys())
+    Ok(crate::maps::store::ports(store, name)?.keys())
 }
 
 #[cfg(test)]

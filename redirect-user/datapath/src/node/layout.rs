@@ -11,8 +11,8 @@ use std::{
 use aya::maps::{Array, Map, MapData};
 
 use crate::{
-    bpfsys,
     error::{Error, Result},
+    sys::bpfsys,
 };
 
 /// The layout this build reads and writes. v0: no record (before versions); v1: this record;
@@ -128,7 +128,7 @@ pub struct Layout {
     pub proxy_cgroup: u64,
     /// The owning daemon's directory (its socket is `daemon.sock` there), when a daemon owns it.
     pub daemon_dir: Option<PathBuf>,
-    /// Build id of the BPF object whose programs run ([`crate::object::build_id`]; 0: not
+    /// Build id of the BPF object whose programs run ([`crate::load::object::build_id`]; 0: not
     /// recorded).
     pub build: u64,
 }

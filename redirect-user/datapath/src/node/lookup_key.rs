@@ -9,9 +9,9 @@ use std::{fs::File, os::fd::AsFd as _, os::fd::OwnedFd};
 
 use super::{pins::pin_err, NodeDatapath};
 use crate::{
-    bpfsys::{self, attach_type},
     error::Result,
     netns,
+    sys::bpfsys::{self, attach_type},
 };
 
 /// The held link and the namespace it is attached to; dropping it closes both (the kernel

@@ -30,11 +30,13 @@ pub use self::pins::{lock, remove_dir};
 use redirect_policy::Policy;
 
 use crate::{
-    bpfsys, enroll,
     error::{Error, Result},
+    maps::inbound,
+    maps::outbound,
+    maps::store::{hash, MapStore, PinnedMaps},
+    netns::routes,
     netns::{self, NetnsHandle},
-    outbound, routes,
-    store::{hash, MapStore, PinnedMaps},
+    sys::bpfsys,
 };
 
 /// Where the node datapath is pinned unless `--bpffs` or `REDIRECT_BPFFS` says otherwise.
@@ -281,7 +283,7 @@ impl NodeDatapath {
     pub fn remove_policy(&mut self, cookie: u64, shown: &Path) -> Result<()> {
         outbound::remove(&mut self.maps, cookie)?;
         self.detach_sk_lookup(cookie)?;
-        enroll::remove_inbound(&mut self.maps, cookie)?;
+        inbound::remove_inbound(&mut self.maps, cookie)?;
         remove_ifaces(&mut self.maps, cookie)?;
         remove_ns_counters(&mut self.maps, cookie)?;
         let _ = hash::<u64, u64>(&mut self.maps, map_names::PROXY_LISTENERS)?.remove(&cookie);
@@ -289,7 +291,7 @@ impl NodeDatapath {
         let _ = hash::<u64, u64>(&mut self.maps, map_names::HANDOFFS)?.remove(&cookie);
         let _ = hash::<u64, u64>(&mut self.maps, map_names::LOCAL_COUNTS)?.remove(&cookie);
         let old = owned_addresses(&mut self.maps, cookie)?;
-        enroll::sync_addresses(&mut self.maps, shown, cookie, &old, &[])?;
+        inbound::sync_addresses(&mut self.maps, shown, cookie, &old, &[])?;
         // Found by iterating the maps, whatever the index says: nothing can be left behind.
         if let Some(index) = &mut self.index {
             index.forget(cookie);
@@ -318,7 +320,7 @@ impl NodeDatapath {
         b.sort();
         let addrs_changed = a != b;
         if addrs_changed {
-            enroll::sync_addresses(&mut self.maps, netns_path, cookie, &old.addrs, &addrs)?;
+            inbound::sync_addresses(&mut self.maps, netns_path, cookie, &old.addrs, &addrs)?;
             self.index()?.set_addrs(cookie, &addrs);
             tracing::info!(netns = %netns_path.display(), addrs = ?addrs, "pod addresses changed");
         }

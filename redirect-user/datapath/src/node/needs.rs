@@ -9,7 +9,7 @@ use redirect_policy::{kernel::inbound as inbound_kernel, Policy};
 
 use crate::{
     error::{Error, Result},
-    probe,
+    load::probe,
 };
 
 /// The flag of `policy` that needs the arrival interface for inbound capture (`-c NAMES` or

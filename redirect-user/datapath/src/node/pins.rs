@@ -10,9 +10,12 @@ use super::{
     sizing, NodeAttach, NodeDatapath,
 };
 use crate::{
-    bpfsys, cgroup,
+    attach::plan,
+    cgroup,
     error::{Error, Result},
-    object, plan, preflight,
+    load::object,
+    load::preflight,
+    sys::bpfsys,
 };
 
 pub(super) fn pin_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
@@ -69,7 +72,7 @@ impl NodeDatapath {
             .validate()
             .map_err(|why| Error::Sizing { why })?;
         let probed = preflight::require_kernel_support()?;
-        let sk_lookup = crate::probe::sk_lookup_program(&probed);
+        let sk_lookup = crate::load::probe::sk_lookup_program(&probed);
         ensure_bpffs(dir)?;
         let object = object::bpf_object().ok_or(Error::NoObject)?;
         let quota = u64::from(attach.quotas.handshakes);

@@ -19,11 +19,13 @@ use super::{
     sizing, NodeDatapath,
 };
 use crate::{
-    bpfsys,
-    bpfsys_replace::{self as replace, MapDef},
+    attach::plan,
     cgroup,
     error::{Error, Result},
-    object, plan, preflight,
+    load::object,
+    load::preflight,
+    sys::bpfsys,
+    sys::bpfsys_replace::{self as replace, MapDef},
 };
 
 /// What an upgrade did.

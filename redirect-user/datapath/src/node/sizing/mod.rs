@@ -12,7 +12,7 @@ use redirect_policy::{InboundPorts, Policy};
 pub use self::pin::{create, read};
 use crate::{
     error::{Error, Result},
-    outbound::Compiled,
+    maps::outbound::Compiled,
 };
 
 /// Name of the sizing record's pin.

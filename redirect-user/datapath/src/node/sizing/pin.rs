@@ -6,8 +6,8 @@ use aya::maps::{Array, Map, MapData};
 
 use super::{Quotas, Raw, RawV1, PIN};
 use crate::{
-    bpfsys,
     error::{Error, Result},
+    sys::bpfsys,
 };
 
 fn map_err(op: &'static str, dir: &Path) -> impl FnOnce(aya::maps::MapError) -> Error {

@@ -5,10 +5,10 @@ use redirect_common::map_names;
 use serde::Serialize;
 
 use crate::{
-    counters::{self, CounterValue},
+    attach::state::{self, InstanceState},
     error::{Error, Result},
-    node_status::NodeStatus,
-    state::{self, InstanceState},
+    maps::counters::{self, CounterValue},
+    views::node_status::NodeStatus,
 };
 
 /// One attachment as status reports it.
@@ -26,7 +26,7 @@ pub struct AttachmentStatus {
     pub linked: bool,
     /// What the kernel reports for it (verified instructions; runs and run time while
     /// `kernel.bpf_stats_enabled` is 1); `None` once it is unloaded.
-    pub stat: Option<crate::program_stats::ProgramStat>,
+    pub stat: Option<crate::load::program_stats::ProgramStat>,
 }
 
 /// One running `redirect attach`.
@@ -99,7 +99,7 @@ fn instance_status(state: &InstanceState, linked: &BTreeSet<u32>) -> Result<Inst
         None => 0,
     };
     let ids: Vec<u32> = state.attachments.iter().map(|a| a.program_id).collect();
-    let stats = crate::program_stats::of_ids(&ids);
+    let stats = crate::load::program_stats::of_ids(&ids);
     Ok(InstanceStatus {
         pid: state.pid,
         proxy_uid: state.options.proxy_uid,
@@ -150,7 +150,7 @@ pub fn instances() -> Result<Instances> {
 pub fn render(status: &Status) -> String {
     let mut out = String::new();
     match &status.node {
-        Some(node) => out.push_str(&crate::node_status::render(node)),
+        Some(node) => out.push_str(&crate::views::node_status::render(node)),
         None if status.instances.is_empty() => out.push_str(
             "nothing attached: no node datapath is pinned and no `redirect attach` is running\n",
         ),

@@ -21,7 +21,7 @@ pub struct ProgramStat {
 }
 
 /// The programs with ids `ids` that are loaded, by id.
-pub fn of_ids(ids: &[u32]) -> BTreeMap<u32, ProgramStat> {
+pub(crate) fn of_ids(ids: &[u32]) -> BTreeMap<u32, ProgramStat> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
         .filter(|p| ids.contains(&p.id()))
@@ -40,7 +40,7 @@ pub fn of_ids(ids: &[u32]) -> BTreeMap<u32, ProgramStat> {
 
 /// The programs of the links pinned under `dir` (each `links/NAME` and `netns/COOKIE`), and
 /// of the programs pinned under `dir/progs`: `(pin name, stat)`, in pin order.
-pub fn of_pins(dir: &std::path::Path) -> Vec<(String, ProgramStat)> {
+pub(crate) fn of_pins(dir: &std::path::Path) -> Vec<(String, ProgramStat)> {
     let mut pinned: Vec<(String, u32)> = Vec::new();
     for sub in ["links", "progs"] {
         let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
@@ -48,11 +48,11 @@ pub fn of_pins(dir: &std::path::Path) -> Vec<(String, ProgramStat)> {
         };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let Ok(fd) = crate::bpfsys::obj_get(&e.path()) else {
+            let Ok(fd) = crate::sys::bpfsys::obj_get(&e.path()) else {
                 continue;
             };
             let id = if sub == "links" {
-                crate::bpfsys_replace::link_prog_id(std::os::fd::AsFd::as_fd(&fd)).ok()
+                crate::sys::bpfsys_replace::link_prog_id(std::os::fd::AsFd::as_fd(&fd)).ok()
             } else {
                 aya::programs::ProgramInfo::from_pin(e.path())
                     .ok()

@@ -4,6 +4,12 @@
 //! enters the namespace, once, when it is opened: it reads the cookie and makes the namespace's
 //! rtnetlink and sock_diag sockets (which every later lookup uses from any thread), and goes
 //! back to its own namespace.
+pub mod adopt;
+pub mod pod_files;
+pub(crate) mod proc_tcp;
+pub mod routes;
+pub(crate) mod rtnl;
+pub(crate) mod sockdiag;
 use std::{
     fs::File,
     net::IpAddr,
@@ -17,8 +23,8 @@ use std::{
 
 use crate::{
     error::{Error, Result},
-    rtnl::RouteSocket,
-    sockdiag::{DiagSocket, Listening},
+    netns::rtnl::RouteSocket,
+    netns::sockdiag::{DiagSocket, Listening},
 };
 
 /// The sockets made inside the namespace when it was opened.
@@ -154,7 +160,7 @@ impl NetnsHandle {
                 None => {}
             }
         }
-        self.run(|| Ok(crate::proc_tcp::listening(port)))
+        self.run(|| Ok(crate::netns::proc_tcp::listening(port)))
     }
 
     /// Whether its path still names this namespace (same device and inode; the path is

@@ -8,13 +8,14 @@ use serde::{Deserialize, Serialize};
 use ipnet::IpNet;
 use redirect_policy::{inbound_spec::InboundSpec, Cidrs, InboundPorts, Policy};
 
-pub use crate::plan::{Attachment, PEER_HOOKS};
+pub use crate::attach::plan::{Attachment, PEER_HOOKS};
 use crate::{
+    attach::plan::{self, Link},
     cgroup,
     error::{Error, Result},
-    object, outbound,
-    plan::{self, Link},
-    preflight,
+    load::object,
+    load::preflight,
+    maps::outbound,
 };
 
 /// What `redirect attach` was asked to do, after validation.
@@ -161,7 +162,7 @@ impl Datapath {
                 ..options.clone()
             },
             // `attach --inbound` has no interface rules, so either program serves it.
-            sk_lookup: crate::probe::sk_lookup_program(&probed),
+            sk_lookup: crate::load::probe::sk_lookup_program(&probed),
         };
         // Verified all at once (in parallel), then the node datapath's plan, links held by
         // this process instead of pinned. sk_lookup only when a namespace is given.

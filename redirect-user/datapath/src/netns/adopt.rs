@@ -7,7 +7,7 @@ use redirect_common::{AF_INET, AF_INET6};
 
 use crate::{error::Result, netns::NetnsHandle};
 
-pub use crate::{proc_tcp::parse_listeners, sockdiag::Listening};
+pub use crate::{netns::proc_tcp::parse_listeners, netns::sockdiag::Listening};
 
 /// The listening sockets on `port` inside namespace `ns`: socket diagnostics (see
 /// `sockdiag`), or `/proc/net/tcp{,6}` where the kernel has none (see `proc_tcp`).

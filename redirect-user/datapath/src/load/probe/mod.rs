@@ -9,8 +9,8 @@ use aya::{
 use serde::Serialize;
 
 use crate::{
-    bpfsys,
     error::{Error, Result},
+    sys::bpfsys,
 };
 
 /// How a feature is probed.
@@ -240,7 +240,7 @@ mod tests {
 
     #[test]
     fn readme_table_is_the_feature_list() {
-        let readme = include_str!("../../../../README.md");
+        let readme = include_str!("../../../../../README.md");
         for f in FEATURES {
             let row = format!(
                 "| `{}` | {} | {} | {} |",

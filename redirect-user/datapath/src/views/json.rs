@@ -3,7 +3,7 @@
 use serde::{ser::SerializeMap as _, Serialize, Serializer};
 
 /// Serialises `[(name, value)]` as `{"name": value, ...}`, keeping the order.
-pub fn pairs_as_object<S, V>(pairs: &[(&'static str, V)], s: S) -> Result<S::Ok, S::Error>
+pub(crate) fn pairs_as_object<S, V>(pairs: &[(&'static str, V)], s: S) -> Result<S::Ok, S::Error>
 where
     S: Serializer,
     V: Serialize,

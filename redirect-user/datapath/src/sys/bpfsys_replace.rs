@@ -8,7 +8,7 @@ use aya_obj::generated::{
     bpf_attr, bpf_cmd, bpf_link_info, bpf_map_info, bpf_map_type, BPF_F_REPLACE,
 };
 
-use crate::bpfsys::{bpf, fd_u32, obj_info, owned, ptr_u64, zeroed};
+use crate::sys::bpfsys::{bpf, fd_u32, obj_info, owned, ptr_u64, zeroed};
 
 /// The id of the program a bpf_link runs (`struct bpf_link_info.prog_id`).
 pub fn link_prog_id(link: BorrowedFd<'_>) -> io::Result<u32> {

@@ -1,7 +1,7 @@
 //! The fallback when the kernel's socket diagnostics cannot answer (`NETLINK_SOCK_DIAG`
 //! without `inet_diag`/`tcp_diag`, e.g. modules a guest cannot load): the LISTEN sockets of
 //! `/proc/thread-self/net/tcp{,6}` (slower: the kernel walks its whole established table).
-use crate::sockdiag::Listening;
+use crate::netns::sockdiag::Listening;
 
 /// Parses `/proc/net/tcp{,6}` text: sockets in LISTEN state (0A) on `port`.
 pub fn parse_listeners(text: &str, port: u16, ipv6: bool) -> Vec<Listening> {
@@ -19,7 +19,7 @@ pub fn parse_listeners(text: &str, port: u16, ipv6: bool) -> Vec<Listening> {
 }
 
 /// This thread's namespace's TCP listeners on `port`, from `/proc/thread-self/net/tcp{,6}`.
-pub fn listening(port: u16) -> Vec<Listening> {
+pub(crate) fn listening(port: u16) -> Vec<Listening> {
     let mut out = Vec::new();
     for (path, ipv6) in [
         ("/proc/thread-self/net/tcp", false),

@@ -27,7 +27,7 @@ impl MapStore for Ebpf {
 
 /// Maps opened from their pins.
 #[derive(Debug, Default)]
-pub struct PinnedMaps(pub StdHashMap<&'static str, Map>);
+pub(crate) struct PinnedMaps(pub StdHashMap<&'static str, Map>);
 
 impl MapStore for PinnedMaps {
     fn map(&mut self, name: &'static str) -> Result<&mut Map> {
@@ -38,7 +38,7 @@ impl MapStore for PinnedMaps {
 }
 
 /// Wraps an aya map error with the operation and map name.
-pub fn map_error(
+pub(crate) fn map_error(
     op: &'static str,
     name: &'static str,
 ) -> impl FnOnce(aya::maps::MapError) -> Error {
@@ -50,7 +50,7 @@ pub fn map_error(
 }
 
 /// The hash map `name` with key `K` and value `V`.
-pub fn hash<'a, K: Pod, V: Pod>(
+pub(crate) fn hash<'a, K: Pod, V: Pod>(
     store: &'a mut dyn MapStore,
     name: &'static str,
 ) -> Result<HashMap<&'a mut MapData, K, V>> {
@@ -58,7 +58,7 @@ pub fn hash<'a, K: Pod, V: Pod>(
 }
 
 /// The LPM trie `name` with key data `K` and value `V`.
-pub fn lpm<'a, K: Pod, V: Pod>(
+pub(crate) fn lpm<'a, K: Pod, V: Pod>(
     store: &'a mut dyn MapStore,
     name: &'static str,
 ) -> Result<LpmTrie<&'a mut MapData, K, V>> {
@@ -66,7 +66,7 @@ pub fn lpm<'a, K: Pod, V: Pod>(
 }
 
 /// Keys of hash map `name` (key `K`, value `V`) that `pred` selects.
-pub fn keys_where<K: Pod, V: Pod>(
+pub(crate) fn keys_where<K: Pod, V: Pod>(
     store: &mut dyn MapStore,
     name: &'static str,
     pred: impl Fn(&K) -> bool,
@@ -80,7 +80,7 @@ pub fn keys_where<K: Pod, V: Pod>(
 }
 
 /// Removes the keys of hash map `name` that `pred` selects (a namespace's entries).
-pub fn remove_where<K: Pod, V: Pod>(
+pub(crate) fn remove_where<K: Pod, V: Pod>(
     store: &mut dyn MapStore,
     name: &'static str,
     pred: impl Fn(&K) -> bool,
@@ -95,7 +95,7 @@ pub fn remove_where<K: Pod, V: Pod>(
 
 /// A port trie (`OUT_PORTS`, `INBOUND_PORTS`): an LPM trie whose every key is a whole
 /// [`PortKey`] ([`PortKey::BITS`]), used as an exact-match map.
-pub struct PortTrie<'a> {
+pub(crate) struct PortTrie<'a> {
     name: &'static str,
     trie: LpmTrie<&'a mut MapData, PortKey, u8>,
 }
@@ -110,24 +110,24 @@ impl std::fmt::Debug for PortTrie<'_> {
 
 impl PortTrie<'_> {
     /// The rule of `key`, if there is one.
-    pub fn get(&self, key: &PortKey) -> Option<u8> {
+    pub(crate) fn get(&self, key: &PortKey) -> Option<u8> {
         self.trie.get(&Key::new(PortKey::BITS, *key), 0).ok()
     }
 
     /// Writes the rule of `key`.
-    pub fn insert(&mut self, key: PortKey, value: u8) -> Result<()> {
+    pub(crate) fn insert(&mut self, key: PortKey, value: u8) -> Result<()> {
         self.trie
             .insert(&Key::new(PortKey::BITS, key), value, 0)
             .map_err(map_error("writing", self.name))
     }
 
     /// Removes the rule of `key` (absent is not an error).
-    pub fn remove(&mut self, key: &PortKey) {
+    pub(crate) fn remove(&mut self, key: &PortKey) {
         let _ = self.trie.remove(&Key::new(PortKey::BITS, *key));
     }
 
     /// Every key stored.
-    pub fn keys(&self) -> Vec<PortKey> {
+    pub(crate) fn keys(&self) -> Vec<PortKey> {
         self.trie
             .keys()
             .filter_map(|k| k.ok())
@@ -137,7 +137,7 @@ impl PortTrie<'_> {
 }
 
 /// The port trie `name`.
-pub fn ports<'a>(store: &'a mut dyn MapStore, name: &'static str) -> Result<PortTrie<'a>> {
+pub(crate) fn ports<'a>(store: &'a mut dyn MapStore, name: &'static str) -> Result<PortTrie<'a>> {
     Ok(PortTrie {
         name,
         trie: lpm::<PortKey, u8>(store, name)?,
@@ -145,7 +145,7 @@ pub fn ports<'a>(store: &'a mut dyn MapStore, name: &'static str) -> Result<Port
 }
 
 /// The keys of port trie `name` that `pred` selects.
-pub fn port_keys_where(
+pub(crate) fn port_keys_where(
     store: &mut dyn MapStore,
     name: &'static str,
     pred: impl Fn(&PortKey) -> bool,
@@ -158,7 +158,7 @@ pub fn port_keys_where(
 }
 
 /// Removes the keys of port trie `name` that `pred` selects (a namespace's rules).
-pub fn remove_ports_where(
+pub(crate) fn remove_ports_where(
     store: &mut dyn MapStore,
     name: &'static str,
     pred: impl Fn(&PortKey) -> bool,

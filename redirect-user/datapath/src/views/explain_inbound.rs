@@ -12,8 +12,8 @@ use redirect_common::{
 
 use crate::{
     error::Result,
-    explain::Explained,
-    store::{hash, MapStore},
+    maps::store::{hash, MapStore},
+    views::explain::Explained,
 };
 
 /// The arriving connection to explain.
@@ -105,7 +105,7 @@ pub fn explain_inbound(
                 0,
             )
             .is_ok();
-    let rule = crate::store::ports(store, map_names::INBOUND_PORTS)?
+    let rule = crate::maps::store::ports(store, map_names::INBOUND_PORTS)?
         .get(&PortKey::new(cookie, q.dst.port()))
         .unwrap_or(0);
     let conn = InboundConn {

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    datapath::{AttachOptions, Attachment},
+    attach::datapath::{AttachOptions, Attachment},
     error::{Error, Result},
 };
 

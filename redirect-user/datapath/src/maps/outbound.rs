@@ -15,15 +15,15 @@ use redirect_policy::Policy;
 
 use crate::{
     error::Result,
-    store::{hash, lpm, map_error, port_keys_where, ports, remove_ports_where, MapStore},
+    maps::store::{hash, lpm, map_error, port_keys_where, ports, remove_ports_where, MapStore},
 };
 
-pub use redirect_common::types::{addr_of as ip_of, addr_words as words};
-pub use redirect_policy::kernel::outbound::{CgroupRef, Compiled, DNS_CAPTURE_PORT};
+pub(crate) use redirect_common::types::{addr_of as ip_of, addr_words as words};
+pub(crate) use redirect_policy::kernel::outbound::{CgroupRef, Compiled};
 
 /// Compiles `p` for a namespace ([`redirect_policy::kernel::outbound::compile`]), its proxy
 /// cgroup resolved to the kernel's id first: the one input the pure half cannot read.
-pub fn compile(p: &Policy, ipv6: bool, routes: Vec<(IpNet, bool)>) -> Result<Compiled> {
+pub(crate) fn compile(p: &Policy, ipv6: bool, routes: Vec<(IpNet, bool)>) -> Result<Compiled> {
     let proxy_cgroup = p.proxy_cgroup.as_deref().map(cgroup_id_level).transpose()?;
     Ok(redirect_policy::kernel::outbound::compile(
         p,
@@ -35,7 +35,7 @@ pub fn compile(p: &Policy, ipv6: bool, routes: Vec<(IpNet, bool)>) -> Result<Com
 
 /// A cgroup v2 directory's id (its inode number, as `bpf_get_current_cgroup_id` reports it) and
 /// depth below the cgroup v2 root.
-pub fn cgroup_id_level(path: &std::path::Path) -> Result<CgroupRef> {
+pub(crate) fn cgroup_id_level(path: &std::path::Path) -> Result<CgroupRef> {
     let dir = crate::cgroup::validate(path)?;
     let root = crate::cgroup::cgroup2_root()?;
     let id = crate::cgroup::id(&dir)?;
@@ -60,7 +60,7 @@ fn cidr_key(netns: u64, net: &IpNet) -> Key<CidrKey> {
 }
 
 /// The CIDR tries of a namespace's outbound rules.
-pub const TRIES: [&str; 3] = [
+pub(crate) const TRIES: [&str; 3] = [
     map_names::OUT_EXCLUDE,
     map_names::OUT_INCLUDE,
     map_names::OUT_ROUTES,
@@ -82,8 +82,8 @@ fn trie_keys(
 }
 
 /// The `OUT_ROUTES` entries stored for `netns` (prefix, via an excluded interface), sorted as
-/// [`crate::routes::Resolved::entries`] are: what a refresh compares the namespace's routes to.
-pub fn stored_routes(store: &mut dyn MapStore, netns: u64) -> Result<Vec<(IpNet, bool)>> {
+/// [`crate::netns::routes::Resolved::entries`] are: what a refresh compares the namespace's routes to.
+pub(crate) fn stored_routes(store: &mut dyn MapStore, netns: u64) -> Result<Vec<(IpNet, bool)>> {
     let trie = lpm::<CidrKey, u8>(store, map_names::OUT_ROUTES)?;
     let want = netns.to_be_bytes();
     let mut out: Vec<(IpNet, bool)> = trie
@@ -104,7 +104,7 @@ pub fn stored_routes(store: &mut dyn MapStore, netns: u64) -> Result<Vec<(IpNet,
 
 /// The keys of one namespace's outbound rules: `OUT_PORTS`, and each trie of [`TRIES`].
 #[derive(Clone, Default)]
-pub struct OutKeys {
+pub(crate) struct OutKeys {
     /// `OUT_PORTS` keys.
     pub ports: Vec<PortKey>,
     /// Keys of `OUT_EXCLUDE`, `OUT_INCLUDE` and `OUT_ROUTES`, in [`TRIES`]' order.
@@ -122,7 +122,7 @@ impl std::fmt::Debug for OutKeys {
 }
 
 /// The outbound rule keys stored for `netns`, found by iterating the maps.
-pub fn out_keys(store: &mut dyn MapStore, netns: u64) -> Result<OutKeys> {
+pub(crate) fn out_keys(store: &mut dyn MapStore, netns: u64) -> Result<OutKeys> {
     Ok(OutKeys {
         ports: port_keys_where(store, map_names::OUT_PORTS, |k| k.netns == netns)?,
         tries: [
@@ -135,14 +135,14 @@ pub fn out_keys(store: &mut dyn MapStore, netns: u64) -> Result<OutKeys> {
 
 /// Writes `c` under `netns` (the cookie, or 0 for the default policy): rules first, the policy
 /// value last (it is what turns them on), then drops rules of a previous policy that `c` lacks.
-pub fn write(store: &mut dyn MapStore, netns: u64, c: &Compiled) -> Result<()> {
+pub(crate) fn write(store: &mut dyn MapStore, netns: u64, c: &Compiled) -> Result<()> {
     let old = out_keys(store, netns)?;
     write_over(store, netns, c, &old).map(|_| ())
 }
 
 /// [`write`] over a previous policy whose rule keys are `old` (none are looked for in the
 /// maps). Returns the rule keys now stored.
-pub fn write_over(
+pub(crate) fn write_over(
     store: &mut dyn MapStore,
     netns: u64,
     c: &Compiled,
@@ -200,7 +200,7 @@ pub fn write_over(
 }
 
 /// Removes `netns`'s outbound policy (first: capture stops) and then its rules.
-pub fn remove(store: &mut dyn MapStore, netns: u64) -> Result<()> {
+pub(crate) fn remove(store: &mut dyn MapStore, netns: u64) -> Result<()> {
     {
         let mut policies = hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?;
         let _ = policies.remove(&netns);
@@ -227,7 +227,7 @@ fn key_bytes(k: &Key<CidrKey>) -> Vec<u8> {
 }
 
 /// Number of policies stored (the default one included).
-pub fn count(store: &mut dyn MapStore) -> Result<usize> {
+pub(crate) fn count(store: &mut dyn MapStore) -> Result<usize> {
     let policies = hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?;
     Ok(policies.keys().filter(|k| k.is_ok()).count())
 }

@@ -16,7 +16,7 @@ use netlink_packet_route::{
 };
 
 use super::table::{Route, Tables, TABLE_LOCAL, TABLE_MAIN};
-use crate::rtnl::{retry_torn, RouteSocket};
+use crate::netns::rtnl::{retry_torn, RouteSocket};
 
 /// Table id of `default`, looked up last by IPv4's default rules.
 const TABLE_DEFAULT: u32 = 253;

@@ -13,8 +13,8 @@ use serde::Serialize;
 
 use crate::{
     error::{Error, Result},
+    maps::store::{hash, MapStore},
     netns,
-    store::{hash, MapStore},
 };
 
 /// Where validation dials for the outbound check (TEST-NET-1: never a real service).

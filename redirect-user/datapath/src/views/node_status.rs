@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use crate::{
     error::Result,
+    maps::store::{map_error, MapStore},
     node::{layout::Owner, NodeDatapath},
-    store::{map_error, MapStore},
 };
 
 /// One namespace enrolled through the daemon.
@@ -49,10 +49,10 @@ pub struct NodeStatus {
     /// Namespaces (cookies) with an sk_lookup link.
     pub inbound_netns: Vec<String>,
     /// Entries per map, for the maps whose fill matters.
-    #[serde(serialize_with = "crate::json::pairs_as_object")]
+    #[serde(serialize_with = "crate::views::json::pairs_as_object")]
     pub fill: Vec<(&'static str, usize)>,
     /// Every decision counter summed over CPUs, zeros included.
-    #[serde(serialize_with = "crate::json::pairs_as_object")]
+    #[serde(serialize_with = "crate::views::json::pairs_as_object")]
     pub counters: Vec<(&'static str, u64)>,
     /// Namespaces enrolled through the daemon; filled by the caller, which knows the daemon's
     /// directory (empty from [`collect`]).
@@ -71,7 +71,7 @@ pub struct PinnedProgram {
     pub pin: String,
     /// What the kernel reports.
     #[serde(flatten)]
-    pub stat: crate::program_stats::ProgramStat,
+    pub stat: crate::load::program_stats::ProgramStat,
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -166,7 +166,7 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
         fill,
         counters: totals,
         enrolled: Vec::new(),
-        programs: crate::program_stats::of_pins(dir)
+        programs: crate::load::program_stats::of_pins(dir)
             .into_iter()
             .map(|(pin, stat)| PinnedProgram { pin, stat })
             .collect(),

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::{
     error::Result,
-    store::{hash, lpm, MapStore},
+    maps::store::{hash, lpm, MapStore},
 };
 
 /// The answer.
@@ -67,7 +67,7 @@ fn ancestor_id(path: &std::path::Path, level: u16) -> Result<u64> {
             at.push(c);
         }
     }
-    Ok(crate::outbound::cgroup_id_level(&at)?.id)
+    Ok(crate::maps::outbound::cgroup_id_level(&at)?.id)
 }
 
 /// The connection to explain.
@@ -122,7 +122,7 @@ pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<E
     let nic = trie(map_names::OUT_ROUTES)?.is_some_and(|v| v != 0);
     let exclude = trie(map_names::OUT_EXCLUDE)?.is_some();
     let include = trie(map_names::OUT_INCLUDE)?.is_some();
-    let ports = crate::store::ports(store, map_names::OUT_PORTS)?
+    let ports = crate::maps::store::ports(store, map_names::OUT_PORTS)?
         .get(&PortKey::new(key, dst.port()))
         .unwrap_or(0);
     let passthrough_src = src.is_some_and(|s| {

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::{
     error::{Error, Result},
-    store::{map_error, MapStore},
+    maps::store::{map_error, MapStore},
 };
 
 /// Counters of one namespace, non-zero only, in slot order.
@@ -73,7 +73,7 @@ fn decode(bytes: &[u8]) -> Option<Decision> {
     // SAFETY: the ring buffer record holds one TraceEvent (repr(C), integers only) written by
     // the kernel side; read_unaligned copes with any alignment.
     let e: TraceEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-    let ip = crate::outbound::ip_of(e.family, e.dst);
+    let ip = crate::maps::outbound::ip_of(e.family, e.dst);
     let counter = *Counter::ALL.get(usize::from(e.counter))?;
     let end = e.comm.iter().position(|b| *b == 0).unwrap_or(e.comm.len());
     Some(Decision {

@@ -27,7 +27,7 @@ pub struct Listening {
 
 /// A `NETLINK_SOCK_DIAG` socket of one namespace (made inside it, then used from any thread).
 #[derive(Debug)]
-pub struct DiagSocket {
+pub(crate) struct DiagSocket {
     socket: Socket,
     seq: std::sync::atomic::AtomicU32,
     /// The kernel refused `TCPDIAG_GETSOCK` once: one dump per family from then on.
@@ -37,7 +37,7 @@ pub struct DiagSocket {
 impl DiagSocket {
     /// A socket in the calling thread's namespace, connected to the kernel (port id 0), so no
     /// process of the namespace can send into it.
-    pub fn open() -> std::io::Result<Self> {
+    pub(crate) fn open() -> std::io::Result<Self> {
         let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
         socket.bind_auto()?;
         socket.connect(&SocketAddr::new(0, 0))?;
@@ -50,7 +50,7 @@ impl DiagSocket {
 
     /// The TCP sockets listening on `port` in its namespace, IPv4 then IPv6. Each dump has
     /// its own sequence number; answers to another (a dump that failed half-way) are skipped.
-    pub fn listening(&self, port: u16) -> std::io::Result<Vec<Listening>> {
+    pub(crate) fn listening(&self, port: u16) -> std::io::Result<Vec<Listening>> {
         use std::sync::atomic::Ordering::Relaxed;
         let mut out = Vec::new();
         if !self.no_compat.load(Relaxed) {
@@ -201,11 +201,6 @@ fn dump_both(
             offset += len;
         }
     }
-}
-
-/// The TCP sockets listening on `port` in this thread's namespace, IPv4 then IPv6.
-pub fn listening(port: u16) -> std::io::Result<Vec<Listening>> {
-    DiagSocket::open()?.listening(port)
 }
 
 fn dump(

@@ -1,19 +1,20 @@
-//! Inbound enrollment of a network namespace: policy maps, its addresses, and sk_lookup.
+//! The shared map writers of a namespace's inbound enrollment, for the per-process datapath and
+//! the node's alike: its policy and port rules, its addresses (`POD_ADDRS`) and a proxy that
+//! already listens (`LISTENERS`).
 use std::{net::IpAddr, path::Path};
 
 use aya::maps::{MapData, SockHash};
 use redirect_common::{map_names, AddrKey, InboundPolicy, ListenerKey, PortKey, AF_INET, AF_INET6};
 use redirect_policy::{
-    inbound_spec::{InboundPorts, InboundSpec},
+    inbound_spec::InboundSpec,
     kernel::inbound::{policy_of, port_entries},
 };
 
 use crate::{
-    adopt,
-    datapath::{Datapath, Enrolled},
     error::{Error, Result},
+    maps::store::{hash, map_error, port_keys_where, ports, MapStore},
+    netns::adopt,
     netns::NetnsHandle,
-    store::{hash, map_error, port_keys_where, ports, MapStore},
 };
 
 /// `POD_ADDRS` key of an address.
@@ -24,62 +25,6 @@ pub fn addr_key(ip: IpAddr) -> AddrKey {
         addr,
         family,
         _pad: [0; 6],
-    }
-}
-
-impl Datapath {
-    /// Enrolls `spec`'s namespace: policy, port rules and addresses first, then sk_lookup.
-    pub(crate) fn enroll(&mut self, spec: &InboundSpec) -> Result<()> {
-        if spec.ports == InboundPorts::None {
-            tracing::info!(netns = %spec.netns.display(), "inbound capture disabled (empty -b)");
-            return Ok(());
-        }
-        // Opened once: every lookup and the link below go through this descriptor.
-        let ns = NetnsHandle::open(&spec.netns)?;
-        let cookie = ns.cookie();
-        let addrs = ns.addresses()?;
-        write_inbound(&mut self.ebpf, spec, cookie)?;
-        sync_addresses(&mut self.ebpf, &spec.netns, cookie, &[], &addrs)?;
-
-        let link = crate::plan::link_sk_lookup(&mut self.ebpf, self.sk_lookup, &ns)?;
-        self.hold(link);
-        adopt_listeners(&mut self.ebpf, spec, &ns)?;
-        // The process's maps and links go with it: an error here leaves nothing behind.
-        ns.verify()?;
-        tracing::info!(netns = %spec.netns.display(), cookie, addrs = ?addrs, "inbound capture enrolled");
-        self.ebpf_enrolled.push(Enrolled {
-            spec: spec.clone(),
-            cookie,
-            addrs,
-        });
-        self.ebpf_netns.push(ns);
-        Ok(())
-    }
-
-    /// Re-reads every enrolled namespace's addresses and updates `POD_ADDRS` (addresses may
-    /// be added after enrollment, e.g. by a CNI). Returns how many namespaces changed.
-    pub fn refresh_addresses(&mut self) -> Result<usize> {
-        let mut changed = 0;
-        for i in 0..self.ebpf_enrolled.len() {
-            let (path, cookie, old) = {
-                let e = &self.ebpf_enrolled[i];
-                (e.spec.netns.clone(), e.cookie, e.addrs.clone())
-            };
-            // The descriptor opened at enrollment, not the path again.
-            let new = self.ebpf_netns[i].addresses()?;
-            if new != old {
-                sync_addresses(&mut self.ebpf, &path, cookie, &old, &new)?;
-                tracing::info!(netns = %path.display(), addrs = ?new, "pod addresses changed");
-                self.ebpf_enrolled[i].addrs = new;
-                changed += 1;
-            }
-        }
-        Ok(changed)
-    }
-
-    /// Enrolled namespaces.
-    pub fn enrolled(&self) -> &[Enrolled] {
-        &self.ebpf_enrolled
     }
 }
 
@@ -149,7 +94,7 @@ pub fn remove_port_keys(
 
 /// The address of a `POD_ADDRS` key.
 pub fn addr_of_key(k: &AddrKey) -> IpAddr {
-    crate::outbound::ip_of(k.family, k.addr)
+    crate::maps::outbound::ip_of(k.family, k.addr)
 }
 
 /// Makes `POD_ADDRS` hold `new` instead of `old` for namespace `cookie`; an address owned by

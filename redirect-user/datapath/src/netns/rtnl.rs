@@ -179,7 +179,7 @@ impl RouteSocket {
 }
 
 /// Runs `read` again (up to four times) while the kernel reports the dump torn.
-pub fn retry_torn<T>(mut read: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+pub(crate) fn retry_torn<T>(mut read: impl FnMut() -> io::Result<T>) -> io::Result<T> {
     let mut tries = 0;
     loop {
         match read() {

@@ -15,9 +15,9 @@ use redirect_common::prog_names;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    bpfsys::{self, attach_type},
     cgroup,
     error::{Error, Result},
+    sys::bpfsys::{self, attach_type},
 };
 
 /// The UDP and peer-address hooks: (program, hook name, bpf attach type).
@@ -264,7 +264,7 @@ pub fn link_cgroups(ebpf: &mut Ebpf, app: &Path, proxy: &Path) -> Result<Vec<Lin
         .collect()
 }
 
-/// Attaches the sk_lookup program `program` ([`crate::probe::sk_lookup_program`]: with or
+/// Attaches the sk_lookup program `program` ([`crate::load::probe::sk_lookup_program`]: with or
 /// without `ingress_ifindex`) to network namespace `ns` (through its descriptor).
 pub fn link_sk_lookup(
     ebpf: &mut Ebpf,
