@@ -336,6 +336,8 @@ mod pod {
     // SAFETY: all four types are #[repr(C)], contain only integers, and have explicit padding
     // fields, so every bit pattern is valid and no byte is uninitialised.
     unsafe impl aya::Pod for super::OrigDst {}
+    // SAFETY: a #[repr(transparent)] u64.
+    unsafe impl aya::Pod for super::NetnsCookie {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ConnKey {}
     // SAFETY: as above.

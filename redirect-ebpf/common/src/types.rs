@@ -5,9 +5,30 @@
 /// identical addresses and ports of different pods apart in node-global maps.
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(transparent)
+)]
 pub struct NetnsCookie(pub u64);
 
+impl core::fmt::Display for NetnsCookie {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl core::str::FromStr for NetnsCookie {
+    type Err = core::num::ParseIntError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(Self)
+    }
+}
+
 impl NetnsCookie {
+    /// The key of the default entry (`attach`'s policy, for every namespace without its own).
+    pub const DEFAULT: Self = Self(0);
+
     /// The raw value.
     #[inline(always)]
     pub const fn get(self) -> u64 {
@@ -19,6 +40,20 @@ impl From<u64> for NetnsCookie {
     #[inline(always)]
     fn from(v: u64) -> Self {
         Self(v)
+    }
+}
+
+impl From<NetnsCookie> for u64 {
+    #[inline(always)]
+    fn from(c: NetnsCookie) -> Self {
+        c.0
+    }
+}
+
+impl PartialEq<NetnsCookie> for u64 {
+    #[inline(always)]
+    fn eq(&self, other: &NetnsCookie) -> bool {
+        *self == other.0
     }
 }
 

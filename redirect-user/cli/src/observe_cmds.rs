@@ -1,4 +1,5 @@
 //! `redirect explain | stats | trace | validate`: read-only views of the pinned datapath.
+use redirect_common::NetnsCookie;
 use std::{
     net::{IpAddr, SocketAddr},
     path::{Path, PathBuf},
@@ -167,11 +168,11 @@ fn open_pinned(bpffs: Option<PathBuf>) -> anyhow::Result<NodeDatapath> {
 }
 
 /// Names of enrolled namespaces by cookie, from the daemon's state files when there are any.
-fn names_by_cookie() -> std::collections::BTreeMap<u64, String> {
+fn names_by_cookie() -> std::collections::BTreeMap<NetnsCookie, String> {
     server::enrolled_names(redirect_daemon_api::DaemonDir::from_env().path())
 }
 
-fn cookie_filter(netns_name: Option<&str>) -> anyhow::Result<Option<u64>> {
+fn cookie_filter(netns_name: Option<&str>) -> anyhow::Result<Option<NetnsCookie>> {
     netns_name
         .map(|n| netns::cookie(&netns::resolve(Some(n))).map_err(anyhow::Error::from))
         .transpose()
@@ -222,7 +223,7 @@ pub fn stats(netns_name: Option<&str>, bpffs: Option<PathBuf>, json: bool) -> an
     let mut dp = open_pinned(bpffs)?;
     let all = redirect_datapath::views::observe::ns_counters(dp.maps())?;
     let names = names_by_cookie();
-    let selected: Vec<(u64, &Vec<(&str, u64)>)> = all
+    let selected: Vec<(NetnsCookie, &Vec<(&str, u64)>)> = all
         .iter()
         .filter(|(ns, _)| only.is_none_or(|c| c == **ns))
         .map(|(ns, c)| (*ns, c))
@@ -305,7 +306,7 @@ pub fn trace(
                 let mut v = serde_json::to_value(&d)?;
                 if let Some(o) = v.as_object_mut() {
                     o.insert("netns".into(), names.get(&d.netns).cloned().into());
-                    o.insert("cookie".into(), d.netns.into());
+                    o.insert("cookie".into(), d.netns.get().into());
                 }
                 println!("{}", serde_json::to_string(&v)?);
             } else {

@@ -5,6 +5,7 @@ use std::{net::IpAddr, path::PathBuf};
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
+use redirect_common::NetnsCookie;
 use redirect_policy::Policy;
 
 use crate::{request::PodRef, PROTOCOL_VERSION};
@@ -15,8 +16,8 @@ use crate::{request::PodRef, PROTOCOL_VERSION};
 pub struct Enrollment {
     /// Namespace file.
     pub netns: PathBuf,
-    /// Its netns cookie (the key of every map entry it owns).
-    pub cookie: u64,
+    /// Its netns cookie (the key of every map entry it owns; a number on the wire).
+    pub cookie: NetnsCookie,
     /// Where the policy came from.
     pub source: String,
     /// The policy.

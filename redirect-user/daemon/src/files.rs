@@ -1,5 +1,6 @@
 //! The daemon's directory and what it owns: the single-instance lock, the root-only socket,
 //! one enrollment file per namespace, and its ownership record in the pinned layout.
+use redirect_common::NetnsCookie;
 use std::{
     collections::BTreeMap,
     fs::File,
@@ -85,12 +86,12 @@ pub(crate) fn write_enrollment(dir: &Path, e: &Record) -> Result<()> {
     std::fs::rename(&tmp, &path).map_err(|err| Error::io("renaming", &path, err))
 }
 
-pub(crate) fn remove_enrollment(dir: &Path, cookie: u64) {
+pub(crate) fn remove_enrollment(dir: &Path, cookie: NetnsCookie) {
     let _ = std::fs::remove_file(enrollment_dir(dir).join(format!("{cookie}.json")));
 }
 
 /// Netns cookie -> namespace path of the enrollments recorded in `dir`.
-pub fn enrolled_names(dir: &Path) -> BTreeMap<u64, String> {
+pub fn enrolled_names(dir: &Path) -> BTreeMap<NetnsCookie, String> {
     read_enrollments(dir)
         .into_iter()
         .map(|e| (e.cookie, e.netns.display().to_string()))

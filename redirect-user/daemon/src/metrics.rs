@@ -1,6 +1,7 @@
 //! The daemon's Prometheus endpoint: node-wide decision counters and map fill levels, and the
 //! per-namespace counters (which name every enrolled namespace) only when the operator asks,
 //! read from the pinned maps at each scrape and served by redirect-http within its limits.
+use redirect_common::NetnsCookie;
 use std::{
     collections::BTreeMap,
     net::SocketAddr,
@@ -17,7 +18,7 @@ use redirect_http::{Limits, Method, Request, Response, StatusCode};
 /// Renders the exposition text for the datapath pinned at `bpffs`. With `per_netns` (netns
 /// cookie -> the namespace's path) every enrolled namespace also exports every counter, zeros
 /// included; without it only the node-wide counters and the map fill are rendered.
-pub fn render(bpffs: &Path, per_netns: Option<&BTreeMap<u64, String>>) -> Result<String> {
+pub fn render(bpffs: &Path, per_netns: Option<&BTreeMap<NetnsCookie, String>>) -> Result<String> {
     let status = node_status::collect(bpffs)?;
     let mut rows = Vec::new();
     if let Some(names) = per_netns {
@@ -64,7 +65,7 @@ struct Source<N> {
 pub fn spawn(
     addr: SocketAddr,
     bpffs: PathBuf,
-    names: impl Fn() -> BTreeMap<u64, String> + Send + Sync + 'static,
+    names: impl Fn() -> BTreeMap<NetnsCookie, String> + Send + Sync + 'static,
     per_namespace: bool,
 ) -> std::result::Result<SocketAddr, redirect_http::Error> {
     let source = Arc::new(Source {

@@ -1,5 +1,6 @@
 //! The daemon's loop: single-instance lock, adopt-or-create the datapath, reconcile enrollment
 //! files, serve the socket, follow addresses every second.
+use redirect_common::NetnsCookie;
 use std::{
     collections::BTreeMap,
     fs::File,
@@ -61,7 +62,7 @@ const STOP_CHECK: Duration = Duration::from_millis(100);
 pub struct Daemon {
     opts: Options,
     dp: NodeDatapath,
-    enrollments: BTreeMap<u64, Followed>,
+    enrollments: BTreeMap<NetnsCookie, Followed>,
     listener: UnixListener,
     _lock: nix::fcntl::Flock<File>,
     uninstalled: bool,
@@ -245,14 +246,14 @@ impl Daemon {
             self.reindexed = Instant::now();
             phases.mark("reindex");
         }
-        let cookies: Vec<u64> = self.enrollments.keys().copied().collect();
+        let cookies: Vec<NetnsCookie> = self.enrollments.keys().copied().collect();
         for cookie in cookies {
             let Some(f) = self.enrollments.get(&cookie) else {
                 continue;
             };
             let e = f.record.clone();
             if gone(&self.dp, f) {
-                tracing::info!(netns = %e.netns.display(), cookie, "enrolled namespace is gone: removing its policy");
+                tracing::info!(netns = %e.netns.display(), %cookie, "enrolled namespace is gone: removing its policy");
                 let _ = self.dp.remove_policy(cookie, &e.netns);
                 self.enrollments.remove(&cookie);
                 remove_enrollment(&self.opts.dir, cookie);

@@ -4,6 +4,7 @@ use std::{net::IpAddr, path::PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use redirect_common::NetnsCookie;
 use redirect_daemon_api::{Enrollment, PodRef};
 use redirect_policy::Policy;
 
@@ -13,7 +14,7 @@ pub struct Record {
     /// Namespace file.
     pub netns: PathBuf,
     /// Its netns cookie (the key of every map entry it owns).
-    pub cookie: u64,
+    pub cookie: NetnsCookie,
     /// Where the policy came from.
     pub source: String,
     /// The policy.

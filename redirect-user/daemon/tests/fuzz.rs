@@ -100,7 +100,7 @@ fn enrollment() -> impl Strategy<Value = Enrollment> {
         .prop_map(
             |(netns, cookie, source, policy, addrs, [ipv6, inbound])| Enrollment {
                 netns,
-                cookie,
+                cookie: cookie.into(),
                 source,
                 policy,
                 addrs,

@@ -1,4 +1,5 @@
 //! Error type of the library: each variant names the failing call and the value involved.
+use redirect_common::NetnsCookie;
 use std::{io, path::PathBuf};
 
 /// Everything that can go wrong while validating, loading, attaching or inspecting.
@@ -112,7 +113,7 @@ pub enum Error {
         /// The path given.
         path: PathBuf,
         /// The cookie of the namespace it opened first.
-        cookie: u64,
+        cookie: NetnsCookie,
         /// That namespace's inode.
         inode: u64,
         /// What the path names now (its cookie and inode, or nothing).

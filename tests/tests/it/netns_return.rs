@@ -20,7 +20,9 @@ fn own_inode() -> u64 {
 /// The netns cookie of a socket this thread makes now.
 fn cookie_of_new_socket() -> u64 {
     let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("socket");
-    socket_cookie_of_netns(s.as_fd()).expect("SO_NETNS_COOKIE")
+    socket_cookie_of_netns(s.as_fd())
+        .expect("SO_NETNS_COOKIE")
+        .get()
 }
 
 #[test]

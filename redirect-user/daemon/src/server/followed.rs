@@ -2,6 +2,7 @@
 //! applied through that descriptor, and the descriptor is held for the enrollment's life. The
 //! follower and a re-apply go through it; the path is only looked up (never opened again) to
 //! tell whether it still names the namespace.
+use redirect_common::NetnsCookie;
 use std::path::Path;
 
 use redirect_daemon_api::{PodRef, Unenrolled};
@@ -50,7 +51,7 @@ pub(crate) fn reopen(e: &Enrollment) -> Result<Option<NetnsHandle>> {
     match NetnsHandle::open(&e.netns) {
         Ok(ns) if ns.cookie() == e.cookie => Ok(Some(ns)),
         Ok(ns) => {
-            tracing::info!(netns = %e.netns.display(), recorded = e.cookie, now = ns.cookie(), "the enrolled path names another namespace now");
+            tracing::info!(netns = %e.netns.display(), recorded = %e.cookie, now = %ns.cookie(), "the enrolled path names another namespace now");
             Ok(None)
         }
         Err(_) if !Path::new(&e.netns).exists() => Ok(None),
@@ -61,7 +62,7 @@ pub(crate) fn reopen(e: &Enrollment) -> Result<Option<NetnsHandle>> {
 impl Daemon {
     /// Re-applies every enrollment whose policy is not in the maps.
     pub(super) fn reapply_missing(&mut self, alarm: &mut Option<String>) {
-        let missing: Vec<u64> = self
+        let missing: Vec<NetnsCookie> = self
             .enrollments
             .keys()
             .filter(|cookie| !self.dp.kernel_policy(**cookie).is_ok_and(|k| k.outbound))
@@ -72,7 +73,7 @@ impl Daemon {
                 continue;
             };
             let e = f.record.clone();
-            tracing::error!(netns = %e.netns.display(), cookie = e.cookie, "an enrolled namespace's policy is missing from the maps: re-applying it");
+            tracing::error!(netns = %e.netns.display(), cookie = %e.cookie, "an enrolled namespace's policy is missing from the maps: re-applying it");
             // Through the descriptor it was enrolled with, not its path again.
             let ns = match &f.ns {
                 Some(ns) => ns.try_clone(),
@@ -101,7 +102,7 @@ impl Daemon {
         let opened = match reopen(&e) {
             Ok(Some(ns)) if !self.dp.namespace_gone(e.cookie) => Ok(ns),
             Ok(_) => {
-                tracing::info!(netns = %e.netns.display(), cookie = e.cookie, "enrolled namespace is gone: removing its policy");
+                tracing::info!(netns = %e.netns.display(), cookie = %e.cookie, "enrolled namespace is gone: removing its policy");
                 if let Err(err) = self.dp.remove_policy(e.cookie, &e.netns) {
                     tracing::warn!(error = %err, "removing a stale policy");
                 }
@@ -145,7 +146,7 @@ impl Daemon {
         let ns = NetnsHandle::open(netns)?;
         phases.mark("open");
         let e = self.enroll_ns(ns, policy, source, None, None, &mut phases)?;
-        tracing::info!(netns = %netns.display(), cookie = e.cookie, us = phases.total_us(), %phases, "namespace enrolled");
+        tracing::info!(netns = %netns.display(), cookie = %e.cookie, us = phases.total_us(), %phases, "namespace enrolled");
         Ok(e)
     }
 
@@ -187,7 +188,7 @@ impl Daemon {
     }
 
     /// Removes the policy of the enrollment `cookie` and forgets it.
-    pub(super) fn unenroll_cookie(&mut self, cookie: u64) -> Result<Unenrolled> {
+    pub(super) fn unenroll_cookie(&mut self, cookie: NetnsCookie) -> Result<Unenrolled> {
         let Some(netns) = self
             .enrollments
             .get(&cookie)

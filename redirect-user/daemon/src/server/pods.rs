@@ -1,5 +1,6 @@
 //! Pod requests of the CNI plugin: ADD resolves the pod, decides as istio-cni does and enrolls
 //! its netns (all or nothing); DEL, CHECK and GC key enrollments by the sandbox's container id.
+use redirect_common::NetnsCookie;
 use std::{net::IpAddr, path::Path};
 
 use redirect_datapath::{
@@ -107,7 +108,7 @@ impl Daemon {
         policy: Policy,
         phases: &mut Phases,
         cpu: ThreadCpu,
-    ) -> Result<u64> {
+    ) -> Result<NetnsCookie> {
         if !netns.is_absolute() {
             return Err(Error::RelativeNetns {
                 pod: pod.to_string(),
@@ -140,14 +141,14 @@ impl Daemon {
         // `cpu_us`: how much of `us` this thread ran (the rest it waited: for a CPU, a lock,
         // I/O). `phases` stays the line's last field (the bench reads it to the end).
         let cpu_us = cpu.used_us();
-        tracing::info!(%pod, netns = %netns.display(), cookie = e.cookie, us = phases.total_us(), cpu_us, %phases, "pod enrolled");
+        tracing::info!(%pod, netns = %netns.display(), cookie = %e.cookie, us = phases.total_us(), cpu_us, %phases, "pod enrolled");
         Ok(e.cookie)
     }
 
     /// The cookie of the enrollment of `pod`: by its sandbox's container id, else (a pod
     /// enrolled in place by the reconcile, whose sandbox id may be unknown) by its uid, else by
     /// `netns`, as a path or as the namespace it names.
-    fn pod_enrollment(&self, pod: &PodRef, netns: Option<&Path>) -> Option<u64> {
+    fn pod_enrollment(&self, pod: &PodRef, netns: Option<&Path>) -> Option<NetnsCookie> {
         let by = |same: &dyn Fn(&PodRef) -> bool| {
             self.enrollments
                 .values()
@@ -258,7 +259,7 @@ impl Daemon {
     /// enrolled by hand (no pod) and pods enrolled in place whose sandbox id is unknown stay
     /// (the reconcile unenrolls those once the apiserver no longer has them).
     pub(super) fn pod_gc(&mut self, valid: &[String]) -> Result<GcDone> {
-        let stale: Vec<(u64, String)> = self
+        let stale: Vec<(NetnsCookie, String)> = self
             .enrollments
             .values()
             .filter_map(|f| {

@@ -4,6 +4,7 @@
 //! enrolled in place, through its processes' network namespace; an enrolled pod the apiserver
 //! no longer has is unenrolled; a pod's uid/gid bypass is bound to its running istio-proxy
 //! container's cgroup, and unbound the moment that cgroup is gone.
+use redirect_common::NetnsCookie;
 use std::{
     collections::HashMap,
     net::IpAddr,
@@ -163,7 +164,7 @@ impl Daemon {
             generation,
         };
         self.unenroll_gone_pods(&pods);
-        let enrolled: HashMap<String, u64> = self
+        let enrolled: HashMap<String, NetnsCookie> = self
             .enrollments
             .values()
             .filter_map(|f| Some((f.record.pod.as_ref()?.uid.clone(), f.record.cookie)))
@@ -175,7 +176,7 @@ impl Daemon {
             .filter(|p| !enrolled.contains_key(uid(p)) && running(p))
             .filter(|p| decide(p) == Decision::Meshed)
             .collect();
-        let bound: Vec<(&Pod, u64)> = pods
+        let bound: Vec<(&Pod, NetnsCookie)> = pods
             .iter()
             .copied()
             .filter_map(|p| Some((p, *enrolled.get(uid(p))?)))
@@ -206,7 +207,7 @@ impl Daemon {
     /// is gone (not found, or another pod under its name).
     fn unenroll_gone_pods(&mut self, pods: &[&Pod]) {
         let listed: Vec<&str> = pods.iter().map(|p| uid(p)).collect();
-        let candidates: Vec<(u64, PodRef)> = self
+        let candidates: Vec<(NetnsCookie, PodRef)> = self
             .enrollments
             .values()
             .filter_map(|f| Some((f.record.cookie, f.record.pod.clone()?)))
@@ -225,10 +226,10 @@ impl Daemon {
             if gone {
                 match self.unenroll_cookie(cookie) {
                     Ok(_) => {
-                        tracing::info!(%pod, cookie, "the pod is gone from the apiserver: unenrolled")
+                        tracing::info!(%pod, %cookie, "the pod is gone from the apiserver: unenrolled")
                     }
                     Err(error) => {
-                        tracing::warn!(%pod, cookie, %error, "the pod is gone from the apiserver; unenrolling it failed")
+                        tracing::warn!(%pod, %cookie, %error, "the pod is gone from the apiserver; unenrolling it failed")
                     }
                 }
             }
@@ -282,7 +283,7 @@ impl Daemon {
             &mut Phases::start(),
         ) {
             Ok(e) => {
-                tracing::info!(pod = %pod_ref, netns = %netns.display(), cookie = e.cookie, "enrolled a running pod in place");
+                tracing::info!(pod = %pod_ref, netns = %netns.display(), cookie = %e.cookie, "enrolled a running pod in place");
                 if let Some(target) = proxy_cgroup(pod, dir) {
                     self.bind_proxy(e.cookie, Some(target));
                 }
@@ -297,7 +298,7 @@ impl Daemon {
     /// cgroup); unbinds it when the bound cgroup is gone (the proxy exited) and no new one
     /// runs yet: the bypass then applies to the proxy uid/gid anywhere in the pod, as
     /// istio-iptables' owner match does.
-    fn bind_proxy(&mut self, cookie: u64, target: Option<PathBuf>) {
+    fn bind_proxy(&mut self, cookie: NetnsCookie, target: Option<PathBuf>) {
         let Some(f) = self.enrollments.get(&cookie) else {
             return;
         };
@@ -330,10 +331,10 @@ impl Daemon {
                 if let Err(error) = write_enrollment(&self.opts.dir, &f.record) {
                     tracing::warn!(pod = name, %error, "recording the enrollment");
                 }
-                tracing::info!(pod = name, cookie, proxy_cgroup = ?next, "the proxy uid/gid bypass follows the istio-proxy container's cgroup");
+                tracing::info!(pod = name, %cookie, proxy_cgroup = ?next, "the proxy uid/gid bypass follows the istio-proxy container's cgroup");
             }
             Err(error) => {
-                tracing::error!(pod = name, cookie, %error, "binding the proxy bypass to its container's cgroup: kept as it was");
+                tracing::error!(pod = name, %cookie, %error, "binding the proxy bypass to its container's cgroup: kept as it was");
             }
         }
     }

@@ -1,4 +1,5 @@
 //! Loads the embedded BPF object, configures it, attaches it to cgroups and detaches it on drop.
+use redirect_common::NetnsCookie;
 use std::{net::IpAddr, path::PathBuf};
 
 use aya::{maps::MapData, Ebpf, EbpfLoader};
@@ -55,7 +56,7 @@ pub struct Enrolled {
     /// What was asked.
     pub spec: InboundSpec,
     /// Its netns cookie.
-    pub cookie: u64,
+    pub cookie: NetnsCookie,
     /// Its own addresses, as last synchronised into `POD_ADDRS`.
     pub addrs: Vec<IpAddr>,
 }
@@ -147,7 +148,7 @@ impl Datapath {
         // The default policy (netns key 0) applies to every namespace without its own; it
         // goes through the same compile as every istio-iptables policy.
         let compiled = outbound::compile(&options.policy(), false, Vec::new())?;
-        outbound::write(&mut ebpf, 0, &compiled)?;
+        outbound::write(&mut ebpf, NetnsCookie::DEFAULT, &compiled)?;
 
         let mut dp = Self {
             ebpf,

@@ -1,6 +1,7 @@
 //! The shared map writers of a namespace's inbound enrollment, for the per-process datapath and
 //! the node's alike: its policy and port rules, its addresses (`POD_ADDRS`) and a proxy that
 //! already listens (`LISTENERS`).
+use redirect_common::NetnsCookie;
 use std::{net::IpAddr, path::Path};
 
 use aya::maps::{MapData, SockHash};
@@ -29,30 +30,38 @@ pub fn addr_key(ip: IpAddr) -> AddrKey {
 }
 
 /// Writes `spec`'s inbound policy and port rules for namespace `cookie`.
-pub fn write_inbound(store: &mut dyn MapStore, spec: &InboundSpec, cookie: u64) -> Result<()> {
+pub fn write_inbound(
+    store: &mut dyn MapStore,
+    spec: &InboundSpec,
+    cookie: NetnsCookie,
+) -> Result<()> {
     {
         let mut ports = ports(store, map_names::INBOUND_PORTS)?;
         for (port, rule) in port_entries(spec) {
-            ports.insert(PortKey::new(cookie, port), rule)?;
+            ports.insert(PortKey::new(cookie.get(), port), rule)?;
         }
     }
     // The policy last: it is what makes sk_lookup act on the namespace.
-    hash::<u64, InboundPolicy>(store, map_names::NETNS_INBOUND)?
+    hash::<NetnsCookie, InboundPolicy>(store, map_names::NETNS_INBOUND)?
         .insert(cookie, policy_of(spec), 0)
         .map_err(map_error("writing", map_names::NETNS_INBOUND))
 }
 
 /// Removes namespace `cookie`'s inbound policy and port rules (its addresses stay: the
 /// outbound rules use them too).
-pub fn remove_inbound(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
+pub fn remove_inbound(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<()> {
     let keys = inbound_port_keys(store, cookie)?;
     remove_inbound_keys(store, cookie, &keys)
 }
 
 /// [`remove_inbound`] when the namespace's `INBOUND_PORTS` keys are known (`keys`).
-pub fn remove_inbound_keys(store: &mut dyn MapStore, cookie: u64, keys: &[PortKey]) -> Result<()> {
+pub fn remove_inbound_keys(
+    store: &mut dyn MapStore,
+    cookie: NetnsCookie,
+    keys: &[PortKey],
+) -> Result<()> {
     {
-        let mut policies = hash::<u64, InboundPolicy>(store, map_names::NETNS_INBOUND)?;
+        let mut policies = hash::<NetnsCookie, InboundPolicy>(store, map_names::NETNS_INBOUND)?;
         let _ = policies.remove(&cookie);
     }
     let mut ports = ports(store, map_names::INBOUND_PORTS)?;
@@ -63,15 +72,15 @@ pub fn remove_inbound_keys(store: &mut dyn MapStore, cookie: u64, keys: &[PortKe
 }
 
 /// `INBOUND_PORTS` keys of namespace `cookie`.
-pub fn inbound_port_keys(store: &mut dyn MapStore, cookie: u64) -> Result<Vec<PortKey>> {
+pub fn inbound_port_keys(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<Vec<PortKey>> {
     port_keys_where(store, map_names::INBOUND_PORTS, |k| k.netns == cookie)
 }
 
 /// The `INBOUND_PORTS` keys [`write_inbound`] writes for `spec` under namespace `cookie`.
-pub fn port_keys_of(spec: &InboundSpec, cookie: u64) -> Vec<PortKey> {
+pub fn port_keys_of(spec: &InboundSpec, cookie: NetnsCookie) -> Vec<PortKey> {
     port_entries(spec)
         .into_iter()
-        .map(|(port, _)| PortKey::new(cookie, port))
+        .map(|(port, _)| PortKey::new(cookie.get(), port))
         .collect()
 }
 
@@ -102,7 +111,7 @@ pub fn addr_of_key(k: &AddrKey) -> IpAddr {
 pub fn sync_addresses(
     store: &mut dyn MapStore,
     netns: &Path,
-    cookie: u64,
+    cookie: NetnsCookie,
     old: &[IpAddr],
     new: &[IpAddr],
 ) -> Result<()> {
@@ -130,7 +139,7 @@ pub fn sync_addresses(
                 netns: netns.to_path_buf(),
             });
         }
-        map.insert(key, cookie, 0)
+        map.insert(key, cookie.get(), 0)
             .map_err(map_error("writing", map_names::POD_ADDRS))?;
     }
     Ok(())
@@ -165,7 +174,7 @@ pub fn adopt_listeners(
         let family = u32::from(family);
         hash.insert(
             ListenerKey {
-                netns: cookie.into(),
+                netns: cookie,
                 family,
                 _pad: 0,
             },

@@ -1,6 +1,7 @@
 //! Outbound policy in the maps: resolves the one input the pure compile cannot read (the proxy
 //! cgroup's id), compiles with `redirect_policy::kernel::outbound`, and writes or removes one
 //! namespace's `NETNS_OUTBOUND` value, CIDR trie entries and port rules.
+use redirect_common::NetnsCookie;
 use std::collections::HashSet;
 
 use aya::maps::lpm_trie::Key;
@@ -48,14 +49,14 @@ pub(crate) fn cgroup_id_level(path: &std::path::Path) -> Result<CgroupRef> {
     })
 }
 
-fn cidr_key(netns: u64, net: &IpNet) -> Key<CidrKey> {
+fn cidr_key(netns: NetnsCookie, net: &IpNet) -> Key<CidrKey> {
     let (family, bits) = match net {
         IpNet::V4(n) => (AF_INET, n.prefix_len()),
         IpNet::V6(n) => (AF_INET6, n.prefix_len()),
     };
     Key::new(
         CidrKey::prefix_len(bits),
-        CidrKey::new(netns, family, words(net.network())),
+        CidrKey::new(netns.get(), family, words(net.network())),
     )
 }
 
@@ -70,10 +71,10 @@ pub(crate) const TRIES: [&str; 3] = [
 fn trie_keys(
     store: &mut dyn MapStore,
     name: &'static str,
-    netns: u64,
+    netns: NetnsCookie,
 ) -> Result<Vec<Key<CidrKey>>> {
     let trie = lpm::<CidrKey, u8>(store, name)?;
-    let want = netns.to_be_bytes();
+    let want = netns.get().to_be_bytes();
     Ok(trie
         .keys()
         .filter_map(|k| k.ok())
@@ -83,9 +84,12 @@ fn trie_keys(
 
 /// The `OUT_ROUTES` entries stored for `netns` (prefix, via an excluded interface), sorted as
 /// [`crate::netns::routes::Resolved::entries`] are: what a refresh compares the namespace's routes to.
-pub(crate) fn stored_routes(store: &mut dyn MapStore, netns: u64) -> Result<Vec<(IpNet, bool)>> {
+pub(crate) fn stored_routes(
+    store: &mut dyn MapStore,
+    netns: NetnsCookie,
+) -> Result<Vec<(IpNet, bool)>> {
     let trie = lpm::<CidrKey, u8>(store, map_names::OUT_ROUTES)?;
-    let want = netns.to_be_bytes();
+    let want = netns.get().to_be_bytes();
     let mut out: Vec<(IpNet, bool)> = trie
         .iter()
         .filter_map(|e| e.ok())
@@ -122,7 +126,7 @@ impl std::fmt::Debug for OutKeys {
 }
 
 /// The outbound rule keys stored for `netns`, found by iterating the maps.
-pub(crate) fn out_keys(store: &mut dyn MapStore, netns: u64) -> Result<OutKeys> {
+pub(crate) fn out_keys(store: &mut dyn MapStore, netns: NetnsCookie) -> Result<OutKeys> {
     Ok(OutKeys {
         ports: port_keys_where(store, map_names::OUT_PORTS, |k| k.netns == netns)?,
         tries: [
@@ -135,7 +139,7 @@ pub(crate) fn out_keys(store: &mut dyn MapStore, netns: u64) -> Result<OutKeys> 
 
 /// Writes `c` under `netns` (the cookie, or 0 for the default policy): rules first, the policy
 /// value last (it is what turns them on), then drops rules of a previous policy that `c` lacks.
-pub(crate) fn write(store: &mut dyn MapStore, netns: u64, c: &Compiled) -> Result<()> {
+pub(crate) fn write(store: &mut dyn MapStore, netns: NetnsCookie, c: &Compiled) -> Result<()> {
     let old = out_keys(store, netns)?;
     write_over(store, netns, c, &old).map(|_| ())
 }
@@ -144,7 +148,7 @@ pub(crate) fn write(store: &mut dyn MapStore, netns: u64, c: &Compiled) -> Resul
 /// maps). Returns the rule keys now stored.
 pub(crate) fn write_over(
     store: &mut dyn MapStore,
-    netns: u64,
+    netns: NetnsCookie,
     c: &Compiled,
     old: &OutKeys,
 ) -> Result<OutKeys> {
@@ -174,14 +178,14 @@ pub(crate) fn write_over(
     {
         let mut ports = ports(store, map_names::OUT_PORTS)?;
         for (port, bits) in &c.ports {
-            let key = PortKey::new(netns, *port);
+            let key = PortKey::new(netns.get(), *port);
             ports.insert(key, *bits)?;
             if !now.ports.iter().any(|k| k.port == key.port) {
                 now.ports.push(key);
             }
         }
     }
-    hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?
+    hash::<NetnsCookie, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?
         .insert(netns, c.policy, 0)
         .map_err(map_error("writing", map_names::NETNS_OUTBOUND))?;
     for ((name, old), kept) in TRIES.iter().zip(&old.tries).zip(&keep) {
@@ -200,9 +204,9 @@ pub(crate) fn write_over(
 }
 
 /// Removes `netns`'s outbound policy (first: capture stops) and then its rules.
-pub(crate) fn remove(store: &mut dyn MapStore, netns: u64) -> Result<()> {
+pub(crate) fn remove(store: &mut dyn MapStore, netns: NetnsCookie) -> Result<()> {
     {
-        let mut policies = hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?;
+        let mut policies = hash::<NetnsCookie, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?;
         let _ = policies.remove(&netns);
     }
     for name in TRIES {
@@ -228,6 +232,6 @@ fn key_bytes(k: &Key<CidrKey>) -> Vec<u8> {
 
 /// Number of policies stored (the default one included).
 pub(crate) fn count(store: &mut dyn MapStore) -> Result<usize> {
-    let policies = hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?;
+    let policies = hash::<NetnsCookie, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?;
     Ok(policies.keys().filter(|k| k.is_ok()).count())
 }

@@ -1,6 +1,7 @@
 //! Finds a proxy that was already listening on the inbound port when its namespace was
 //! enrolled (sock_ops only sees new `listen()` calls) and takes its socket for `LISTENERS`,
 //! only after checking it is that namespace's TCP listener on that port.
+use redirect_common::NetnsCookie;
 use std::os::fd::{AsFd as _, BorrowedFd, FromRawFd as _, OwnedFd};
 
 use redirect_common::{AF_INET, AF_INET6};
@@ -96,9 +97,9 @@ pub enum NotAdoptable {
     #[error("it belongs to another network namespace (netns cookie {found}, not {want})")]
     OtherNamespace {
         /// The socket's netns cookie.
-        found: u64,
+        found: NetnsCookie,
         /// The enrolled namespace's.
-        want: u64,
+        want: NetnsCookie,
     },
     /// Not a TCP stream socket of AF_INET/AF_INET6.
     #[error("it is not a TCP socket (domain {domain}, type {kind}, protocol {protocol})")]
@@ -136,7 +137,11 @@ fn opt<T>(option: &'static str, got: std::io::Result<T>) -> Result<T, NotAdoptab
 
 /// Checks that `fd` is a TCP socket (IPv4 or IPv6) of netns `cookie`, listening, bound to
 /// `port`; returns its address family.
-pub fn check_listener(fd: BorrowedFd<'_>, cookie: u64, port: u16) -> Result<u16, NotAdoptable> {
+pub fn check_listener(
+    fd: BorrowedFd<'_>,
+    cookie: NetnsCookie,
+    port: u16,
+) -> Result<u16, NotAdoptable> {
     let found = crate::netns::socket_cookie_of_netns(fd).map_err(|e| NotAdoptable::Unreadable {
         option: "SO_NETNS_COOKIE",
         error: e.to_string(),

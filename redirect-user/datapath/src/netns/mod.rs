@@ -21,6 +21,8 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use redirect_common::NetnsCookie;
+
 use crate::{
     error::{Error, Result},
     netns::rtnl::RouteSocket,
@@ -42,7 +44,7 @@ struct Sockets {
 pub struct NetnsHandle {
     file: File,
     path: PathBuf,
-    cookie: u64,
+    cookie: NetnsCookie,
     dev: u64,
     ino: u64,
     sockets: Arc<Mutex<Sockets>>,
@@ -64,7 +66,7 @@ impl NetnsHandle {
                 .ok();
             Ok((cookie, Sockets { route, diag }))
         })?;
-        tracing::debug!(netns = %path.display(), cookie, inode = meta.ino(), "network namespace opened");
+        tracing::debug!(netns = %path.display(), %cookie, inode = meta.ino(), "network namespace opened");
         Ok(Self {
             file,
             path: path.to_path_buf(),
@@ -96,7 +98,7 @@ impl NetnsHandle {
     }
 
     /// Its cookie, as BPF programs see it.
-    pub fn cookie(&self) -> u64 {
+    pub fn cookie(&self) -> NetnsCookie {
         self.cookie
     }
 
@@ -112,7 +114,7 @@ impl NetnsHandle {
     }
 
     /// Reads the cookie again through the descriptor (`SO_NETNS_COOKIE` of a socket made in it).
-    pub fn read_cookie(&self) -> Result<u64> {
+    pub fn read_cookie(&self) -> Result<NetnsCookie> {
         self.run(cookie_here)
     }
 
@@ -260,7 +262,7 @@ impl Drop for GoHome {
 
 /// The cookie of the calling thread's namespace: `SO_NETNS_COOKIE` of a socket made in it
 /// (unbound: binding would fail in a namespace whose loopback is down).
-fn cookie_here() -> std::io::Result<u64> {
+fn cookie_here() -> std::io::Result<NetnsCookie> {
     let socket = nix::sys::socket::socket(
         nix::sys::socket::AddressFamily::Inet,
         nix::sys::socket::SockType::Datagram,
@@ -272,12 +274,12 @@ fn cookie_here() -> std::io::Result<u64> {
 }
 
 /// The cookie of the namespace at `path` (opened once, for this one answer).
-pub fn cookie(path: &Path) -> Result<u64> {
+pub fn cookie(path: &Path) -> Result<NetnsCookie> {
     NetnsHandle::open(path).map(|h| h.cookie)
 }
 
 /// The cookie of the network namespace socket `fd` belongs to (`SO_NETNS_COOKIE`).
-pub fn socket_cookie_of_netns(fd: BorrowedFd<'_>) -> std::io::Result<u64> {
+pub fn socket_cookie_of_netns(fd: BorrowedFd<'_>) -> std::io::Result<NetnsCookie> {
     let mut value: u64 = 0;
     let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
     // By hand: neither socket2 nor nix 0.29 has SO_NETNS_COOKIE.
@@ -292,7 +294,7 @@ pub fn socket_cookie_of_netns(fd: BorrowedFd<'_>) -> std::io::Result<u64> {
         )
     };
     if rc == 0 {
-        Ok(value)
+        Ok(NetnsCookie(value))
     } else {
         Err(std::io::Error::last_os_error())
     }

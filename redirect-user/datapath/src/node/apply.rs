@@ -2,6 +2,7 @@
 //! before anything is written, then written in an order that never leaves a half policy
 //! active, and rolled back whole when a write fails or the namespace's path names another
 //! namespace by the end.
+use redirect_common::NetnsCookie;
 use std::os::fd::AsFd as _;
 
 use redirect_common::map_names;
@@ -106,14 +107,14 @@ impl NodeDatapath {
                 inbound
             }
             Err(e) => {
-                tracing::warn!(netns = %netns_path.display(), cookie, error = %e, "applying failed: removing everything written for the namespace");
+                tracing::warn!(netns = %netns_path.display(), %cookie, error = %e, "applying failed: removing everything written for the namespace");
                 if let Err(undo) = self.remove_policy(cookie, netns_path) {
                     tracing::error!(netns = %netns_path.display(), error = %undo, "rolling back a failed apply");
                 }
                 return Err(e);
             }
         };
-        tracing::info!(netns = %netns_path.display(), cookie, ipv6, inbound, addrs = ?addrs, us = phases.total_us(), "policy applied");
+        tracing::info!(netns = %netns_path.display(), %cookie, ipv6, inbound, addrs = ?addrs, us = phases.total_us(), "policy applied");
         Ok(Applied {
             cookie,
             addrs,
@@ -126,7 +127,11 @@ impl NodeDatapath {
 
     /// Whether one of `addrs` is recorded for another namespace than `cookie` (a pod that is
     /// gone may still hold it until the next sweep).
-    fn addresses_claimed(&mut self, cookie: u64, addrs: &[std::net::IpAddr]) -> Result<bool> {
+    fn addresses_claimed(
+        &mut self,
+        cookie: NetnsCookie,
+        addrs: &[std::net::IpAddr],
+    ) -> Result<bool> {
         let map = hash::<redirect_common::AddrKey, u64>(&mut self.maps, map_names::POD_ADDRS)?;
         Ok(addrs.iter().any(|ip| {
             map.get(&inbound::addr_key(*ip), 0)
@@ -135,13 +140,15 @@ impl NodeDatapath {
     }
 
     /// Whether namespace `cookie` has an outbound policy.
-    fn has_policy(&mut self, cookie: u64) -> Result<bool> {
-        Ok(hash::<u64, redirect_common::outbound::OutboundPolicy>(
-            &mut self.maps,
-            map_names::NETNS_OUTBOUND,
-        )?
-        .get(&cookie, 0)
-        .is_ok())
+    fn has_policy(&mut self, cookie: NetnsCookie) -> Result<bool> {
+        Ok(
+            hash::<NetnsCookie, redirect_common::outbound::OutboundPolicy>(
+                &mut self.maps,
+                map_names::NETNS_OUTBOUND,
+            )?
+            .get(&cookie, 0)
+            .is_ok(),
+        )
     }
 
     /// The namespaces' entries, read from the maps on first use.
@@ -218,7 +225,7 @@ impl NodeDatapath {
         bpfsys::obj_pin(link.as_fd(), &pin).map_err(pin_err("pinning link", &pin))
     }
 
-    pub(super) fn detach_sk_lookup(&mut self, cookie: u64) -> Result<()> {
+    pub(super) fn detach_sk_lookup(&mut self, cookie: NetnsCookie) -> Result<()> {
         let pin = self.dir.join("netns").join(cookie.to_string());
         match std::fs::remove_file(&pin) {
             Ok(()) => Ok(()),

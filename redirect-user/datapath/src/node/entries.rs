@@ -1,5 +1,6 @@
 //! One namespace's entries outside the policy value: its addresses, its interfaces (`-c`,
 //! `-k`) and the count of listeners on its outbound port.
+use redirect_common::NetnsCookie;
 use redirect_common::{map_names, IfKey};
 
 use redirect_policy::Policy;
@@ -13,7 +14,7 @@ use crate::{
 
 pub(super) fn owned_addresses(
     store: &mut dyn MapStore,
-    cookie: u64,
+    cookie: NetnsCookie,
 ) -> Result<Vec<std::net::IpAddr>> {
     let map = hash::<redirect_common::AddrKey, u64>(store, map_names::POD_ADDRS)?;
     Ok(map
@@ -62,7 +63,7 @@ pub(super) fn write_ifaces(
             continue;
         };
         let key = IfKey {
-            netns: cookie.into(),
+            netns: cookie,
             ifindex,
             _pad: 0,
         };
@@ -73,7 +74,7 @@ pub(super) fn write_ifaces(
     Ok(written)
 }
 
-pub(super) fn remove_ifaces(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
+pub(super) fn remove_ifaces(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<()> {
     remove_where::<IfKey, u8>(store, map_names::IFACES, |k| k.netns == cookie)
 }
 
@@ -86,7 +87,7 @@ pub(super) fn seed_proxy_listeners(
 ) -> Result<()> {
     let cookie = ns.cookie();
     let found = crate::netns::adopt::listeners(ns, port)?.len() as u64;
-    let mut map = hash::<u64, u64>(store, map_names::PROXY_LISTENERS)?;
+    let mut map = hash::<NetnsCookie, u64>(store, map_names::PROXY_LISTENERS)?;
     // BPF_NOEXIST: once the namespace has a count, sock_ops keeps it (a re-apply must not
     // overwrite it, or the close of a listener counted since would count below zero).
     match map.insert(cookie, found, 1) {
@@ -104,7 +105,7 @@ pub(super) fn seed_proxy_listeners(
 }
 
 /// Drops namespace `cookie`'s per-namespace decision counters.
-pub(super) fn remove_ns_counters(store: &mut dyn MapStore, cookie: u64) -> Result<()> {
+pub(super) fn remove_ns_counters(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<()> {
     let mut map: aya::maps::PerCpuHashMap<
         &mut aya::maps::MapData,
         redirect_common::NsCounterKey,

@@ -10,6 +10,7 @@
 //! the index does not know but the kernel has a policy for is looked for in the maps
 //! ([`Owned::scan`]), removals always iterate the maps, and the daemon reads the whole index
 //! again every few seconds ([`Index::build`]).
+use redirect_common::NetnsCookie;
 use std::{
     collections::{HashMap, HashSet},
     net::IpAddr,
@@ -41,8 +42,8 @@ pub(super) struct Owned {
 /// Every namespace's [`Owned`], and which have an outbound policy.
 #[derive(Default)]
 pub(super) struct Index {
-    owned: HashMap<u64, Owned>,
-    policies: HashSet<u64>,
+    owned: HashMap<NetnsCookie, Owned>,
+    policies: HashSet<NetnsCookie>,
 }
 
 impl std::fmt::Debug for Index {
@@ -62,19 +63,22 @@ impl Index {
             .iter()
             .filter_map(|e| e.ok())
         {
-            index.entry(owner).addrs.push(inbound::addr_of_key(&key));
+            index
+                .entry(NetnsCookie(owner))
+                .addrs
+                .push(inbound::addr_of_key(&key));
         }
         for key in ports(store, map_names::INBOUND_PORTS)? {
-            index.entry(key.netns.get()).inbound_ports.push(key);
+            index.entry(key.netns).inbound_ports.push(key);
         }
         for key in ports(store, map_names::OUT_PORTS)? {
-            index.entry(key.netns.get()).out.ports.push(key);
+            index.entry(key.netns).out.ports.push(key);
         }
         for key in hash::<IfKey, u8>(store, map_names::IFACES)?
             .keys()
             .filter_map(|k| k.ok())
         {
-            index.entry(key.netns.get()).ifaces.push(key);
+            index.entry(key.netns).ifaces.push(key);
         }
         for (i, name) in TRIES.iter().enumerate() {
             let keys: Vec<Key<CidrKey>> = lpm::<CidrKey, u8>(store, name)?
@@ -83,10 +87,10 @@ impl Index {
                 .collect();
             for key in keys {
                 let netns = u64::from_be_bytes(key.data().netns);
-                index.entry(netns).out.tries[i].push(key);
+                index.entry(NetnsCookie(netns)).out.tries[i].push(key);
             }
         }
-        index.policies = hash::<u64, redirect_common::outbound::OutboundPolicy>(
+        index.policies = hash::<NetnsCookie, redirect_common::outbound::OutboundPolicy>(
             store,
             map_names::NETNS_OUTBOUND,
         )?
@@ -96,38 +100,38 @@ impl Index {
         Ok(index)
     }
 
-    fn entry(&mut self, cookie: u64) -> &mut Owned {
+    fn entry(&mut self, cookie: NetnsCookie) -> &mut Owned {
         self.owned.entry(cookie).or_default()
     }
 
     /// What namespace `cookie` owns (nothing when it has no entries).
-    pub(super) fn owned(&self, cookie: u64) -> Owned {
+    pub(super) fn owned(&self, cookie: NetnsCookie) -> Owned {
         self.owned.get(&cookie).cloned().unwrap_or_default()
     }
 
     /// What namespace `cookie` owns, `None` when the index has no entry of it.
-    pub(super) fn get(&self, cookie: u64) -> Option<Owned> {
+    pub(super) fn get(&self, cookie: NetnsCookie) -> Option<Owned> {
         self.owned.get(&cookie).cloned()
     }
 
     /// Records what namespace `cookie` owns after a write, and that it has a policy.
-    pub(super) fn set(&mut self, cookie: u64, owned: Owned) {
+    pub(super) fn set(&mut self, cookie: NetnsCookie, owned: Owned) {
         self.owned.insert(cookie, owned);
         self.policies.insert(cookie);
     }
 
     /// Records the addresses namespace `cookie` owns now.
-    pub(super) fn set_addrs(&mut self, cookie: u64, addrs: &[IpAddr]) {
+    pub(super) fn set_addrs(&mut self, cookie: NetnsCookie, addrs: &[IpAddr]) {
         self.entry(cookie).addrs = addrs.to_vec();
     }
 
     /// Records the outbound keys namespace `cookie` owns now.
-    pub(super) fn set_out(&mut self, cookie: u64, out: OutKeys) {
+    pub(super) fn set_out(&mut self, cookie: NetnsCookie, out: OutKeys) {
         self.entry(cookie).out = out;
     }
 
     /// Forgets namespace `cookie` (its entries were removed).
-    pub(super) fn forget(&mut self, cookie: u64) {
+    pub(super) fn forget(&mut self, cookie: NetnsCookie) {
         self.owned.remove(&cookie);
         self.policies.remove(&cookie);
     }
@@ -141,7 +145,7 @@ impl Index {
 impl Owned {
     /// What namespace `cookie` owns, found by iterating the maps (for a namespace whose
     /// entries another process may have written).
-    pub(super) fn scan(store: &mut dyn MapStore, cookie: u64) -> Result<Self> {
+    pub(super) fn scan(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<Self> {
         Ok(Self {
             addrs: super::entries::owned_addresses(store, cookie)?,
             inbound_ports: inbound::inbound_port_keys(store, cookie)?,
@@ -164,18 +168,18 @@ mod tests {
         let mut index = Index::default();
         assert_eq!(index.policies(), 0);
         index.set(
-            7,
+            NetnsCookie(7),
             Owned {
                 addrs: vec!["198.18.0.1".parse().expect("ip")],
                 ..Owned::default()
             },
         );
         assert_eq!(index.policies(), 1);
-        assert_eq!(index.owned(7).addrs.len(), 1);
-        assert!(index.owned(8).addrs.is_empty());
-        index.set_addrs(7, &[]);
-        assert!(index.owned(7).addrs.is_empty());
-        index.forget(7);
+        assert_eq!(index.owned(NetnsCookie(7)).addrs.len(), 1);
+        assert!(index.owned(NetnsCookie(8)).addrs.is_empty());
+        index.set_addrs(NetnsCookie(7), &[]);
+        assert!(index.owned(NetnsCookie(7)).addrs.is_empty());
+        index.forget(NetnsCookie(7));
         assert_eq!(index.policies(), 0);
     }
 }

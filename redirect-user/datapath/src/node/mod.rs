@@ -15,6 +15,7 @@ mod pins;
 pub mod sizing;
 pub mod upgrade;
 
+use redirect_common::NetnsCookie;
 use std::{
     collections::HashMap as StdHashMap,
     os::fd::AsFd as _,
@@ -71,7 +72,7 @@ pub struct NodeDatapath {
 #[derive(Debug, Clone)]
 pub struct Applied {
     /// Netns cookie.
-    pub cookie: u64,
+    pub cookie: NetnsCookie,
     /// The namespace's own addresses (routed via `lo`).
     pub addrs: Vec<std::net::IpAddr>,
     /// Whether IPv6 follows the policy.
@@ -240,17 +241,19 @@ impl NodeDatapath {
     }
 
     /// What the kernel holds for namespace `cookie`.
-    pub fn kernel_policy(&mut self, cookie: u64) -> Result<KernelPolicy> {
-        let outbound = hash::<u64, redirect_common::outbound::OutboundPolicy>(
+    pub fn kernel_policy(&mut self, cookie: NetnsCookie) -> Result<KernelPolicy> {
+        let outbound = hash::<NetnsCookie, redirect_common::outbound::OutboundPolicy>(
             &mut self.maps,
             map_names::NETNS_OUTBOUND,
         )?
         .get(&cookie, 0)
         .is_ok();
-        let inbound =
-            hash::<u64, redirect_common::InboundPolicy>(&mut self.maps, map_names::NETNS_INBOUND)?
-                .get(&cookie, 0)
-                .is_ok();
+        let inbound = hash::<NetnsCookie, redirect_common::InboundPolicy>(
+            &mut self.maps,
+            map_names::NETNS_INBOUND,
+        )?
+        .get(&cookie, 0)
+        .is_ok();
         Ok(KernelPolicy { outbound, inbound })
     }
 
@@ -280,23 +283,24 @@ impl NodeDatapath {
 
     /// Removes everything stored for namespace `cookie` (which may no longer exist; `shown`
     /// only names it in logs and errors). The datapath itself stays.
-    pub fn remove_policy(&mut self, cookie: u64, shown: &Path) -> Result<()> {
+    pub fn remove_policy(&mut self, cookie: NetnsCookie, shown: &Path) -> Result<()> {
         outbound::remove(&mut self.maps, cookie)?;
         self.detach_sk_lookup(cookie)?;
         inbound::remove_inbound(&mut self.maps, cookie)?;
         remove_ifaces(&mut self.maps, cookie)?;
         remove_ns_counters(&mut self.maps, cookie)?;
-        let _ = hash::<u64, u64>(&mut self.maps, map_names::PROXY_LISTENERS)?.remove(&cookie);
+        let _ =
+            hash::<NetnsCookie, u64>(&mut self.maps, map_names::PROXY_LISTENERS)?.remove(&cookie);
         // Its hand-offs still in flight go with their sockets; the count starts again at 0.
-        let _ = hash::<u64, u64>(&mut self.maps, map_names::HANDOFFS)?.remove(&cookie);
-        let _ = hash::<u64, u64>(&mut self.maps, map_names::LOCAL_COUNTS)?.remove(&cookie);
+        let _ = hash::<NetnsCookie, u64>(&mut self.maps, map_names::HANDOFFS)?.remove(&cookie);
+        let _ = hash::<NetnsCookie, u64>(&mut self.maps, map_names::LOCAL_COUNTS)?.remove(&cookie);
         let old = owned_addresses(&mut self.maps, cookie)?;
         inbound::sync_addresses(&mut self.maps, shown, cookie, &old, &[])?;
         // Found by iterating the maps, whatever the index says: nothing can be left behind.
         if let Some(index) = &mut self.index {
             index.forget(cookie);
         }
-        tracing::info!(netns = %shown.display(), cookie, "policy removed");
+        tracing::info!(netns = %shown.display(), %cookie, "policy removed");
         Ok(())
     }
 
@@ -340,8 +344,8 @@ impl NodeDatapath {
     }
 
     /// Whether something listens on the namespace's outbound port (the proxy is up).
-    pub fn proxy_listening(&mut self, cookie: u64) -> bool {
-        hash::<u64, u64>(&mut self.maps, map_names::PROXY_LISTENERS)
+    pub fn proxy_listening(&mut self, cookie: NetnsCookie) -> bool {
+        hash::<NetnsCookie, u64>(&mut self.maps, map_names::PROXY_LISTENERS)
             .is_ok_and(|m| m.get(&cookie, 0).is_ok_and(|n| n > 0))
     }
 
@@ -351,9 +355,9 @@ impl NodeDatapath {
     /// so a run inside a pod's own PID and mount namespaces removes nobody else's policy. A
     /// policy without a link (written by an older version) is kept: on doubt, capture.
     /// Returns the cookies removed.
-    pub fn remove_stale(&mut self) -> Result<Vec<u64>> {
-        let cookies: Vec<u64> = {
-            let map = hash::<u64, redirect_common::outbound::OutboundPolicy>(
+    pub fn remove_stale(&mut self) -> Result<Vec<NetnsCookie>> {
+        let cookies: Vec<NetnsCookie> = {
+            let map = hash::<NetnsCookie, redirect_common::outbound::OutboundPolicy>(
                 &mut self.maps,
                 map_names::NETNS_OUTBOUND,
             )?;
@@ -374,7 +378,7 @@ impl NodeDatapath {
 
     /// Whether the kernel says namespace `cookie` is gone (its pinned sk_lookup link reports
     /// no namespace). No link, or a link that cannot be read: not known to be gone.
-    pub fn namespace_gone(&self, cookie: u64) -> bool {
+    pub fn namespace_gone(&self, cookie: NetnsCookie) -> bool {
         let pin = self.dir.join("netns").join(cookie.to_string());
         let Ok(link) = bpfsys::obj_get(&pin) else {
             return false;

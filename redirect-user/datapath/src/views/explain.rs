@@ -1,5 +1,6 @@
 //! `redirect explain`: what the kernel would do with one connection in one namespace, and why,
 //! from the same `outbound::decide` the BPF programs run, fed from the pinned maps.
+use redirect_common::NetnsCookie;
 use std::net::{IpAddr, SocketAddr};
 
 use aya::maps::lpm_trie::Key;
@@ -88,7 +89,7 @@ pub struct Query<'a> {
 }
 
 /// Explains `q` in namespace `cookie`.
-pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<Explained> {
+pub fn explain(store: &mut dyn MapStore, cookie: NetnsCookie, q: &Query<'_>) -> Result<Explained> {
     let Query {
         uid,
         gid,
@@ -99,10 +100,15 @@ pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<E
     } = q.clone();
     let (family, addr) = family_words(dst.ip());
     let (policy, key) = {
-        let policies = hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?;
+        let policies = hash::<NetnsCookie, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?;
         match policies.get(&cookie, 0) {
             Ok(p) => (p, cookie),
-            Err(_) => (policies.get(&0, 0).unwrap_or(OutboundPolicy::ZERO), 0),
+            Err(_) => (
+                policies
+                    .get(&NetnsCookie::DEFAULT, 0)
+                    .unwrap_or(OutboundPolicy::ZERO),
+                NetnsCookie::DEFAULT,
+            ),
         }
     };
     let own = hash::<AddrKey, u64>(store, map_names::POD_ADDRS)?
@@ -115,7 +121,7 @@ pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<E
             0,
         )
         .is_ok_and(|owner| owner == cookie);
-    let lookup_key = Key::new(CidrKey::LOOKUP_LEN, CidrKey::new(key, family, addr));
+    let lookup_key = Key::new(CidrKey::LOOKUP_LEN, CidrKey::new(key.get(), family, addr));
     let mut trie = |name| -> Result<Option<u8>> {
         Ok(lpm::<CidrKey, u8>(store, name)?.get(&lookup_key, 0).ok())
     };
@@ -123,7 +129,7 @@ pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<E
     let exclude = trie(map_names::OUT_EXCLUDE)?.is_some();
     let include = trie(map_names::OUT_INCLUDE)?.is_some();
     let ports = crate::maps::store::ports(store, map_names::OUT_PORTS)?
-        .get(&PortKey::new(key, dst.port()))
+        .get(&PortKey::new(key.get(), dst.port()))
         .unwrap_or(0);
     let passthrough_src = src.is_some_and(|s| {
         s == IpAddr::from([127, 0, 0, 6])
@@ -155,7 +161,7 @@ pub fn explain(store: &mut dyn MapStore, cookie: u64, q: &Query<'_>) -> Result<E
             ports,
         },
     );
-    let proxy_up = hash::<u64, u64>(store, map_names::PROXY_LISTENERS)?
+    let proxy_up = hash::<NetnsCookie, u64>(store, map_names::PROXY_LISTENERS)?
         .get(&cookie, 0)
         .is_ok_and(|n| n > 0);
     let verdict = when_proxy_down(&policy, verdict, key == cookie && key != 0, proxy_up);

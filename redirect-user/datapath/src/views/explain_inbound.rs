@@ -1,6 +1,7 @@
 //! `redirect explain --inbound`: what sk_lookup would do with one connection arriving at a
 //! namespace, and why, from the same `inbound::decide` the BPF program runs, fed from the
 //! pinned maps.
+use redirect_common::NetnsCookie;
 use std::net::SocketAddr;
 
 use redirect_common::{
@@ -63,7 +64,7 @@ fn untouched(counter: Counter, why: &'static str) -> Explained {
 /// Explains `q` arriving at namespace `cookie`.
 pub fn explain_inbound(
     store: &mut dyn MapStore,
-    cookie: u64,
+    cookie: NetnsCookie,
     q: &InboundQuery,
 ) -> Result<Explained> {
     let (family, local) = family_words(q.dst.ip());
@@ -80,25 +81,26 @@ pub fn explain_inbound(
             )
             .ok())
     };
-    if owner_of(store, local)? != Some(cookie) {
+    if owner_of(store, local)? != Some(cookie.get()) {
         return Ok(untouched(
             Counter::NoPolicy,
             "the destination is not an address of this namespace (sk_lookup finds the pod by its addresses)",
         ));
     }
-    let Ok(policy) = hash::<u64, InboundPolicy>(store, map_names::NETNS_INBOUND)?.get(&cookie, 0)
+    let Ok(policy) =
+        hash::<NetnsCookie, InboundPolicy>(store, map_names::NETNS_INBOUND)?.get(&cookie, 0)
     else {
         return Ok(untouched(
             Counter::NoPolicy,
             "no inbound capture for this namespace (empty -b)",
         ));
     };
-    let own = owner_of(store, remote)? == Some(cookie);
+    let own = owner_of(store, remote)? == Some(cookie.get());
     let exempt = q.ifindex != 0
         && hash::<IfKey, u8>(store, map_names::IFACES)?
             .get(
                 &IfKey {
-                    netns: cookie.into(),
+                    netns: cookie,
                     ifindex: q.ifindex,
                     _pad: 0,
                 },
@@ -106,10 +108,10 @@ pub fn explain_inbound(
             )
             .is_ok();
     let rule = crate::maps::store::ports(store, map_names::INBOUND_PORTS)?
-        .get(&PortKey::new(cookie, q.dst.port()))
+        .get(&PortKey::new(cookie.get(), q.dst.port()))
         .unwrap_or(0);
     let conn = InboundConn {
-        netns: cookie,
+        netns: cookie.into(),
         family,
         tcp: true,
         local,

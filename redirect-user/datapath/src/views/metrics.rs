@@ -1,6 +1,7 @@
 //! The one Prometheus rendering of the datapath's state, for the daemon's endpoint and for
 //! `redirect attach --metrics-file`: one metric name per counter, every series exported, zeros
 //! included.
+use redirect_common::NetnsCookie;
 use std::{fmt::Write as _, path::Path};
 
 use crate::error::{Error, Result};
@@ -14,7 +15,7 @@ pub struct Exposition<'a> {
     /// Every decision counter, summed over CPUs and namespaces (zeros included).
     pub counters: Counts,
     /// Per namespace: (netns cookie, its path or name, every counter of it).
-    pub per_netns: Vec<(u64, &'a str, Counts)>,
+    pub per_netns: Vec<(NetnsCookie, &'a str, Counts)>,
     /// Entries per map.
     pub maps: Vec<(&'static str, usize)>,
 }
@@ -85,7 +86,7 @@ mod tests {
     fn renders_every_series_once() {
         let text = render(&Exposition {
             counters: vec![("redirected", 3), ("bypass_uid", 0)],
-            per_netns: vec![(7, "/run/netns/a\"b", vec![("redirected", 0)])],
+            per_netns: vec![(NetnsCookie(7), "/run/netns/a\"b", vec![("redirected", 0)])],
             maps: vec![("TRACKED", 1)],
         });
         assert!(text.contains("# TYPE redirect_decisions_total counter\n"));

@@ -1,5 +1,6 @@
 //! What `redirect status` shows about the pinned node datapath: links, per-namespace links,
 //! map fill levels, decision counters and warnings.
+use redirect_common::NetnsCookie;
 use std::path::{Path, PathBuf};
 
 use aya::maps::{HashMap, MapData, PerCpuArray};
@@ -20,7 +21,7 @@ pub struct EnrolledNs {
     /// The namespace's path.
     pub netns: String,
     /// Its netns cookie.
-    pub cookie: u64,
+    pub cookie: NetnsCookie,
     /// Where its policy came from.
     pub source: String,
 }

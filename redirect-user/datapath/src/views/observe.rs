@@ -1,5 +1,6 @@
 //! Per-namespace decision counters (`redirect stats`) and the live decision stream
 //! (`redirect trace`), read from the pinned maps.
+use redirect_common::NetnsCookie;
 use std::{collections::BTreeMap, os::fd::AsFd as _, path::Path};
 
 use aya::maps::{Array, Map, MapData, PerCpuHashMap, RingBuf};
@@ -15,15 +16,15 @@ use crate::{
 pub type NsCounters = Vec<(&'static str, u64)>;
 
 /// Sums every namespace's per-CPU counters.
-pub fn ns_counters(store: &mut dyn MapStore) -> Result<BTreeMap<u64, NsCounters>> {
+pub fn ns_counters(store: &mut dyn MapStore) -> Result<BTreeMap<NetnsCookie, NsCounters>> {
     let map: PerCpuHashMap<&mut MapData, NsCounterKey, u64> =
         PerCpuHashMap::try_from(store.map(map_names::NETNS_COUNTERS)?)
             .map_err(map_error("opening", map_names::NETNS_COUNTERS))?;
-    let mut out: BTreeMap<u64, BTreeMap<u32, u64>> = BTreeMap::new();
+    let mut out: BTreeMap<NetnsCookie, BTreeMap<u32, u64>> = BTreeMap::new();
     for entry in map.iter().filter_map(|e| e.ok()) {
         let (key, values) = entry;
         let sum: u64 = values.iter().sum();
-        *out.entry(key.netns.get())
+        *out.entry(key.netns)
             .or_default()
             .entry(key.slot)
             .or_default() += sum;
@@ -45,7 +46,7 @@ pub fn ns_counters(store: &mut dyn MapStore) -> Result<BTreeMap<u64, NsCounters>
 #[derive(Debug, Clone, Serialize)]
 pub struct Decision {
     /// Netns cookie.
-    pub netns: u64,
+    pub netns: NetnsCookie,
     /// Caller's pid (thread group).
     pub pid: u32,
     /// Caller's command.
@@ -77,7 +78,7 @@ fn decode(bytes: &[u8]) -> Option<Decision> {
     let counter = *Counter::ALL.get(usize::from(e.counter))?;
     let end = e.comm.iter().position(|b| *b == 0).unwrap_or(e.comm.len());
     Some(Decision {
-        netns: e.netns.get(),
+        netns: e.netns,
         pid: e.pid,
         comm: String::from_utf8_lossy(&e.comm[..end]).into_owned(),
         uid: e.uid,

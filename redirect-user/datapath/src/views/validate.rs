@@ -1,6 +1,7 @@
 //! `redirect validate`: proves capture works in one namespace before its proxy starts, like
 //! istio-validation: listeners on the proxy's ports, a dial the policy must capture, and the
 //! original destination checked on arrival.
+use redirect_common::NetnsCookie;
 use std::{
     io::Read as _,
     net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream},
@@ -43,9 +44,9 @@ pub struct Report {
 }
 
 /// The namespace's policy from the pinned maps.
-pub fn policy_of(store: &mut dyn MapStore, cookie: u64) -> Result<Option<OutboundPolicy>> {
+pub fn policy_of(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<Option<OutboundPolicy>> {
     Ok(
-        hash::<u64, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?
+        hash::<NetnsCookie, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?
             .get(&cookie, 0)
             .ok(),
     )
