@@ -1,8 +1,12 @@
 //! `redirect status`, assembled here and only here from three reports: the datapath's kernel
 //! facts (`node_status::collect`), the owning daemon's answers over its socket (`status`,
 //! `list`) checked against the kernel's maps, and the running `attach` instances. Stale state
-//! files are removed as a step of their own, never by a read.
-use std::path::{Path, PathBuf};
+//! files are removed as a step of their own, never by a read. A daemon that does not answer
+//! (down, or busy past a few seconds) is reported from its directory's files, read only.
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use redirect_daemon_api::{cni_failures::METRIC, Client, DaemonDir};
 use redirect_datapath::{
@@ -35,12 +39,96 @@ pub fn status(bpffs: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long `status` waits for each answer of the daemon (it serves one request at a time, and a
+/// pod ADD may be waiting on the apiserver).
+const DAEMON_WAIT: Duration = Duration::from_secs(3);
+
+/// What the daemon directory's files say while the daemon does not answer: its enrollment
+/// files checked against the kernel, its last health record, the CNI failure count.
+fn from_files(node: &mut NodeStatus, dir: &Path, daemon: &DaemonDir) -> anyhow::Result<()> {
+    let records = redirect_daemon::server::enrollments(daemon.path());
+    let mut dp = NodeDatapath::open(dir)?;
+    for e in &records {
+        check_kernel(node, &mut dp, &e.netns, e.cookie, e.inbound);
+    }
+    let health = redirect_daemon::repair::read_health(daemon.path());
+    health_warnings(
+        node,
+        health.alarm.as_deref(),
+        health.repairs,
+        health.last_problem.as_deref(),
+    );
+    failures_warning(
+        node,
+        redirect_daemon_api::cni_failures::read(daemon.path()).unwrap_or(0),
+    );
+    node.enrolled = records
+        .into_iter()
+        .map(|e| EnrolledNs {
+            netns: format!("{} (daemon down)", e.netns.display()),
+            cookie: e.cookie,
+            source: e.source,
+        })
+        .collect();
+    Ok(())
+}
+
+/// A warning when the kernel's maps do not hold what the daemon says it enrolled.
+fn check_kernel(
+    node: &mut NodeStatus,
+    dp: &mut NodeDatapath,
+    netns: &Path,
+    cookie: redirect_common::NetnsCookie,
+    inbound_on: bool,
+) {
+    match dp.kernel_policy(cookie) {
+        Ok(KernelPolicy {
+            outbound: true,
+            inbound,
+        }) if inbound == inbound_on => {}
+        Ok(KernelPolicy { outbound: true, .. }) => node.warnings.push(format!(
+            "{} is enrolled with inbound capture {}, but the kernel's maps say {}: re-enroll it",
+            netns.display(),
+            if inbound_on { "on" } else { "off" },
+            if inbound_on { "off" } else { "on" }
+        )),
+        _ => node.warnings.push(format!(
+            "{} is enrolled (netns cookie {cookie}) but the kernel's maps hold no policy for it: its traffic is not captured; re-enroll it or restart the daemon",
+            netns.display(),
+        )),
+    }
+}
+
+fn health_warnings(node: &mut NodeStatus, alarm: Option<&str>, repairs: u64, last: Option<&str>) {
+    if let Some(alarm) = alarm {
+        node.warnings
+            .push(format!("the daemon cannot repair its datapath: {alarm}"));
+    }
+    if repairs > 0 {
+        node.warnings.push(format!(
+            "the daemon repaired its datapath {repairs} time(s); last: {}",
+            last.unwrap_or("-")
+        ));
+    }
+}
+
+fn failures_warning(node: &mut NodeStatus, n: u64) {
+    if n > 0 {
+        node.warnings.push(format!(
+            "{n} CNI ADD(s) found the daemon unreachable and failed closed (the kubelet retries them; {METRIC} in the metrics, the plugin's cni.log says which pods)"
+        ));
+    }
+}
+
 /// The pinned datapath's facts with the daemon's view beside them.
 fn node_report(dir: &Path) -> anyhow::Result<NodeStatus> {
     let mut node = node_status::collect(dir)?;
-    let client = Client::new(
-        redirect_daemon::owner(dir).map_or_else(|| DaemonDir::from_env().socket(), |(_, s)| s),
-    );
+    // The directory the owning daemon recorded in the layout (alive or not), else ours.
+    let daemon_dir = redirect_datapath::node::layout::check(dir)
+        .ok()
+        .and_then(|r| r.daemon_dir)
+        .map_or_else(DaemonDir::from_env, DaemonDir::new);
+    let client = Client::new(daemon_dir.socket()).timeout(DAEMON_WAIT);
     let (answer, listed) = match client.status().and_then(|s| Ok((s, client.list()?))) {
         Ok(both) => both,
         Err(e) => {
@@ -49,46 +137,21 @@ fn node_report(dir: &Path) -> anyhow::Result<NodeStatus> {
                     "the daemon that owns this datapath does not answer ({e}): its enrollments are not followed until it is back"
                 ));
             }
+            from_files(&mut node, dir, &daemon_dir)?;
             return Ok(node);
         }
     };
     let mut dp = NodeDatapath::open(dir)?;
     for e in &listed.enrollments {
-        match dp.kernel_policy(e.cookie) {
-            Ok(KernelPolicy {
-                outbound: true,
-                inbound,
-            }) if inbound == e.inbound => {}
-            Ok(KernelPolicy { outbound: true, .. }) => node.warnings.push(format!(
-                "{} is enrolled with inbound capture {}, but the kernel's maps say {}: re-enroll it",
-                e.netns.display(),
-                if e.inbound { "on" } else { "off" },
-                if e.inbound { "off" } else { "on" }
-            )),
-            _ => node.warnings.push(format!(
-                "{} is enrolled (netns cookie {}) but the kernel's maps hold no policy for it: its traffic is not captured; re-enroll it or restart the daemon",
-                e.netns.display(),
-                e.cookie
-            )),
-        }
+        check_kernel(&mut node, &mut dp, &e.netns, e.cookie, e.inbound);
     }
-    if let Some(alarm) = &answer.alarm {
-        node.warnings
-            .push(format!("the daemon cannot repair its datapath: {alarm}"));
-    }
-    if answer.repairs > 0 {
-        node.warnings.push(format!(
-            "the daemon repaired its datapath {} time(s); last: {}",
-            answer.repairs,
-            answer.last_problem.as_deref().unwrap_or("-")
-        ));
-    }
-    if answer.cni_add_unreachable > 0 {
-        node.warnings.push(format!(
-            "{} CNI ADD(s) found the daemon unreachable and failed closed (the kubelet retries them; {METRIC} in the metrics, the plugin's cni.log says which pods)",
-            answer.cni_add_unreachable
-        ));
-    }
+    health_warnings(
+        &mut node,
+        answer.alarm.as_deref(),
+        answer.repairs,
+        answer.last_problem.as_deref(),
+    );
+    failures_warning(&mut node, answer.cni_add_unreachable);
     node.enrolled = listed
         .enrollments
         .into_iter()

@@ -108,6 +108,13 @@ fn client(conf: &NetConf) -> Client {
 fn failed(what: String, e: ClientError, unreachable: Code) -> CniError {
     match e {
         ClientError::Refused { error, .. } => CniError::new(Code::CaptureFailed, what, error),
+        // Mid-rollout: the plugin and the daemon are of different releases. Nothing was done;
+        // fail closed and let the runtime try again once both are the same.
+        e @ ClientError::Version { .. } => CniError::new(
+            unreachable,
+            format!("{what}: the redirect daemon speaks another protocol version (fail closed)"),
+            e,
+        ),
         e => CniError::new(
             unreachable,
             format!("{what}: the redirect daemon is unreachable (fail closed)"),
@@ -135,14 +142,19 @@ fn add(conf: &NetConf) -> Result<String, CniError> {
     let netns = PathBuf::from(required("CNI_NETNS")?);
     let ips = conf.prev_ips()?;
     let what = format!("{pod} not captured");
-    let r = client(conf)
-        .pod_add(pod.clone(), netns, ips)
-        .map_err(|e| failed(what, e, Code::TryAgainLater))
-        .inspect_err(|e| {
-            if e.code == Code::TryAgainLater {
-                count_unreachable(conf, &pod, e);
+    let r = match client(conf).pod_add(pod.clone(), netns, ips) {
+        Ok(r) => r,
+        Err(e) => {
+            // Counted only when no daemon answered (a refusal or another version is an answer).
+            let unanswered =
+                !matches!(e, ClientError::Refused { .. } | ClientError::Version { .. });
+            let err = failed(what, e, Code::TryAgainLater);
+            if unanswered {
+                count_unreachable(conf, &pod, &err);
             }
-        })?;
+            return Err(err);
+        }
+    };
     tracing::info!(%pod, message = %r.message, "ADD done");
     pass_through(conf)
 }

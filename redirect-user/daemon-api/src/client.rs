@@ -73,7 +73,7 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// Whether no daemon answered at all (not listening, or gone mid-exchange).
+    /// Whether nothing listens at the socket (the connect failed).
     pub fn is_unreachable(&self) -> bool {
         matches!(self, ClientError::Unreachable { .. })
     }
@@ -267,7 +267,7 @@ mod tests {
         let sent: serde_json::Value =
             serde_json::from_str(&t.join().expect("server")).expect("json");
         assert_eq!(sent["v"], PROTOCOL_VERSION);
-        assert_eq!(sent["op"], "status");
+        assert_eq!(sent["call"], "status");
         let _ = std::fs::remove_dir_all(socket.parent().expect("dir"));
     }
 

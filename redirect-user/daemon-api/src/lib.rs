@@ -1,5 +1,5 @@
 //! The daemon socket's protocol, shared by the daemon, the CLI and the exec'd CNI plugin: one
-//! JSON request per line (`{"v": VERSION, "op": ...}`) and one typed answer per request, a
+//! JSON request per line (`{"v": VERSION, "call": ...}`) and one typed answer per request, a
 //! protocol version both sides check, the client, the daemon directory's path rule and the CNI
 //! plugin's failure counter file. It links no datapath, cluster client or async runtime, so the
 //! plugin the runtime execs on every pod start stays small.

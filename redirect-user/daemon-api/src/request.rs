@@ -1,5 +1,7 @@
-//! What a client asks the daemon: one JSON object per line, `{"v": PROTOCOL_VERSION, "op": ...,
-//! fields}`. The daemon refuses a frame of another version (or none) with an answer naming both.
+//! What a client asks the daemon: one JSON object per line, `{"v": PROTOCOL_VERSION, "call":
+//! ..., fields}`. The daemon refuses a frame of another version (or none) with an answer naming
+//! both. The request's name is `call`, not version 1's `op`, so a daemon of version 1 refuses a
+//! version 2 frame (its `op` is missing) instead of carrying it out unversioned.
 use std::{net::IpAddr, path::PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -12,7 +14,7 @@ pub const PROTOCOL_VERSION: u32 = 2;
 
 /// What a client asks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[serde(tag = "call", rename_all = "snake_case")]
 pub enum Request {
     /// Apply `policy` to the namespace (replacing its previous one).
     Enroll {
@@ -84,7 +86,7 @@ impl Request {
         Ok(line)
     }
 
-    /// Its `op` on the wire.
+    /// Its `call` on the wire.
     pub fn op(&self) -> &'static str {
         match self {
             Request::Enroll { .. } => "enroll",
@@ -138,7 +140,9 @@ mod tests {
         assert!(line.ends_with('\n'));
         let v: serde_json::Value = serde_json::from_str(&line).expect("json");
         assert_eq!(v["v"], PROTOCOL_VERSION);
-        assert_eq!(v["op"], "pod_gc");
+        assert_eq!(v["call"], "pod_gc");
+        // No `op`: a version 1 daemon, which requires one, refuses the frame unexecuted.
+        assert!(v.get("op").is_none(), "{line}");
         assert_eq!(v["valid"], serde_json::json!(["c1"]));
     }
 }

@@ -53,8 +53,8 @@ pub enum DecodeError {
         /// The frame's `v` (1: none given, as clients before versioning sent).
         found: u64,
     },
-    /// An `op` this daemon does not know.
-    #[error("unknown op {0:?} (ops: enroll, unenroll, list, uninstall, status, pod_add, pod_del, pod_check, pod_gc)")]
+    /// A `call` this daemon does not know.
+    #[error("unknown call {0:?} (calls: enroll, unenroll, list, uninstall, status, pod_add, pod_del, pod_check, pod_gc)")]
     UnknownOp(String),
     /// A required field is absent.
     #[error("{what}: missing field {field:?}")]
@@ -152,8 +152,8 @@ fn policy(obj: &Map<String, Value>, what: &str) -> Result<redirect_policy::Polic
     })
 }
 
-/// One request line, as [`Request::frame`] writes it: `{"v": 2, "op": "enroll", "netns": ...,
-/// "policy": ..., "source": ...}`, `{"v": 2, "op": "unenroll", "netns": ...}`, `{"v": 2, "op":
+/// One request line, as [`Request::frame`] writes it: `{"v": 2, "call": "enroll", "netns": ...,
+/// "policy": ..., "source": ...}`, `{"v": 2, "call": "unenroll", "netns": ...}`, `{"v": 2, "call":
 /// "list"}`... The version is checked first; the policy is held to
 /// [`redirect_policy::Policy::validate`].
 pub fn decode_request(bytes: &[u8]) -> Result<Request, DecodeError> {
@@ -165,7 +165,7 @@ pub fn decode_request(bytes: &[u8]) -> Result<Request, DecodeError> {
     if found != u64::from(PROTOCOL_VERSION) {
         return Err(DecodeError::Version { found });
     }
-    let op: String = field(&obj, "request", "op")?;
+    let op: String = field(&obj, "request", "call")?;
     Ok(match op.as_str() {
         "enroll" => Request::Enroll {
             netns: field(&obj, "enroll request", "netns")?,

@@ -226,7 +226,7 @@ impl Daemon {
         // Policies of namespaces that are gone, enrolled here or not (the kernel says which).
         match self.dp.remove_stale() {
             Ok(gone) if !gone.is_empty() => {
-                tracing::info!(cookies = ?gone, "removed the policies of namespaces that are gone");
+                tracing::info!(cookies = ?gone.iter().map(|c| c.get()).collect::<Vec<_>>(), "removed the policies of namespaces that are gone");
                 for cookie in gone {
                     if self.enrollments.remove(&cookie).is_some() {
                         remove_enrollment(&self.opts.dir, cookie);

@@ -137,7 +137,7 @@ fn json() -> impl Strategy<Value = Value> {
             proptest::collection::btree_map(
                 prop_oneof![
                     fuzz::junk(6),
-                    proptest::sample::select(&["v", "op", "netns", "policy", "source"][..])
+                    proptest::sample::select(&["v", "call", "netns", "policy", "source"][..])
                         .prop_map(str::to_owned)
                 ],
                 inner,
@@ -159,10 +159,10 @@ fn as_object(v: &impl serde::Serialize) -> serde_json::Map<String, Value> {
 fn names_field(e: &DecodeError, field: &str) -> bool {
     let msg = e.to_string();
     match e {
-        DecodeError::UnknownOp(op) => field == "op" && fuzz::names(&msg, op),
+        DecodeError::UnknownOp(op) => field == "call" && fuzz::names(&msg, op),
         DecodeError::Version { .. } => field == "v",
         // A replaced op asks for its own fields, naming the first one missing.
-        DecodeError::Missing { field: f, .. } => *f == field || field == "op",
+        DecodeError::Missing { field: f, .. } => *f == field || field == "call",
         DecodeError::Field { field: f, .. } => f.split(['.', '[']).next() == Some(field),
         DecodeError::Policy { .. } => field == "policy" && msg.contains("policy"),
         _ => false,
@@ -251,7 +251,7 @@ fn an_enroll_request_with_an_invalid_policy_is_refused_naming_the_field() {
     ] {
         let mut policy = as_object(&Policy::default());
         policy.insert(field.to_owned(), value);
-        let line = serde_json::json!({"v": redirect_daemon_api::PROTOCOL_VERSION, "op": "enroll", "netns": "/run/netns/x", "policy": policy, "source": "test"});
+        let line = serde_json::json!({"v": redirect_daemon_api::PROTOCOL_VERSION, "call": "enroll", "netns": "/run/netns/x", "policy": policy, "source": "test"});
         let e = decode_request(line.to_string().as_bytes()).expect_err("refused");
         assert!(e.to_string().contains(&format!("policy.{field}")), "{e}");
     }

@@ -326,3 +326,34 @@ fn a_daemon_a_debugger_attaches_to_keeps_serving() {
     assert!(daemon.exited().is_none(), "the daemon is still running");
     node.ok(&["list"]);
 }
+
+#[test]
+fn status_reports_a_stopped_daemons_enrollments_from_its_files() {
+    privileged!();
+    let node = Node::new();
+    let mut daemon = node.daemon();
+    let w = World::new("rdd", false);
+    let netns = w.pod.path().display().to_string();
+    node.ok(&[
+        "enroll",
+        "--netns",
+        &netns,
+        "--istio-args",
+        "-u 1337 -i '*'",
+    ]);
+    let _listeners = sidecar_listeners(&w, node.cgroup.path());
+    let up = node.ok(&["status"]);
+    assert!(up.contains(&netns) && !up.contains("(daemon down)"), "{up}");
+    // Stopped, the daemon leaves capture pinned: status still names what it enrolled, read
+    // from its directory, says the daemon does not answer, and never waits on it.
+    daemon.stop(Signal::SIGTERM);
+    let down = node.ok(&["status"]);
+    assert!(down.contains(&format!("{netns} (daemon down)")), "{down}");
+    assert!(down.contains("does not answer"), "{down}");
+    assert_eq!(
+        reach(&w, node.cgroup.path(), (1000, 1000), "192.0.2.10:80"),
+        CAPTURED,
+        "capture stays while the daemon is down"
+    );
+    node.ok(&["uninstall"]);
+}

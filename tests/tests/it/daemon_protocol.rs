@@ -70,8 +70,8 @@ fn hostile_frames_are_refused_by_name_and_the_daemon_goes_on() {
         "request is an array, not an object",
     );
     refused(
-        &send(&socket, b"{\"v\":2,\"op\":\"enrol\"}\n"),
-        "unknown op \"enrol\"",
+        &send(&socket, b"{\"v\":2,\"call\":\"enrol\"}\n"),
+        "unknown call \"enrol\"",
     );
     // A client of another protocol version (or of none: before versions) is told so.
     refused(
@@ -79,18 +79,17 @@ fn hostile_frames_are_refused_by_name_and_the_daemon_goes_on() {
         "request of protocol version 1, this daemon speaks 2",
     );
     refused(
-        &send(&socket, b"{\"v\":3,\"op\":\"list\"}\n"),
+        &send(&socket, b"{\"v\":3,\"call\":\"list\"}\n"),
         "request of protocol version 3, this daemon speaks 2",
     );
 
     let netns = pod.path().display().to_string();
-    let request =
-        json!({"v": 2, "op": "enroll", "netns": netns, "policy": no_proxy_uid(), "source": "test"});
+    let request = json!({"v": 2, "call": "enroll", "netns": netns, "policy": no_proxy_uid(), "source": "test"});
     refused(
         &send(&socket, format!("{request}\n").as_bytes()),
         "policy.proxy_uids",
     );
-    let mut valid = json!({"v": 2, "op": "enroll", "netns": netns, "policy": redirect_policy_default(), "source": "test"})
+    let mut valid = json!({"v": 2, "call": "enroll", "netns": netns, "policy": redirect_policy_default(), "source": "test"})
         .to_string()
         .into_bytes();
     for cut in (0..valid.len()).step_by(9) {
@@ -122,7 +121,7 @@ fn hostile_frames_are_refused_by_name_and_the_daemon_goes_on() {
     );
 
     // Nothing was enrolled, and the daemon still answers.
-    let list = send(&socket, b"{\"v\":2,\"op\":\"list\"}\n");
+    let list = send(&socket, b"{\"v\":2,\"call\":\"list\"}\n");
     assert_eq!(
         (list["v"].as_u64(), &list["ok"]),
         (Some(2), &json!(true)),

@@ -145,7 +145,7 @@ impl Bench {
     fn socket_add(&self, pod: &CniPod) -> anyhow::Result<f64> {
         let request = json!({
             "v": 2,
-            "op": "pod_add",
+            "call": "pod_add",
             "pod": {"namespace": "bench", "name": pod.name, "uid": format!("uid-{}", pod.name),
                     "container_id": format!("sandbox-{}", pod.name)},
             "netns": pod.ns.path(),
@@ -163,7 +163,7 @@ impl Bench {
     /// daemon's and the client's wake-ups, the frames), measured in the same state of the
     /// machine as the ADD next to it.
     fn socket_status(&self) -> anyhow::Result<f64> {
-        let (ms, answer) = self.socket_request(&json!({"v": 2, "op": "status"}))?;
+        let (ms, answer) = self.socket_request(&json!({"v": 2, "call": "status"}))?;
         if answer["ok"] != true {
             bail!("status through the daemon's socket: {answer}");
         }

@@ -91,10 +91,11 @@ impl Daemon {
                 netns.display()
             ),
         );
+        let listening = self.dp.proxy_listening(cookie);
         a.enrollment = self
             .enrollments
             .get(&cookie)
-            .map(|f| f.record.to_wire(false));
+            .map(|f| f.record.to_wire(listening));
         Ok(a)
     }
 
