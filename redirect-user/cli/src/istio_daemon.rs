@@ -18,8 +18,8 @@ fn daemon_can_open(path: &Path) -> bool {
 fn daemon_path(client: &Client, ns: &Path) -> anyhow::Result<Option<PathBuf>> {
     let cookie = netns::cookie(ns)?;
     let list = client.list()?;
-    if let Some(e) = list.enrollments.iter().find(|e| e.cookie == cookie) {
-        return Ok(Some(e.netns.clone()));
+    if let Some(e) = list.enrollments.iter().find(|e| e.record.cookie == cookie) {
+        return Ok(Some(e.record.netns.clone()));
     }
     Ok(daemon_can_open(ns).then(|| ns.to_path_buf()))
 }
@@ -40,7 +40,11 @@ pub fn run(
         return Ok(false);
     };
     if inv.cleanup_only {
-        let enrolled = client.list()?.enrollments.iter().any(|e| e.netns == path);
+        let enrolled = client
+            .list()?
+            .enrollments
+            .iter()
+            .any(|e| e.record.netns == path);
         if !enrolled {
             // Not the daemon's: a policy written directly, if any, is removed directly.
             return Ok(false);

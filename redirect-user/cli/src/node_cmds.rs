@@ -260,8 +260,8 @@ pub fn list(json: bool) -> anyhow::Result<()> {
         .enrollments
         .iter()
         .map(|e| {
-            let state = match kernel.as_mut().map(|dp| dp.kernel_policy(e.cookie)) {
-                Some(Ok(k)) if k.outbound && k.inbound == e.inbound => "ok",
+            let state = match kernel.as_mut().map(|dp| dp.kernel_policy(e.record.cookie)) {
+                Some(Ok(k)) if k.outbound && k.inbound == e.record.inbound => "ok",
                 Some(Ok(k)) if k.outbound => "inbound-differs",
                 Some(Ok(_)) => "MISSING",
                 Some(Err(_)) | None => "unreadable",
@@ -294,6 +294,7 @@ pub fn list(json: bool) -> anyhow::Result<()> {
     for (e, state) in &checked {
         // Link-local addresses are listed by `--json`; the table keeps to routable ones.
         let addrs: Vec<String> = e
+            .record
             .addrs
             .iter()
             .filter(|a| !matches!(a, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80))
@@ -301,13 +302,13 @@ pub fn list(json: bool) -> anyhow::Result<()> {
             .collect();
         println!(
             "{:<30} {:>8} {:<24} {:<7} {:<5} {:<8} {}",
-            e.netns.display(),
-            e.cookie,
+            e.record.netns.display(),
+            e.record.cookie,
             addrs.join(","),
-            if e.inbound { "yes" } else { "no" },
+            if e.record.inbound { "yes" } else { "no" },
             if e.proxy_listening { "up" } else { "down" },
             state,
-            e.source
+            e.record.source
         );
     }
     let drifted = checked.iter().filter(|(_, s)| *s != "ok").count();

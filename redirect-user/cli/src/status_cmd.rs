@@ -143,7 +143,13 @@ fn node_report(dir: &Path) -> anyhow::Result<NodeStatus> {
     };
     let mut dp = NodeDatapath::open(dir)?;
     for e in &listed.enrollments {
-        check_kernel(&mut node, &mut dp, &e.netns, e.cookie, e.inbound);
+        check_kernel(
+            &mut node,
+            &mut dp,
+            &e.record.netns,
+            e.record.cookie,
+            e.record.inbound,
+        );
     }
     health_warnings(
         &mut node,
@@ -156,9 +162,9 @@ fn node_report(dir: &Path) -> anyhow::Result<NodeStatus> {
         .enrollments
         .into_iter()
         .map(|e| EnrolledNs {
-            netns: e.netns.display().to_string(),
-            cookie: e.cookie,
-            source: e.source,
+            netns: e.record.netns.display().to_string(),
+            cookie: e.record.cookie,
+            source: e.record.source,
         })
         .collect();
     Ok(node)

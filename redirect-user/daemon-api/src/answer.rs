@@ -10,10 +10,10 @@ use redirect_policy::Policy;
 
 use crate::{request::PodRef, PROTOCOL_VERSION};
 
-/// One enrolled namespace, as the daemon lists it (the state file's record plus what only the
-/// kernel knows now).
+/// What one enrollment is: the namespace, its cookie, the policy and where it came from, and
+/// what was applied. The daemon's enrollment file holds exactly this (what a restart re-adopts).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Enrollment {
+pub struct EnrollmentRecord {
     /// Namespace file.
     pub netns: PathBuf,
     /// Its netns cookie (the key of every map entry it owns; a number on the wire).
@@ -28,11 +28,30 @@ pub struct Enrollment {
     pub ipv6: bool,
     /// Whether inbound capture is on.
     pub inbound: bool,
-    /// Whether the proxy listens on the outbound port, read from the kernel when answering.
-    pub proxy_listening: bool,
     /// The Kubernetes pod this namespace belongs to, when the CNI plugin enrolled it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodRef>,
+}
+
+impl EnrollmentRecord {
+    /// The wire form, with whether the proxy listens on its outbound port now.
+    pub fn to_wire(&self, proxy_listening: bool) -> Enrollment {
+        Enrollment {
+            record: self.clone(),
+            proxy_listening,
+        }
+    }
+}
+
+/// One enrolled namespace as the daemon lists it: its record, and what only the kernel knows
+/// now (one flat JSON object).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enrollment {
+    /// What was enrolled.
+    #[serde(flatten)]
+    pub record: EnrollmentRecord,
+    /// Whether the proxy listens on the outbound port, read from the kernel when answering.
+    pub proxy_listening: bool,
 }
 
 /// What the daemon decided for a pod.

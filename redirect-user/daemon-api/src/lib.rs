@@ -10,8 +10,8 @@ mod dir;
 pub mod request;
 
 pub use answer::{
-    Answer, Enrolled, Enrollment, GcDone, Listed, PodAnswer, PodOutcome, Status, Unenrolled,
-    Uninstalled,
+    Answer, Enrolled, Enrollment, EnrollmentRecord, GcDone, Listed, PodAnswer, PodOutcome, Status,
+    Unenrolled, Uninstalled,
 };
 pub use client::{Client, ClientError};
 pub use dir::{DaemonDir, DEFAULT_DIR, DIR_ENV};

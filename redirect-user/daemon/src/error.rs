@@ -8,17 +8,6 @@ pub enum Error {
     /// The datapath refused or failed.
     #[error(transparent)]
     Datapath(#[from] redirect_datapath::Error),
-    /// A file of the daemon directory.
-    #[error("{call} {}: {source}", path.display())]
-    Io {
-        /// The call.
-        call: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
     /// An enrollment file could not be written.
     #[error("encoding enrollment file {}: {source}", path.display())]
     State {
@@ -106,13 +95,10 @@ pub enum Error {
 }
 
 impl Error {
-    /// A failed call on a file of the daemon directory.
+    /// A failed call on a file of the daemon directory (the datapath's file error: one shape
+    /// for every file the node's tools touch).
     pub fn io(call: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io {
-            call,
-            path: path.into(),
-            source,
-        }
+        Error::Datapath(redirect_datapath::Error::io(call, path, source))
     }
 }
 
