@@ -146,8 +146,7 @@ fn add(conf: &NetConf) -> Result<String, CniError> {
         Ok(r) => r,
         Err(e) => {
             // Counted only when no daemon answered (a refusal or another version is an answer).
-            let unanswered =
-                !matches!(e, ClientError::Refused { .. } | ClientError::Version { .. });
+            let unanswered = !e.answered();
             let err = failed(what, e, Code::TryAgainLater);
             if unanswered {
                 count_unreachable(conf, &pod, &err);

@@ -159,21 +159,6 @@ pub enum Answer {
     Status(Status),
 }
 
-impl Answer {
-    /// Its one-line summary (for logs).
-    pub fn message(&self) -> String {
-        match self {
-            Answer::Enrolled(a) => a.message.clone(),
-            Answer::Unenrolled(a) => a.message.clone(),
-            Answer::Listed(a) => format!("{} enrolled", a.enrollments.len()),
-            Answer::Uninstalled(a) => a.message.clone(),
-            Answer::Pod(a) => a.message.clone(),
-            Answer::Gc(a) => a.message.clone(),
-            Answer::Status(a) => a.message.clone(),
-        }
-    }
-}
-
 /// The answer line: this result with the protocol version, and the newline.
 pub fn frame(result: &Result<Answer, String>) -> String {
     #[derive(Serialize)]

@@ -73,9 +73,13 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// Whether nothing listens at the socket (the connect failed).
-    pub fn is_unreachable(&self) -> bool {
-        matches!(self, ClientError::Unreachable { .. })
+    /// Whether a daemon answered at all: it refused, or speaks another version. Anything else
+    /// (nothing listening, the exchange broken, an answer that is not JSON) is no answer.
+    pub fn answered(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Refused { .. } | ClientError::Version { .. }
+        )
     }
 }
 
@@ -300,7 +304,10 @@ mod tests {
         let e = Client::new("/nonexistent/daemon.sock")
             .list()
             .expect_err("nothing there");
-        assert!(e.is_unreachable(), "{e:?}");
+        assert!(
+            matches!(e, ClientError::Unreachable { .. }) && !e.answered(),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("/nonexistent/daemon.sock"), "{e}");
     }
 }
