@@ -1,26 +1,19 @@
-//! A node of the test's own for `redirect daemon` / `vm` / `stats`: a daemon directory, a pin
-//! directory and an attach cgroup, all removed on drop; pin directories and
-//! `redirect istio-iptables` for the tests that apply policies without a daemon.
+//! A node of the test's own for `redirect daemon` / `vm` / `stats` (the testkit's, for this
+//! build's binary, with asserting helpers); pin directories and `redirect istio-iptables` for
+//! the tests that apply policies without a daemon.
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output},
-    time::Duration,
 };
 
-use redirect_testkit::{unique_name, Cgroup, Child};
+use redirect_testkit::{unique_name, Child, Spawn};
 
 use crate::{env::bin_path, procs::attached_program_ids};
 
-/// A daemon directory and pin directory of the test's own, removed on drop.
+/// The testkit's [`redirect_testkit::Node`] for this build's `redirect`, with the tests'
+/// asserting helpers (a failure panics with the command's output).
 #[derive(Debug)]
-pub struct Node {
-    /// `REDIRECT_DAEMON_DIR`.
-    pub dir: PathBuf,
-    /// `REDIRECT_BPFFS`.
-    pub pins: PathBuf,
-    /// Where the datapath attaches.
-    pub cgroup: Cgroup,
-}
+pub struct Node(redirect_testkit::Node);
 
 impl Default for Node {
     fn default() -> Self {
@@ -28,24 +21,17 @@ impl Default for Node {
     }
 }
 
+impl std::ops::Deref for Node {
+    type Target = redirect_testkit::Node;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
 impl Node {
     /// Unique directories and a fresh cgroup.
     pub fn new() -> Self {
-        let name = unique_name("rdn");
-        Self {
-            dir: std::env::temp_dir().join(&name),
-            pins: PathBuf::from("/sys/fs/bpf").join(&name),
-            cgroup: Cgroup::new("rdc").expect("node cgroup"),
-        }
-    }
-
-    /// `redirect ARGS` with this node's environment.
-    pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(bin_path("redirect"));
-        cmd.args(args)
-            .env("REDIRECT_DAEMON_DIR", &self.dir)
-            .env("REDIRECT_BPFFS", &self.pins);
-        cmd
+        Self(redirect_testkit::Node::new(&bin_path("redirect")).expect("a node of the test's own"))
     }
 
     /// Runs `redirect ARGS`.
@@ -55,14 +41,7 @@ impl Node {
 
     /// Runs `redirect ARGS`, asserting success; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "redirect {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        ok(&self.run(args), &format!("redirect {args:?}"))
     }
 
     /// Starts `redirect daemon` attached at the node's cgroup and waits until it is ready.
@@ -70,29 +49,15 @@ impl Node {
         self.daemon_with(&[]).0
     }
 
-    /// Same, with extra daemon arguments; also returns its `ready ...` line. The node's cgroup
-    /// holds applications and proxies alike: capture and the proxy hooks attach there.
+    /// Same, with extra daemon arguments; also returns its `ready ...` line.
     pub fn daemon_with(&self, extra: &[&str]) -> (Child, String) {
-        let mut cmd = self.cmd(&["daemon"]);
-        cmd.arg("--cgroup")
-            .arg(self.cgroup.path())
-            .arg("--proxy-cgroup")
-            .arg(self.cgroup.path())
-            .args(extra);
-        let mut child = Child::spawn("redirect daemon", cmd).expect("start redirect daemon");
-        // Creating the datapath runs the verifier over every program: seconds of CPU, more
-        // when other tests load theirs at the same moment.
-        let ready = child
-            .wait_line("its ready line", Duration::from_secs(40), |l| {
-                l.starts_with("ready ")
-            })
-            .expect("daemon ready");
-        (child, ready)
+        self.start_daemon(Spawn::new("redirect daemon"), self.daemon_cmd(extra))
+            .expect("redirect daemon ready")
     }
 
     /// `redirect istio-iptables --netns NETNS --cgroup <the node's> ARGS` with this node's
     /// environment, asserting success; returns stdout.
-    pub fn apply(&self, netns: &std::path::Path, args: &[&str]) -> String {
+    pub fn apply(&self, netns: &Path, args: &[&str]) -> String {
         let mut cmd = self.cmd(&["istio-iptables", "--netns"]);
         cmd.arg(netns)
             .arg("--cgroup")
@@ -114,18 +79,7 @@ impl Node {
 
 /// The metrics address in a daemon's `ready ... metrics=http://ADDR/metrics` line.
 pub fn metrics_addr(ready: &str) -> std::net::SocketAddr {
-    ready
-        .split("metrics=http://")
-        .nth(1)
-        .and_then(|url| url.trim().trim_end_matches("/metrics").parse().ok())
-        .unwrap_or_else(|| panic!("no metrics address in the ready line {ready:?}"))
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.pins);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    redirect_testkit::node::metrics_addr(ready).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 #[derive(Debug)]

@@ -3,6 +3,7 @@
 use std::{
     io::{BufRead as _, BufReader, Read},
     os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
     process::{Command, ExitStatus, Stdio},
     sync::{Arc, Mutex, PoisonError},
     thread::JoinHandle,
@@ -33,6 +34,7 @@ pub struct Spawn {
     echo: bool,
     process_group: bool,
     on_drop: OnDrop,
+    stderr_to: Option<PathBuf>,
 }
 
 impl Spawn {
@@ -43,6 +45,7 @@ impl Spawn {
             echo: false,
             process_group: false,
             on_drop: OnDrop::Kill,
+            stderr_to: None,
         }
     }
 
@@ -65,24 +68,51 @@ impl Spawn {
         self
     }
 
-    /// Spawns `cmd` (stdin null, stdout and stderr piped).
+    /// Append its stderr to the file `log` instead of collecting it: no reader thread of
+    /// this process wakes for each of its log lines (a benchmark's timed section).
+    pub fn stderr_to(mut self, log: &Path) -> Self {
+        self.stderr_to = Some(log.to_owned());
+        self
+    }
+
+    /// Spawns `cmd` (stdin null, stdout piped, stderr piped or to [`Spawn::stderr_to`]'s file).
     pub fn start(self, mut cmd: Command) -> anyhow::Result<Child> {
         if self.process_group {
             cmd.process_group(0);
         }
+        let stderr = match &self.stderr_to {
+            Some(log) => std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .with_context(|| format!("opening {} for {}'s stderr", log.display(), self.name))?
+                .into(),
+            None => Stdio::piped(),
+        };
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(stderr)
             .spawn()
             .with_context(|| format!("starting {} ({cmd:?})", self.name))?;
         let out = Arc::new(Output::default());
         let stdout = child.stdout.take().context("piped stdout")?;
-        let stderr = child.stderr.take().context("piped stderr")?;
-        let readers = vec![
-            reader(stdout, Arc::clone(&out), Stream::Out, self.echo, &self.name),
-            reader(stderr, Arc::clone(&out), Stream::Err, true, &self.name),
-        ];
+        let mut readers = vec![reader(
+            stdout,
+            Arc::clone(&out),
+            Stream::Out,
+            self.echo,
+            &self.name,
+        )];
+        if let Some(stderr) = child.stderr.take() {
+            readers.push(reader(
+                stderr,
+                Arc::clone(&out),
+                Stream::Err,
+                true,
+                &self.name,
+            ));
+        }
         Ok(Child {
             name: self.name,
             child: Some(child),

@@ -62,7 +62,7 @@ impl Bench {
             let node = self.cni.as_mut().context("CNI node")?;
             let name = format!("pod-{}", node.next);
             node.next += 1;
-            (Some(node.cg.child(&name)?), name)
+            (Some(node.node.cgroup.child(&name)?), name)
         } else {
             (None, String::new())
         };
@@ -90,7 +90,7 @@ impl Bench {
         let node = self.cni.as_ref().context("CNI node")?;
         let conf = json!({
             "cniVersion": "1.0.0", "name": "bench", "type": "redirect-cni",
-            "daemon_socket": node.dir.0.join("daemon.sock"), "log_level": "warn",
+            "daemon_socket": node.node.dir.join("daemon.sock"), "log_level": "warn",
             "exclude_namespaces": ["kube-system"],
             "prevResult": {"cniVersion": "1.0.0", "ips": [{"address": format!("{}/16", pod.ip)}]},
         });
@@ -181,7 +181,7 @@ impl Bench {
         let mut line = request.to_string();
         line.push('\n');
         let t0 = Instant::now();
-        let mut stream = std::os::unix::net::UnixStream::connect(node.dir.0.join("daemon.sock"))
+        let mut stream = std::os::unix::net::UnixStream::connect(node.node.dir.join("daemon.sock"))
             .context("connecting to the daemon's socket")?;
         stream.write_all(line.as_bytes())?;
         let mut answer = String::new();

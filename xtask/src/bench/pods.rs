@@ -1,11 +1,8 @@
 //! Per-mode pod setup: proxy, capture (eBPF attach or Istio's rules), client runs, warm-up check.
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{path::Path, process::Command};
 
 use anyhow::{bail, Context as _};
-use redirect_testkit::{probe::Load, Cgroup, Child, Netns};
+use redirect_testkit::{probe::Load, Cgroup, Child, Netns, Node};
 
 use super::{
     scene::{self, Mode},
@@ -165,17 +162,10 @@ impl Bench {
 /// every new pod (`redirect istio-iptables` writing that namespace's maps). Unpinned on drop.
 #[derive(Debug)]
 pub(super) struct NodeDatapath {
-    /// Pin directory.
-    pub dir: PathBuf,
-    /// Where it is attached; enrolled pods' processes run in children of it.
-    pub cg: Cgroup,
+    /// Its pins (`node.pins`) and where it is attached (`node.cgroup`: enrolled pods'
+    /// processes run in children of it); no daemon.
+    pub node: Node,
     _boot: Netns,
-}
-
-impl Drop for NodeDatapath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 impl Bench {
@@ -206,20 +196,15 @@ impl Bench {
     /// The node datapath for enrollments, created (and timed nowhere) on first use.
     pub(super) fn node_datapath(&mut self) -> anyhow::Result<&NodeDatapath> {
         if self.node.is_none() {
-            let cg = Cgroup::new("rbn-")?;
+            let node = Node::new(&self.bin.join("redirect"))?;
             let boot = scene::netns("rbn-")?;
-            let dir = PathBuf::from(format!("/sys/fs/bpf/redirect-bench-{}", self.id));
-            let cgroup = cg.path().display().to_string();
+            let cgroup = node.cgroup.path().display().to_string();
             self.istio_iptables(
-                &dir,
+                &node.pins,
                 &boot.path(),
                 &["--cgroup", &cgroup, "-u", "1337", "-i", "*"],
             )?;
-            self.node = Some(NodeDatapath {
-                dir,
-                cg,
-                _boot: boot,
-            });
+            self.node = Some(NodeDatapath { node, _boot: boot });
         }
         self.node.as_ref().context("node datapath")
     }

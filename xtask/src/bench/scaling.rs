@@ -83,7 +83,7 @@ impl Bench {
         let scaled = p.namespaces;
         let (dir, cg) = {
             let node = self.node_datapath()?;
-            (node.dir.clone(), node.cg.child("rbs-pod")?)
+            (node.node.pins.clone(), node.node.cgroup.child("rbs-pod")?)
         };
         let ns = scene::netns("rbs-")?;
         let target = scene::link(&ns, &self.app, 90)?;

@@ -245,7 +245,10 @@ impl Bench {
         let _detector = scene::spawn("capture detector", detector, "listening")?;
         let node = if mode == Mode::Ebpf {
             let node = self.node_datapath()?;
-            Some((node.dir.clone(), node.cg.child(&format!("rbe{subnet}"))?))
+            Some((
+                node.node.pins.clone(),
+                node.node.cgroup.child(&format!("rbe{subnet}"))?,
+            ))
         } else {
             None
         };

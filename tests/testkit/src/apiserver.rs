@@ -1,0 +1,207 @@
+//! The recorded-object apiserver: a local HTTP server replaying recorded Kubernetes Pod objects at
+//! `GET /api/v1/namespaces/NS/pods/NAME` (404 with a `Status` otherwise), a recorded list and
+//! watch stream at `GET /api/v1/pods` (`?watch=true`: ADDED/MODIFIED/DELETED events, then the
+//! stream stays open), and the kubeconfig that points the daemon's real kube-rs client at it. No kube-apiserver
+//! can be installed here; the daemon's client, its retries and its decoding are the real ones.
+use std::{
+    collections::BTreeMap,
+    io::{BufRead as _, BufReader, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+
+use serde_json::{json, Value};
+
+type Pods = Arc<Mutex<BTreeMap<(String, String), Value>>>;
+
+/// What `GET /api/v1/pods` answers: the listed pods and the watch events after them, and
+/// the watch streams open now (an event added later reaches them at once).
+#[derive(Debug, Default)]
+struct Recorded {
+    list: Vec<Value>,
+    events: Vec<Value>,
+    watching: Vec<TcpStream>,
+}
+
+/// The server: pods by (namespace, name), and every path asked for.
+#[derive(Debug)]
+pub struct PodServer {
+    addr: SocketAddr,
+    pods: Pods,
+    recorded: Arc<Mutex<Recorded>>,
+    hits: Arc<Mutex<Vec<String>>>,
+    kubeconfig: PathBuf,
+}
+
+impl PodServer {
+    /// Listens on 127.0.0.1 (an ephemeral port) and writes `DIR/kubeconfig` for it.
+    pub fn start(dir: &Path) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the pod server");
+        let addr = listener.local_addr().expect("its address");
+        let pods: Pods = Arc::default();
+        let recorded: Arc<Mutex<Recorded>> = Arc::default();
+        let hits: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (p, r, h) = (Arc::clone(&pods), Arc::clone(&recorded), Arc::clone(&hits));
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (p, r, h) = (Arc::clone(&p), Arc::clone(&r), Arc::clone(&h));
+                std::thread::spawn(move || serve(stream, &p, &r, &h));
+            }
+        });
+        std::fs::create_dir_all(dir).expect("kubeconfig dir");
+        let kubeconfig = dir.join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: recorded\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: recorded\n  context:\n    cluster: recorded\n    user: nobody\ncurrent-context: recorded\nusers:\n- name: nobody\n  user: {{}}\n"
+        );
+        std::fs::write(&kubeconfig, text).expect("write the kubeconfig");
+        Self {
+            addr,
+            pods,
+            recorded,
+            hits,
+            kubeconfig,
+        }
+    }
+
+    /// The kubeconfig naming this server.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves `pod` (a Pod object) from now on.
+    pub fn put(&self, pod: &Value) {
+        let key = (
+            pod["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            pod["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+        self.pods.lock().expect("pods").insert(key, pod.clone());
+    }
+
+    /// Lists `pod` in `GET /api/v1/pods` (never served by its own GET).
+    pub fn list(&self, pod: &Value) {
+        let mut pod = pod.clone();
+        pod["metadata"]["resourceVersion"] = "1".into();
+        self.recorded.lock().expect("recorded").list.push(pod);
+    }
+
+    /// Adds a watch event (`ADDED`, `MODIFIED`, `DELETED`) of `pod` to the watch stream.
+    pub fn event(&self, kind: &str, pod: &Value) {
+        let mut r = self.recorded.lock().expect("recorded");
+        // Every object of a watch carries a resourceVersion (the watcher resumes from it).
+        let mut object = pod.clone();
+        object["metadata"]["resourceVersion"] = (r.events.len() + 2).to_string().into();
+        let event = json!({"type": kind, "object": object});
+        let line = format!("{event}\n");
+        r.watching.retain_mut(|s| {
+            write!(s, "{:x}\r\n{line}\r\n", line.len()).is_ok() && s.flush().is_ok()
+        });
+        r.events.push(event);
+    }
+
+    /// GETs of `namespace/name` find nothing from now on (a deleted pod).
+    pub fn remove(&self, namespace: &str, name: &str) {
+        self.pods
+            .lock()
+            .expect("pods")
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+
+    /// Every request path received (with its query), in order.
+    pub fn hits(&self) -> Vec<String> {
+        self.hits.lock().expect("hits").clone()
+    }
+}
+
+fn serve(stream: TcpStream, pods: &Pods, recorded: &Mutex<Recorded>, hits: &Mutex<Vec<String>>) {
+    let mut reader = BufReader::new(&stream);
+    let mut line = String::new();
+    if reader.read_line(&mut line).is_err() {
+        return;
+    }
+    // The rest of the head; GETs have no body.
+    let mut header = String::new();
+    while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+        header.clear();
+    }
+    let target = line.split_whitespace().nth(1).unwrap_or_default();
+    hits.lock().expect("hits").push(target.to_owned());
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let path = path.to_owned();
+    if path == "/api/v1/pods" {
+        let watch = query
+            .split('&')
+            .any(|kv| kv == "watch=true" || kv == "watch=1");
+        return pod_list(&stream, recorded, watch);
+    }
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let found = match parts.as_slice() {
+        ["api", "v1", "namespaces", ns, "pods", name] => pods
+            .lock()
+            .expect("pods")
+            .get(&((*ns).to_owned(), (*name).to_owned()))
+            .cloned(),
+        _ => None,
+    };
+    let (status, body) = match found {
+        Some(pod) => ("200 OK", pod),
+        None => (
+            "404 Not Found",
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": format!("{path} not found"), "reason": "NotFound", "code": 404}),
+        ),
+    };
+    let body = body.to_string();
+    let _ = write!(
+        &stream,
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// `GET /api/v1/pods`: the recorded list, or (watch) the recorded events as a chunked stream
+/// that then stays open until the client goes.
+fn pod_list(mut stream: &TcpStream, recorded: &Mutex<Recorded>, watch: bool) {
+    if !watch {
+        let list = recorded.lock().expect("recorded").list.clone();
+        let body = json!({"kind": "PodList", "apiVersion": "v1",
+                          "metadata": {"resourceVersion": "1"}, "items": list})
+        .to_string();
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        return;
+    }
+    {
+        // Under the lock: no event falls between the replay and the registration.
+        let mut r = recorded.lock().expect("recorded");
+        let _ = write!(
+            stream,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
+        for event in &r.events {
+            let line = format!("{event}\n");
+            let _ = write!(stream, "{:x}\r\n{line}\r\n", line.len());
+        }
+        let _ = stream.flush();
+        if let Ok(clone) = stream.try_clone() {
+            r.watching.push(clone);
+        }
+    }
+    // Held open, as a watch is: returns when the client closes it.
+    let mut sink = [0u8; 64];
+    while std::io::Read::read(&mut stream, &mut sink).is_ok_and(|n| n > 0) {}
+}
