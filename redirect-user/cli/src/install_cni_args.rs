@@ -109,6 +109,9 @@ impl InstallCni {
             plugin,
             entry: conflist::entry(&self.daemon_socket, &exclude, &self.plugin_log_level),
             state_file: self.dirs.state_file(),
+            plugin_versions: redirect_daemon_api::cni_spec::SUPPORTED_VERSIONS
+                .map(str::to_owned)
+                .to_vec(),
         })
     }
 

@@ -18,7 +18,7 @@ pub fn run(command: &str, stdin: &[u8], version: &str) -> Result<Option<String>,
             json!({"cniVersion": version, "supportedVersions": SUPPORTED_VERSIONS}).to_string(),
         ));
     }
-    let conf = NetConf::parse(stdin)?;
+    let conf = NetConf::parse_for(stdin, command)?;
     crate::log::init(&conf.daemon_socket, &conf.log_level);
     match command {
         "ADD" => add(&conf).map(Some),

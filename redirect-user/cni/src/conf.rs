@@ -5,10 +5,11 @@ use std::{collections::BTreeMap, net::IpAddr, path::PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
+use redirect_daemon_api::cni_spec;
+
 use crate::error::{CniError, Code};
 
-/// The CNI versions this plugin speaks (VERSION's `supportedVersions`).
-pub const SUPPORTED_VERSIONS: [&str; 3] = ["0.4.0", "1.0.0", "1.1.0"];
+pub use redirect_daemon_api::cni_spec::SUPPORTED_VERSIONS;
 
 /// The daemon's own pods: recognised by namespace and name prefix before any other call, so
 /// a node whose daemon is being (re)started never waits on itself.
@@ -82,8 +83,15 @@ fn default_timeout() -> u64 {
 }
 
 impl NetConf {
-    /// Parses stdin; a version we do not speak is CNI error 1.
+    /// Parses stdin (for an ADD); a version we do not speak is CNI error 1.
+    #[cfg(test)]
     pub fn parse(bytes: &[u8]) -> Result<Self, CniError> {
+        Self::parse_for(bytes, "ADD")
+    }
+
+    /// Parses stdin for `command`; a version we do not speak, or one without `command`
+    /// (CHECK before 0.4.0, STATUS and GC before 1.1.0), is CNI error 1.
+    pub fn parse_for(bytes: &[u8], command: &str) -> Result<Self, CniError> {
         let conf: NetConf = serde_json::from_slice(bytes).map_err(|e| {
             CniError::new(
                 Code::Decoding,
@@ -91,11 +99,21 @@ impl NetConf {
                 e,
             )
         })?;
-        if !SUPPORTED_VERSIONS.contains(&conf.cni_version.as_str()) {
+        if !cni_spec::supported(&conf.cni_version) {
             return Err(CniError::new(
                 Code::IncompatibleVersion,
                 format!("unsupported cniVersion {:?}", conf.cni_version),
                 format!("this plugin speaks {}", SUPPORTED_VERSIONS.join(", ")),
+            ));
+        }
+        if !cni_spec::allows(&conf.cni_version, command) {
+            return Err(CniError::new(
+                Code::IncompatibleVersion,
+                format!("{command} is not part of cniVersion {:?}", conf.cni_version),
+                format!(
+                    "{command} came with CNI {}",
+                    cni_spec::introduced(command).unwrap_or_default()
+                ),
             ));
         }
         Ok(conf)

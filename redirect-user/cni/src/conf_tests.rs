@@ -23,10 +23,46 @@ fn the_conflist_entry_of_the_issue_parses_with_defaults() {
 
 #[test]
 fn an_unsupported_version_is_error_1_naming_it() {
-    let e = NetConf::parse(br#"{"cniVersion": "0.3.1", "type": "redirect-cni"}"#)
-        .expect_err("0.3.1 refused");
+    let e = NetConf::parse(br#"{"cniVersion": "0.2.0", "type": "redirect-cni"}"#)
+        .expect_err("0.2.0 refused");
     assert_eq!(e.code, Code::IncompatibleVersion);
-    assert!(e.msg.contains("0.3.1"), "{e}");
+    assert!(e.msg.contains("0.2.0"), "{e}");
+}
+
+#[test]
+fn the_versions_primaries_ship_parse_and_their_prev_result_is_read() {
+    // flannel's and Calico's stock conflists say 0.3.1: prevResult in that version's shape
+    // (`ips[].version`, `interface`), as libcni hands it to a chained plugin.
+    for v in ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
+        let text = format!(
+            r#"{{"cniVersion": "{v}", "name": "cbr0", "type": "redirect-cni",
+                 "prevResult": {{"cniVersion": "{v}", "interfaces": [{{"name": "eth0", "sandbox": "/var/run/netns/cni-1"}}],
+                   "ips": [{{"version": "4", "address": "10.244.1.5/24", "gateway": "10.244.1.1", "interface": 0}}],
+                   "routes": [{{"dst": "0.0.0.0/0"}}], "dns": {{}}}}}}"#
+        );
+        let conf = NetConf::parse(text.as_bytes()).unwrap_or_else(|e| panic!("{v}: {e}"));
+        assert_eq!(
+            conf.prev_ips().expect("ips"),
+            ["10.244.1.5".parse::<std::net::IpAddr>().expect("ip")],
+            "{v}"
+        );
+    }
+}
+
+#[test]
+fn a_command_newer_than_the_version_is_error_1() {
+    let text = br#"{"cniVersion": "0.3.1", "type": "redirect-cni"}"#;
+    let e = NetConf::parse_for(text, "CHECK").expect_err("CHECK in 0.3.1");
+    assert_eq!(e.code, Code::IncompatibleVersion);
+    assert!(e.msg.contains("CHECK") && e.msg.contains("0.3.1"), "{e}");
+    let e = NetConf::parse_for(br#"{"cniVersion": "1.0.0", "type": "redirect-cni"}"#, "GC")
+        .expect_err("GC in 1.0.0");
+    assert!(e.details.contains("1.1.0"), "{e}");
+    NetConf::parse_for(
+        br#"{"cniVersion": "0.4.0", "type": "redirect-cni"}"#,
+        "CHECK",
+    )
+    .expect("CHECK in 0.4.0");
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! `redirect-cni`: a chained CNI plugin (spec 1.0/1.1) that hands each pod to the redirect
+//! `redirect-cni`: a chained CNI plugin (CNI 0.3.0 to 1.1.0) that hands each pod to the redirect
 //! daemon, which enrolls its netns before ADD returns; any failure to capture a meshed pod is
 //! a CNI error (fail closed, the kubelet retries). Environment and stdin in, result on stdout.
 mod commands;

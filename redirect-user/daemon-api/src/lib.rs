@@ -1,11 +1,12 @@
 //! The daemon socket's protocol, shared by the daemon, the CLI and the exec'd CNI plugin: one
 //! JSON request per line (`{"v": VERSION, "call": ...}`) and one typed answer per request, a
-//! protocol version both sides check, the client, the daemon directory's path rule and the CNI
-//! plugin's failure counter file. It links no datapath, cluster client or async runtime, so the
+//! protocol version both sides check, the client, the daemon directory's path rule, the CNI
+//! plugin's failure counter file and the CNI versions it speaks. It links no datapath, cluster client or async runtime, so the
 //! plugin the runtime execs on every pod start stays small.
 pub mod answer;
 pub mod client;
 pub mod cni_failures;
+pub mod cni_spec;
 mod dir;
 pub mod request;
 

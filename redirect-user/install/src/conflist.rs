@@ -68,6 +68,61 @@ pub fn without_entry(list: &Value) -> Value {
     out
 }
 
+/// Why our plugin would fail on `list` (whose plugins speak `versions`), with the fix: the
+/// version the runtime will hand the chain is not one of `versions`, or `istio-cni` is chained
+/// already (two capture layers for one pod). `None` when the list is fine for us.
+pub fn refusal(list: &Value, versions: &[String]) -> Option<String> {
+    if plugins(list)
+        .iter()
+        .any(|p| p.get("type").and_then(Value::as_str) == Some("istio-cni"))
+    {
+        return Some(
+            "it chains istio-cni already: istio-cni and redirect-cni must not both capture a pod's traffic; remove istio-cni first (its DaemonSet re-inserts it: uninstall the istio-cni chart), then install redirect-cni".into(),
+        );
+    }
+    let version = runtime_version(list)?;
+    if versions.contains(&version) {
+        return None;
+    }
+    let newest = versions.iter().max_by_key(|v| semver(v));
+    let fix = match newest {
+        Some(newest) if semver(&version) > semver(newest) => format!(
+            "this redirect-cni is older than the conflist: install a redirect release that speaks {version}"
+        ),
+        _ => "set the conflist's cniVersion to one of those the primary plugin speaks too (`0.3.1` or newer)".into(),
+    };
+    Some(format!(
+        "its cniVersion {version:?} is not one redirect-cni speaks ({}): {fix}",
+        versions.join(", ")
+    ))
+}
+
+/// The version a runtime hands the chain of `list`: the newest of CNI 1.1's `cniVersions` when
+/// given, else `cniVersion` ("" when neither is: libcni refuses such a list).
+fn runtime_version(list: &Value) -> Option<String> {
+    let listed: Vec<&str> = list
+        .get("cniVersions")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    match listed.iter().max_by_key(|v| semver(v)) {
+        Some(newest) => Some((*newest).to_owned()),
+        None => Some(
+            list.get("cniVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+        ),
+    }
+}
+
+/// `a.b.c` as numbers (anything unreadable as 0).
+fn semver(v: &str) -> (u64, u64, u64) {
+    let mut parts = v.split('.').map(|p| p.parse().unwrap_or(0));
+    let mut next = || parts.next().unwrap_or(0);
+    (next(), next(), next())
+}
+
 /// A single-plugin configuration as a conflist of that one plugin.
 pub fn from_single(conf: &Value) -> Value {
     let mut list = Map::new();

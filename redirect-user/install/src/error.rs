@@ -39,6 +39,14 @@ pub enum Error {
         /// The conflist that exists already.
         to: PathBuf,
     },
+    /// The configuration the runtime uses is one our plugin would fail on: nothing written.
+    #[error("{} cannot take redirect-cni: {why}", path.display())]
+    Refused {
+        /// The highest-priority configuration.
+        path: PathBuf,
+        /// Why, and the fix ([`crate::conflist::refusal`]).
+        why: String,
+    },
     /// `--check`: something is not in place.
     #[error("the redirect-cni plugin is not in place: {0}")]
     NotInPlace(String),

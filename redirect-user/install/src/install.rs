@@ -28,6 +28,9 @@ pub struct Options {
     pub entry: Value,
     /// The state file.
     pub state_file: PathBuf,
+    /// The CNI versions the plugin speaks (`redirect_daemon_api::cni_spec`): a configuration
+    /// of another version is refused.
+    pub plugin_versions: Vec<String>,
 }
 
 /// What [`install`] changed in the configuration.
@@ -75,6 +78,7 @@ pub fn install_gated(opts: &Options, gate: &mut dyn FnMut() -> bool) -> Result<I
     // The configuration first (none: nothing is copied), then the binary, then the entry:
     // an entry never names a binary that is not there.
     let found = confdir::find(&opts.conf_dir)?;
+    refuse(&found, opts)?;
     let copied = plugin::install(&opts.plugin, &opts.bin_dir, st.plugin.as_ref())?;
     st.plugin = Some(state::Plugin {
         path: copied.path.clone(),
@@ -181,6 +185,22 @@ pub fn install_gated(opts: &Options, gate: &mut dyn FnMut() -> bool) -> Result<I
     })
 }
 
+/// [`Error::Refused`] when the plugin would fail on the configuration `found` (a single
+/// plugin's version is the one its conflist would have).
+fn refuse(found: &confdir::Found, opts: &Options) -> Result<()> {
+    let list = match found.kind {
+        Kind::List => found.json.clone(),
+        Kind::Single => conflist::from_single(&found.json),
+    };
+    match conflist::refusal(&list, &opts.plugin_versions) {
+        Some(why) => Err(Error::Refused {
+            path: found.path.clone(),
+            why,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Undoes one configuration edit; returns what was done, one sentence each.
 fn undo_config(c: &state::Config) -> Result<Vec<String>> {
     let shown = c.path.display();
@@ -267,6 +287,10 @@ pub fn uninstall(state_file: &Path) -> Result<Vec<String>> {
 /// The readiness check: the binary is the plugin's, executable, and the highest-priority
 /// configuration holds our entry exactly. Returns a description of what is in place.
 pub fn check(opts: &Options) -> Result<String> {
+    // The configuration first: install-cni refuses one the plugin would fail on (and so never
+    // copies the binary), and that is what the operator has to fix.
+    let found = confdir::find(&opts.conf_dir).map_err(|e| Error::NotInPlace(e.to_string()))?;
+    refuse(&found, opts).map_err(|e| Error::NotInPlace(e.to_string()))?;
     let bin = opts.bin_dir.join(plugin::NAME);
     let want = std::fs::read(&opts.plugin).map_err(|e| {
         Error::NotInPlace(format!(
@@ -297,7 +321,6 @@ pub fn check(opts: &Options) -> Result<String> {
         }
         Ok(_) => {}
     }
-    let found = confdir::find(&opts.conf_dir).map_err(|e| Error::NotInPlace(e.to_string()))?;
     let shown = found.path.display();
     if found.kind == Kind::Single {
         return Err(Error::NotInPlace(format!(

@@ -88,7 +88,7 @@ fn install_appends_after_the_primary_twice_is_a_no_op_uninstall_restores_the_byt
     let answer: Value = serde_json::from_slice(&version.stdout).expect("VERSION json");
     assert_eq!(
         answer["supportedVersions"],
-        json!(["0.4.0", "1.0.0", "1.1.0"])
+        json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
     );
 
     // Twice: the same bytes, neither file rewritten.
@@ -339,50 +339,71 @@ fn the_installed_conflist_runs_with_the_real_plugins() {
         "100",
     ]);
     let host = CniHost::new();
-    let d = Dirs::new();
-    let mut primary =
-        json!({"cniVersion": "1.0.0", "name": "redirect-test", "plugins": [host.bridge_conf()]});
-    primary["plugins"][0]
-        .as_object_mut()
-        .expect("bridge")
-        .remove("cniVersion");
-    primary["plugins"][0]
-        .as_object_mut()
-        .expect("bridge")
-        .remove("name");
-    let list = d.file("10-bridge.conflist");
-    std::fs::write(&list, serde_json::to_string_pretty(&primary).expect("json")).expect("write");
     let socket = node.dir.join("daemon.sock").display().to_string();
-    d.ok("install-cni", &["--daemon-socket", &socket]);
-    let installed = json_of(&list);
+    // Debian's bridge and host-local speak 0.3.0 to 1.0.0; flannel and Calico ship 0.3.1.
+    for (i, version) in ["0.3.1", "0.4.0", "1.0.0"].into_iter().enumerate() {
+        let d = Dirs::new();
+        let mut primary = json!({"cniVersion": version, "name": "redirect-test", "plugins": [host.bridge_conf()]});
+        for key in ["cniVersion", "name"] {
+            primary["plugins"][0]
+                .as_object_mut()
+                .expect("bridge")
+                .remove(key);
+        }
+        let list = d.file("10-bridge.conflist");
+        std::fs::write(&list, serde_json::to_string_pretty(&primary).expect("json"))
+            .expect("write");
+        d.ok("install-cni", &["--daemon-socket", &socket]);
+        d.ok("install-cni", &["--daemon-socket", &socket, "--check"]);
+        let installed = json_of(&list);
 
-    let uid = unique_name("uid");
-    api.put(&recorded_pod(
-        "hello.yaml",
-        "shop",
-        "inst-1",
-        &uid,
-        "node-inst",
-    ));
-    let netns = redirect_testkit::Netns::new("rcp").expect("pod netns");
-    let call = PodCall {
-        container_id: unique_name("sandbox"),
-        netns: netns.path(),
-        pod: ("shop".into(), "inst-1".into(), uid),
-    };
-    let cni_path = [Path::new(PLUGIN_DIR), d.bin.as_path()];
-    let added = host.run_conflist("ADD", &call, &installed, &cni_path, None);
-    assert!(added.ok(), "the installed chain's ADD: {}", added.text());
-    assert!(
-        added.json["ips"][0]["address"].is_string(),
-        "{}",
-        added.text()
-    );
-    let listed: Vec<Value> = serde_json::from_str(&node.ok(&["list", "--json"])).expect("list");
-    assert_eq!(listed.len(), 1, "{listed:?}");
-    assert_eq!(listed[0]["pod"]["name"], "inst-1", "{listed:?}");
-    let del = host.run_conflist("DEL", &call, &installed, &cni_path, Some(&added.json));
-    assert!(del.ok(), "the installed chain's DEL: {}", del.text());
-    let listed: Vec<Value> = serde_json::from_str(&node.ok(&["list", "--json"])).expect("list");
-    assert!(listed.is_empty(), "{listed:?}");
+        let uid = unique_name("uid");
+        let name = format!("inst-{i}");
+        api.put(&recorded_pod(
+            "hello.yaml",
+            "shop",
+            &name,
+            &uid,
+            "node-inst",
+        ));
+        let netns = redirect_testkit::Netns::new("rcp").expect("pod netns");
+        let call = PodCall {
+            container_id: unique_name("sandbox"),
+            netns: netns.path(),
+            pod: ("shop".into(), name.clone(), uid),
+        };
+        let cni_path = [Path::new(PLUGIN_DIR), d.bin.as_path()];
+        let added = host.run_conflist("ADD", &call, &installed, &cni_path, None);
+        assert!(
+            added.ok(),
+            "{version}: the installed chain's ADD: {}",
+            added.text()
+        );
+        assert_eq!(
+            added.json["cniVersion"],
+            version,
+            "{version}: {}",
+            added.text()
+        );
+        assert!(
+            added.json["ips"][0]["address"].is_string(),
+            "{version}: {}",
+            added.text()
+        );
+        let listed: Vec<Value> = serde_json::from_str(&node.ok(&["list", "--json"])).expect("list");
+        assert_eq!(listed.len(), 1, "{version}: {listed:?}");
+        assert_eq!(
+            listed[0]["pod"]["name"],
+            name.as_str(),
+            "{version}: {listed:?}"
+        );
+        let del = host.run_conflist("DEL", &call, &installed, &cni_path, Some(&added.json));
+        assert!(
+            del.ok(),
+            "{version}: the installed chain's DEL: {}",
+            del.text()
+        );
+        let listed: Vec<Value> = serde_json::from_str(&node.ok(&["list", "--json"])).expect("list");
+        assert!(listed.is_empty(), "{version}: {listed:?}");
+    }
 }

@@ -40,6 +40,7 @@ mod quotas;
 mod reconcile;
 mod routes;
 mod spoofed_sources;
+mod stock_conflists;
 mod tenancy;
 mod upgrade;
 mod validate;
