@@ -8,7 +8,7 @@ use std::{
     process::{Output, Stdio},
 };
 
-use redirect_testkit::{unique_name, Netns};
+use redirect_testkit::{unique_name, Child, Netns};
 use serde_json::{json, Value};
 
 use crate::bin_path;
@@ -181,12 +181,32 @@ impl CniHost {
         prev: Option<&Value>,
     ) -> Run {
         let mut conf = entry.clone();
-        conf["cniVersion"] = VERSION.into();
+        // libcni sends STATUS and GC only for lists of 1.1.0 (they came with it); the plugin
+        // refuses them in an older version, as the spec has it.
+        conf["cniVersion"] = if matches!(command, "STATUS" | "GC") {
+            "1.1.0"
+        } else {
+            VERSION
+        }
+        .into();
         conf["name"] = "redirect-test".into();
         if let Some(prev) = prev {
             conf["prevResult"] = prev.clone();
         }
         self.invoke(plugin, command, call, &conf)
+    }
+
+    /// A listener at the bridge's gateway, port 80, in the host namespace: where a pod's
+    /// uncaptured outbound lands (the bridge exists from the first sandbox on).
+    pub fn world_listener(&self) -> Child {
+        crate::world::listen(
+            &self.ns,
+            None,
+            None,
+            "world",
+            &[format!("{GATEWAY}:80")],
+            &[],
+        )
     }
 
     /// The bridge's DEL for a sandbox (releases its address).
@@ -320,6 +340,18 @@ impl Sandbox<'_> {
     pub fn ip(&self) -> String {
         let cidr = self.prev["ips"][0]["address"].as_str().unwrap_or_default();
         cidr.split('/').next().unwrap_or_default().to_owned()
+    }
+
+    /// Where a TCP connect from the pod's app (uid 1000, in `cgroup`) to the gateway's port 80
+    /// lands (`at=... orig=...`).
+    pub fn outbound(&self, cgroup: &Path) -> String {
+        crate::world::probe(
+            &self.netns,
+            Some(cgroup),
+            Some((1000, 1000)),
+            &[format!("tcp:{GATEWAY}:80")],
+        )[0]
+        .at()
     }
 
     /// `redirect-cni COMMAND` for this sandbox, with its prevResult for ADD and CHECK.

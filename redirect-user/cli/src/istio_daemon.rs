@@ -3,7 +3,8 @@
 //! the daemon's enrollment files stay true.
 use std::path::{Path, PathBuf};
 
-use redirect_daemon_api::Client;
+use anyhow::Context as _;
+use redirect_daemon_api::{Client, NetnsFd};
 use redirect_datapath::netns;
 use redirect_policy::Invocation;
 
@@ -54,7 +55,12 @@ pub fn run(
         return Ok(true);
     }
     let source = format!("istio-iptables {}", args.join(" "));
-    let r = client.enroll(&path, inv.policy.clone(), source)?;
+    // Opened here, where `ns` means what the operator meant; the daemon enrolls the namespace
+    // behind the descriptor.
+    let fd = NetnsFd::open(ns)
+        .with_context(|| format!("opening network namespace {}", ns.display()))?
+        .named(path);
+    let r = client.enroll(&fd, inv.policy.clone(), source)?;
     println!("{} (through the daemon, pid {pid})", r.message);
     Ok(true)
 }

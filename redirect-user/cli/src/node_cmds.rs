@@ -12,7 +12,7 @@ use redirect_daemon::{
     self as daemon,
     server::{self, Daemon, Options},
 };
-use redirect_daemon_api::{Client, DaemonDir};
+use redirect_daemon_api::{Client, DaemonDir, NetnsFd};
 use redirect_datapath::{
     netns,
     node::{self, NodeAttach, NodeDatapath},
@@ -183,9 +183,18 @@ pub fn enroll(
         }
         _ => bail!("give exactly one of --istio-args, --cluster-env or --policy"),
     };
-    let r = client().enroll(&netns::resolve(Some(netns_name)), policy, source)?;
+    let r = client().enroll(
+        &open_netns(&netns::resolve(Some(netns_name)))?,
+        policy,
+        source,
+    )?;
     println!("{}", r.message);
     Ok(())
+}
+
+/// The namespace at `path`, opened here: its descriptor goes to the daemon with the request.
+fn open_netns(path: &Path) -> anyhow::Result<NetnsFd> {
+    NetnsFd::open(path).with_context(|| format!("opening network namespace {}", path.display()))
 }
 
 /// Enrolls the host (or a namespace playing the VM) from a cluster.env.
@@ -216,7 +225,7 @@ pub fn vm(
     if let crate::writer::NodeWriter::Daemon { pid, client } =
         crate::writer::NodeWriter::for_node(&dir)
     {
-        let r = client.enroll(&path, policy, source)?;
+        let r = client.enroll(&open_netns(&path)?, policy, source)?;
         println!("{} (through the daemon, pid {pid})", r.message);
         return Ok(());
     }

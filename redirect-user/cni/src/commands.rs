@@ -3,7 +3,7 @@
 //! containers).
 use std::{path::PathBuf, time::Duration};
 
-use redirect_daemon_api::{Client, ClientError, DaemonDir, PodRef};
+use redirect_daemon_api::{Client, ClientError, DaemonDir, NetnsFd, PodRef};
 use serde_json::{json, Value};
 
 use crate::{
@@ -44,6 +44,19 @@ fn required(name: &str) -> Result<String, CniError> {
             Code::InvalidEnvironment,
             format!("{name} is not set"),
             "the runtime must set it",
+        )
+    })
+}
+
+/// `CNI_NETNS`, opened here, in the runtime's own mount namespace: its descriptor goes to the
+/// daemon, which never looks the runtime's path up in its own.
+fn open_netns() -> Result<NetnsFd, CniError> {
+    let path = PathBuf::from(required("CNI_NETNS")?);
+    NetnsFd::open(&path).map_err(|e| {
+        CniError::new(
+            Code::InvalidEnvironment,
+            format!("opening CNI_NETNS {}", path.display()),
+            e,
         )
     })
 }
@@ -139,10 +152,10 @@ fn add(conf: &NetConf) -> Result<String, CniError> {
         tracing::info!(%pod, why, "skipped");
         return pass_through(conf);
     }
-    let netns = PathBuf::from(required("CNI_NETNS")?);
+    let netns = open_netns()?;
     let ips = conf.prev_ips()?;
     let what = format!("{pod} not captured");
-    let r = match client(conf).pod_add(pod.clone(), netns, ips) {
+    let r = match client(conf).pod_add(pod.clone(), &netns, ips) {
         Ok(r) => r,
         Err(e) => {
             // Counted only when no daemon answered (a refusal or another version is an answer).
@@ -196,11 +209,11 @@ fn check(conf: &NetConf) -> Result<(), CniError> {
     if skipped(conf, &pod).is_some() {
         return Ok(());
     }
-    let netns = PathBuf::from(required("CNI_NETNS")?);
+    let netns = open_netns()?;
     let ips = conf.prev_ips()?;
     let what = format!("{pod} CHECK failed");
     client(conf)
-        .pod_check(pod, netns, ips)
+        .pod_check(pod, &netns, ips)
         .map_err(|e| failed(what, e, Code::TryAgainLater))?;
     Ok(())
 }

@@ -1,9 +1,12 @@
 //! The client side of the daemon socket: one typed call per request, each waiting for its own
 //! answer type, the protocol version checked on every answer.
 use std::{
-    io::{BufRead as _, BufReader, Write as _},
+    io::{BufRead as _, BufReader},
     net::IpAddr,
-    os::unix::net::UnixStream,
+    os::{
+        fd::{AsFd as _, BorrowedFd},
+        unix::net::UnixStream,
+    },
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -15,7 +18,7 @@ use redirect_policy::Policy;
 use crate::{
     answer::{Enrolled, GcDone, Listed, PodAnswer, Received, Status, Unenrolled, Uninstalled},
     request::{PodRef, Request, PROTOCOL_VERSION},
-    DaemonDir,
+    DaemonDir, NetnsFd,
 };
 
 /// A call that did not get its answer, naming the socket and the call.
@@ -116,18 +119,20 @@ impl Client {
         &self.socket
     }
 
-    /// Applies `policy` to the namespace `netns` (replacing its previous one).
+    /// Applies `policy` to the namespace `netns` (replacing its previous one); its descriptor
+    /// goes with the request.
     pub fn enroll(
         &self,
-        netns: &Path,
+        netns: &NetnsFd,
         policy: Policy,
         source: String,
     ) -> Result<Enrolled, ClientError> {
-        self.call(&Request::Enroll {
-            netns: netns.to_owned(),
+        let req = Request::Enroll {
+            netns: netns.path().to_owned(),
             policy: Box::new(policy),
             source,
-        })
+        };
+        self.call_with(&req, Some(netns.as_fd()))
     }
 
     /// Removes the namespace's policy (success when nothing is enrolled for it).
@@ -147,14 +152,20 @@ impl Client {
         self.call(&Request::Uninstall)
     }
 
-    /// CNI ADD.
+    /// CNI ADD of the namespace the plugin opened; its descriptor goes with the request.
     pub fn pod_add(
         &self,
         pod: PodRef,
-        netns: PathBuf,
+        netns: &NetnsFd,
         ips: Vec<IpAddr>,
     ) -> Result<PodAnswer, ClientError> {
-        self.call(&Request::PodAdd { pod, netns, ips })
+        let netns_path = netns.path().to_owned();
+        let req = Request::PodAdd {
+            pod,
+            netns: netns_path,
+            ips,
+        };
+        self.call_with(&req, Some(netns.as_fd()))
     }
 
     /// CNI DEL.
@@ -162,14 +173,20 @@ impl Client {
         self.call(&Request::PodDel { pod, netns })
     }
 
-    /// CNI CHECK.
+    /// CNI CHECK of the namespace the plugin opened; its descriptor goes with the request.
     pub fn pod_check(
         &self,
         pod: PodRef,
-        netns: PathBuf,
+        netns: &NetnsFd,
         ips: Vec<IpAddr>,
     ) -> Result<PodAnswer, ClientError> {
-        self.call(&Request::PodCheck { pod, netns, ips })
+        let netns_path = netns.path().to_owned();
+        let req = Request::PodCheck {
+            pod,
+            netns: netns_path,
+            ips,
+        };
+        self.call_with(&req, Some(netns.as_fd()))
     }
 
     /// CNI GC: every pod enrollment whose container id is not in `valid` goes.
@@ -183,6 +200,14 @@ impl Client {
     }
 
     fn call<A: DeserializeOwned>(&self, req: &Request) -> Result<A, ClientError> {
+        self.call_with(req, None)
+    }
+
+    fn call_with<A: DeserializeOwned>(
+        &self,
+        req: &Request,
+        fd: Option<BorrowedFd<'_>>,
+    ) -> Result<A, ClientError> {
         let socket = &self.socket;
         let io = |call| {
             move |source| ClientError::Io {
@@ -191,20 +216,17 @@ impl Client {
                 source,
             }
         };
-        let mut stream =
-            UnixStream::connect(socket).map_err(|source| ClientError::Unreachable {
-                socket: socket.clone(),
-                source,
-            })?;
+        let stream = UnixStream::connect(socket).map_err(|source| ClientError::Unreachable {
+            socket: socket.clone(),
+            source,
+        })?;
         stream
             .set_read_timeout(Some(self.timeout))
             .map_err(io("configuring"))?;
         let line = req
             .frame()
             .map_err(|e| io("encoding a request for")(e.into()))?;
-        stream
-            .write_all(line.as_bytes())
-            .map_err(io("writing to"))?;
+        crate::netns_fd::send(&stream, line.as_bytes(), fd).map_err(io("writing to"))?;
         let mut answer = String::new();
         BufReader::new(&stream)
             .read_line(&mut answer)
@@ -244,7 +266,7 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::net::UnixListener;
+    use std::{io::Write as _, os::unix::net::UnixListener};
 
     fn serve_once(answer: &'static str) -> (PathBuf, std::thread::JoinHandle<String>) {
         let dir = std::env::temp_dir().join(redirect_testkit::unique_name("dapi"));

@@ -22,6 +22,9 @@ pub enum DecodeError {
     /// The socket failed or timed out.
     #[error("reading the request: {0}")]
     Read(#[source] std::io::Error),
+    /// More than one descriptor came with the request (all closed unused).
+    #[error("the request carried more than one descriptor: a request names one network namespace at most")]
+    Descriptors,
     /// Not JSON at all (serde names the line and column).
     #[error("{what} is not JSON: {source}")]
     Json {

@@ -31,6 +31,15 @@ pub enum Error {
         /// The path given.
         path: PathBuf,
     },
+    /// A namespace handed over by descriptor that the daemon cannot see by any path it shares
+    /// with the caller: it could neither tell when it goes nor find it again after a restart.
+    #[error("network namespace {}: the daemon sees no path to it in its own mount namespace (it looked at {}), so it could not follow it or find it after a restart: mount the directory that holds it into the daemon at the same path (the DaemonSet mounts the host's /run/netns, which containerd's /var/run/netns is)", named.display(), looked.join(", "))]
+    NetnsNotVisible {
+        /// The path the caller named it by.
+        named: PathBuf,
+        /// The paths looked at.
+        looked: Vec<String>,
+    },
     /// A pod request without Kubernetes access.
     #[error("the daemon was started without Kubernetes access, so it cannot read {pod}")]
     NoKube {
@@ -61,9 +70,9 @@ pub enum Error {
     PodNetns {
         /// The pod.
         pod: String,
-        /// The datapath's error.
+        /// What failed: the datapath's error, or the namespace not visible to the daemon.
         #[source]
-        source: Box<redirect_datapath::Error>,
+        source: Box<Error>,
     },
     /// The namespace does not hold an address the primary plugin gave the pod.
     #[error("{pod}: the netns {} does not hold {missing} from prevResult (it holds {held:?})", netns.display())]

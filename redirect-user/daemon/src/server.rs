@@ -4,7 +4,7 @@ use redirect_common::NetnsCookie;
 use std::{
     collections::BTreeMap,
     fs::File,
-    io::{BufReader, Write as _},
+    io::Write as _,
     os::unix::{
         fs::PermissionsExt as _,
         net::{UnixListener, UnixStream},
@@ -16,13 +16,15 @@ use std::{
 
 mod datapath;
 mod followed;
+mod netns_in;
 mod pods;
+mod receive;
 mod reconcile;
 
 use self::followed::{gone, Followed};
 pub use crate::files::{enrolled_names, enrollments};
 use crate::{
-    decode::{decode_request, read_frame},
+    decode::decode_request,
     error::{Error, Result},
     files::{
         bind, enrollment_dir, read_enrollments, remove_enrollment, single_instance, take_ownership,
@@ -130,8 +132,9 @@ impl Daemon {
         Ok(daemon)
     }
 
-    /// Carries out one request: its typed answer, or what went wrong.
-    pub fn handle(&mut self, req: Request) -> Result<Answer> {
+    /// Carries out one request (with the namespace descriptor that came with it, if any): its
+    /// typed answer, or what went wrong.
+    pub fn handle(&mut self, req: Request, fd: Option<std::os::fd::OwnedFd>) -> Result<Answer> {
         let _guard = node::lock(&self.opts.bpffs)?;
         Ok(match req {
             Request::Enroll {
@@ -139,7 +142,7 @@ impl Daemon {
                 policy,
                 source,
             } => {
-                let e = self.enroll(&netns, *policy, source)?;
+                let e = self.enroll(&netns, fd, *policy, source)?;
                 let proxy_listening = self.dp.proxy_listening(e.cookie);
                 Answer::Enrolled(Enrolled {
                     message: format!("enrolled {} (netns cookie {})", netns.display(), e.cookie),
@@ -147,6 +150,7 @@ impl Daemon {
                 })
             }
             Request::Unenroll { netns } => {
+                let netns = netns_in::seen_path(&netns);
                 let found = self
                     .enrollments
                     .values()
@@ -166,10 +170,15 @@ impl Daemon {
                     }),
                 }
             }
-            Request::PodAdd { pod, netns, ips } => Answer::Pod(self.pod_add(pod, &netns, &ips)?),
-            Request::PodDel { pod, netns } => Answer::Pod(self.pod_del(&pod, netns.as_deref())?),
+            Request::PodAdd { pod, netns, ips } => {
+                Answer::Pod(self.pod_add(pod, &netns, fd, &ips)?)
+            }
+            Request::PodDel { pod, netns } => {
+                let netns = netns.map(|n| netns_in::seen_path(&n));
+                Answer::Pod(self.pod_del(&pod, netns.as_deref())?)
+            }
             Request::PodCheck { pod, netns, ips } => {
-                Answer::Pod(self.pod_check(&pod, &netns, &ips)?)
+                Answer::Pod(self.pod_check(&pod, &netns, fd, &ips)?)
             }
             Request::PodGc { valid } => Answer::Gc(self.pod_gc(&valid)?),
             Request::Status => Answer::Status(Status {
@@ -330,12 +339,13 @@ impl Daemon {
         let mut phases = redirect_datapath::phases::Phases::start();
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-        let request = read_frame(BufReader::new(&stream)).and_then(|line| decode_request(&line));
+        let request =
+            receive::receive(&stream).and_then(|r| decode_request(&r.line).map(|req| (req, r.fd)));
         phases.mark("read");
         let (op, result) = match request {
-            Ok(req) => {
+            Ok((req, fd)) => {
                 let op = req.op();
-                (op, self.handle(req).map_err(|e| e.to_string()))
+                (op, self.handle(req, fd).map_err(|e| e.to_string()))
             }
             Err(e) => {
                 tracing::warn!(error = %e, "bad request refused");

@@ -10,7 +10,7 @@ use redirect_testkit::{eventually, privileged, unique_name};
 use redirect_tests::{
     apiserver::{recorded_pod, PodServer},
     cni::{entry, plugins_missing, CniHost, Sandbox, GATEWAY},
-    conformance::{listen, probe},
+    conformance::listen,
     node::Node,
 };
 use serde_json::{json, Value};
@@ -24,13 +24,7 @@ fn listed(node: &Node) -> Vec<Value> {
 
 /// Where a TCP connect from the pod's app (uid 1000) to the gateway's port 80 lands.
 fn outbound(node: &Node, pod: &Sandbox<'_>) -> String {
-    probe(
-        &pod.netns,
-        Some(node.cgroup.path()),
-        Some((1000, 1000)),
-        &[format!("tcp:{GATEWAY}:80")],
-    )[0]
-    .at()
+    pod.outbound(node.cgroup.path())
 }
 
 /// prevResult as redirect-cni must print it: unchanged (the bridge's result carries its
@@ -73,14 +67,7 @@ fn cni_chain_enrolls_meshed_pods_and_fails_closed() {
     api.put(&recorded_pod("hello.yaml", "shop", "hello-1", &uid, NODE));
     let pod = host.sandbox("shop", "hello-1", &uid);
     // The bridge (and its gateway address) exists from the first sandbox on.
-    let _world = listen(
-        &host.ns,
-        None,
-        None,
-        "world",
-        &[format!("{GATEWAY}:80")],
-        &[],
-    );
+    let _world = host.world_listener();
     let ran = pod.redirect_cni("ADD", &conf);
     assert_passed_through(&ran, &pod);
     let list = listed(&node);
@@ -244,7 +231,7 @@ fn cni_add_fails_closed_without_the_daemon() {
     assert!(version.ok(), "VERSION: {}", version.text());
     assert_eq!(
         version.json,
-        json!({"cniVersion": "1.0.0", "supportedVersions": ["0.4.0", "1.0.0", "1.1.0"]})
+        json!({"cniVersion": "1.0.0", "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]})
     );
     // The plugin logs beside the socket, never on stdout, and counts each unreachable ADD
     // there under a lock: 20 at once (the kubelet starts pods in parallel) all count.

@@ -2,7 +2,8 @@
 //! run as the DaemonSet runs it, with podman: privileged, host PID and network, the host's
 //! bpffs, cgroup tree and /run/netns mounted, a daemon directory of the test's own. Pods are
 //! enrolled through the image's own `redirect-cni`: by the real CNI chain run as a runtime
-//! runs it (Debian's bridge + host-local, then the plugin), and by a real container runtime,
+//! runs it (Debian's bridge + host-local, then the plugin), with `CNI_NETNS` as each runtime
+//! names it (`/var/run/netns/...`, `/run/netns/...`, `/proc/PID/ns/net`), and by a real container runtime,
 //! podman with its CNI backend starting a busybox-static container whose outbound TCP lands at
 //! the test's proxy listener with its original destination. The apiserver is the local server
 //! replaying recorded Pods (no kube-apiserver can be installed here), reached by the
@@ -19,7 +20,7 @@ use redirect_testkit::{
 use redirect_tests::{
     apiserver::{recorded_pod, PodServer},
     cni::{entry, plugin, plugins_installed, CniHost, GATEWAY, VERSION},
-    conformance::{listen, listen_at, probe},
+    conformance::{listen, listen_at},
     node::Node,
     podman::{busybox_rootfs, image_under_test, missing_tool, Container, Podman, V1Parents},
 };
@@ -156,54 +157,61 @@ fn image_daemon_enrolls_a_pod_through_the_cni_chain() {
     let conf = entry(&node.dir.join("daemon.sock"));
     let host = CniHost::new();
 
-    let uid = unique_name("uid");
-    api.put(&recorded_pod("hello.yaml", "shop", "hello-1", &uid, NODE));
-    let pod = host.sandbox("shop", "hello-1", &uid);
-    let _world = listen(
-        &host.ns,
-        None,
-        None,
-        "world",
-        &[format!("{GATEWAY}:80")],
-        &[],
-    );
-    let ran = host.redirect_cni_at(&plugin_bin, "ADD", &pod.call, &conf, Some(&pod.prev));
-    assert!(ran.ok(), "ADD: {}", ran.text());
-    assert_eq!(ran.json, pod.prev, "ADD must print prevResult unchanged");
-    let list = listed(&daemon, &node);
-    assert_eq!(list.len(), 1, "{list:?}");
-    assert_eq!(list[0]["netns"], pod.netns.path().display().to_string());
-    assert_eq!(
-        list[0]["pod"],
-        json!({"namespace": "shop", "name": "hello-1", "uid": uid, "container_id": pod.call.container_id}),
-        "{list:?}"
-    );
-    let _proxy = listen(
-        &pod.netns,
-        Some(node.cgroup.path()),
-        Some((1337, 1337)),
-        "proxy",
-        &["[::]:15001".into(), "[::]:15006".into()],
-        &[],
-    );
-    let outbound = || {
-        probe(
+    let _world = host.world_listener();
+    // Each path a runtime names a namespace by: containerd's and CRI-O's /var/run/netns/...
+    // (the image has no /var), podman's /run/netns/..., a process's /proc/PID/ns/net. The
+    // plugin hands the descriptor over; the daemon lists the path it sees the namespace at.
+    for (i, how) in ["/var/run/netns", "/run/netns", "/proc"]
+        .into_iter()
+        .enumerate()
+    {
+        let uid = unique_name("uid");
+        let name = format!("hello-{i}");
+        api.put(&recorded_pod("hello.yaml", "shop", &name, &uid, NODE));
+        let mut pod = host.sandbox("shop", &name, &uid);
+        let proxy = listen(
             &pod.netns,
             Some(node.cgroup.path()),
-            Some((1000, 1000)),
-            &[format!("tcp:{GATEWAY}:80")],
-        )[0]
-        .at()
-    };
-    assert_eq!(outbound(), format!("at=proxy/[::]:15001 orig={GATEWAY}:80"));
+            Some((1337, 1337)),
+            "proxy",
+            &["[::]:15001".into(), "[::]:15006".into()],
+            &[],
+        );
+        let (named, seen) = match how {
+            "/var/run/netns" => (PathBuf::from(how).join(pod.netns.name()), pod.netns.path()),
+            "/run/netns" => (pod.netns.path(), pod.netns.path()),
+            _ => {
+                let p = PathBuf::from(format!("/proc/{}/ns/net", proxy.pid()));
+                (p.clone(), p)
+            }
+        };
+        pod.call.netns = named.clone();
+        let ran = host.redirect_cni_at(&plugin_bin, "ADD", &pod.call, &conf, Some(&pod.prev));
+        assert!(ran.ok(), "ADD by {}: {}", named.display(), ran.text());
+        assert_eq!(ran.json, pod.prev, "ADD must print prevResult unchanged");
+        let list = listed(&daemon, &node);
+        assert_eq!(list.len(), 1, "{how}: {list:?}");
+        assert_eq!(list[0]["netns"], seen.display().to_string(), "{how}");
+        assert_eq!(
+            list[0]["pod"],
+            json!({"namespace": "shop", "name": name, "uid": uid, "container_id": pod.call.container_id}),
+            "{list:?}"
+        );
+        let outbound = || pod.outbound(node.cgroup.path());
+        let captured = format!("at=proxy/[::]:15001 orig={GATEWAY}:80");
+        assert_eq!(outbound(), captured, "{how}");
 
-    let del = host.redirect_cni_at(&plugin_bin, "DEL", &pod.call, &conf, None);
-    assert!(del.ok(), "DEL: {}", del.text());
-    assert_eq!(listed(&daemon, &node), Vec::<Value>::new(), "after DEL");
-    assert_eq!(
-        outbound(),
-        format!("at=world/{GATEWAY}:80 orig={GATEWAY}:80")
-    );
+        let del = host.redirect_cni_at(&plugin_bin, "DEL", &pod.call, &conf, None);
+        assert!(del.ok(), "DEL by {}: {}", named.display(), del.text());
+        assert_eq!(
+            listed(&daemon, &node),
+            Vec::<Value>::new(),
+            "{how}: after DEL"
+        );
+        let direct = format!("at=world/{GATEWAY}:80 orig={GATEWAY}:80");
+        assert_eq!(outbound(), direct, "{how}");
+        pod.call.netns = pod.netns.path();
+    }
 }
 
 /// One connection from inside `container` to GATEWAY:80 by busybox `nc`: where it landed.

@@ -110,14 +110,7 @@ fn a_running_pod_is_enrolled_in_place_bound_to_its_proxy_and_unenrolled_when_del
     let (sandbox, proxy, app) = (runtime_id(1), runtime_id(2), runtime_id(3));
     // The pod's network: the primary plugins only (redirect-cni never saw this pod).
     let pod = host.sandbox("shop", "web-1", &uid);
-    let _world = listen(
-        &host.ns,
-        None,
-        None,
-        "world",
-        &[format!("{GATEWAY}:80")],
-        &[],
-    );
+    let _world = host.world_listener();
     // The kubelet's cgroups (systemd driver) under the node's cgroup.
     let kubepods = node.cgroup.child("kubepods.slice").expect("cgroup");
     let burstable = kubepods.child("kubepods-burstable.slice").expect("cgroup");

@@ -131,6 +131,7 @@ impl Daemon {
     pub(super) fn enroll(
         &mut self,
         netns: &Path,
+        fd: Option<std::os::fd::OwnedFd>,
         policy: redirect_policy::Policy,
         source: String,
     ) -> Result<Enrollment> {
@@ -143,7 +144,7 @@ impl Daemon {
             });
         }
         let mut phases = Phases::start();
-        let ns = NetnsHandle::open(netns)?;
+        let ns = super::netns_in::open(netns, fd)?;
         phases.mark("open");
         let e = self.enroll_ns(ns, policy, source, None, None, &mut phases)?;
         tracing::info!(netns = %netns.display(), cookie = %e.cookie, us = phases.total_us(), %phases, "namespace enrolled");

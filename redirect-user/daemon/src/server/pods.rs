@@ -1,7 +1,7 @@
 //! Pod requests of the CNI plugin: ADD resolves the pod, decides as istio-cni does and enrolls
 //! its netns (all or nothing); DEL, CHECK and GC key enrollments by the sandbox's container id.
 use redirect_common::NetnsCookie;
-use std::{net::IpAddr, path::Path};
+use std::{net::IpAddr, os::fd::OwnedFd, path::Path};
 
 use redirect_datapath::{
     netns::NetnsHandle,
@@ -63,6 +63,7 @@ impl Daemon {
         &mut self,
         pod: PodRef,
         netns: &Path,
+        fd: Option<OwnedFd>,
         ips: &[IpAddr],
     ) -> Result<PodAnswer> {
         let mut phases = Phases::start();
@@ -79,7 +80,7 @@ impl Daemon {
             ));
         };
         let cookie = self
-            .enroll_pod(&pod, netns, ips, policy, &mut phases, cpu)
+            .enroll_pod(&pod, (netns, fd), ips, policy, &mut phases, cpu)
             .inspect_err(|e| {
                 tracing::error!(%pod, netns = %netns.display(), error = %e, "pod not enrolled");
             })?;
@@ -104,7 +105,7 @@ impl Daemon {
     fn enroll_pod(
         &mut self,
         pod: &PodRef,
-        netns: &Path,
+        (netns, fd): (&Path, Option<OwnedFd>),
         ips: &[IpAddr],
         policy: Policy,
         phases: &mut Phases,
@@ -116,13 +117,13 @@ impl Daemon {
                 netns: netns.to_owned(),
             });
         }
-        let in_pod = |source| Error::PodNetns {
+        let in_pod = |source: Error| Error::PodNetns {
             pod: pod.to_string(),
             source: Box::new(source),
         };
-        let ns = NetnsHandle::open(netns).map_err(in_pod)?;
+        let ns = super::netns_in::open(netns, fd).map_err(in_pod)?;
         phases.mark("open");
-        let held = ns.addresses().map_err(in_pod)?;
+        let held = ns.addresses().map_err(|e| in_pod(e.into()))?;
         phases.mark("prev_result");
         if let Some(missing) = ips.iter().find(|ip| !held.contains(ip)) {
             return Err(Error::MissingAddress {
@@ -202,9 +203,17 @@ impl Daemon {
         &mut self,
         pod: &PodRef,
         netns: &Path,
+        fd: Option<OwnedFd>,
         ips: &[IpAddr],
     ) -> Result<PodAnswer> {
         let (decision, policy) = self.resolve(pod)?;
+        // The namespace the runtime means (its descriptor), at the path the daemon sees it.
+        let opened = super::netns_in::open(netns, fd);
+        let here = opened.as_ref().map(NetnsHandle::cookie).ok();
+        let netns = opened
+            .as_ref()
+            .map_or_else(|_| netns.to_owned(), |ns| ns.path().to_owned());
+        let netns = netns.as_path();
         let enrolled = self
             .pod_enrollment(pod, Some(netns))
             .and_then(|c| self.enrollments.get(&c))
@@ -227,7 +236,7 @@ impl Daemon {
                 policy.proxy_cgroup.clone_from(&e.policy.proxy_cgroup);
                 if e.policy != policy {
                     Some(format!("{pod} is enrolled with another policy than its annotations ask for now: re-create the pod"))
-                } else if redirect_datapath::netns::cookie(netns).ok() != Some(e.cookie) {
+                } else if here != Some(e.cookie) {
                     Some(format!(
                         "{pod}: {} is not the enrolled netns (cookie {})",
                         netns.display(),

@@ -55,6 +55,13 @@ impl NetnsHandle {
     /// enters it through the descriptor to read its cookie and make its sockets, and returns.
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(|e| Error::io("opening network namespace", path, e))?;
+        Self::from_file(file, path)
+    }
+
+    /// The namespace behind `file`, a descriptor another process opened and handed over
+    /// (`SCM_RIGHTS`), known by `path` from now on (what [`NetnsHandle::at_path`] looks up). A
+    /// descriptor of anything but a network namespace is refused: entering it fails.
+    pub fn from_file(file: File, path: &Path) -> Result<Self> {
         let meta = file
             .metadata()
             .map_err(|e| Error::io("reading network namespace", path, e))?;
