@@ -157,7 +157,8 @@ fn image_daemon_enrolls_a_pod_through_the_cni_chain() {
     let conf = entry(&node.dir.join("daemon.sock"));
     let host = CniHost::new();
 
-    let _world = host.world_listener();
+    // The bridge (and its gateway address) exists from the first sandbox on.
+    let mut world = None;
     // Each path a runtime names a namespace by: containerd's and CRI-O's /var/run/netns/...
     // (the image has no /var), podman's /run/netns/..., a process's /proc/PID/ns/net. The
     // plugin hands the descriptor over; the daemon lists the path it sees the namespace at.
@@ -169,6 +170,7 @@ fn image_daemon_enrolls_a_pod_through_the_cni_chain() {
         let name = format!("hello-{i}");
         api.put(&recorded_pod("hello.yaml", "shop", &name, &uid, NODE));
         let mut pod = host.sandbox("shop", &name, &uid);
+        world.get_or_insert_with(|| host.world_listener());
         let proxy = listen(
             &pod.netns,
             Some(node.cgroup.path()),
