@@ -60,7 +60,8 @@ pub struct InstallCni {
     /// (another writer dropping our entry), within the fight rule.
     #[arg(long, conflicts_with = "check")]
     pub watch: bool,
-    /// Change nothing: exit 0 only when the plugin binary and our entry are in place (the
+    /// Change nothing: exit 0 only when the plugin binary and our entry are in place, in a
+    /// conflist the plugin can run in (a version it speaks, no istio-cni chained) (the
     /// DaemonSet's readiness probe).
     #[arg(long)]
     pub check: bool,

@@ -209,7 +209,10 @@ impl Daemon {
         let (decision, policy) = self.resolve(pod)?;
         // The namespace the runtime means (its descriptor), at the path the daemon sees it.
         let opened = super::netns_in::open(netns, fd);
-        let here = opened.as_ref().map(NetnsHandle::cookie).ok();
+        let here = opened
+            .as_ref()
+            .map(NetnsHandle::cookie)
+            .map_err(ToString::to_string);
         let netns = opened
             .as_ref()
             .map_or_else(|_| netns.to_owned(), |ns| ns.path().to_owned());
@@ -236,7 +239,9 @@ impl Daemon {
                 policy.proxy_cgroup.clone_from(&e.policy.proxy_cgroup);
                 if e.policy != policy {
                     Some(format!("{pod} is enrolled with another policy than its annotations ask for now: re-create the pod"))
-                } else if here != Some(e.cookie) {
+                } else if let Err(why) = &here {
+                    Some(format!("{pod}: {why}"))
+                } else if here.as_ref().ok() != Some(&e.cookie) {
                     Some(format!(
                         "{pod}: {} is not the enrolled netns (cookie {})",
                         netns.display(),
