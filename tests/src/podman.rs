@@ -9,7 +9,7 @@ use std::{
     process::{Command, Output},
 };
 
-use redirect_testkit::{cgroup::parse_mountinfo, unique_name};
+use redirect_testkit::unique_name;
 
 /// The tag of the image under test (set by `cargo xtask test`).
 pub const IMAGE_ENV: &str = "REDIRECT_IMAGE";
@@ -301,29 +301,11 @@ impl V1Parents {
 
 impl Drop for V1Parents {
     fn drop(&mut self) {
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        for mount in parse_mountinfo(&mounts)
-            .iter()
-            .filter(|m| m.fstype == "cgroup")
-        {
-            for rel in self.rel.iter().rev() {
-                remove_empty_tree(&mount.mount_point.join(rel));
-            }
+        // podman's `conmon` cgroup beside the container's is one of those left behind.
+        for rel in self.rel.iter().rev() {
+            redirect_testkit::cgroup::remove_trees(rel, false);
         }
     }
-}
-
-/// Removes `dir` and the directories below it, deepest first (cgroup directories: only empty
-/// ones go; podman's `conmon` cgroup beside the container's is one of them).
-fn remove_empty_tree(dir: &Path) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_empty_tree(&entry.path());
-            }
-        }
-    }
-    let _ = std::fs::remove_dir(dir);
 }
 
 /// A busybox-static root filesystem under `dir` (`/bin/busybox` and the applets the tests

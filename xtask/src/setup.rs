@@ -13,8 +13,12 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// `buildah`: `cargo xtask image`; `musl-tools`: C parts of dependencies (ring) for the image's
 /// static binaries; `podman`, `runc` (crun refuses a hybrid cgroup host with a controller left on
 /// cgroup v2) and `busybox-static` (a container's rootfs): tests/tests/image.rs;
-/// `ca-certificates`: the CA bundle the image carries for the daemon's Kubernetes client.
-const TOOL_PACKAGES: [&str; 13] = [
+/// `ca-certificates`: the CA bundle the image carries for the daemon's Kubernetes client;
+/// `containerd` (1.6, its CRI built in; `ctr` imports the images): the node the kubelet-lite
+/// drives (tests/kubelet, tests/tests/it/cri.rs); `protobuf-compiler`: `protoc`, which the
+/// `k8s-cri` crate's build runs over the CRI's protos (xtask itself never needs it, so a fresh
+/// machine's `cargo xtask setup` builds before it is installed).
+const TOOL_PACKAGES: [&str; 15] = [
     "iproute2",
     "bpftool",
     "curl",
@@ -28,6 +32,8 @@ const TOOL_PACKAGES: [&str; 13] = [
     "musl-tools",
     "busybox-static",
     "ca-certificates",
+    "containerd",
+    "protobuf-compiler",
 ];
 
 /// LLVM major version of the nightly toolchain (`rustc +nightly -vV`).

@@ -38,6 +38,19 @@ impl PodServer {
     /// Listens on 127.0.0.1 (an ephemeral port) and writes `DIR/kubeconfig` for it.
     pub fn start(dir: &Path) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the pod server");
+        Self::serve(listener, dir)
+    }
+
+    /// Listens on 127.0.0.1 of the network namespace at `netns` (a node's host network),
+    /// served from here, and writes `DIR/kubeconfig` for it.
+    pub fn start_in(dir: &Path, netns: &Path) -> Self {
+        let listener = crate::netns::in_netns(netns, || TcpListener::bind("127.0.0.1:0"))
+            .expect("enter the node's network namespace")
+            .expect("bind the pod server");
+        Self::serve(listener, dir)
+    }
+
+    fn serve(listener: TcpListener, dir: &Path) -> Self {
         let addr = listener.local_addr().expect("its address");
         let pods: Pods = Arc::default();
         let recorded: Arc<Mutex<Recorded>> = Arc::default();

@@ -19,6 +19,30 @@ pub fn cgroup2_root() -> anyhow::Result<PathBuf> {
         .context("no cgroup v2 filesystem is mounted (/proc/self/mountinfo)")
 }
 
+/// Removes `rel` (a cgroup path relative to a hierarchy's root) and the directories below it,
+/// deepest first, in every cgroup v1 hierarchy, and in cgroup v2 too with `v2` (only empty
+/// directories go: what runc and podman make for a cgroup parent on a hybrid host).
+pub fn remove_trees(rel: &Path, v2: bool) {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for mount in parse_mountinfo(&mounts)
+        .iter()
+        .filter(|m| m.fstype == "cgroup" || (v2 && m.fstype == "cgroup2"))
+    {
+        remove_tree(&mount.mount_point.join(rel));
+    }
+}
+
+fn remove_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
 /// A cgroup v2 directory of our own, removed on drop after its processes are killed.
 #[derive(Debug)]
 pub struct Cgroup {

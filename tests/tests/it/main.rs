@@ -6,6 +6,7 @@ mod adoption;
 mod cli_errors;
 mod cni;
 mod conformance;
+mod cri;
 mod daemon;
 mod daemon_protocol;
 mod deploy;

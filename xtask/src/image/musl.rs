@@ -17,10 +17,12 @@ pub const TARGET: &str = "x86_64-unknown-linux-musl";
 /// (package, binary, embeds the BPF object) of what the image holds: the node agent the
 /// DaemonSet runs (`redirect daemon`, `redirect list` for readiness, `redirect install-cni`),
 /// which loads the datapath, and the CNI plugin it installs (a socket client: the linker drops
-/// the object from it).
-pub const BINARIES: [(&str, &str, bool); 2] = [
+/// the object from it), and the reference sidecar proxy (`redirect-proxy`: the image is also
+/// the proxy image of the containerd tests' meshed pods).
+pub const BINARIES: [(&str, &str, bool); 3] = [
     ("redirect-cli", "redirect", true),
     ("redirect-cni", "redirect-cni", false),
+    ("redirect-proxy", "redirect-proxy", false),
 ];
 
 /// Builds [`BINARIES`] in release for [`TARGET`] with the BPF object embedded; returns their

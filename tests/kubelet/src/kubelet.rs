@@ -1,0 +1,254 @@
+//! The kubelet-lite: runs a Pod object on a [`CriNode`] as the kubelet's pod workers do
+//! (hostPath directories made, `RunPodSandbox`, then `CreateContainer` + `StartContainer` of
+//! each container in order; `StopPodSandbox` + `RemovePodSandbox` to remove it), runs exec
+//! readiness probes by `ExecSync`, and reports the pod's status as the kubelet would write it
+//! to the API server (container ids, pod IP). Native sidecars (init containers with
+//! `restartPolicy: Always`) start before the containers; other init containers are not run.
+use std::{collections::HashMap, path::PathBuf, time::Duration};
+
+use anyhow::Context as _;
+use k8s_cri::v1::PodSandboxConfig;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{json, Value};
+
+use crate::{
+    cri::{Cri, CriError},
+    node::CriNode,
+    pod::{self, Override},
+};
+
+/// A pod the runtime runs.
+#[derive(Debug, Clone)]
+pub struct RunningPod {
+    /// The Pod object it was made from.
+    pub pod: Pod,
+    /// The sandbox's id.
+    pub sandbox: String,
+    /// (container name, container id), in the Pod's order.
+    pub containers: Vec<(String, String)>,
+    /// The pod's IP (empty on the host network).
+    pub ip: String,
+    /// The sandbox's network namespace as the runtime names it (`/var/run/netns/cni-...`);
+    /// `None` on the host network.
+    pub netns: Option<PathBuf>,
+    /// The pause process.
+    pub pid: u32,
+    config: PodSandboxConfig,
+}
+
+impl RunningPod {
+    /// The id of the container `name`.
+    pub fn container(&self, name: &str) -> &str {
+        self.containers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or_else(|| panic!("no container {name}"), |(_, id)| id)
+    }
+
+    /// The Pod object with the status the kubelet reports: Running, the host and pod IPs and
+    /// each container's `containerd://ID`.
+    pub fn status_object(&self, host_ip: &str) -> Value {
+        let mut object = serde_json::to_value(&self.pod).expect("a Pod serializes");
+        let statuses: Vec<Value> = self
+            .containers
+            .iter()
+            .map(|(name, id)| {
+                json!({"name": name, "containerID": format!("containerd://{id}"), "ready": true,
+                       "started": true, "restartCount": 0, "image": "", "imageID": "",
+                       "state": {"running": {}}})
+            })
+            .collect();
+        object["status"] = json!({
+            "phase": "Running", "hostIP": host_ip, "podIP": self.ip,
+            "podIPs": if self.ip.is_empty() { json!([]) } else { json!([{"ip": self.ip}]) },
+            "containerStatuses": statuses,
+        });
+        object
+    }
+}
+
+/// Why a pod did not start: the CRI call that failed, or the test's own input.
+#[derive(Debug)]
+pub enum StartError {
+    /// The runtime refused (e.g. `RunPodSandbox` with the CNI plugin's error).
+    Cri(CriError),
+    /// Something else (a bad manifest, a status that does not parse).
+    Other(anyhow::Error),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cri(e) => write!(f, "{e}"),
+            Self::Other(e) => write!(f, "{e:#}"),
+        }
+    }
+}
+
+impl From<CriError> for StartError {
+    fn from(e: CriError) -> Self {
+        Self::Cri(e)
+    }
+}
+
+impl From<anyhow::Error> for StartError {
+    fn from(e: anyhow::Error) -> Self {
+        Self::Other(e)
+    }
+}
+
+/// The kubelet of one node.
+#[derive(Debug)]
+pub struct Kubelet<'n> {
+    node: &'n CriNode,
+}
+
+impl<'n> Kubelet<'n> {
+    /// The kubelet of `node`.
+    pub fn new(node: &'n CriNode) -> Self {
+        Self { node }
+    }
+
+    fn cri(&self) -> &Cri {
+        self.node.cri()
+    }
+
+    /// Runs `pod`, with `overrides` by container name; a sandbox whose container fails to
+    /// start is removed again.
+    pub fn run(
+        &self,
+        pod: &Pod,
+        overrides: &HashMap<&str, Override>,
+    ) -> Result<RunningPod, StartError> {
+        let spec = pod.spec.as_ref().context("the pod has no spec")?;
+        for v in spec.volumes.iter().flatten() {
+            let dir = match &v.host_path {
+                Some(h) if h.type_.as_deref() == Some("DirectoryOrCreate") => {
+                    self.node.host_path(&h.path)
+                }
+                Some(_) => continue,
+                None => PathBuf::from(pod::volume_path(pod, &self.node.info, v)?),
+            };
+            std::fs::create_dir_all(&dir).with_context(|| format!("volume {}", dir.display()))?;
+        }
+        let config = pod::sandbox_config(pod, &self.node.info)?;
+        std::fs::create_dir_all(&config.log_directory).context("the pod's log directory")?;
+        let sandbox = self.cri().run_pod_sandbox(&config)?;
+        let mut running = self.sandbox_status(pod, &sandbox, config)?;
+        let empty = Override::default();
+        // Native sidecars (init containers that restart Always: Istio's istio-proxy) start
+        // first and keep running; run-to-completion init containers are not run here.
+        let sidecars = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+        for c in sidecars.chain(&spec.containers) {
+            // containerd opens the container's log file, the kubelet makes its directory.
+            let log_dir = PathBuf::from(&running.config.log_directory).join(&c.name);
+            std::fs::create_dir_all(&log_dir).with_context(|| format!("{}", log_dir.display()))?;
+            let started = pod::container_config(
+                pod,
+                c,
+                &self.node.info,
+                &running.ip,
+                overrides.get(c.name.as_str()).unwrap_or(&empty),
+            )
+            .map_err(StartError::from)
+            .and_then(|cc| {
+                let id = self
+                    .cri()
+                    .create_container(&sandbox, &cc, &running.config)?;
+                self.cri().start_container(&id)?;
+                Ok(id)
+            });
+            match started {
+                Ok(id) => running.containers.push((c.name.clone(), id)),
+                Err(e) => {
+                    let _ = self.remove(&running);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(running)
+    }
+
+    fn sandbox_status(
+        &self,
+        pod: &Pod,
+        sandbox: &str,
+        config: PodSandboxConfig,
+    ) -> anyhow::Result<RunningPod> {
+        let status = self.cri().pod_sandbox_status(sandbox)?;
+        let ip = status
+            .status
+            .as_ref()
+            .and_then(|s| s.network.as_ref())
+            .map(|n| n.ip.clone())
+            .unwrap_or_default();
+        let info: Value =
+            serde_json::from_str(status.info.get("info").map_or("{}", String::as_str))
+                .context("PodSandboxStatus's verbose info")?;
+        let pid = info["pid"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .unwrap_or(0);
+        let netns = info["runtimeSpec"]["linux"]["namespaces"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["type"] == "network")
+            .and_then(|n| n["path"].as_str())
+            .map(PathBuf::from);
+        Ok(RunningPod {
+            pod: pod.clone(),
+            sandbox: sandbox.to_owned(),
+            containers: Vec::new(),
+            ip,
+            netns,
+            pid,
+            config,
+        })
+    }
+
+    /// `StopPodSandbox` then `RemovePodSandbox`, as the kubelet removes a deleted pod.
+    pub fn remove(&self, pod: &RunningPod) -> Result<(), CriError> {
+        self.cri().stop_pod_sandbox(&pod.sandbox)?;
+        self.cri().remove_pod_sandbox(&pod.sandbox)
+    }
+
+    /// Whether the exec readiness probe of container `name` passes now (no probe: ready).
+    pub fn ready(&self, pod: &RunningPod, name: &str) -> Result<bool, CriError> {
+        let probe = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.iter().find(|c| c.name == name))
+            .and_then(|c| c.readiness_probe.as_ref())
+            .and_then(|p| p.exec.as_ref())
+            .and_then(|e| e.command.clone());
+        let Some(cmd) = probe else { return Ok(true) };
+        let (code, _, _) =
+            self.cri()
+                .exec_sync(pod.container(name), &cmd, Duration::from_secs(10))?;
+        Ok(code == 0)
+    }
+
+    /// Runs `cmd` in container `name` of `pod`: exit code, stdout, stderr.
+    pub fn exec(
+        &self,
+        pod: &RunningPod,
+        name: &str,
+        cmd: &[&str],
+    ) -> Result<(i32, String, String), CriError> {
+        let cmd: Vec<String> = cmd.iter().map(|s| (*s).to_owned()).collect();
+        self.cri()
+            .exec_sync(pod.container(name), &cmd, Duration::from_secs(30))
+    }
+
+    /// The log file of container `name` (CRI log format: `TIME STREAM TAG LINE`), as text.
+    pub fn logs(&self, pod: &RunningPod, name: &str) -> String {
+        let path = PathBuf::from(&pod.config.log_directory).join(format!("{name}/0.log"));
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+}
