@@ -10,6 +10,7 @@ pub mod flood;
 pub mod gate;
 pub mod http;
 pub mod install_dirs;
+pub mod mesh;
 pub mod node;
 pub mod place;
 pub mod podman;

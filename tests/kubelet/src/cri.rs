@@ -5,8 +5,9 @@ use std::{path::Path, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use k8s_cri::v1::{
-    runtime_service_client::RuntimeServiceClient, ContainerConfig, CreateContainerRequest,
-    ExecSyncRequest, ListPodSandboxRequest, PodSandboxConfig, PodSandboxStatusRequest,
+    runtime_service_client::RuntimeServiceClient, ContainerConfig, ContainerState,
+    ContainerStatusRequest, CreateContainerRequest, ExecSyncRequest, ListPodSandboxRequest,
+    PodSandbox, PodSandboxConfig, PodSandboxState, PodSandboxStatusRequest,
     PodSandboxStatusResponse, RemoveContainerRequest, RemovePodSandboxRequest,
     RunPodSandboxRequest, StartContainerRequest, StopContainerRequest, StopPodSandboxRequest,
     VersionRequest,
@@ -154,11 +155,24 @@ impl Cri {
 
     /// The ids of every sandbox the runtime has.
     pub fn list_pod_sandboxes(&self) -> Result<Vec<String>, CriError> {
+        Ok(self.sandboxes()?.into_iter().map(|s| s.id).collect())
+    }
+
+    /// Every sandbox the runtime has.
+    pub fn sandboxes(&self) -> Result<Vec<PodSandbox>, CriError> {
         self.call("ListPodSandbox", |mut c| async move {
             c.list_pod_sandbox(ListPodSandboxRequest { filter: None })
                 .await
         })
-        .map(|r| r.items.into_iter().map(|s| s.id).collect())
+        .map(|r| r.items)
+    }
+
+    /// Whether sandbox `id` is ready (runs, with its network).
+    pub fn sandbox_ready(&self, id: &str) -> Result<bool, CriError> {
+        let status = self.pod_sandbox_status(id)?;
+        Ok(status
+            .status
+            .is_some_and(|s| s.state == i32::from(PodSandboxState::SandboxReady)))
     }
 
     /// `CreateContainer` in the sandbox `sandbox` (created from `sandbox_config`): its id.
@@ -210,6 +224,31 @@ impl Cri {
                 .await
         })
         .map(drop)
+    }
+
+    /// Whether container `id` runs, and its process's pid (0 when it does not run).
+    pub fn container_state(&self, id: &str) -> Result<(bool, u32), CriError> {
+        let container_id = id.to_owned();
+        let r = self.call("ContainerStatus", |mut c| async move {
+            c.container_status(ContainerStatusRequest {
+                container_id,
+                verbose: true,
+            })
+            .await
+        })?;
+        let running = r
+            .status
+            .is_some_and(|s| s.state == i32::from(ContainerState::ContainerRunning));
+        let info: serde_json::Value = r
+            .info
+            .get("info")
+            .and_then(|i| serde_json::from_str(i).ok())
+            .unwrap_or_default();
+        let pid = info["pid"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .unwrap_or(0);
+        Ok((running, pid))
     }
 
     /// `ExecSync` of `cmd` in the container `id` (what the kubelet runs for an exec probe):

@@ -7,7 +7,7 @@
 use std::{collections::HashMap, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
-use k8s_cri::v1::PodSandboxConfig;
+use k8s_cri::v1::{ContainerConfig, PodSandboxConfig};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 
@@ -34,6 +34,8 @@ pub struct RunningPod {
     /// The pause process.
     pub pid: u32,
     config: PodSandboxConfig,
+    /// Each container's configuration (a restart creates it again, one attempt later).
+    configs: HashMap<String, ContainerConfig>,
 }
 
 impl RunningPod {
@@ -118,7 +120,7 @@ impl<'n> Kubelet<'n> {
     pub fn run(
         &self,
         pod: &Pod,
-        overrides: &HashMap<&str, Override>,
+        overrides: &HashMap<String, Override>,
     ) -> Result<RunningPod, StartError> {
         let spec = pod.spec.as_ref().context("the pod has no spec")?;
         for v in spec.volumes.iter().flatten() {
@@ -131,7 +133,22 @@ impl<'n> Kubelet<'n> {
             };
             std::fs::create_dir_all(&dir).with_context(|| format!("volume {}", dir.display()))?;
         }
-        let config = pod::sandbox_config(pod, &self.node.info)?;
+        let mut config = pod::sandbox_config(pod, &self.node.info)?;
+        // A pod's next sandbox (after a failed one, a dead one, a reboot) is its next attempt:
+        // the runtime keeps the name of one it still has reserved.
+        let meta = config.metadata.clone().unwrap_or_default();
+        let next = self
+            .cri()
+            .sandboxes()?
+            .iter()
+            .filter_map(|s| s.metadata.as_ref())
+            .filter(|m| m.uid == meta.uid && m.name == meta.name && m.namespace == meta.namespace)
+            .map(|m| m.attempt + 1)
+            .max()
+            .unwrap_or(0);
+        if let Some(m) = config.metadata.as_mut() {
+            m.attempt = next;
+        }
         std::fs::create_dir_all(&config.log_directory).context("the pod's log directory")?;
         let sandbox = self.cri().run_pod_sandbox(&config)?;
         let mut running = self.sandbox_status(pod, &sandbox, config)?;
@@ -152,18 +169,26 @@ impl<'n> Kubelet<'n> {
                 c,
                 &self.node.info,
                 &running.ip,
-                overrides.get(c.name.as_str()).unwrap_or(&empty),
+                overrides.get(&c.name).unwrap_or(&empty),
             )
             .map_err(StartError::from)
-            .and_then(|cc| {
+            .and_then(|mut cc| {
+                // Container names are reserved per pod across its sandboxes: the n-th sandbox's
+                // containers start at attempt 1000 n (a restart in a sandbox adds one).
+                if let Some(m) = cc.metadata.as_mut() {
+                    m.attempt = next * 1000;
+                }
                 let id = self
                     .cri()
                     .create_container(&sandbox, &cc, &running.config)?;
                 self.cri().start_container(&id)?;
-                Ok(id)
+                Ok((id, cc))
             });
             match started {
-                Ok(id) => running.containers.push((c.name.clone(), id)),
+                Ok((id, cc)) => {
+                    running.containers.push((c.name.clone(), id));
+                    running.configs.insert(c.name.clone(), cc);
+                }
                 Err(e) => {
                     let _ = self.remove(&running);
                     return Err(e);
@@ -208,7 +233,28 @@ impl<'n> Kubelet<'n> {
             netns,
             pid,
             config,
+            configs: HashMap::new(),
         })
+    }
+
+    /// Restarts container `name` of `pod` as the kubelet restarts a container that exited
+    /// (`restartPolicy: Always`): the exited one removed, the next attempt created and started.
+    pub fn restart(&self, pod: &mut RunningPod, name: &str) -> Result<(), CriError> {
+        let old = pod.container(name).to_owned();
+        let _ = self.cri().stop_container(&old, 0);
+        self.cri().remove_container(&old)?;
+        let config = pod.configs.get_mut(name).expect("a container of the pod");
+        if let Some(m) = config.metadata.as_mut() {
+            m.attempt += 1;
+        }
+        let id = self
+            .cri()
+            .create_container(&pod.sandbox, config, &pod.config)?;
+        self.cri().start_container(&id)?;
+        if let Some(entry) = pod.containers.iter_mut().find(|(n, _)| n == name) {
+            entry.1 = id;
+        }
+        Ok(())
     }
 
     /// `StopPodSandbox` then `RemovePodSandbox`, as the kubelet removes a deleted pod.

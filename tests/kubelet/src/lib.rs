@@ -10,6 +10,7 @@ pub mod node;
 pub mod pod;
 #[cfg(test)]
 mod pod_tests;
+pub mod quantity;
 
 pub use cri::{Cri, CriError};
 pub use kubelet::{Kubelet, RunningPod, StartError};

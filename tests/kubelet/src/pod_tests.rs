@@ -37,11 +37,14 @@ fn expansion_replaces_defined_variables_only_and_unescapes_dollars() {
 
 #[test]
 fn quantities_are_read_as_the_apiserver_writes_them() {
-    assert_eq!(pod::memory_bytes("512Mi").ok(), Some(512 << 20));
-    assert_eq!(pod::memory_bytes("1G").ok(), Some(1_000_000_000));
-    assert_eq!(pod::millicores("50m").ok(), Some(50));
-    assert_eq!(pod::millicores("1").ok(), Some(1000));
-    assert!(pod::memory_bytes("lots").is_err());
+    assert_eq!(crate::quantity::memory_bytes("512Mi").ok(), Some(512 << 20));
+    assert_eq!(
+        crate::quantity::memory_bytes("1G").ok(),
+        Some(1_000_000_000)
+    );
+    assert_eq!(crate::quantity::millicores("50m").ok(), Some(50));
+    assert_eq!(crate::quantity::millicores("1").ok(), Some(1000));
+    assert!(crate::quantity::memory_bytes("lots").is_err());
 }
 
 #[test]

@@ -1,0 +1,302 @@
+//! A meshed node on containerd for the CRI tests: the kubelet-lite's node with the pause and
+//! app images and the image under test imported, Debian's bridge + host-local as the primary
+//! conflist, the recorded apiserver in the node's network, the DaemonSet's pod from
+//! `deploy/kubernetes/daemonset.yaml`, meshed pods (Istio's injected `hello.yaml`, its
+//! istio-proxy run as the image's `redirect-proxy`, its app a busybox loop that opens a new
+//! connection to the world at a fixed pace, each with its own token) and the world: a listener
+//! at the pods' gateway that records every token that reaches it. A connection that reached the
+//! world without a record in its pod's proxy access log escaped capture.
+use std::{
+    collections::HashMap,
+    io::{BufRead as _, BufReader, Write as _},
+    net::TcpListener,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use redirect_kubelet::{images, pod, CriNode, Kubelet, Override, RunningPod, StartError};
+use redirect_testkit::{
+    eventually, netns::in_netns, privileged_or_skip, runs_or_skip, unique_name,
+};
+use serde_json::Value;
+
+use crate::{
+    apiserver::{recorded_pod, PodServer},
+    podman::image_under_test,
+};
+
+/// The node's name (the pods' `spec.nodeName`, the daemon's `NODE_NAME`).
+pub const NODE: &str = "node-cri";
+/// The pods' subnet on the node's bridge; its gateway is the node's address on it.
+pub const SUBNET: &str = "10.244.7.0/24";
+/// The bridge's address: where the world listens.
+pub const GATEWAY: &str = "10.244.7.1";
+/// The world's port.
+pub const WORLD_PORT: u16 = 8080;
+
+/// The image's tag and archive, or `None` (after saying why) when the test cannot run
+/// outside CI; in CI a missing part is a failure.
+pub fn parts_or_skip(test: &str) -> Option<(String, PathBuf)> {
+    if !privileged_or_skip(test) {
+        return None;
+    }
+    let missing = [
+        "/usr/bin/containerd",
+        "/usr/bin/ctr",
+        "/usr/sbin/runc",
+        "/usr/bin/buildah",
+        "/bin/busybox",
+    ]
+    .into_iter()
+    .find(|p| !Path::new(p).exists());
+    let why = match (missing, image_under_test()) {
+        (Some(tool), _) => format!("{tool} is not installed (cargo xtask setup installs it)"),
+        (None, Err(why)) => why,
+        (None, Ok(image)) => return Some(image),
+    };
+    runs_or_skip(test, Some(why));
+    None
+}
+
+/// The node.
+#[derive(Debug)]
+pub struct MeshNode {
+    /// The test's node (containerd, its CRI).
+    pub node: CriNode,
+    /// The recorded apiserver, in the node's network.
+    pub api: PodServer,
+    /// The image under test (the DaemonSet's and the proxy's).
+    pub image: String,
+    /// Every token that reached the world, in order.
+    pub world: Arc<Mutex<Vec<String>>>,
+    /// The DaemonSet's pod, once started.
+    pub ds: Option<RunningPod>,
+}
+
+impl MeshNode {
+    /// Boots the node with the images imported and the primary conflist in place (no
+    /// DaemonSet yet).
+    pub fn new(image: &str, archive: &Path) -> Self {
+        let node = CriNode::new(NODE).expect("boot the node");
+        for built in images::build(&node.dir).expect("the pause and app images") {
+            node.import(&built).expect("import");
+        }
+        node.import(archive).expect("import the node image");
+        node.write_primary_conflist("1.0.0", SUBNET)
+            .expect("the primary conflist");
+        let api = PodServer::start_in(&node.dir.join("api"), &node.netns.path());
+        let world = world(&node);
+        Self {
+            node,
+            api,
+            image: image.to_owned(),
+            world,
+            ds: None,
+        }
+    }
+
+    /// The node's kubelet.
+    pub fn kubelet(&self) -> Kubelet<'_> {
+        Kubelet::new(&self.node)
+    }
+
+    /// Runs the DaemonSet's pod and waits until both containers are ready (the daemon
+    /// answers `redirect list`, install-cni's check passes).
+    pub fn start_daemonset(&mut self) {
+        let cgroup = self.node.cgroup.path().display().to_string();
+        let api_dir = self.node.dir.join("api").display().to_string();
+        let kubeconfig = format!("{api_dir}/kubeconfig");
+        let append = [
+            "--cgroup",
+            &cgroup,
+            "--proxy-cgroup",
+            &cgroup,
+            "--pod-cgroup-root",
+            &cgroup,
+            "--kubeconfig",
+            &kubeconfig,
+            "--cluster-dns",
+            "10.96.0.10",
+            "--pod-get-attempts",
+            "3",
+            "--pod-get-interval-ms",
+            "100",
+        ];
+        let daemon = Override {
+            append_args: append.map(str::to_owned).to_vec(),
+            mounts: vec![(api_dir.clone(), api_dir)],
+            ..Override::default()
+        };
+        let overrides = HashMap::from([("redirect".to_owned(), daemon)]);
+        let ds = self
+            .kubelet()
+            .run(&daemonset_pod(), &overrides)
+            .unwrap_or_else(|e| panic!("the DaemonSet's pod: {e}"));
+        self.ds = Some(ds);
+        self.wait_daemonset_ready();
+    }
+
+    /// Waits until both containers of the DaemonSet's pod are ready.
+    pub fn wait_daemonset_ready(&self) {
+        let (kubelet, ds) = (self.kubelet(), self.ds());
+        eventually(
+            "the DaemonSet's pod to be ready",
+            Duration::from_secs(90),
+            || {
+                let ready = ["redirect", "install-cni"]
+                    .map(|c| kubelet.ready(ds, c).map_err(|e| e.to_string()));
+                match ready {
+                    [Ok(true), Ok(true)] => Ok(()),
+                    other => Err(format!(
+                        "{other:?}: {}{}",
+                        kubelet.logs(ds, "redirect"),
+                        kubelet.logs(ds, "install-cni")
+                    )),
+                }
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// The DaemonSet's pod.
+    pub fn ds(&self) -> &RunningPod {
+        self.ds.as_ref().expect("the DaemonSet's pod runs")
+    }
+
+    /// `redirect list --json` in the daemon's container (the DaemonSet's readiness probe).
+    pub fn listed(&self) -> Vec<Value> {
+        let (code, out, err) = self
+            .kubelet()
+            .exec(self.ds(), "redirect", &["redirect", "list", "--json"])
+            .expect("exec redirect list");
+        assert_eq!(code, 0, "redirect list: {out}{err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("list --json: {e}: {out}"))
+    }
+
+    /// The meshed pod `name` (served by the apiserver from now on) and what runs in it: the
+    /// image's `redirect-proxy` as istio-proxy, the app connecting every `every` seconds.
+    pub fn meshed(&self, name: &str, every: &str) -> (Pod, HashMap<String, Override>) {
+        // The same uid for the same name: a pod started again after a failed sandbox or a
+        // reboot is the same pod.
+        let object = recorded_pod("hello.yaml", "shop", name, &format!("uid-{name}"), NODE);
+        self.api.put(&object);
+        let pod: Pod = serde_json::from_value(object).expect("a Pod");
+        let app_name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .expect("an app container")
+            .name
+            .clone();
+        let proxy = Override {
+            image: Some(self.image.clone()),
+            command: Some(vec!["redirect-proxy".into()]),
+            args: Some(["--log-format", "json"].map(str::to_owned).to_vec()),
+            ..Override::default()
+        };
+        let script = format!(
+            "i=0; while :; do i=$((i+1)); echo {name}-$i | nc -w 3 {GATEWAY} {WORLD_PORT} >/dev/null; sleep {every}; done"
+        );
+        let app = Override {
+            image: Some(images::APP_IMAGE.into()),
+            command: Some(vec!["/bin/sh".into(), "-c".into(), script]),
+            args: Some(Vec::new()),
+            ..Override::default()
+        };
+        (
+            pod,
+            HashMap::from([("istio-proxy".to_owned(), proxy), (app_name, app)]),
+        )
+    }
+
+    /// Runs the meshed pod `name` (see [`MeshNode::meshed`]).
+    pub fn run_meshed(&self, name: &str, every: &str) -> Result<RunningPod, StartError> {
+        let (pod, overrides) = self.meshed(name, every);
+        self.kubelet().run(&pod, &overrides)
+    }
+
+    /// The outbound access-log records of `pod`'s proxy.
+    pub fn proxied(&self, pod: &RunningPod) -> Vec<Value> {
+        self.kubelet()
+            .logs(pod, "istio-proxy")
+            .lines()
+            // CRI log lines: TIME STREAM TAG MESSAGE.
+            .filter_map(|l| l.splitn(4, ' ').nth(3))
+            .filter_map(|m| serde_json::from_str::<Value>(m).ok())
+            .filter(|v| v["kind"] == "access" && v["direction"] == "outbound")
+            .collect()
+    }
+
+    /// The tokens of pod `name` that reached the world.
+    pub fn reached(&self, name: &str) -> usize {
+        let prefix = format!("{name}-");
+        let world = self.world.lock().expect("world");
+        world.iter().filter(|t| t.starts_with(&prefix)).count()
+    }
+
+    /// Stops `pod`'s app and checks that every one of its connections that reached the world
+    /// went through its proxy to the original destination; returns how many.
+    pub fn assert_all_proxied(&self, pod: &RunningPod) -> usize {
+        let name = pod.pod.metadata.name.clone().unwrap_or_default();
+        let app = pod.containers.last().expect("the app").1.clone();
+        self.node
+            .cri()
+            .stop_container(&app, 0)
+            .expect("stop the app");
+        let counts = || (self.reached(&name), self.proxied(pod).len());
+        eventually(
+            "a proxy record of every connection that reached the world",
+            Duration::from_secs(20),
+            || match counts() {
+                (reached, records) if reached == records => Ok(reached),
+                (reached, records) => Err(format!("{name}: reached {reached}, proxied {records}")),
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        for r in self.proxied(pod) {
+            assert_eq!(r["orig_dst"], format!("{GATEWAY}:{WORLD_PORT}"), "{r}");
+        }
+        counts().0
+    }
+
+    /// A power cut and a boot: every process, `/run`, the bpffs and every sandbox gone;
+    /// containerd's root and the node's CNI directories kept.
+    pub fn reboot(&mut self) {
+        self.ds = None;
+        self.node.power_off();
+        self.node.boot().expect("boot again");
+    }
+}
+
+/// The DaemonSet's pod template, as the DaemonSet controller makes a pod of it.
+pub fn daemonset_pod() -> Pod {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/daemonset.yaml");
+    let text = std::fs::read_to_string(&path).expect("daemonset.yaml");
+    pod::from_yaml(&text, &unique_name("redirect-"), &unique_name("uid-ds"))
+        .expect("the DaemonSet's pod")
+}
+
+/// A listener at the node's side of the pods' network: every connection's first line.
+fn world(node: &CriNode) -> Arc<Mutex<Vec<String>>> {
+    let listener = in_netns(&node.netns.path(), || {
+        TcpListener::bind(("0.0.0.0", WORLD_PORT))
+    })
+    .expect("enter the node's netns")
+    .expect("bind the world listener");
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                let _ = BufReader::new(&stream).read_line(&mut line);
+                let _ = stream.write_all(b"world\n");
+                s.lock().expect("seen").push(line.trim().to_owned());
+            });
+        }
+    });
+    seen
+}
