@@ -1,8 +1,8 @@
 //! A meshed node on containerd for the CRI tests: the kubelet-lite's node with the pause and
 //! app images and the image under test imported, Debian's bridge + host-local as the primary
 //! conflist, the recorded apiserver in the node's network, the DaemonSet's pod from
-//! `deploy/kubernetes/daemonset.yaml`, meshed pods (Istio's injected `hello.yaml`, its
-//! istio-proxy run as the image's `redirect-proxy`, its app a busybox loop that opens a new
+//! `deploy/kubernetes/daemonset.yaml`, meshed pods (Istio's injected `hello.yaml` with DNS
+//! capture on, its istio-proxy run as the image's `redirect-proxy`, its app a busybox loop that opens a new
 //! connection to the world at a fixed pace, each with its own token) and the world: a listener
 //! at the pods' gateway that records every token that reaches it. A connection that reached the
 //! world without a record in its pod's proxy access log escaped capture.
@@ -33,6 +33,8 @@ pub const NODE: &str = "node-cri";
 pub const SUBNET: &str = "10.244.7.0/24";
 /// The bridge's address: where the world listens.
 pub const GATEWAY: &str = "10.244.7.1";
+/// The kube-dns Service's cluster IP.
+pub const CLUSTER_DNS: &str = "10.96.0.10";
 /// The world's port.
 pub const WORLD_PORT: u16 = 8080;
 
@@ -87,6 +89,8 @@ impl MeshNode {
         node.write_primary_conflist("1.0.0", SUBNET)
             .expect("the primary conflist");
         let api = PodServer::start_in(&node.dir.join("api"), &node.netns.path());
+        // The daemon learns the cluster DNS address from it (the DaemonSet passes none).
+        api.put_kube_dns(CLUSTER_DNS);
         let world = world(&node);
         Self {
             node,
@@ -117,8 +121,6 @@ impl MeshNode {
             &cgroup,
             "--kubeconfig",
             &kubeconfig,
-            "--cluster-dns",
-            "10.96.0.10",
             "--pod-get-attempts",
             "3",
             "--pod-get-interval-ms",
@@ -180,7 +182,19 @@ impl MeshNode {
     pub fn meshed(&self, name: &str, every: &str) -> (Pod, HashMap<String, Override>) {
         // The same uid for the same name: a pod started again after a failed sandbox or a
         // reboot is the same pod.
-        let object = recorded_pod("hello.yaml", "shop", name, &format!("uid-{name}"), NODE);
+        let mut object = recorded_pod("hello.yaml", "shop", name, &format!("uid-{name}"), NODE);
+        // Istio's DNS proxying (dnsPolicy ClusterFirst, the default): the daemon needs the
+        // cluster DNS address.
+        for c in object["spec"]["initContainers"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            if c["name"] == "istio-proxy" {
+                let env = c["env"].as_array_mut().expect("istio-proxy's env");
+                env.push(serde_json::json!({"name": "ISTIO_META_DNS_CAPTURE", "value": "true"}));
+            }
+        }
         self.api.put(&object);
         let pod: Pod = serde_json::from_value(object).expect("a Pod");
         let app_name = pod

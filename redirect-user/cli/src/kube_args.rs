@@ -16,10 +16,16 @@ pub struct KubeArgs {
     /// This node's name: a pod the apiserver schedules elsewhere is refused.
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
     pub node_name: Option<String>,
-    /// The cluster DNS service address (kube-dns), for pods that capture DNS with
-    /// dnsPolicy ClusterFirst (never the node's resolv.conf).
+    /// The cluster DNS address (the kubelet's clusterDNS), for pods that capture DNS with
+    /// dnsPolicy ClusterFirst (never the node's resolv.conf) [default: the cluster IP of
+    /// --cluster-dns-service, read at start]. Give it where the kubelets point elsewhere
+    /// (NodeLocal DNSCache's 169.254.20.10).
     #[arg(long, value_name = "IP")]
     pub cluster_dns: Option<IpAddr>,
+    /// Without --cluster-dns: the Service whose cluster IP the cluster DNS address is (RBAC:
+    /// get on it, rbac.yaml).
+    #[arg(long, value_name = "NAMESPACE/NAME", default_value = "kube-system/kube-dns", value_parser = redirect_daemon::cluster_dns::parse_service)]
+    pub cluster_dns_service: (String, String),
     /// GETs of a pod before its CNI ADD fails (istio-cni: 30).
     #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=600))]
     pub pod_get_attempts: u32,
@@ -50,6 +56,7 @@ impl KubeArgs {
             kubeconfig: self.kubeconfig.clone(),
             node_name: self.node_name.clone(),
             cluster_dns: self.cluster_dns,
+            cluster_dns_service: self.cluster_dns_service.clone(),
             get_attempts: self.pod_get_attempts,
             get_interval: Duration::from_millis(self.pod_get_interval_ms),
             pod_cgroup_root,

@@ -18,6 +18,8 @@ pub struct KubeOptions {
     pub node_name: Option<String>,
     /// The cluster DNS address, for pods that capture DNS with `dnsPolicy: ClusterFirst`.
     pub cluster_dns: Option<IpAddr>,
+    /// Without `cluster_dns`: the Service (namespace, name) whose cluster IP it is, read at start.
+    pub cluster_dns_service: (String, String),
     /// GET attempts before a pod that cannot be read fails ADD.
     pub get_attempts: u32,
     /// Pause between two attempts.
@@ -36,6 +38,7 @@ impl Default for KubeOptions {
             kubeconfig: None,
             node_name: None,
             cluster_dns: None,
+            cluster_dns_service: ("kube-system".into(), "kube-dns".into()),
             get_attempts: 30,
             get_interval: Duration::from_secs(1),
             pod_cgroup_root: PathBuf::from("/sys/fs/cgroup"),
@@ -102,7 +105,7 @@ impl std::fmt::Debug for Kube {
 impl Kube {
     /// Builds the client: in-cluster when `KUBERNETES_SERVICE_HOST` is set, else from
     /// `--kubeconfig`, else none (pod requests then fail, naming why).
-    pub fn new(opts: KubeOptions) -> Result<Self, KubeError> {
+    pub fn new(mut opts: KubeOptions) -> Result<Self, KubeError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -143,13 +146,26 @@ impl Kube {
                 rt,
             });
         };
+        // One attempt must not outlast the plugin's patience: retries are ours.
+        config.connect_timeout = Some(Duration::from_secs(5));
+        config.read_timeout = Some(Duration::from_secs(5));
+        if opts.cluster_dns.is_none() {
+            let (ns, name) = &opts.cluster_dns_service;
+            match crate::cluster_dns::read(&rt, &config, &opts.cluster_dns_service) {
+                Ok(ip) => {
+                    tracing::info!(%ip, service = %format!("{ns}/{name}"), "cluster DNS address from the Service's cluster IP");
+                    opts.cluster_dns = Some(ip);
+                }
+                Err(error) => tracing::warn!(
+                    %error,
+                    "no cluster DNS address: pods that capture DNS with dnsPolicy ClusterFirst fail ADD; pass --cluster-dns (the kubelet's clusterDNS) or let the daemon read the Service (rbac.yaml)"
+                ),
+            }
+        }
         let cache = match &opts.node_name {
             Some(node) => Some(watch(config.clone(), node.clone(), opts.cluster_dns)?),
             None => None,
         };
-        // One attempt must not outlast the plugin's patience: retries are ours.
-        config.connect_timeout = Some(Duration::from_secs(5));
-        config.read_timeout = Some(Duration::from_secs(5));
         let client = {
             let _entered = rt.enter();
             Client::try_from(config).map_err(|e| KubeError::Config {

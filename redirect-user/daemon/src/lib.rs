@@ -17,6 +17,7 @@
 //!   resolved as it arrives; `pod_cgroups` the kubelet's cgroup tree.
 //! - The socket's protocol, client and path rule are `redirect_daemon_api`'s.
 pub mod apiserver;
+pub mod cluster_dns;
 pub mod decode;
 pub mod error;
 mod files;

@@ -38,7 +38,7 @@ pub(crate) fn servers(pod: &Pod, cluster_dns: Option<IpAddr>) -> Result<Vec<IpAd
             Some(ip) => vec![ip],
             None => {
                 return Err(Error::NoDnsServer(format!(
-                    "{NEEDS} and its dnsPolicy is {policy}, so its DNS server is the cluster DNS, whose address is not known here: pass it (the kube-dns Service's cluster IP, e.g. --cluster-dns 10.96.0.10)"
+                    "{NEEDS} and its dnsPolicy is {policy}, so its DNS server is the cluster DNS, whose address is not known here: give the daemon --cluster-dns (the kubelet's clusterDNS, e.g. 10.96.0.10), or let it read the kube-dns Service at start (rbac.yaml)"
                 )))
             }
         },

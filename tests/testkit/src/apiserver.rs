@@ -14,6 +14,7 @@ use std::{
 use serde_json::{json, Value};
 
 type Pods = Arc<Mutex<BTreeMap<(String, String), Value>>>;
+type Objects = Arc<Mutex<BTreeMap<String, Value>>>;
 
 /// What `GET /api/v1/pods` answers: the listed pods and the watch events after them, and
 /// the watch streams open now (an event added later reaches them at once).
@@ -29,6 +30,7 @@ struct Recorded {
 pub struct PodServer {
     addr: SocketAddr,
     pods: Pods,
+    objects: Objects,
     recorded: Arc<Mutex<Recorded>>,
     hits: Arc<Mutex<Vec<String>>>,
     kubeconfig: PathBuf,
@@ -53,13 +55,16 @@ impl PodServer {
     fn serve(listener: TcpListener, dir: &Path) -> Self {
         let addr = listener.local_addr().expect("its address");
         let pods: Pods = Arc::default();
+        let objects: Objects = Arc::default();
         let recorded: Arc<Mutex<Recorded>> = Arc::default();
         let hits: Arc<Mutex<Vec<String>>> = Arc::default();
         let (p, r, h) = (Arc::clone(&pods), Arc::clone(&recorded), Arc::clone(&hits));
+        let o = Arc::clone(&objects);
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let (p, r, h) = (Arc::clone(&p), Arc::clone(&r), Arc::clone(&h));
-                std::thread::spawn(move || serve(stream, &p, &r, &h));
+                let o = Arc::clone(&o);
+                std::thread::spawn(move || serve(stream, &p, &o, &r, &h));
             }
         });
         std::fs::create_dir_all(dir).expect("kubeconfig dir");
@@ -71,6 +76,7 @@ impl PodServer {
         Self {
             addr,
             pods,
+            objects,
             recorded,
             hits,
             kubeconfig,
@@ -100,6 +106,20 @@ impl PodServer {
                 .to_owned(),
         );
         self.pods.lock().expect("pods").insert(key, pod.clone());
+    }
+
+    /// Serves `object` (a Service, a Node, ...) at `GET path` from now on.
+    pub fn put_object(&self, path: &str, object: &Value) {
+        let mut objects = self.objects.lock().expect("objects");
+        objects.insert(path.to_owned(), object.clone());
+    }
+
+    /// Serves the cluster DNS Service `kube-system/kube-dns` with cluster IP `ip`.
+    pub fn put_kube_dns(&self, ip: &str) {
+        let service = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kube-dns", "namespace": "kube-system"},
+            "spec": {"clusterIP": ip, "clusterIPs": [ip], "ports": [{"name": "dns", "port": 53, "protocol": "UDP"}]}});
+        self.put_object("/api/v1/namespaces/kube-system/services/kube-dns", &service);
     }
 
     /// Lists `pod` in `GET /api/v1/pods` (never served by its own GET).
@@ -137,7 +157,13 @@ impl PodServer {
     }
 }
 
-fn serve(stream: TcpStream, pods: &Pods, recorded: &Mutex<Recorded>, hits: &Mutex<Vec<String>>) {
+fn serve(
+    stream: TcpStream,
+    pods: &Pods,
+    objects: &Objects,
+    recorded: &Mutex<Recorded>,
+    hits: &Mutex<Vec<String>>,
+) {
     let mut reader = BufReader::new(&stream);
     let mut line = String::new();
     if reader.read_line(&mut line).is_err() {
@@ -165,7 +191,7 @@ fn serve(stream: TcpStream, pods: &Pods, recorded: &Mutex<Recorded>, hits: &Mute
             .expect("pods")
             .get(&((*ns).to_owned(), (*name).to_owned()))
             .cloned(),
-        _ => None,
+        _ => objects.lock().expect("objects").get(&path).cloned(),
     };
     let (status, body) = match found {
         Some(pod) => ("200 OK", pod),

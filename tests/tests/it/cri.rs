@@ -9,12 +9,13 @@
 //! the recorded-object server (no kube-apiserver can be installed here) in the node's network.
 //! What the test adds to the DaemonSet's arguments only makes the test's node a node: its
 //! cgroup in place of the machine's root (`--cgroup`, `--proxy-cgroup`, `--pod-cgroup-root`),
-//! the recorded server's kubeconfig in place of in-cluster credentials, the cluster DNS address
-//! and short pod-GET retries.
+//! the recorded server's kubeconfig in place of in-cluster credentials, and short pod-GET
+//! retries. The cluster DNS address is the daemon's to find: the recorded server serves the
+//! kube-dns Service, and the meshed pods capture DNS with `dnsPolicy: ClusterFirst`.
 use std::{path::Path, time::Duration};
 
 use redirect_testkit::{eventually, unique_name};
-use redirect_tests::mesh::{parts_or_skip, MeshNode, GATEWAY, WORLD_PORT};
+use redirect_tests::mesh::{parts_or_skip, MeshNode, CLUSTER_DNS, GATEWAY, WORLD_PORT};
 use serde_json::Value;
 
 #[test]
@@ -62,6 +63,21 @@ fn a_pod_containerd_starts_is_captured_by_the_daemonset_run_from_its_image() {
     );
     let seen_at = Path::new("/run/netns").join(netns.file_name().expect("a file name"));
     assert_eq!(list[0]["netns"], seen_at.display().to_string(), "{list:?}");
+    // What an operator sees (README's Kubernetes section shows this output).
+    let (_, text, _) = mesh
+        .kubelet()
+        .exec(mesh.ds(), "redirect", &["redirect", "list"])
+        .expect("redirect list");
+    eprintln!(
+        "redirect list after RunPodSandbox {}:\n{text}",
+        meshed.sandbox
+    );
+    // Its DNS goes to the proxy: the cluster DNS the daemon read from the kube-dns Service.
+    assert_eq!(
+        list[0]["policy"]["dns_servers"],
+        serde_json::json!([CLUSTER_DNS]),
+        "{list:?}"
+    );
     eventually(
         "ten connections through the proxy",
         Duration::from_secs(60),

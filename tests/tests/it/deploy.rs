@@ -1,5 +1,6 @@
 //! Every manifest of deploy/kubernetes parses, and says what we mean: the ClusterRole grants
-//! pods get/list/watch and nothing more, to the ServiceAccount the DaemonSet runs as; every
+//! pods get/list/watch and nothing more, a Role get on the kube-dns Service only, both to the
+//! ServiceAccount the DaemonSet runs as; every
 //! container's args and every exec probe name a `redirect` subcommand and flags that exist
 //! (`redirect ARGS --help` succeeds); each volume mount names a volume; the install-cni
 //! container has the CNI directories from the host and a readiness probe that checks them.
@@ -74,6 +75,23 @@ fn manifests_parse_grant_only_pod_reads_and_name_real_commands() {
         json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}])
     );
     let sa = one(&m, "ServiceAccount");
+    // The one Service the daemon reads (the cluster DNS address), in its namespace only.
+    let dns = one(&m, "Role");
+    assert_eq!(dns["metadata"]["namespace"], "kube-system");
+    assert_eq!(
+        dns["rules"],
+        json!([{"apiGroups": [""], "resources": ["services"], "resourceNames": ["kube-dns"], "verbs": ["get"]}])
+    );
+    let dns_binding = one(&m, "RoleBinding");
+    assert_eq!(dns_binding["metadata"]["namespace"], "kube-system");
+    assert_eq!(
+        dns_binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": dns["metadata"]["name"]})
+    );
+    assert_eq!(
+        dns_binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}])
+    );
     let binding = one(&m, "ClusterRoleBinding");
     assert_eq!(
         binding["roleRef"],
