@@ -71,6 +71,9 @@ pub enum KubeError {
         /// The last failure.
         last: String,
     },
+    /// The watch saw the pod deleted (its sandbox is being made after a force delete).
+    #[error("{0} was deleted (the apiserver's watch of this node said so): not enrolled")]
+    Deleted(String),
     /// The pod runs on another node.
     #[error("{pod} is scheduled on node {found:?}, not this daemon's node {ours:?}")]
     OtherNode {
@@ -106,7 +109,11 @@ impl Kube {
     /// Builds the client: in-cluster when `KUBERNETES_SERVICE_HOST` is set, else from
     /// `--kubeconfig`, else none (pod requests then fail, naming why).
     pub fn new(mut opts: KubeOptions) -> Result<Self, KubeError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
+        // Two workers serve the client for every thread that blocks on it (the request thread
+        // and the resolver threads reading pods at once).
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("kube-client")
             .enable_all()
             .build()
             .map_err(|e| KubeError::Config {
@@ -181,6 +188,16 @@ impl Kube {
         })
     }
 
+    /// Whether `pod` must be read from the apiserver (the watch's cache neither holds it nor
+    /// saw it deleted).
+    pub fn needs_get(&self, pod: &PodRef) -> bool {
+        self.client.is_some() && self.cached(pod).is_none() && !self.seen_deleted(pod)
+    }
+
+    fn seen_deleted(&self, pod: &PodRef) -> bool {
+        !pod.uid.is_empty() && self.cache.as_ref().is_some_and(|c| c.deleted(&pod.uid))
+    }
+
     /// The cached pod, when it is the one the runtime named.
     fn cached(&self, pod: &PodRef) -> Option<Resolved> {
         let found = self.cache.as_ref()?.get(&pod.namespace, &pod.name)?;
@@ -227,6 +244,10 @@ impl Kube {
         let attempts = self.opts.get_attempts.max(1);
         let mut last = String::new();
         for attempt in 1..=attempts {
+            // Deleted: no GET will bring it back (a new pod of the name has another uid).
+            if self.seen_deleted(pod) {
+                return Err(KubeError::Deleted(pod.to_string()));
+            }
             // The watch may have told it meanwhile.
             if let Some(found) = self.cached(pod) {
                 tracing::debug!(%pod, attempt, "pod read from the watch's cache");

@@ -2,7 +2,7 @@
 //! them, each with its decision and policy (resolved by the watch thread as it arrives): ADD
 //! reads a pod here first and GETs it only when it is not cached yet.
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet, VecDeque},
     net::IpAddr,
     sync::{Arc, Mutex, PoisonError},
 };
@@ -25,13 +25,20 @@ struct State {
     synced: bool,
     /// Bumped by every change: the reconcile looks again when it moved.
     generation: u64,
+    /// Uids of the last [`DELETED_KEPT`] pods the watch saw deleted, oldest first: an ADD for
+    /// one of them (a pod force-deleted while its sandbox was being made) fails at once.
+    deleted: VecDeque<String>,
+    deleted_set: HashSet<String>,
 }
+
+/// How many deleted pods' uids are remembered (a node's pods several times over).
+const DELETED_KEPT: usize = 4096;
 
 /// A watch event with its pod resolved (done before the cache is locked).
 enum Change {
     Apply((Key, Resolved)),
     InitApply((Key, Resolved)),
-    Delete(Key),
+    Delete(Key, String),
     Init,
     InitDone,
 }
@@ -69,7 +76,10 @@ impl PodCache {
         let change = match event {
             Event::Apply(pod) => Change::Apply(resolve(pod)),
             Event::InitApply(pod) => Change::InitApply(resolve(pod)),
-            Event::Delete(pod) => Change::Delete(key(&pod)),
+            Event::Delete(pod) => {
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                Change::Delete(key(&pod), uid)
+            }
             Event::Init => Change::Init,
             Event::InitDone => Change::InitDone,
         };
@@ -82,7 +92,17 @@ impl PodCache {
         s.generation += 1;
         match change {
             Change::Apply((k, pod)) => gone = s.pods.insert(k, pod),
-            Change::Delete(k) => gone = s.pods.remove(&k),
+            Change::Delete(k, uid) => {
+                gone = s.pods.remove(&k);
+                if !uid.is_empty() && s.deleted_set.insert(uid.clone()) {
+                    s.deleted.push_back(uid);
+                    if s.deleted.len() > DELETED_KEPT {
+                        if let Some(old) = s.deleted.pop_front() {
+                            s.deleted_set.remove(&old);
+                        }
+                    }
+                }
+            }
             Change::Init => replaced = s.relist.replace(HashMap::new()),
             Change::InitApply((k, pod)) => {
                 gone = match &mut s.relist {
@@ -107,6 +127,12 @@ impl PodCache {
         s.pods
             .get(&(namespace.to_owned(), name.to_owned()))
             .cloned()
+    }
+
+    /// Whether the watch saw the pod with `uid` deleted.
+    pub fn deleted(&self, uid: &str) -> bool {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        s.deleted_set.contains(uid)
     }
 
     /// The cache's generation once a first listing completed (no pod is copied).

@@ -10,16 +10,21 @@ use std::{
         net::{UnixListener, UnixStream},
     },
     path::PathBuf,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
 mod datapath;
 mod followed;
+mod gone;
 mod netns_in;
 mod pods;
 mod receive;
 mod reconcile;
+mod resolver;
 
 use self::followed::{gone, Followed};
 pub use crate::files::{enrolled_names, enrollments};
@@ -71,8 +76,10 @@ pub struct Daemon {
     health: crate::repair::Health,
     /// Held for the daemon's lifetime: how a process in another PID namespace tells it runs.
     _pins: nix::fcntl::Flock<File>,
-    /// The apiserver client of pod requests (`with_kube`).
-    kube: Option<crate::apiserver::Kube>,
+    /// The apiserver client of pod requests (`with_kube`), shared with the resolver threads.
+    kube: Option<Arc<crate::apiserver::Kube>>,
+    /// Pod requests whose pod is being read from the apiserver, off this thread.
+    resolver: resolver::Resolver,
     reconcile: reconcile::Reconcile,
     reindexed: Instant,
     /// Holds the kernel's sk_lookup switch on while the daemon runs (see `SkLookupKey`).
@@ -119,6 +126,13 @@ impl Daemon {
             health: crate::repair::Health::default(),
             _pins: pins,
             kube: None,
+            resolver: resolver::Resolver::new().map_err(|e| {
+                Error::io(
+                    "creating the resolver's wake-up pair",
+                    PathBuf::from("socketpair"),
+                    e,
+                )
+            })?,
             reconcile: reconcile::Reconcile::default(),
             reindexed: Instant::now(),
             lookup_key: None,
@@ -135,6 +149,17 @@ impl Daemon {
     /// Carries out one request (with the namespace descriptor that came with it, if any): its
     /// typed answer, or what went wrong.
     pub fn handle(&mut self, req: Request, fd: Option<std::os::fd::OwnedFd>) -> Result<Answer> {
+        self.handle_with(req, fd, None)
+    }
+
+    /// [`Daemon::handle`] with the pod of a pod request already read (`found`, by a resolver
+    /// thread), so nothing here waits on the apiserver.
+    fn handle_with(
+        &mut self,
+        req: Request,
+        fd: Option<std::os::fd::OwnedFd>,
+        found: Option<pods::Found>,
+    ) -> Result<Answer> {
         let _guard = node::lock(&self.opts.bpffs)?;
         Ok(match req {
             Request::Enroll {
@@ -171,14 +196,14 @@ impl Daemon {
                 }
             }
             Request::PodAdd { pod, netns, ips } => {
-                Answer::Pod(self.pod_add(pod, &netns, fd, &ips)?)
+                Answer::Pod(self.pod_add(pod, &netns, fd, &ips, found)?)
             }
             Request::PodDel { pod, netns } => {
                 let netns = netns.map(|n| netns_in::seen_path(&n));
                 Answer::Pod(self.pod_del(&pod, netns.as_deref())?)
             }
             Request::PodCheck { pod, netns, ips } => {
-                Answer::Pod(self.pod_check(&pod, &netns, fd, &ips)?)
+                Answer::Pod(self.pod_check(&pod, &netns, fd, &ips, found)?)
             }
             Request::PodGc { valid } => Answer::Gc(self.pod_gc(&valid)?),
             Request::Status => Answer::Status(Status {
@@ -302,7 +327,13 @@ impl Daemon {
             // Woken by a connection at once (no polling interval on the pod-start path), else
             // at the next tick or stop check.
             let until_tick = TICK.saturating_sub(last_tick.elapsed());
-            if self.wait_readable(until_tick.min(STOP_CHECK)) {
+            let (connection, resolved) = self.wait_readable(until_tick.min(STOP_CHECK));
+            if resolved {
+                for done in self.resolver.drain() {
+                    self.finish(done);
+                }
+            }
+            if connection {
                 match self.listener.accept() {
                     Ok((stream, _)) => self.serve(stream),
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -326,13 +357,56 @@ impl Daemon {
         Ok(())
     }
 
-    /// Whether the socket has a connection waiting, within `timeout`.
-    fn wait_readable(&self, timeout: Duration) -> bool {
+    /// Whether the socket has a connection waiting, and whether a resolver thread handed a
+    /// request back, within `timeout`.
+    fn wait_readable(&self, timeout: Duration) -> (bool, bool) {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         use std::os::fd::AsFd as _;
-        let mut fds = [PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
+        let mut fds = [
+            PollFd::new(self.listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.resolver.wake_fd(), PollFlags::POLLIN),
+        ];
         let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
-        matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
+        if !matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0) {
+            return (false, false);
+        }
+        let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
+        (ready(&fds[0]), ready(&fds[1]))
+    }
+
+    /// Answers a request whose pod a resolver thread read, unless its client hung up.
+    fn finish(&mut self, done: resolver::Done) {
+        let op = done.req.op();
+        if resolver::hung_up(&done.stream) {
+            tracing::warn!(
+                op,
+                "the client hung up while its pod was read: request dropped"
+            );
+            return;
+        }
+        let result = self
+            .handle_with(done.req, done.fd, Some(done.found))
+            .map_err(|e| e.to_string());
+        let _ = (&done.stream).write_all(answer::frame(&result).as_bytes());
+        tracing::debug!(
+            op,
+            ok = result.is_ok(),
+            "request served after reading its pod"
+        );
+    }
+
+    /// The pod a pod request names, when it must be read from the apiserver (not in the
+    /// watch's cache): such requests go to a resolver thread.
+    fn needs_get(
+        &self,
+        req: &Request,
+    ) -> Option<(Arc<crate::apiserver::Kube>, redirect_daemon_api::PodRef)> {
+        let pod = match req {
+            Request::PodAdd { pod, .. } | Request::PodCheck { pod, .. } => pod,
+            _ => return None,
+        };
+        let kube = self.kube.as_ref()?;
+        kube.needs_get(pod).then(|| (Arc::clone(kube), pod.clone()))
     }
 
     fn serve(&mut self, stream: UnixStream) {
@@ -345,6 +419,20 @@ impl Daemon {
         let (op, result) = match request {
             Ok((req, fd)) => {
                 let op = req.op();
+                if let Some((kube, pod)) = self.needs_get(&req) {
+                    match self.resolver.spawn(kube, pod, (stream, req, fd)) {
+                        Ok(()) => return,
+                        Err(stream) => {
+                            let busy = Err(format!(
+                                "the daemon is reading {} pods from the apiserver already: retry (fail closed)",
+                                self.resolver.in_flight()
+                            ));
+                            let _ = (&stream).write_all(answer::frame(&busy).as_bytes());
+                            tracing::warn!(op, "pod request refused: every resolver is busy");
+                            return;
+                        }
+                    }
+                }
                 (op, self.handle(req, fd).map_err(|e| e.to_string()))
             }
             Err(e) => {

@@ -276,7 +276,7 @@ fn cni_pods_come_from_the_node_watch() {
     privileged!(plugins_missing());
     // Pods known only from the list and the watch stream of this node (never served by a
     // GET): the daemon's watch cache answers ADD; a MODIFIED event counts, a DELETED pod is
-    // gone (GET finds nothing either: ADD fails after its retries).
+    // gone (its ADD fails at once, without a GET).
     let node = Node::new();
     let api = PodServer::start(&node.dir.join("api"));
     api.list(&recorded_pod(
@@ -340,7 +340,13 @@ fn cni_pods_come_from_the_node_watch() {
     let gone = host.sandbox("shop", "deleted-1", "uid-d1");
     let ran = gone.redirect_cni("ADD", &conf);
     assert!(!ran.ok(), "ADD of a deleted pod: {}", ran.text());
+    // At once: the watch said so, and no GET would bring it back.
+    assert!(ran.text().contains("was deleted"), "{}", ran.text());
     let hits = api.hits();
+    assert!(
+        !hits.iter().any(|h| h.contains("/pods/deleted-1")),
+        "a pod the watch saw deleted was read with a GET: {hits:?}"
+    );
     assert!(
         hits.iter().any(|h| h.starts_with("/api/v1/pods?")
             && h.contains("watch=true")

@@ -8,6 +8,7 @@ mod cni;
 mod conformance;
 mod cri;
 mod daemon;
+mod daemon_concurrency;
 mod daemon_protocol;
 mod deploy;
 mod dual_stack_pods;

@@ -18,6 +18,10 @@ use crate::{
     error::{Error, Result},
 };
 
+/// A pod read from the apiserver (or the watch's cache), or why it could not be.
+pub(super) type Found =
+    std::result::Result<crate::resolution::Resolved, crate::apiserver::KubeError>;
+
 fn answer(meshed: bool, decision: &Decision, message: String) -> PodAnswer {
     PodAnswer {
         message,
@@ -33,17 +37,24 @@ impl Daemon {
     /// Gives the daemon its Kubernetes client (pod requests fail without one).
     #[must_use]
     pub fn with_kube(mut self, kube: Kube) -> Self {
-        self.kube = Some(kube);
+        self.kube = Some(std::sync::Arc::new(kube));
         self
     }
 
     /// The pod's decision, and its policy when meshed: both resolved when the watch
     /// delivered the pod (or when it had to be read with a GET), only looked up here.
-    fn resolve(&self, pod: &PodRef) -> Result<(Decision, Option<Policy>)> {
-        let kube = self.kube.as_ref().ok_or_else(|| Error::NoKube {
-            pod: pod.to_string(),
-        })?;
-        let found = kube.pod(pod)?;
+    /// `found` when a resolver thread read it already.
+    fn resolve(&self, pod: &PodRef, found: Option<Found>) -> Result<(Decision, Option<Policy>)> {
+        let found = match found {
+            Some(found) => found?,
+            None => self
+                .kube
+                .as_ref()
+                .ok_or_else(|| Error::NoKube {
+                    pod: pod.to_string(),
+                })?
+                .pod(pod)?,
+        };
         let resolution = &found.resolution;
         let policy = match &resolution.policy {
             None => None,
@@ -65,10 +76,11 @@ impl Daemon {
         netns: &Path,
         fd: Option<OwnedFd>,
         ips: &[IpAddr],
+        found: Option<Found>,
     ) -> Result<PodAnswer> {
         let mut phases = Phases::start();
         let cpu = ThreadCpu::now();
-        let resolved = self.resolve(&pod);
+        let resolved = self.resolve(&pod, found);
         phases.mark("resolve");
         let (decision, policy) = resolved?;
         let Some(policy) = policy else {
@@ -205,8 +217,9 @@ impl Daemon {
         netns: &Path,
         fd: Option<OwnedFd>,
         ips: &[IpAddr],
+        found: Option<Found>,
     ) -> Result<PodAnswer> {
-        let (decision, policy) = self.resolve(pod)?;
+        let (decision, policy) = self.resolve(pod, found)?;
         // The namespace the runtime means (its descriptor), at the path the daemon sees it.
         let opened = super::netns_in::open(netns, fd);
         let here = opened

@@ -28,6 +28,8 @@ use crate::{
 pub(crate) struct Reconcile {
     last: Option<Instant>,
     generation: u64,
+    /// The GETs confirming that unlisted pods are gone, running off the request thread.
+    pub(super) gone: Option<std::thread::JoinHandle<Vec<super::gone::Confirmed>>>,
 }
 
 /// The pod's reference as the enrollments keep it.
@@ -129,6 +131,7 @@ impl Daemon {
     /// Reconciles when due: the watch changed something (its first listing too, which makes
     /// the daemon's start one), a bound proxy cgroup is gone, or the interval passed.
     pub(super) fn reconcile_pods(&mut self) {
+        self.apply_gone_checks();
         let Some(kube) = &self.kube else { return };
         // Whether one is due is decided before any pod is copied: copying a node's pods
         // every tick cost a 400-pod node 11 ms of CPU a second, during which no request
@@ -159,10 +162,8 @@ impl Daemon {
             return;
         };
         let pods: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
-        self.reconcile = Reconcile {
-            last: Some(Instant::now()),
-            generation,
-        };
+        self.reconcile.last = Some(Instant::now());
+        self.reconcile.generation = generation;
         self.unenroll_gone_pods(&pods);
         let enrolled: HashMap<String, NetnsCookie> = self
             .enrollments
@@ -200,39 +201,6 @@ impl Daemon {
         for (pod, cookie) in bound {
             let target = dirs.get(uid(pod)).and_then(|d| proxy_cgroup(pod, d));
             self.bind_proxy(cookie, target);
-        }
-    }
-
-    /// Unenrolls the pod enrollments whose pod the watch no longer lists and a GET confirms
-    /// is gone (not found, or another pod under its name).
-    fn unenroll_gone_pods(&mut self, pods: &[&Pod]) {
-        let listed: Vec<&str> = pods.iter().map(|p| uid(p)).collect();
-        let candidates: Vec<(NetnsCookie, PodRef)> = self
-            .enrollments
-            .values()
-            .filter_map(|f| Some((f.record.cookie, f.record.pod.clone()?)))
-            .filter(|(_, p)| !p.uid.is_empty() && !listed.contains(&p.uid.as_str()))
-            .collect();
-        for (cookie, pod) in candidates {
-            let Some(kube) = &self.kube else { return };
-            let gone = match kube.get_once(&pod.namespace, &pod.name) {
-                Ok(None) => true,
-                Ok(Some(found)) => uid(&found) != pod.uid,
-                Err(error) => {
-                    tracing::warn!(%pod, %error, "cannot confirm that an unlisted pod is gone: kept");
-                    false
-                }
-            };
-            if gone {
-                match self.unenroll_cookie(cookie) {
-                    Ok(_) => {
-                        tracing::info!(%pod, %cookie, "the pod is gone from the apiserver: unenrolled")
-                    }
-                    Err(error) => {
-                        tracing::warn!(%pod, %cookie, %error, "the pod is gone from the apiserver; unenrolling it failed")
-                    }
-                }
-            }
         }
     }
 
