@@ -17,8 +17,9 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// `containerd` (1.6, its CRI built in; `ctr` imports the images): the node the kubelet-lite
 /// drives (tests/kubelet, tests/tests/it/cri.rs); `protobuf-compiler`: `protoc`, which the
 /// `k8s-cri` crate's build runs over the CRI's protos (xtask itself never needs it, so a fresh
-/// machine's `cargo xtask setup` builds before it is installed).
-const TOOL_PACKAGES: [&str; 15] = [
+/// machine's `cargo xtask setup` builds before it is installed); `prometheus`: `promtool`, which
+/// checks deploy/monitoring's alert rules and the metrics (tests/tests/it/monitoring.rs).
+const TOOL_PACKAGES: [&str; 16] = [
     "iproute2",
     "bpftool",
     "curl",
@@ -34,6 +35,7 @@ const TOOL_PACKAGES: [&str; 15] = [
     "ca-certificates",
     "containerd",
     "protobuf-compiler",
+    "prometheus",
 ];
 
 /// LLVM major version of the nightly toolchain (`rustc +nightly -vV`).

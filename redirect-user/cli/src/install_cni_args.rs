@@ -70,6 +70,20 @@ pub struct InstallCni {
     /// new pods wait (fail closed) while the daemon is upgraded.
     #[arg(long, env = "REDIRECT_UNINSTALL_ON_EXIT")]
     pub uninstall_on_exit: bool,
+    /// With --watch and without --uninstall-on-exit: at SIGTERM/SIGINT ask the apiserver
+    /// whether this DaemonSet still exists and selects --node-name (an upgrade: keep the
+    /// plugin, new pods wait) or is gone, being deleted or no longer selects the node (its
+    /// removal: uninstall, or the node refuses every new pod); an apiserver that cannot say
+    /// keeps it. The decision is logged with its reason.
+    #[arg(long, value_name = "NAMESPACE/NAME", requires = "node_name", value_parser = redirect_daemon::cluster_dns::parse_service)]
+    pub daemonset: Option<(String, String)>,
+    /// This node (with --daemonset).
+    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// With --daemonset outside a cluster: the kubeconfig (in-cluster config wins when
+    /// KUBERNETES_SERVICE_HOST is set).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
     /// With --watch: seconds between two passes when no change is reported (a missed event,
     /// a directory that does not exist yet).
     #[arg(long, value_name = "SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use nix::sys::signal::{SigSet, Signal};
+use redirect_daemon::still_wanted::{self, Exit};
 use redirect_install::{check, install, uninstall, watch, Change};
 
 use crate::install_cni_args::{Dirs, InstallCni};
@@ -14,8 +15,9 @@ Examples:
   # One pass (idempotent: a second run writes nothing):
   redirect install-cni --cni-bin-dir /opt/cni/bin --cni-conf-dir /etc/cni/net.d
   # The DaemonSet's install-cni container: stay, put the entry back when the primary
-  # plugin rewrites its file, uninstall on SIGTERM only when REDIRECT_UNINSTALL_ON_EXIT=true:
-  redirect install-cni --watch
+  # plugin rewrites its file; at SIGTERM uninstall only when the DaemonSet is gone or no
+  # longer selects this node (or REDIRECT_UNINSTALL_ON_EXIT=true):
+  redirect install-cni --watch --daemonset istio-system/redirect --node-name \"$NODE_NAME\"
   # The readiness probe: exit 0 only with the binary and our entry in place:
   redirect install-cni --check
   # Undo exactly what install-cni did:
@@ -95,12 +97,20 @@ pub fn run(args: &InstallCni) -> anyhow::Result<()> {
         &tx,
         &rx,
     )?;
-    if args.uninstall_on_exit {
-        uninstall_cni(&args.dirs)?;
-    } else {
-        tracing::info!(
+    let exit = match (&args.daemonset, &args.node_name) {
+        _ if args.uninstall_on_exit => Exit::Remove("told to (--uninstall-on-exit)".into()),
+        (Some(ds), Some(node)) => still_wanted::ask(args.kubeconfig.as_deref(), ds, node),
+        _ => Exit::Keep("no --daemonset to ask about (an upgrade keeps the plugin)".into()),
+    };
+    match exit {
+        Exit::Remove(reason) => {
+            tracing::info!(%reason, "uninstalling the plugin at exit");
+            uninstall_cni(&args.dirs)?;
+        }
+        Exit::Keep(reason) => tracing::info!(
+            %reason,
             "exiting with the plugin installed (new pods wait for the daemon: fail closed)"
-        );
+        ),
     }
     Ok(())
 }

@@ -1,9 +1,11 @@
-//! The count of CNI ADDs that found the daemon unreachable: a file beside the socket
-//! (`cni-add-unreachable`, one decimal number) that each `redirect-cni` process increments
-//! under an exclusive `flock`, so concurrent ADDs (the kubelet starts pods in parallel) are
-//! all counted; the daemon exports it when it is back (`redirect_cni_add_unreachable_total`)
-//! and `redirect status` shows it. It only grows (a Prometheus counter) and lives as long as
-//! the daemon directory (a node reboot clears `/run`).
+//! The counts of failed CNI ADDs: files beside the socket (one decimal number each) incremented
+//! under an exclusive `flock`, so concurrent ADDs (the kubelet starts pods in parallel) are all
+//! counted. `cni-add-unreachable`: ADDs that found the daemon unreachable, counted by each
+//! `redirect-cni` process (the daemon exports it when it is back,
+//! `redirect_cni_add_unreachable_total`, and `redirect status` shows it); `cni-add-refused`:
+//! ADDs the daemon answered with an error (a pod it cannot read or capture, a namespace it
+//! cannot open), counted by the daemon (`redirect_cni_add_refused_total`). They only grow
+//! (Prometheus counters) and live as long as the daemon directory (a node reboot clears `/run`).
 use std::{
     fs::OpenOptions,
     io::{Read as _, Seek as _, SeekFrom, Write as _},
@@ -19,9 +21,25 @@ pub const FILE: &str = "cni-add-unreachable";
 /// The metric's name.
 pub const METRIC: &str = "redirect_cni_add_unreachable_total";
 
+/// The file of the daemon's refusals.
+pub const REFUSED_FILE: &str = "cni-add-refused";
+
+/// Its metric's name.
+pub const REFUSED_METRIC: &str = "redirect_cni_add_refused_total";
+
 /// The counter file of the daemon directory `dir`.
 pub fn path(dir: &Path) -> PathBuf {
     crate::DaemonDir::new(dir).cni_failures()
+}
+
+/// Adds one to the daemon's count of refused ADDs in `dir`; returns the new count.
+pub fn increment_refused(dir: &Path) -> Result<u64, CounterError> {
+    increment_at(&dir.join(REFUSED_FILE))
+}
+
+/// The daemon's count of refused ADDs in `dir`.
+pub fn read_refused(dir: &Path) -> Result<u64, CounterError> {
+    read_at(&dir.join(REFUSED_FILE))
 }
 
 /// A counter file's failure, naming the file.
@@ -51,7 +69,11 @@ fn parse(text: &str) -> u64 {
 
 /// Adds one to the counter of `dir` (created when absent, mode 0600); returns the new count.
 pub fn increment(dir: &Path) -> Result<u64, CounterError> {
-    let file = path(dir);
+    increment_at(&path(dir))
+}
+
+fn increment_at(file: &Path) -> Result<u64, CounterError> {
+    let file = file.to_owned();
     let f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -79,7 +101,11 @@ pub fn increment(dir: &Path) -> Result<u64, CounterError> {
 
 /// The counter of `dir` (0 when there is no file), read under a shared lock.
 pub fn read(dir: &Path) -> Result<u64, CounterError> {
-    let file = path(dir);
+    read_at(&path(dir))
+}
+
+fn read_at(file: &Path) -> Result<u64, CounterError> {
+    let file = file.to_owned();
     let f = match std::fs::File::open(&file) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),

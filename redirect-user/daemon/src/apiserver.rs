@@ -120,31 +120,7 @@ impl Kube {
                 from: "a runtime for the client".into(),
                 reason: e.to_string(),
             })?;
-        let config = if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
-            Some(Config::incluster().map_err(|e| KubeError::Config {
-                from: "in-cluster".into(),
-                reason: e.to_string(),
-            })?)
-        } else if let Some(path) = &opts.kubeconfig {
-            let from = path.display().to_string();
-            let file =
-                kube::config::Kubeconfig::read_from(path).map_err(|e| KubeError::Config {
-                    from: from.clone(),
-                    reason: e.to_string(),
-                })?;
-            Some(
-                rt.block_on(Config::from_custom_kubeconfig(
-                    file,
-                    &KubeConfigOptions::default(),
-                ))
-                .map_err(|e| KubeError::Config {
-                    from,
-                    reason: e.to_string(),
-                })?,
-            )
-        } else {
-            None
-        };
+        let config = load_config(&rt, opts.kubeconfig.as_deref())?;
         let Some(mut config) = config else {
             return Ok(Self {
                 opts,
@@ -327,4 +303,36 @@ fn watch(config: Config, node: String, cluster_dns: Option<IpAddr>) -> Result<Po
         })
         .map_err(failed)?;
     Ok(cache)
+}
+
+/// The client configuration: in-cluster when `KUBERNETES_SERVICE_HOST` is set, else from
+/// `kubeconfig`, else none.
+pub fn load_config(
+    rt: &tokio::runtime::Runtime,
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<Option<Config>, KubeError> {
+    Ok(if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        Some(Config::incluster().map_err(|e| KubeError::Config {
+            from: "in-cluster".into(),
+            reason: e.to_string(),
+        })?)
+    } else if let Some(path) = kubeconfig {
+        let from = path.display().to_string();
+        let file = kube::config::Kubeconfig::read_from(path).map_err(|e| KubeError::Config {
+            from: from.clone(),
+            reason: e.to_string(),
+        })?;
+        Some(
+            rt.block_on(Config::from_custom_kubeconfig(
+                file,
+                &KubeConfigOptions::default(),
+            ))
+            .map_err(|e| KubeError::Config {
+                from,
+                reason: e.to_string(),
+            })?,
+        )
+    } else {
+        None
+    })
 }

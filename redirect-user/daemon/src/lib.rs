@@ -28,6 +28,7 @@ pub mod repair;
 pub mod resolution;
 pub mod server;
 pub mod state;
+pub mod still_wanted;
 
 use std::path::PathBuf;
 

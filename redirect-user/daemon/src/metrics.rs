@@ -111,14 +111,19 @@ pub fn spawn(
     )
 }
 
-/// The Prometheus text of the CNI plugin's count of ADDs that found the daemon unreachable.
+/// The Prometheus text of the counts of failed ADDs: the CNI plugin's (the daemon was
+/// unreachable) and the daemon's (it answered with an error).
 fn render_cni_failures(dir: &std::path::Path) -> String {
-    use redirect_daemon_api::cni_failures::{read, METRIC};
-    let n = read(dir).unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "reading the CNI ADD failure count");
-        0
-    });
+    use redirect_daemon_api::cni_failures::{read, read_refused, METRIC, REFUSED_METRIC};
+    let count = |n: Result<u64, _>| {
+        n.unwrap_or_else(|e: redirect_daemon_api::cni_failures::CounterError| {
+            tracing::warn!(error = %e, "reading a CNI ADD failure count");
+            0
+        })
+    };
+    let (unreachable, refused) = (count(read(dir)), count(read_refused(dir)));
     format!(
-        "# HELP {METRIC} CNI ADDs that found the redirect daemon unreachable (each failed closed).\n# TYPE {METRIC} counter\n{METRIC} {n}\n"
+        "# HELP {METRIC} CNI ADDs that found the redirect daemon unreachable (each failed closed).\n# TYPE {METRIC} counter\n{METRIC} {unreachable}\n\
+         # HELP {REFUSED_METRIC} CNI ADDs the redirect daemon answered with an error (each failed closed).\n# TYPE {REFUSED_METRIC} counter\n{REFUSED_METRIC} {refused}\n"
     )
 }

@@ -374,6 +374,15 @@ impl Daemon {
         (ready(&fds[0]), ready(&fds[1]))
     }
 
+    /// Counts an ADD answered with an error (`redirect_cni_add_refused_total`).
+    fn count_refused<T>(&self, op: &str, result: &std::result::Result<T, String>) {
+        if op == "pod_add" && result.is_err() {
+            if let Err(e) = redirect_daemon_api::cni_failures::increment_refused(&self.opts.dir) {
+                tracing::warn!(error = %e, "counting a refused ADD");
+            }
+        }
+    }
+
     /// Answers a request whose pod a resolver thread read, unless its client hung up.
     fn finish(&mut self, done: resolver::Done) {
         let op = done.req.op();
@@ -387,6 +396,7 @@ impl Daemon {
         let result = self
             .handle_with(done.req, done.fd, Some(done.found))
             .map_err(|e| e.to_string());
+        self.count_refused(op, &result);
         let _ = (&done.stream).write_all(answer::frame(&result).as_bytes());
         tracing::debug!(
             op,
@@ -427,6 +437,7 @@ impl Daemon {
                                 "the daemon is reading {} pods from the apiserver already: retry (fail closed)",
                                 self.resolver.in_flight()
                             ));
+                            self.count_refused(op, &busy);
                             let _ = (&stream).write_all(answer::frame(&busy).as_bytes());
                             tracing::warn!(op, "pod request refused: every resolver is busy");
                             return;
@@ -441,6 +452,7 @@ impl Daemon {
             }
         };
         phases.mark("handle");
+        self.count_refused(op, &result);
         let _ = (&stream).write_all(answer::frame(&result).as_bytes());
         phases.mark("reply");
         tracing::debug!(op, ok = result.is_ok(), elapsed_us = phases.total_us(), %phases, "request served");

@@ -114,6 +114,11 @@ impl PodServer {
         objects.insert(path.to_owned(), object.clone());
     }
 
+    /// Stops serving the object at `path` (404 from now on).
+    pub fn remove_object(&self, path: &str) {
+        self.objects.lock().expect("objects").remove(path);
+    }
+
     /// Serves the cluster DNS Service `kube-system/kube-dns` with cluster IP `ip`.
     pub fn put_kube_dns(&self, ip: &str) {
         let service = json!({"apiVersion": "v1", "kind": "Service",

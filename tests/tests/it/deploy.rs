@@ -1,6 +1,6 @@
 //! Every manifest of deploy/kubernetes parses, and says what we mean: the ClusterRole grants
-//! pods get/list/watch and nothing more, a Role get on the kube-dns Service only, both to the
-//! ServiceAccount the DaemonSet runs as; every
+//! pods get/list/watch and nodes get and nothing more, Roles get on the kube-dns Service and
+//! on the DaemonSet only, all to the ServiceAccount the DaemonSet runs as; every
 //! container's args and every exec probe name a `redirect` subcommand and flags that exist
 //! (`redirect ARGS --help` succeeds); each volume mount names a volume; the install-cni
 //! container has the CNI directories from the host and a readiness probe that checks them.
@@ -72,17 +72,42 @@ fn manifests_parse_grant_only_pod_reads_and_name_real_commands() {
     let role = one(&m, "ClusterRole");
     assert_eq!(
         role["rules"],
-        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}])
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+               {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}])
     );
     let sa = one(&m, "ServiceAccount");
-    // The one Service the daemon reads (the cluster DNS address), in its namespace only.
-    let dns = one(&m, "Role");
+    // The one Service the daemon reads (the cluster DNS address), in its namespace only, and
+    // the one DaemonSet install-cni reads when it stops.
+    let roles: Vec<&Value> = m.get("Role").into_iter().flatten().collect();
+    let ds_role = roles
+        .iter()
+        .find(|r| r["metadata"]["namespace"] == "istio-system")
+        .expect("the DaemonSet's Role");
+    assert_eq!(
+        ds_role["rules"],
+        json!([{"apiGroups": ["apps"], "resources": ["daemonsets"], "resourceNames": ["redirect"], "verbs": ["get"]}])
+    );
+    let dns = *roles
+        .iter()
+        .find(|r| r["metadata"]["namespace"] == "kube-system")
+        .expect("the cluster DNS Role");
     assert_eq!(dns["metadata"]["namespace"], "kube-system");
     assert_eq!(
         dns["rules"],
         json!([{"apiGroups": [""], "resources": ["services"], "resourceNames": ["kube-dns"], "verbs": ["get"]}])
     );
-    let dns_binding = one(&m, "RoleBinding");
+    let bindings: Vec<&Value> = m.get("RoleBinding").into_iter().flatten().collect();
+    assert_eq!(bindings.len(), 2, "a RoleBinding per Role");
+    for b in &bindings {
+        assert_eq!(
+            b["subjects"],
+            json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}])
+        );
+    }
+    let dns_binding = *bindings
+        .iter()
+        .find(|b| b["metadata"]["namespace"] == "kube-system")
+        .expect("the cluster DNS binding");
     assert_eq!(dns_binding["metadata"]["namespace"], "kube-system");
     assert_eq!(
         dns_binding["roleRef"],
@@ -144,8 +169,26 @@ fn manifests_parse_grant_only_pod_reads_and_name_real_commands() {
     assert_eq!(args[..2], ["install-cni", "--watch"]);
     let probe = words(&install["readinessProbe"]["exec"]["command"]);
     assert_eq!(probe[1..3], ["install-cni", "--check"]);
-    // The probe checks what the watcher installs: the same directories and entry.
-    assert_eq!(probe[3..], args[2..], "the probe and the watcher disagree");
+    // The probe checks what the watcher installs: the same directories and entry (the
+    // watcher's exit decision, --daemonset, is the watcher's alone).
+    let at = args
+        .iter()
+        .position(|a| a == "--daemonset")
+        .expect("--daemonset");
+    assert_eq!(
+        args[at + 1],
+        format!(
+            "{}/{}",
+            ds["metadata"]["namespace"].as_str().expect("ns"),
+            ds["metadata"]["name"].as_str().expect("name")
+        )
+    );
+    let installs: Vec<&String> = args[2..at].iter().chain(&args[at + 2..]).collect();
+    assert_eq!(
+        probe[3..].iter().collect::<Vec<_>>(),
+        installs,
+        "the probe and the watcher disagree"
+    );
     for (flag, host) in [
         ("--cni-bin-dir", "/opt/cni/bin"),
         ("--cni-conf-dir", "/etc/cni/net.d"),
