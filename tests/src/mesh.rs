@@ -231,6 +231,12 @@ impl MeshNode {
         self.kubelet().run(&pod, &overrides)
     }
 
+    /// The sandbox of meshed pod `name` alone (`RunPodSandbox`: the network, our ADD).
+    pub fn run_sandbox(&self, name: &str) -> Result<RunningPod, StartError> {
+        let (pod, _) = self.meshed(name, "1");
+        self.kubelet().run_sandbox(&pod)
+    }
+
     /// The outbound access-log records of `pod`'s proxy.
     pub fn proxied(&self, pod: &RunningPod) -> Vec<Value> {
         self.kubelet()

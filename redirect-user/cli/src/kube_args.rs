@@ -38,6 +38,15 @@ pub struct KubeArgs {
     /// uid/gid bypass to.
     #[arg(long, value_name = "DIR")]
     pub pod_cgroup_root: Option<PathBuf>,
+    /// Remove this taint (KEY:EFFECT, e.g. redirect.dev/not-ready:NoSchedule) from this node
+    /// once the plugin entry is in --cni-conf-dir's conflist and the daemon serves ADDs
+    /// (with --node-name; RBAC: nodes get and patch). Put it on new nodes so that pods are
+    /// scheduled there only once they can be captured.
+    #[arg(long, value_name = "KEY:EFFECT", value_parser = redirect_daemon::untaint::parse_taint, requires = "node_name")]
+    pub untaint: Option<redirect_daemon::untaint::Taint>,
+    /// Where the runtime's conflists are, as the daemon sees them (for --untaint).
+    #[arg(long, value_name = "DIR", default_value = "/etc/cni/net.d")]
+    pub cni_conf_dir: PathBuf,
     /// Longest seconds between two reconciles of this node's pods with the enrollments (a
     /// change seen by the pod watch starts one within a second).
     #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -61,6 +70,8 @@ impl KubeArgs {
             get_interval: Duration::from_millis(self.pod_get_interval_ms),
             pod_cgroup_root,
             reconcile_interval: Duration::from_secs(self.reconcile_interval_secs),
+            untaint: self.untaint.clone(),
+            cni_conf_dir: self.cni_conf_dir.clone(),
         })
     }
 }

@@ -30,6 +30,10 @@ pub struct KubeOptions {
     /// Longest time between two reconciles of this node's pods (a watch change starts one at
     /// the next tick).
     pub reconcile_interval: Duration,
+    /// The node readiness taint to remove from this node once the plugin entry is in place.
+    pub untaint: Option<crate::untaint::Taint>,
+    /// Where the runtime's conflists are (for the untaint's check).
+    pub cni_conf_dir: PathBuf,
 }
 
 impl Default for KubeOptions {
@@ -43,6 +47,8 @@ impl Default for KubeOptions {
             get_interval: Duration::from_secs(1),
             pod_cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             reconcile_interval: Duration::from_secs(10),
+            untaint: None,
+            cni_conf_dir: PathBuf::from("/etc/cni/net.d"),
         }
     }
 }
@@ -92,6 +98,7 @@ pub struct Kube {
     client: Option<Client>,
     /// This node's pods as the watch tells them (with `--node-name` only).
     cache: Option<PodCache>,
+    untaint: std::sync::Mutex<Option<crate::untaint::Untaint>>,
     rt: tokio::runtime::Runtime,
 }
 
@@ -126,6 +133,7 @@ impl Kube {
                 opts,
                 client: None,
                 cache: None,
+                untaint: std::sync::Mutex::new(None),
                 rt,
             });
         };
@@ -156,10 +164,19 @@ impl Kube {
                 reason: e.to_string(),
             })?
         };
+        let untaint = match (&opts.untaint, &opts.node_name) {
+            (Some(taint), Some(node)) => Some(crate::untaint::Untaint::new(
+                taint.clone(),
+                opts.cni_conf_dir.clone(),
+                node.clone(),
+            )),
+            _ => None,
+        };
         Ok(Self {
             opts,
             client: Some(client),
             cache,
+            untaint: std::sync::Mutex::new(untaint),
             rt,
         })
     }
@@ -201,6 +218,17 @@ impl Kube {
         self.rt
             .block_on(api.get_opt(name))
             .map_err(|e| e.to_string())
+    }
+
+    /// Moves the node readiness taint's removal on (every tick; see [`crate::untaint`]).
+    pub fn tick_untaint(&self) {
+        let mut untaint = self
+            .untaint
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(u) = untaint.as_mut() {
+            u.tick(self.rt.handle(), self.client.as_ref());
+        }
     }
 
     /// The options in force.

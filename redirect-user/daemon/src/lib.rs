@@ -29,6 +29,7 @@ pub mod resolution;
 pub mod server;
 pub mod state;
 pub mod still_wanted;
+pub mod untaint;
 
 use std::path::PathBuf;
 

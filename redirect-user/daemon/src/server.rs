@@ -312,6 +312,9 @@ impl Daemon {
         }
         phases.mark("follow");
         self.reconcile_pods();
+        if let Some(kube) = &self.kube {
+            kube.tick_untaint();
+        }
         phases.mark("reconcile");
         tracing::debug!(enrolled = self.enrollments.len(), us = phases.total_us(), %phases, "tick");
     }

@@ -115,13 +115,9 @@ impl<'n> Kubelet<'n> {
         self.node.cri()
     }
 
-    /// Runs `pod`, with `overrides` by container name; a sandbox whose container fails to
-    /// start is removed again.
-    pub fn run(
-        &self,
-        pod: &Pod,
-        overrides: &HashMap<String, Override>,
-    ) -> Result<RunningPod, StartError> {
+    /// Runs `pod`'s sandbox alone (`RunPodSandbox`: the runtime's network setup, our CNI
+    /// ADD among it), as the kubelet does before any container.
+    pub fn run_sandbox(&self, pod: &Pod) -> Result<RunningPod, StartError> {
         let spec = pod.spec.as_ref().context("the pod has no spec")?;
         for v in spec.volumes.iter().flatten() {
             let dir = match &v.host_path {
@@ -151,7 +147,22 @@ impl<'n> Kubelet<'n> {
         }
         std::fs::create_dir_all(&config.log_directory).context("the pod's log directory")?;
         let sandbox = self.cri().run_pod_sandbox(&config)?;
-        let mut running = self.sandbox_status(pod, &sandbox, config)?;
+        Ok(self.sandbox_status(pod, &sandbox, config)?)
+    }
+
+    /// Runs `pod`, with `overrides` by container name; a sandbox whose container fails to
+    /// start is removed again.
+    pub fn run(
+        &self,
+        pod: &Pod,
+        overrides: &HashMap<String, Override>,
+    ) -> Result<RunningPod, StartError> {
+        let spec = pod.spec.as_ref().context("the pod has no spec")?;
+        let mut running = self.run_sandbox(pod)?;
+        let (sandbox, next) = (
+            running.sandbox.clone(),
+            running.config.metadata.as_ref().map_or(0, |m| m.attempt),
+        );
         let empty = Override::default();
         // Native sidecars (init containers that restart Always: Istio's istio-proxy) start
         // first and keep running; run-to-completion init containers are not run here.

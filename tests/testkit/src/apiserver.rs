@@ -1,7 +1,9 @@
 //! The recorded-object apiserver: a local HTTP server replaying recorded Kubernetes Pod objects at
 //! `GET /api/v1/namespaces/NS/pods/NAME` (404 with a `Status` otherwise), a recorded list and
 //! watch stream at `GET /api/v1/pods` (`?watch=true`: ADDED/MODIFIED/DELETED events, then the
-//! stream stays open), and the kubeconfig that points the daemon's real kube-rs client at it. No kube-apiserver
+//! stream stays open), any other object at its path (a Service, a Node, a DaemonSet; a merge
+//! PATCH applied to it and recorded with its body), and the kubeconfig that points the daemon's
+//! real kube-rs client at it. No kube-apiserver
 //! can be installed here; the daemon's client, its retries and its decoding are the real ones.
 use std::{
     collections::BTreeMap,
@@ -119,6 +121,11 @@ impl PodServer {
         self.objects.lock().expect("objects").remove(path);
     }
 
+    /// The object served at `path` now (after PATCHes).
+    pub fn object(&self, path: &str) -> Option<Value> {
+        self.objects.lock().expect("objects").get(path).cloned()
+    }
+
     /// Serves the cluster DNS Service `kube-system/kube-dns` with cluster IP `ip`.
     pub fn put_kube_dns(&self, ip: &str) {
         let service = json!({"apiVersion": "v1", "kind": "Service",
@@ -174,12 +181,31 @@ fn serve(
     if reader.read_line(&mut line).is_err() {
         return;
     }
-    // The rest of the head; GETs have no body.
+    // The rest of the head; only a PATCH has a body.
     let mut header = String::new();
+    let mut length = 0usize;
     while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+        if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
         header.clear();
     }
+    let method = line
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
     let target = line.split_whitespace().nth(1).unwrap_or_default();
+    if method == "PATCH" {
+        let mut body = vec![0u8; length.min(1 << 20)];
+        let _ = std::io::Read::read_exact(&mut reader, &mut body);
+        let body = String::from_utf8_lossy(&body).into_owned();
+        hits.lock()
+            .expect("hits")
+            .push(format!("PATCH {target} {body}"));
+        let path = target.split_once('?').map_or(target, |(p, _)| p);
+        return patch(&stream, objects, path, &body);
+    }
     hits.lock().expect("hits").push(target.to_owned());
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let path = path.to_owned();
@@ -209,6 +235,40 @@ fn serve(
     let body = body.to_string();
     let _ = write!(
         &stream,
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// A merge patch (RFC 7386) of the object at `path`: applied and the result answered; 404
+/// when there is none.
+fn patch(mut stream: &TcpStream, objects: &Objects, path: &str, body: &str) {
+    fn merge(target: &mut Value, patch: &Value) {
+        match (target.as_object_mut(), patch.as_object()) {
+            (Some(t), Some(p)) => {
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                    }
+                }
+            }
+            _ => *target = patch.clone(),
+        }
+    }
+    let patched = serde_json::from_str::<Value>(body).ok().and_then(|p| {
+        let mut objects = objects.lock().expect("objects");
+        let object = objects.get_mut(path)?;
+        merge(object, &p);
+        Some(object.clone())
+    });
+    let (status, body) = match patched {
+        Some(o) => ("200 OK", o.to_string()),
+        None => ("404 Not Found", json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": format!("{path} not found")}).to_string()),
+    };
+    let _ = write!(
+        stream,
         "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );

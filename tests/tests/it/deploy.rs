@@ -1,5 +1,5 @@
 //! Every manifest of deploy/kubernetes parses, and says what we mean: the ClusterRole grants
-//! pods get/list/watch and nodes get and nothing more, Roles get on the kube-dns Service and
+//! pods get/list/watch and nodes get/patch and nothing more, Roles get on the kube-dns Service and
 //! on the DaemonSet only, all to the ServiceAccount the DaemonSet runs as; every
 //! container's args and every exec probe name a `redirect` subcommand and flags that exist
 //! (`redirect ARGS --help` succeeds); each volume mount names a volume; the install-cni
@@ -73,7 +73,7 @@ fn manifests_parse_grant_only_pod_reads_and_name_real_commands() {
     assert_eq!(
         role["rules"],
         json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-               {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}])
+               {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}])
     );
     let sa = one(&m, "ServiceAccount");
     // The one Service the daemon reads (the cluster DNS address), in its namespace only, and

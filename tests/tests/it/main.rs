@@ -46,6 +46,7 @@ mod routes;
 mod spoofed_sources;
 mod stock_conflists;
 mod tenancy;
+mod untaint;
 mod upgrade;
 mod validate;
 mod vm;

@@ -2,6 +2,7 @@
 //! by side in one process tree, interleaved rounds, reported as medians and per-round ratios.
 mod cni;
 mod cni_node;
+mod cri;
 mod floor;
 mod footprint;
 mod phases;
@@ -57,6 +58,9 @@ struct Params {
     /// CNI ADDs one at a time per mode and round, and how many at once.
     cni_serial: usize,
     cni_parallel: usize,
+    /// Sandboxes through containerd's CRI one at a time per mode and round, how many at once,
+    /// and rounds.
+    cri: (usize, usize, usize),
     /// Namespaces enrolled in the scaled measurement, and connections churned.
     namespaces: usize,
     churn: u64,
@@ -75,6 +79,7 @@ impl Params {
                 rule_counts: vec![0, 100, 1000, 10_000],
                 cni_serial: 20,
                 cni_parallel: 20,
+                cri: (10, 20, 3),
                 namespaces: 100,
                 churn: 1_000_000,
             },
@@ -88,6 +93,7 @@ impl Params {
                 rule_counts: vec![0, 100, 1000, 10_000],
                 cni_serial: 10,
                 cni_parallel: 20,
+                cri: (5, 20, 1),
                 namespaces: 100,
                 churn: 100_000,
             },
@@ -101,6 +107,7 @@ impl Params {
                 rule_counts: vec![0, 100],
                 cni_serial: 2,
                 cni_parallel: 4,
+                cri: (1, 2, 1),
                 namespaces: 10,
                 churn: 2_000,
             },
@@ -201,7 +208,7 @@ fn environment(
 }
 
 /// The workloads `--only` can name, in the order a run takes them.
-pub const WORKLOADS: [&str; 9] = [
+pub const WORKLOADS: [&str; 10] = [
     "cps",
     "keepalive",
     "bulk",
@@ -211,6 +218,7 @@ pub const WORKLOADS: [&str; 9] = [
     "enroll",
     "cni",
     "namespaces",
+    "cri",
 ];
 
 /// Runs the benchmark of `size` (only the workloads in `only`, when it names any) and writes
@@ -347,6 +355,11 @@ pub fn run(size: Size, out: &Path, only: &[String]) -> anyhow::Result<()> {
         }
         if want("namespaces") {
             memory.extend(b.namespaces_workload(&p)?);
+        }
+        if want("cri") {
+            progress("CRI RunPodSandbox (containerd)")?;
+            let (serial, parallel, rounds) = p.cri;
+            memory.extend(b.cri_workload(serial, parallel, rounds)?);
         }
         Ok(memory)
     })();

@@ -321,6 +321,7 @@ pub fn check(out: &Path) -> anyhow::Result<usize> {
         "cni-add",
         "load",
         "namespaces",
+        super::cri::WORKLOAD,
     ] {
         if !report.samples.iter().any(|s| s.workload == w) {
             anyhow::bail!("bench smoke: workload {w} produced no samples");
