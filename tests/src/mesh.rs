@@ -109,6 +109,12 @@ impl MeshNode {
     /// Runs the DaemonSet's pod and waits until both containers are ready (the daemon
     /// answers `redirect list`, install-cni's check passes).
     pub fn start_daemonset(&mut self) {
+        self.start_daemonset_from(None);
+    }
+
+    /// [`MeshNode::start_daemonset`] with both containers from `image` in place of the
+    /// DaemonSet's (a rollout to another image).
+    pub fn start_daemonset_from(&mut self, image: Option<&str>) {
         let cgroup = self.node.cgroup.path().display().to_string();
         let api_dir = self.node.dir.join("api").display().to_string();
         let kubeconfig = format!("{api_dir}/kubeconfig");
@@ -127,11 +133,19 @@ impl MeshNode {
             "100",
         ];
         let daemon = Override {
+            image: image.map(str::to_owned),
             append_args: append.map(str::to_owned).to_vec(),
             mounts: vec![(api_dir.clone(), api_dir)],
             ..Override::default()
         };
-        let overrides = HashMap::from([("redirect".to_owned(), daemon)]);
+        let install = Override {
+            image: image.map(str::to_owned),
+            ..Override::default()
+        };
+        let overrides = HashMap::from([
+            ("redirect".to_owned(), daemon),
+            ("install-cni".to_owned(), install),
+        ]);
         let ds = self
             .kubelet()
             .run(&daemonset_pod(), &overrides)

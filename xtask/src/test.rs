@@ -23,8 +23,11 @@ pub fn test(extra: &[String]) -> anyhow::Result<()> {
         .env("REDIRECT_EBPF_OBJECT", util::ebpf_object())
         .args(extra);
     if let Some(image) = image {
+        let next = crate::image::next::for_tests()?;
         cmd.env("REDIRECT_IMAGE", &image.tags[0])
-            .env("REDIRECT_IMAGE_ARCHIVE", &image.archive);
+            .env("REDIRECT_IMAGE_ARCHIVE", &image.archive)
+            .env("REDIRECT_NEXT_IMAGE", &next.tags[0])
+            .env("REDIRECT_NEXT_IMAGE_ARCHIVE", &next.archive);
     }
     run(&mut cmd)?;
     bench_smoke()

@@ -116,10 +116,14 @@ fn client(conf: &NetConf) -> Client {
     Client::new(&conf.daemon_socket).timeout(Duration::from_secs(conf.timeout_seconds.max(1)))
 }
 
-/// The plugin's error for a call that failed: the daemon's refusal is [`Code::CaptureFailed`],
-/// no answer at all is `unreachable` (fail closed: the runtime tries again).
+/// The plugin's error for a call that failed: the daemon's refusal is [`Code::CaptureFailed`]
+/// ([`Code::TryAgainLater`] when the daemon says a later try may succeed), no answer at all is
+/// `unreachable` (fail closed: the runtime tries again).
 fn failed(what: String, e: ClientError, unreachable: Code) -> CniError {
     match e {
+        ClientError::Refused {
+            error, retry: true, ..
+        } => CniError::new(Code::TryAgainLater, what, error),
         ClientError::Refused { error, .. } => CniError::new(Code::CaptureFailed, what, error),
         // Mid-rollout: the plugin and the daemon are of different releases. Nothing was done;
         // fail closed and let the runtime try again once both are the same.

@@ -161,6 +161,13 @@ pub enum Answer {
 
 /// The answer line: this result with the protocol version, and the newline.
 pub fn frame(result: &Result<Answer, String>) -> String {
+    frame_retry(result, false)
+}
+
+/// [`frame`], with an error marked `retry` when asking again later may succeed (the
+/// apiserver does not have the pod yet, the daemon is busy): the CNI plugin then answers code
+/// 11, "try again later". An older client ignores the field.
+pub fn frame_retry(result: &Result<Answer, String>, retry: bool) -> String {
     #[derive(Serialize)]
     struct Frame<'a> {
         v: u32,
@@ -169,6 +176,8 @@ pub fn frame(result: &Result<Answer, String>) -> String {
         answer: Option<&'a Answer>,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<&'a str>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        retry: bool,
     }
     let frame = match result {
         Ok(a) => Frame {
@@ -176,12 +185,14 @@ pub fn frame(result: &Result<Answer, String>) -> String {
             ok: true,
             answer: Some(a),
             error: None,
+            retry: false,
         },
         Err(e) => Frame {
             v: PROTOCOL_VERSION,
             ok: false,
             answer: None,
             error: Some(e),
+            retry,
         },
     };
     let mut line = serde_json::to_string(&frame).unwrap_or_else(|e| {
@@ -199,6 +210,8 @@ pub(crate) struct Received<A> {
     pub answer: Option<A>,
     #[serde(default)]
     pub error: Option<String>,
+    #[serde(default)]
+    pub retry: bool,
 }
 
 fn none<A>() -> Option<A> {

@@ -72,6 +72,8 @@ pub enum ClientError {
         op: &'static str,
         /// The daemon's error, naming the value.
         error: String,
+        /// The daemon says asking again later may succeed.
+        retry: bool,
     },
 }
 
@@ -252,12 +254,14 @@ impl Client {
             (true, None) => Err(ClientError::Refused {
                 op,
                 error: format!("the daemon's answer to {op} is empty"),
+                retry: false,
             }),
             (false, _) => Err(ClientError::Refused {
                 op,
                 error: got
                     .error
                     .unwrap_or_else(|| format!("the daemon refused {op} without a reason")),
+                retry: got.retry,
             }),
         }
     }

@@ -104,6 +104,17 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether asking again later may succeed: the apiserver did not have the pod (yet), or
+    /// the watch saw it deleted (the runtime's retry then meets the pod's replacement).
+    pub fn retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Kube(
+                crate::apiserver::KubeError::Get { .. } | crate::apiserver::KubeError::Deleted(_)
+            )
+        )
+    }
+
     /// A failed call on a file of the daemon directory (the datapath's file error: one shape
     /// for every file the node's tools touch).
     pub fn io(call: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {

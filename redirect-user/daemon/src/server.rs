@@ -396,11 +396,11 @@ impl Daemon {
             );
             return;
         }
-        let result = self
-            .handle_with(done.req, done.fd, Some(done.found))
-            .map_err(|e| e.to_string());
+        let handled = self.handle_with(done.req, done.fd, Some(done.found));
+        let retry = handled.as_ref().is_err_and(Error::retryable);
+        let result = handled.map_err(|e| e.to_string());
         self.count_refused(op, &result);
-        let _ = (&done.stream).write_all(answer::frame(&result).as_bytes());
+        let _ = (&done.stream).write_all(answer::frame_retry(&result, retry).as_bytes());
         tracing::debug!(
             op,
             ok = result.is_ok(),
@@ -429,7 +429,7 @@ impl Daemon {
         let request =
             receive::receive(&stream).and_then(|r| decode_request(&r.line).map(|req| (req, r.fd)));
         phases.mark("read");
-        let (op, result) = match request {
+        let (op, result, retry) = match request {
             Ok((req, fd)) => {
                 let op = req.op();
                 if let Some((kube, pod)) = self.needs_get(&req) {
@@ -441,22 +441,25 @@ impl Daemon {
                                 self.resolver.in_flight()
                             ));
                             self.count_refused(op, &busy);
-                            let _ = (&stream).write_all(answer::frame(&busy).as_bytes());
+                            let _ =
+                                (&stream).write_all(answer::frame_retry(&busy, true).as_bytes());
                             tracing::warn!(op, "pod request refused: every resolver is busy");
                             return;
                         }
                     }
                 }
-                (op, self.handle(req, fd).map_err(|e| e.to_string()))
+                let handled = self.handle(req, fd);
+                let retry = handled.as_ref().is_err_and(Error::retryable);
+                (op, handled.map_err(|e| e.to_string()), retry)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "bad request refused");
-                ("bad", Err(format!("bad request: {e}")))
+                ("bad", Err(format!("bad request: {e}")), false)
             }
         };
         phases.mark("handle");
         self.count_refused(op, &result);
-        let _ = (&stream).write_all(answer::frame(&result).as_bytes());
+        let _ = (&stream).write_all(answer::frame_retry(&result, retry).as_bytes());
         phases.mark("reply");
         tracing::debug!(op, ok = result.is_ok(), elapsed_us = phases.total_us(), %phases, "request served");
     }

@@ -340,8 +340,10 @@ fn cni_pods_come_from_the_node_watch() {
     let gone = host.sandbox("shop", "deleted-1", "uid-d1");
     let ran = gone.redirect_cni("ADD", &conf);
     assert!(!ran.ok(), "ADD of a deleted pod: {}", ran.text());
-    // At once: the watch said so, and no GET would bring it back.
+    // At once: the watch said so, and no GET would bring it back; code 11, "try again later"
+    // (the runtime's retry meets the pod's replacement, or gives up).
     assert!(ran.text().contains("was deleted"), "{}", ran.text());
+    assert_eq!(ran.json["code"], 11, "{}", ran.text());
     let hits = api.hits();
     assert!(
         !hits.iter().any(|h| h.contains("/pods/deleted-1")),

@@ -7,6 +7,7 @@ mod cli_errors;
 mod cni;
 mod conformance;
 mod cri;
+mod cri_rollout;
 mod daemon;
 mod daemon_concurrency;
 mod daemon_protocol;

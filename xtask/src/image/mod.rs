@@ -4,6 +4,7 @@
 //! image-archive`, `ctr images import`). `cargo xtask test` builds it in storage of its own and
 //! hands the archive to `tests/tests/it/image.rs`.
 pub mod musl;
+pub mod next;
 
 use std::{
     path::{Path, PathBuf},
