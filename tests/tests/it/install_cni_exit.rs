@@ -70,7 +70,9 @@ fn stop_with(kubeconfig: &str) -> (bool, String) {
 
 #[test]
 fn at_exit_the_entry_stays_for_an_upgrade_and_goes_with_the_daemonset() {
-    let api = PodServer::start(&std::env::temp_dir().join(redirect_testkit::unique_name("rexit")));
+    // The recorded server's kubeconfig lives in directories removed on drop.
+    let holder = Dirs::new();
+    let api = PodServer::start(&holder.conf.join("api"));
     let kubeconfig = api.kubeconfig().display().to_string();
     api.put_object(
         NODE_PATH,
@@ -103,14 +105,13 @@ fn at_exit_the_entry_stays_for_an_upgrade_and_goes_with_the_daemonset() {
     assert!(log.contains("no longer exists"), "{log}");
 
     // The apiserver cannot say: kept (fail closed).
-    let dead = std::env::temp_dir().join(redirect_testkit::unique_name("rexitk"));
+    let dead = holder.conf.join("unreachable.kubeconfig");
     std::fs::write(
         &dead,
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:9\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {}\n",
     )
     .expect("kubeconfig");
     let (kept, log) = stop_with(&dead.display().to_string());
-    let _ = std::fs::remove_file(&dead);
     assert!(kept, "removed although the apiserver could not say: {log}");
     assert!(log.contains("failed") && log.contains("kept"), "{log}");
 }
