@@ -77,6 +77,9 @@ pub enum KubeError {
         /// The last failure.
         last: String,
     },
+    /// Nobody waits for the pod any more (the plugin hung up between two attempts).
+    #[error("{0}: the CNI plugin hung up while the pod was read; stopped reading it")]
+    GaveUp(String),
     /// The watch saw the pod deleted (its sandbox is being made after a force delete).
     #[error("{0} was deleted (the apiserver's watch of this node said so): not enrolled")]
     Deleted(String),
@@ -240,6 +243,16 @@ impl Kube {
     /// exists with the uid the runtime named (a pod recreated under the same name is another
     /// pod), at most `get_attempts` times, and resolves it; checks it is on this node.
     pub fn pod(&self, pod: &PodRef) -> Result<Resolved, KubeError> {
+        self.pod_while(pod, &|| true)
+    }
+
+    /// [`Kube::pod`], giving up between two attempts once `wanted` says nobody waits for the
+    /// answer any more (the plugin hung up: its runtime has timed out).
+    pub fn pod_while(
+        &self,
+        pod: &PodRef,
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Resolved, KubeError> {
         let client = self
             .client
             .clone()
@@ -248,6 +261,9 @@ impl Kube {
         let attempts = self.opts.get_attempts.max(1);
         let mut last = String::new();
         for attempt in 1..=attempts {
+            if attempt > 1 && !wanted() {
+                return Err(KubeError::GaveUp(pod.to_string()));
+            }
             // Deleted: no GET will bring it back (a new pod of the name has another uid).
             if self.seen_deleted(pod) {
                 return Err(KubeError::Deleted(pod.to_string()));

@@ -11,7 +11,8 @@ const ATTEMPTS: u32 = 2;
 /// Pause between them.
 const INTERVAL: Duration = Duration::from_millis(500);
 
-/// `NAMESPACE/NAME` of the Service, parsed; the error names the value.
+/// `NAMESPACE/NAME` (of the Service, and of install-cni's `--daemonset`), parsed; the error
+/// names the value.
 pub fn parse_service(text: &str) -> Result<(String, String), String> {
     match text.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {

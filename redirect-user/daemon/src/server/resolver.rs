@@ -4,7 +4,8 @@
 //! the result back to the request thread, which enrolls under the node lock (milliseconds).
 //! Meanwhile every other request (other pods' ADD and DEL, `list`, the tick) is served. A
 //! request past the bound is refused at once (fail closed; the runtime retries), and one whose
-//! client hung up while its pod was read is dropped, not enrolled.
+//! client hung up while its pod was read stops being read at the next attempt and is dropped,
+//! not enrolled.
 use std::{
     io::Read as _,
     os::{
@@ -97,7 +98,8 @@ impl Resolver {
         let spawned = std::thread::Builder::new()
             .name("pod-get".into())
             .spawn(move || {
-                let found = kube.pod(&pod);
+                // Work for a client that hung up is dropped between two GETs, freeing the slot.
+                let found = kube.pod_while(&pod, &|| !hung_up(&stream));
                 in_flight.fetch_sub(1, Ordering::SeqCst);
                 let _ = tx.send(Done {
                     stream,
