@@ -9,13 +9,31 @@ pub use redirect_testkit::apiserver::PodServer;
 /// (one of [`reference::INJECT_MANIFESTS`]) migrated to what Istio's injector emits with
 /// istio-cni enabled (native sidecar, no istio-init), named and scheduled on `node`.
 pub fn recorded_pod(manifest: &str, namespace: &str, name: &str, uid: &str, node: &str) -> Value {
+    pod_of(manifest, true, [namespace, name, uid, node])
+}
+
+/// [`recorded_pod`] as the manifest has it, not migrated: Istio's injector without istio-cni
+/// (its `istio-init` container runs istio-iptables in the pod).
+pub fn recorded_pod_with_istio_init(
+    manifest: &str,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    node: &str,
+) -> Value {
+    pod_of(manifest, false, [namespace, name, uid, node])
+}
+
+fn pod_of(manifest: &str, migrate: bool, [namespace, name, uid, node]: [&str; 4]) -> Value {
     let text = reference::inject(manifest);
     let mut docs = redirect_k8s::manifest::documents(&text).expect("the manifest parses");
     let doc = docs
         .iter_mut()
         .find(|d| d.kind() == "Deployment" || d.kind() == "Pod")
         .expect("a workload in the manifest");
-    redirect_k8s::manifest::migrate(doc).expect("migrate");
+    if migrate {
+        redirect_k8s::manifest::migrate(doc).expect("migrate");
+    }
     let pod = doc.pod().expect("decode").expect("a pod");
     let mut v = serde_json::to_value(pod).expect("a Pod serialises");
     v["apiVersion"] = "v1".into();

@@ -3,6 +3,7 @@
 //! CNI chain and a private podman.
 pub mod abuse;
 pub mod apiserver;
+pub mod apiserver_tls;
 pub mod cni;
 pub mod conformance;
 pub mod env;

@@ -1,7 +1,8 @@
 //! A meshed node on containerd for the CRI tests: the kubelet-lite's node with the pause and
 //! app images and the image under test imported, Debian's bridge + host-local as the primary
 //! conflist, the recorded apiserver in the node's network, the DaemonSet's pod from
-//! `deploy/kubernetes/daemonset.yaml`, meshed pods (Istio's injected `hello.yaml` with DNS
+//! `deploy/kubernetes/daemonset.yaml` with the in-cluster credentials the kubelet gives it (the
+//! recorded server behind TLS, a projected service-account token it rotates), meshed pods (Istio's injected `hello.yaml` with DNS
 //! capture on, its istio-proxy run as the image's `redirect-proxy`, its app a busybox loop that opens a new
 //! connection to the world at a fixed pace, each with its own token) and the world: a listener
 //! at the pods' gateway that records every token that reaches it. A connection that reached the
@@ -16,7 +17,9 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Pod;
-use redirect_kubelet::{images, pod, CriNode, Kubelet, Override, RunningPod, StartError};
+use redirect_kubelet::{
+    images, pod, service_account::ApiAccess, CriNode, Kubelet, Override, RunningPod, StartError,
+};
 use redirect_testkit::{
     eventually, netns::in_netns, privileged_or_skip, runs_or_skip, unique_name,
 };
@@ -24,6 +27,7 @@ use serde_json::Value;
 
 use crate::{
     apiserver::{recorded_pod, PodServer},
+    apiserver_tls::TlsFront,
     podman::image_under_test,
 };
 
@@ -67,8 +71,10 @@ pub fn parts_or_skip(test: &str) -> Option<(String, PathBuf)> {
 pub struct MeshNode {
     /// The test's node (containerd, its CRI).
     pub node: CriNode,
-    /// The recorded apiserver, in the node's network.
+    /// The recorded apiserver, reached through [`MeshNode::tls`].
     pub api: PodServer,
+    /// Its TLS front in the node's network: what in-cluster credentials name.
+    pub tls: TlsFront,
     /// The image under test (the DaemonSet's and the proxy's).
     pub image: String,
     /// Every token that reached the world, in order.
@@ -81,20 +87,29 @@ impl MeshNode {
     /// Boots the node with the images imported and the primary conflist in place (no
     /// DaemonSet yet).
     pub fn new(image: &str, archive: &Path) -> Self {
-        let node = CriNode::new(NODE).expect("boot the node");
+        let mut node = CriNode::new(NODE).expect("boot the node");
         for built in images::build(&node.dir).expect("the pause and app images") {
             node.import(&built).expect("import");
         }
         node.import(archive).expect("import the node image");
         node.write_primary_conflist("1.0.0", SUBNET)
             .expect("the primary conflist");
-        let api = PodServer::start_in(&node.dir.join("api"), &node.netns.path());
+        let api = PodServer::start(&node.dir.join("api"));
+        let tls = TlsFront::start_in(&node.netns.path(), api.addr());
+        api.issue_token("token-1");
+        node.info.api = Some(ApiAccess {
+            host: tls.in_cluster.host.clone(),
+            port: tls.in_cluster.port,
+            ca_pem: tls.in_cluster.ca_pem.clone(),
+            token: Arc::new(Mutex::new(api.issued_token())),
+        });
         // The daemon learns the cluster DNS address from it (the DaemonSet passes none).
         api.put_kube_dns(CLUSTER_DNS);
         let world = world(&node);
         Self {
             node,
             api,
+            tls,
             image: image.to_owned(),
             world,
             ds: None,
@@ -116,8 +131,6 @@ impl MeshNode {
     /// DaemonSet's (a rollout to another image).
     pub fn start_daemonset_from(&mut self, image: Option<&str>) {
         let cgroup = self.node.cgroup.path().display().to_string();
-        let api_dir = self.node.dir.join("api").display().to_string();
-        let kubeconfig = format!("{api_dir}/kubeconfig");
         let append = [
             "--cgroup",
             &cgroup,
@@ -125,8 +138,6 @@ impl MeshNode {
             &cgroup,
             "--pod-cgroup-root",
             &cgroup,
-            "--kubeconfig",
-            &kubeconfig,
             "--pod-get-attempts",
             "3",
             "--pod-get-interval-ms",
@@ -135,7 +146,6 @@ impl MeshNode {
         let daemon = Override {
             image: image.map(str::to_owned),
             append_args: append.map(str::to_owned).to_vec(),
-            mounts: vec![(api_dir.clone(), api_dir)],
             ..Override::default()
         };
         let install = Override {
@@ -152,6 +162,17 @@ impl MeshNode {
             .unwrap_or_else(|e| panic!("the DaemonSet's pod: {e}"));
         self.ds = Some(ds);
         self.wait_daemonset_ready();
+    }
+
+    /// Rotates the service-account token: the apiserver issues `token` (the old one still
+    /// accepted) and the kubelet writes it into the DaemonSet's pod.
+    pub fn rotate_token(&self, token: &str) {
+        self.api.issue_token(token);
+        let api = self.node.info.api.as_ref().expect("the node's apiserver");
+        *api.token.lock().expect("token") = token.to_owned();
+        self.kubelet()
+            .project_token(self.ds())
+            .expect("project the rotated token");
     }
 
     /// Waits until both containers of the DaemonSet's pod are ready.
@@ -211,6 +232,14 @@ impl MeshNode {
         }
         self.api.put(&object);
         let pod: Pod = serde_json::from_value(object).expect("a Pod");
+        let overrides = self.overrides(&pod, every);
+        (pod, overrides)
+    }
+
+    /// What runs in meshed pod `pod`: the image's `redirect-proxy` as istio-proxy, the app
+    /// connecting every `every` seconds, each connection with a token of the pod's name.
+    pub fn overrides(&self, pod: &Pod, every: &str) -> HashMap<String, Override> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
         let app_name = pod
             .spec
             .as_ref()
@@ -233,10 +262,7 @@ impl MeshNode {
             args: Some(Vec::new()),
             ..Override::default()
         };
-        (
-            pod,
-            HashMap::from([("istio-proxy".to_owned(), proxy), (app_name, app)]),
-        )
+        HashMap::from([("istio-proxy".to_owned(), proxy), (app_name, app)])
     }
 
     /// Runs the meshed pod `name` (see [`MeshNode::meshed`]).

@@ -117,7 +117,7 @@ pub fn run(args: &InstallCni) -> anyhow::Result<()> {
 
 /// `uninstall-cni`.
 pub fn uninstall_cni(dirs: &Dirs) -> anyhow::Result<()> {
-    for done in uninstall(&dirs.state_file())? {
+    for done in uninstall(&dirs.state_file(), &dirs.cni_conf_dir)? {
         tracing::info!(done, "uninstall-cni");
         println!("{done}");
     }

@@ -235,11 +235,19 @@ fn status(conf: &NetConf) -> Result<(), CniError> {
 }
 
 fn gc(conf: &NetConf) -> Result<(), CniError> {
-    let valid = conf
+    // Without the list a GC would take every pod for stale: refused, nothing removed.
+    let Some(listed) = conf
         .valid_attachments
-        .iter()
-        .map(|a| a.container_id.clone())
-        .collect();
+        .as_ref()
+        .or(conf.attachments.as_ref())
+    else {
+        return Err(CniError::new(
+            Code::InvalidConfig,
+            "GC without cni.dev/valid-attachments: refused",
+            "the configuration lists no valid attachments (neither cni.dev/valid-attachments nor cni.dev/attachments), so every pod's enrollment would be taken for stale: nothing was garbage-collected; a runtime sends the list (CNI 1.1), and `cnitool gc` needs it given",
+        ));
+    };
+    let valid = listed.iter().map(|a| a.container_id.clone()).collect();
     let r = client(conf)
         .pod_gc(valid)
         .map_err(|e| failed("GC failed".into(), e, Code::TryAgainLater))?;

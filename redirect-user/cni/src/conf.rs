@@ -55,9 +55,13 @@ pub struct NetConf {
     /// The previous plugin's result (ADD, CHECK).
     #[serde(default)]
     pub prev_result: Option<Value>,
-    /// GC: the attachments still valid.
+    /// GC: the attachments still valid (CNI 1.1). `None` when the key is absent, which is not
+    /// "nothing is valid".
     #[serde(default, rename = "cni.dev/valid-attachments")]
-    pub valid_attachments: Vec<Attachment>,
+    pub valid_attachments: Option<Vec<Attachment>>,
+    /// GC: the same list under the key of the spec's drafts, which some runtimes send.
+    #[serde(default, rename = "cni.dev/attachments")]
+    pub attachments: Option<Vec<Attachment>>,
 }
 
 /// One entry of `cni.dev/valid-attachments`.

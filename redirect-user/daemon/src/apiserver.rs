@@ -162,7 +162,7 @@ impl Kube {
         };
         let client = {
             let _entered = rt.enter();
-            Client::try_from(config).map_err(|e| KubeError::Config {
+            crate::credentials::client(config).map_err(|e| KubeError::Config {
                 from: "the client".into(),
                 reason: e.to_string(),
             })?
@@ -190,7 +190,8 @@ impl Kube {
         self.client.is_some() && self.cached(pod).is_none() && !self.seen_deleted(pod)
     }
 
-    fn seen_deleted(&self, pod: &PodRef) -> bool {
+    /// Whether the watch saw `pod` deleted.
+    pub fn seen_deleted(&self, pod: &PodRef) -> bool {
         !pod.uid.is_empty() && self.cache.as_ref().is_some_and(|c| c.deleted(&pod.uid))
     }
 
@@ -330,7 +331,7 @@ fn watch(config: Config, node: String, cluster_dns: Option<IpAddr>) -> Result<Po
         .name("pod-watch".into())
         .spawn(move || {
             rt.block_on(async move {
-                let client = match Client::try_from(config) {
+                let client = match crate::credentials::client(config) {
                     Ok(c) => c,
                     Err(error) => {
                         tracing::error!(%error, "the pod watch cannot start: pods are read with GETs only");

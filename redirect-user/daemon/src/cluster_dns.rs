@@ -4,7 +4,7 @@
 use std::{net::IpAddr, time::Duration};
 
 use k8s_openapi::api::core::v1::Service;
-use kube::{Api, Client, Config};
+use kube::{Api, Config};
 
 /// Attempts of the GET at start (a short bound: the daemon must come up without it).
 const ATTEMPTS: u32 = 2;
@@ -33,7 +33,7 @@ pub fn read(
 ) -> Result<IpAddr, String> {
     let client = {
         let _entered = rt.enter();
-        Client::try_from(config.clone()).map_err(|e| format!("the client: {e}"))?
+        crate::credentials::client(config.clone()).map_err(|e| format!("the client: {e}"))?
     };
     let api: Api<Service> = Api::namespaced(client, ns);
     let mut last = String::new();

@@ -26,7 +26,7 @@ pub enum Error {
         lock: PathBuf,
     },
     /// A namespace path the daemon cannot keep using (relative, or another process's view).
-    #[error("--netns {}: the daemon opens the namespace itself and keeps following it, so give a path that names it from any process and stays valid: /run/netns/NAME, or /proc/PID/ns/net of a long-lived process of the pod", path.display())]
+    #[error("--netns {}: the daemon opens the namespace itself and keeps following it, so give a path that names it from any process and stays valid: /run/netns/NAME, or /proc/PID/ns/net of a long-lived process of the pod (run inside the pod, as istio-init's container, the namespace needs a name under the daemon's /run/netns, which a runtime gives its sandboxes)", path.display())]
     NetnsPath {
         /// The path given.
         path: PathBuf,
@@ -73,6 +73,14 @@ pub enum Error {
         /// What failed: the datapath's error, or the namespace not visible to the daemon.
         #[source]
         source: Box<Error>,
+    },
+    /// A pod request named the host's own network namespace (the daemon's, or init's).
+    #[error("{pod}: CNI_NETNS {} is the host's network namespace, not a pod's: refused (capturing the node's own traffic would cut it off; a runtime names the sandbox's namespace)", netns.display())]
+    HostNetns {
+        /// The pod.
+        pod: String,
+        /// The path the runtime named.
+        netns: PathBuf,
     },
     /// The namespace does not hold an address the primary plugin gave the pod.
     #[error("{pod}: the netns {} does not hold {missing} from prevResult (it holds {held:?})", netns.display())]

@@ -18,6 +18,7 @@
 //! - The socket's protocol, client and path rule are `redirect_daemon_api`'s.
 pub mod apiserver;
 pub mod cluster_dns;
+pub mod credentials;
 pub mod decode;
 pub mod error;
 mod files;

@@ -4,7 +4,6 @@ use redirect_common::NetnsCookie;
 use std::{
     collections::BTreeMap,
     fs::File,
-    io::Write as _,
     os::unix::{
         fs::PermissionsExt as _,
         net::{UnixListener, UnixStream},
@@ -24,6 +23,7 @@ mod netns_in;
 mod pods;
 mod receive;
 mod reconcile;
+mod reply;
 mod resolver;
 
 use self::followed::{gone, Followed};
@@ -400,7 +400,7 @@ impl Daemon {
         let retry = handled.as_ref().is_err_and(Error::retryable);
         let result = handled.map_err(|e| e.to_string());
         self.count_refused(op, &result);
-        let _ = (&done.stream).write_all(answer::frame_retry(&result, retry).as_bytes());
+        reply::send(done.stream, answer::frame_retry(&result, retry));
         tracing::debug!(
             op,
             ok = result.is_ok(),
@@ -441,8 +441,7 @@ impl Daemon {
                                 self.resolver.in_flight()
                             ));
                             self.count_refused(op, &busy);
-                            let _ =
-                                (&stream).write_all(answer::frame_retry(&busy, true).as_bytes());
+                            reply::send(stream, answer::frame_retry(&busy, true));
                             tracing::warn!(op, "pod request refused: every resolver is busy");
                             return;
                         }
@@ -459,7 +458,7 @@ impl Daemon {
         };
         phases.mark("handle");
         self.count_refused(op, &result);
-        let _ = (&stream).write_all(answer::frame_retry(&result, retry).as_bytes());
+        reply::send(stream, answer::frame_retry(&result, retry));
         phases.mark("reply");
         tracing::debug!(op, ok = result.is_ok(), elapsed_us = phases.total_us(), %phases, "request served");
     }

@@ -10,7 +10,7 @@ use k8s_openapi::api::{
     apps::v1::DaemonSet,
     core::v1::{Node, NodeSelectorRequirement, PodSpec},
 };
-use kube::{Api, Client};
+use kube::Api;
 
 /// What to do with the entry, and why (logged).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub fn ask(
     };
     let client = {
         let _entered = rt.enter();
-        match Client::try_from(config) {
+        match crate::credentials::client(config) {
             Ok(c) => c,
             Err(e) => return Exit::Keep(format!("the Kubernetes client: {e}: kept")),
         }

@@ -1,6 +1,8 @@
 //! Atomic file replacement: a temporary file in the same directory (a name no CNI runtime
 //! reads: it ends in `.tmp`), written, fsynced, given its mode, renamed over the target, and
-//! the directory fsynced, so a reader sees the old file or the new one, never a part.
+//! the directory fsynced, so a reader sees the old file or the new one, never a part. A target
+//! that is a symlink is written through (the link stays) when it leads into the same directory
+//! tree (a ConfigMap's `..data/NAME`), and refused when it leads out of it.
 use std::{
     fs::{File, OpenOptions},
     io::Write as _,
@@ -19,8 +21,30 @@ fn temp_name(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.redirect-{}.tmp", std::process::id()))
 }
 
-/// Replaces `path` with `bytes`, mode `mode`.
+/// Where a write of `path` lands: `path`, or the target of the symlink `path` when that is
+/// inside `path`'s directory.
+fn through_link(path: &Path) -> Result<PathBuf> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let home = std::fs::canonicalize(dir).map_err(io("resolving", dir))?;
+            let target = std::fs::canonicalize(path).map_err(io("resolving the symlink", path))?;
+            if target.starts_with(&home) && target != home {
+                Ok(target)
+            } else {
+                Err(crate::error::Error::LinkOutside {
+                    path: path.to_owned(),
+                    target,
+                })
+            }
+        }
+        _ => Ok(path.to_owned()),
+    }
+}
+
+/// Replaces `path` (through a link into its own directory) with `bytes`, mode `mode`.
 pub fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let path = &through_link(path)?;
     let tmp = temp_name(path);
     let _ = std::fs::remove_file(&tmp);
     let result = (|| {

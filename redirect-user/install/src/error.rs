@@ -48,6 +48,14 @@ pub enum Error {
         why: String,
     },
     /// `--check`: something is not in place.
+    /// A configuration file that is a symlink out of its directory.
+    #[error("{} is a symlink to {}, outside the CNI configuration directory: refused, the entry not written (install-cni writes through a link only into its own directory, as a ConfigMap's ..data; replace the link with the file)", path.display(), target.display())]
+    LinkOutside {
+        /// The link.
+        path: PathBuf,
+        /// Where it leads.
+        target: PathBuf,
+    },
     #[error("the redirect-cni plugin is not in place: {0}")]
     NotInPlace(String),
 }

@@ -73,7 +73,7 @@ pub fn install(opts: &Options) -> Result<Installed> {
 /// [`install`], asking `gate` before a re-insertion (decided on the very text it would
 /// replace); a no is [`Change::Held`].
 pub fn install_gated(opts: &Options, gate: &mut dyn FnMut() -> bool) -> Result<Installed> {
-    let before = state::load(&opts.state_file)?;
+    let before = state::load_in(&opts.state_file, &opts.conf_dir)?;
     let mut st = before.clone().unwrap_or_default();
     // The configuration first (none: nothing is copied), then the binary, then the entry:
     // an entry never names a binary that is not there.
@@ -257,9 +257,10 @@ fn undo_config(c: &state::Config) -> Result<Vec<String>> {
     )])
 }
 
-/// Undoes what the state file records; without one, does nothing. Returns what was done.
-pub fn uninstall(state_file: &Path) -> Result<Vec<String>> {
-    let Some(st) = state::load(state_file)? else {
+/// Undoes what the state file records (only files in `conf_dir` and the plugin binary, see
+/// [`state::load_in`]); without one, does nothing. Returns what was done.
+pub fn uninstall(state_file: &Path, conf_dir: &Path) -> Result<Vec<String>> {
+    let Some(st) = state::load_in(state_file, conf_dir)? else {
         return Ok(vec![format!(
             "nothing to undo: no install state at {}",
             state_file.display()

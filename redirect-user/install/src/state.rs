@@ -67,6 +67,47 @@ pub fn load(path: &Path) -> Result<Option<State>> {
         })
 }
 
+/// [`load`], refused unless every file it names is one install-cni may touch: configuration
+/// files directly in `conf_dir` (`.conflist`, `.conf`, `.json`) and a plugin binary named
+/// `redirect-cni`. The state file lives in a directory others write; what it names is undone
+/// (written, removed), so a name elsewhere would let its writer have any file rewritten.
+pub fn load_in(path: &Path, conf_dir: &Path) -> Result<Option<State>> {
+    let Some(st) = load(path)? else {
+        return Ok(None);
+    };
+    let home = std::fs::canonicalize(conf_dir).map_err(io("resolving", conf_dir))?;
+    let bad = |named: &Path, why: &str| Error::BadState {
+        path: path.to_owned(),
+        reason: format!(
+            "it names {}, {why}: refused, nothing undone",
+            named.display()
+        ),
+    };
+    let config_files = st
+        .config
+        .iter()
+        .flat_map(|c| std::iter::once(&c.path).chain(c.converted_from.as_ref()));
+    for named in config_files {
+        let parent = named.parent().and_then(|p| std::fs::canonicalize(p).ok());
+        let ext = named.extension().and_then(|e| e.to_str());
+        if parent.as_deref() != Some(home.as_path()) {
+            return Err(bad(
+                named,
+                &format!("outside the configuration directory {}", conf_dir.display()),
+            ));
+        }
+        if !matches!(ext, Some("conflist" | "conf" | "json")) {
+            return Err(bad(named, "not a CNI configuration file"));
+        }
+    }
+    if let Some(p) = &st.plugin {
+        if p.path.file_name() != Some(std::ffi::OsStr::new(crate::plugin::NAME)) {
+            return Err(bad(&p.path, "not the redirect-cni binary"));
+        }
+    }
+    Ok(Some(st))
+}
+
 /// Writes `state` to `path` (atomically, mode 0600) when it differs from `before`.
 pub fn save(path: &Path, state: &State, before: Option<&State>) -> Result<()> {
     if before == Some(state) {

@@ -251,6 +251,21 @@ impl Cri {
         Ok((running, pid))
     }
 
+    /// The exit code of container `id` once it exited, `None` while it has not.
+    pub fn container_exit(&self, id: &str) -> Result<Option<i32>, CriError> {
+        let container_id = id.to_owned();
+        let r = self.call("ContainerStatus", |mut c| async move {
+            c.container_status(ContainerStatusRequest {
+                container_id,
+                verbose: false,
+            })
+            .await
+        })?;
+        Ok(r.status
+            .filter(|s| s.state == i32::from(ContainerState::ContainerExited))
+            .map(|s| s.exit_code))
+    }
+
     /// `ExecSync` of `cmd` in the container `id` (what the kubelet runs for an exec probe):
     /// the exit code, stdout and stderr.
     pub fn exec_sync(

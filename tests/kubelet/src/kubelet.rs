@@ -159,19 +159,26 @@ impl<'n> Kubelet<'n> {
     ) -> Result<RunningPod, StartError> {
         let spec = pod.spec.as_ref().context("the pod has no spec")?;
         let mut running = self.run_sandbox(pod)?;
+        if let Err(e) = self.project_token(&running) {
+            let _ = self.remove(&running);
+            return Err(StartError::Other(e));
+        }
         let (sandbox, next) = (
             running.sandbox.clone(),
             running.config.metadata.as_ref().map_or(0, |m| m.attempt),
         );
         let empty = Override::default();
-        // Native sidecars (init containers that restart Always: Istio's istio-proxy) start
-        // first and keep running; run-to-completion init containers are not run here.
-        let sidecars = spec
-            .init_containers
-            .iter()
-            .flatten()
-            .filter(|c| c.restart_policy.as_deref() == Some("Always"));
-        for c in sidecars.chain(&spec.containers) {
+        // Init containers first, in order: one that runs to completion (Istio's istio-init)
+        // must exit 0 before the next starts; a native sidecar (`restartPolicy: Always`:
+        // Istio's istio-proxy) starts and keeps running. Then the containers.
+        let inits = spec.init_containers.iter().flatten();
+        for c in inits.chain(&spec.containers) {
+            let to_complete = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .any(|i| i.name == c.name)
+                && c.restart_policy.as_deref() != Some("Always");
             // containerd opens the container's log file, the kubelet makes its directory.
             let log_dir = PathBuf::from(&running.config.log_directory).join(&c.name);
             std::fs::create_dir_all(&log_dir).with_context(|| format!("{}", log_dir.display()))?;
@@ -194,6 +201,12 @@ impl<'n> Kubelet<'n> {
                     .create_container(&sandbox, &cc, &running.config)?;
                 self.cri().start_container(&id)?;
                 Ok((id, cc))
+            })
+            .and_then(|(id, cc)| {
+                if to_complete {
+                    self.wait_completed(&running, &c.name, &id)?;
+                }
+                Ok((id, cc))
             });
             match started {
                 Ok((id, cc)) => {
@@ -207,6 +220,29 @@ impl<'n> Kubelet<'n> {
             }
         }
         Ok(running)
+    }
+
+    /// Waits until init container `name` (`id`) exits; an exit other than 0 is an error with
+    /// its log.
+    fn wait_completed(&self, pod: &RunningPod, name: &str, id: &str) -> Result<(), StartError> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match self.cri().container_exit(id)? {
+                Some(0) => return Ok(()),
+                Some(code) => {
+                    let log = self.logs(pod, name);
+                    return Err(StartError::Other(anyhow::anyhow!(
+                        "init container {name} exited {code}: {log}"
+                    )));
+                }
+                None if std::time::Instant::now() > deadline => {
+                    return Err(StartError::Other(anyhow::anyhow!(
+                        "init container {name} still runs after 60 s"
+                    )));
+                }
+                None => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
     }
 
     fn sandbox_status(
@@ -266,6 +302,18 @@ impl<'n> Kubelet<'n> {
             entry.1 = id;
         }
         Ok(())
+    }
+
+    /// Writes `pod`'s projected service-account token again with the one the apiserver issues
+    /// now, as the kubelet rotates it (nothing when the node has no apiserver or the pod does
+    /// not automount it).
+    pub fn project_token(&self, pod: &RunningPod) -> anyhow::Result<()> {
+        match &self.node.info.api {
+            Some(api) if crate::service_account::automounts(&pod.pod) => {
+                crate::service_account::project(&pod.pod, &self.node.info, api)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// `StopPodSandbox` then `RemovePodSandbox`, as the kubelet removes a deleted pod.

@@ -11,6 +11,7 @@ pub mod pod;
 #[cfg(test)]
 mod pod_tests;
 pub mod quantity;
+pub mod service_account;
 
 pub use cri::{Cri, CriError};
 pub use kubelet::{Kubelet, RunningPod, StartError};

@@ -88,6 +88,7 @@ impl CriNode {
             cluster_dns: "10.96.0.10".to_owned(),
             log_root: dir.join("logs").display().to_string(),
             pods_root: dir.join("pods").display().to_string(),
+            api: None,
         };
         let mut node = Self {
             dir,

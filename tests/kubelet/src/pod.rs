@@ -28,6 +28,8 @@ pub struct NodeInfo {
     pub log_root: String,
     /// Where pods' volumes other than hostPath are (the kubelet's `/var/lib/kubelet/pods`).
     pub pods_root: String,
+    /// The apiserver pods reach with in-cluster credentials, when the node has one.
+    pub api: Option<crate::service_account::ApiAccess>,
 }
 
 /// Where the runtime finds `volume` of `pod`: a hostPath's own path; any other volume
@@ -255,6 +257,8 @@ pub fn container_config(
 ) -> anyhow::Result<ContainerConfig> {
     let spec = spec(pod)?;
     let mut vars = BTreeMap::new();
+    // The service's variables first: the container's own win.
+    vars.extend(node.api.iter().flat_map(crate::service_account::env));
     for e in c.env.iter().flatten() {
         let value = match (
             &e.value,
@@ -294,6 +298,14 @@ pub fn container_config(
             host_path,
             readonly: m.read_only == Some(true),
             propagation: propagation.into(),
+            ..Default::default()
+        });
+    }
+    if node.api.is_some() && crate::service_account::automounts(pod) {
+        mounts.push(Mount {
+            container_path: crate::service_account::MOUNT_PATH.into(),
+            host_path: crate::service_account::volume_dir(pod, node),
+            readonly: true,
             ..Default::default()
         });
     }

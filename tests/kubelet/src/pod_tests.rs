@@ -13,6 +13,7 @@ fn node() -> NodeInfo {
         cluster_dns: "10.96.0.10".into(),
         log_root: "/tmp/logs".into(),
         pods_root: "/tmp/pods".into(),
+        api: None,
     }
 }
 
@@ -140,4 +141,50 @@ fn a_pod_on_the_pod_network_gets_the_cluster_dns_and_its_annotations() {
         "/rk1/kubepods/besteffort/podu-2"
     );
     assert!(pod::from_yaml(r#"{"kind": "Service"}"#, "a", "b").is_err());
+}
+
+#[test]
+fn a_node_with_an_apiserver_gives_in_cluster_credentials_unless_the_pod_opts_out() {
+    let mut pod = daemonset();
+    let mut node = node();
+    node.api = Some(crate::service_account::ApiAccess {
+        host: "127.0.0.1".into(),
+        port: 6443,
+        ca_pem: String::new(),
+        token: Default::default(),
+    });
+    let daemon = pod.spec.clone().expect("spec").containers[0].clone();
+    let config = pod::container_config(&pod, &daemon, &node, "", &Override::default()).unwrap();
+    let env = |config: &k8s_cri::v1::ContainerConfig, key: &str| {
+        config
+            .envs
+            .iter()
+            .find(|e| e.key == key)
+            .map(|e| e.value.clone())
+    };
+    assert_eq!(
+        env(&config, "KUBERNETES_SERVICE_HOST").as_deref(),
+        Some("127.0.0.1")
+    );
+    assert_eq!(
+        env(&config, "KUBERNETES_SERVICE_PORT").as_deref(),
+        Some("6443")
+    );
+    let sa = config
+        .mounts
+        .iter()
+        .find(|m| m.container_path == crate::service_account::MOUNT_PATH)
+        .expect("the projected token");
+    assert!(sa.readonly);
+    assert_eq!(sa.host_path, "/tmp/pods/uid-1/volumes/kube-api-access");
+
+    pod.spec
+        .as_mut()
+        .expect("spec")
+        .automount_service_account_token = Some(false);
+    let config = pod::container_config(&pod, &daemon, &node, "", &Override::default()).unwrap();
+    assert!(!config
+        .mounts
+        .iter()
+        .any(|m| m.container_path == crate::service_account::MOUNT_PATH));
 }

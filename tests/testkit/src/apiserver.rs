@@ -3,8 +3,9 @@
 //! watch stream at `GET /api/v1/pods` (`?watch=true`: ADDED/MODIFIED/DELETED events, then the
 //! stream stays open), any other object at its path (a Service, a Node, a DaemonSet; a merge
 //! PATCH applied to it and recorded with its body), and the kubeconfig that points the daemon's
-//! real kube-rs client at it. No kube-apiserver
-//! can be installed here; the daemon's client, its retries and its decoding are the real ones.
+//! real kube-rs client at it; behind TLS ([`crate::apiserver_tls`]) it checks bearer tokens and
+//! rotates the one it issues, as in-cluster credentials meet it. No kube-apiserver can be
+//! installed here; the daemon's client, its retries and its decoding are the real ones.
 use std::{
     collections::BTreeMap,
     io::{BufRead as _, BufReader, Write as _},
@@ -17,6 +18,15 @@ use serde_json::{json, Value};
 
 type Pods = Arc<Mutex<BTreeMap<(String, String), Value>>>;
 type Objects = Arc<Mutex<BTreeMap<String, Value>>>;
+
+/// The bearer tokens: the ones accepted (none: every request is), the one issued to pods
+/// now, and the token each request carried with its target.
+#[derive(Debug, Default)]
+struct Tokens {
+    accepted: Vec<String>,
+    issued: String,
+    seen: Vec<(Option<String>, String)>,
+}
 
 /// What `GET /api/v1/pods` answers: the listed pods and the watch events after them, and
 /// the watch streams open now (an event added later reaches them at once).
@@ -35,6 +45,7 @@ pub struct PodServer {
     objects: Objects,
     recorded: Arc<Mutex<Recorded>>,
     hits: Arc<Mutex<Vec<String>>>,
+    tokens: Arc<Mutex<Tokens>>,
     kubeconfig: PathBuf,
 }
 
@@ -60,13 +71,14 @@ impl PodServer {
         let objects: Objects = Arc::default();
         let recorded: Arc<Mutex<Recorded>> = Arc::default();
         let hits: Arc<Mutex<Vec<String>>> = Arc::default();
+        let tokens: Arc<Mutex<Tokens>> = Arc::default();
         let (p, r, h) = (Arc::clone(&pods), Arc::clone(&recorded), Arc::clone(&hits));
-        let o = Arc::clone(&objects);
+        let (o, t) = (Arc::clone(&objects), Arc::clone(&tokens));
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let (p, r, h) = (Arc::clone(&p), Arc::clone(&r), Arc::clone(&h));
-                let o = Arc::clone(&o);
-                std::thread::spawn(move || serve(stream, &p, &o, &r, &h));
+                let (o, t) = (Arc::clone(&o), Arc::clone(&t));
+                std::thread::spawn(move || serve(stream, &p, &o, &r, &h, &t));
             }
         });
         std::fs::create_dir_all(dir).expect("kubeconfig dir");
@@ -81,6 +93,7 @@ impl PodServer {
             objects,
             recorded,
             hits,
+            tokens,
             kubeconfig,
         }
     }
@@ -163,6 +176,40 @@ impl PodServer {
             .remove(&(namespace.to_owned(), name.to_owned()));
     }
 
+    /// Issues bearer token `token` (what a pod's projected service-account token holds from
+    /// now on) and accepts it beside those accepted already; from the first one issued, a
+    /// request without an accepted token is answered 401.
+    pub fn issue_token(&self, token: &str) {
+        let mut t = self.tokens.lock().expect("tokens");
+        t.accepted.push(token.to_owned());
+        t.issued = token.to_owned();
+    }
+
+    /// The token issued last.
+    pub fn issued_token(&self) -> String {
+        self.tokens.lock().expect("tokens").issued.clone()
+    }
+
+    /// Accepts only the token issued last: the others expired.
+    pub fn expire_older_tokens(&self) {
+        let mut t = self.tokens.lock().expect("tokens");
+        t.accepted = vec![t.issued.clone()];
+    }
+
+    /// The bearer token of each request received (`None`: it had none) and its target, in
+    /// order.
+    pub fn bearers(&self) -> Vec<(Option<String>, String)> {
+        self.tokens.lock().expect("tokens").seen.clone()
+    }
+
+    /// Ends every open watch stream, as the apiserver does at a watch's timeout: the client
+    /// watches again.
+    pub fn end_watches(&self) {
+        for s in self.recorded.lock().expect("recorded").watching.drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
     /// Every request path received (with its query), in order.
     pub fn hits(&self) -> Vec<String> {
         self.hits.lock().expect("hits").clone()
@@ -175,6 +222,7 @@ fn serve(
     objects: &Objects,
     recorded: &Mutex<Recorded>,
     hits: &Mutex<Vec<String>>,
+    tokens: &Mutex<Tokens>,
 ) {
     let mut reader = BufReader::new(&stream);
     let mut line = String::new();
@@ -184,9 +232,15 @@ fn serve(
     // The rest of the head; only a PATCH has a body.
     let mut header = String::new();
     let mut length = 0usize;
+    let mut bearer = None;
     while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
         if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
             length = v.trim().parse().unwrap_or(0);
+        }
+        if let Some((name, v)) = header.split_once(':') {
+            if name.eq_ignore_ascii_case("authorization") {
+                bearer = v.trim().strip_prefix("Bearer ").map(str::to_owned);
+            }
         }
         header.clear();
     }
@@ -196,6 +250,25 @@ fn serve(
         .unwrap_or_default()
         .to_owned();
     let target = line.split_whitespace().nth(1).unwrap_or_default();
+    {
+        let mut t = tokens.lock().expect("tokens");
+        t.seen.push((bearer.clone(), target.to_owned()));
+        let refused =
+            !t.accepted.is_empty() && !bearer.as_ref().is_some_and(|b| t.accepted.contains(b));
+        if refused {
+            hits.lock().expect("hits").push(format!("401 {target}"));
+            let body =
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                              "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
+                .to_string();
+            let _ = write!(
+                &stream,
+                "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            return;
+        }
+    }
     if method == "PATCH" {
         let mut body = vec![0u8; length.min(1 << 20)];
         let _ = std::io::Read::read_exact(&mut reader, &mut body);

@@ -2,15 +2,22 @@
 //! loading the real programs into cgroups and network namespaces of its own and sending real
 //! TCP through them. Every privileged test opens with `privileged!()`: skipped (naming the
 //! test's path) without root, a failure with `CI=true`.
+mod address_claims;
 mod adoption;
 mod cli_errors;
 mod cni;
+mod cni_del_identity;
+mod cni_gc;
+mod cni_host_netns;
 mod conformance;
 mod cri;
+mod cri_credentials;
+mod cri_istio_init;
 mod cri_rollout;
 mod daemon;
 mod daemon_concurrency;
 mod daemon_protocol;
+mod daemon_slow_reader;
 mod deploy;
 mod dual_stack_pods;
 mod explain_inbound;
@@ -22,6 +29,7 @@ mod image;
 mod inbound;
 mod install_cni;
 mod install_cni_exit;
+mod install_cni_paths;
 mod istio_iptables;
 mod istio_iptables_env;
 mod layout;

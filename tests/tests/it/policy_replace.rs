@@ -1,7 +1,7 @@
 //! Replacing a namespace's policy removes every rule of the previous one, whether this daemon
 //! wrote it (its own record of each namespace's entries, no map iterated) or another process
-//! did (`redirect istio-iptables` run inside the pod, which the daemon cannot open by path,
-//! writes the maps itself): real traffic from the pod shows which rules are left.
+//! did (`redirect istio-iptables` run inside the pod while no daemon runs writes the maps
+//! itself): real traffic from the pod shows which rules are left.
 use std::process::Command;
 
 use redirect_testkit::privileged;
@@ -27,7 +27,7 @@ fn a_replaced_policy_leaves_none_of_its_rules_whoever_wrote_it() {
     privileged!();
     let node = Node::new();
     let w = World::new("rpr", false);
-    let _daemon = node.daemon();
+    let daemon = node.daemon();
     let _l = sidecar_listeners(&w, node.cgroup.path());
     let app = (1000, 1000);
 
@@ -59,8 +59,9 @@ fn a_replaced_policy_leaves_none_of_its_rules_whoever_wrote_it() {
         "unenrolled"
     );
 
-    // Written by another process: istio-iptables inside the pod (its own /proc/self/ns/net,
-    // which the daemon cannot keep) writes the maps directly, the daemon knowing nothing.
+    // Written by another process: istio-iptables inside the pod while the daemon is stopped
+    // (an upgrade's gap) writes the maps directly; the daemon started again knows nothing of it.
+    drop(daemon);
     // nsenter, not `ip netns exec`: that mounts a sysfs of the namespace's own over /sys,
     // hiding the host's bpffs.
     let direct = Command::new("nsenter")
@@ -78,6 +79,12 @@ fn a_replaced_policy_leaves_none_of_its_rules_whoever_wrote_it() {
         reach(&w, node.cgroup.path(), app, DST),
         DIRECT,
         "the direct policy"
+    );
+    let _daemon = node.daemon();
+    assert_eq!(
+        reach(&w, node.cgroup.path(), app, DST),
+        DIRECT,
+        "the direct policy, kept by the daemon's start"
     );
     // The daemon replaces it: the rules it did not write are found in the maps and go too.
     enroll(&node, &w, "-u 1337 -i '*' -x 10.250.0.0/16 -o 8080");

@@ -135,16 +135,24 @@ impl Daemon {
         policy: redirect_policy::Policy,
         source: String,
     ) -> Result<Enrollment> {
-        if !netns.is_absolute()
-            || netns.starts_with("/proc/self")
-            || netns.starts_with("/proc/thread-self")
-        {
+        // A path alone must name the namespace in the daemon's view; a descriptor names it
+        // itself, whatever the caller's path (its own `/proc/self/ns/net` inside a pod).
+        let own_view = netns.starts_with("/proc/self") || netns.starts_with("/proc/thread-self");
+        if !netns.is_absolute() || (own_view && fd.is_none()) {
             return Err(Error::NetnsPath {
                 path: netns.to_path_buf(),
             });
         }
         let mut phases = Phases::start();
-        let ns = super::netns_in::open(netns, fd)?;
+        let ns = match super::netns_in::open(netns, fd) {
+            // Handed over from inside with no name the daemon sees: the old advice holds.
+            Err(Error::NetnsNotVisible { .. }) if own_view => {
+                return Err(Error::NetnsPath {
+                    path: netns.to_path_buf(),
+                })
+            }
+            other => other?,
+        };
         phases.mark("open");
         let e = self.enroll_ns(ns, policy, source, None, None, &mut phases)?;
         tracing::info!(netns = %netns.display(), cookie = %e.cookie, us = phases.total_us(), %phases, "namespace enrolled");

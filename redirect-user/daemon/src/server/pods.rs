@@ -134,6 +134,12 @@ impl Daemon {
             source: Box::new(source),
         };
         let ns = super::netns_in::open(netns, fd).map_err(in_pod)?;
+        if is_host(ns.cookie()) {
+            return Err(Error::HostNetns {
+                pod: pod.to_string(),
+                netns: netns.to_owned(),
+            });
+        }
         phases.mark("open");
         let held = ns.addresses().map_err(|e| in_pod(e.into()))?;
         phases.mark("prev_result");
@@ -161,7 +167,7 @@ impl Daemon {
 
     /// The cookie of the enrollment of `pod`: by its sandbox's container id, else (a pod
     /// enrolled in place by the reconcile, whose sandbox id may be unknown) by its uid, else by
-    /// `netns`, as a path or as the namespace it names.
+    /// `netns`, as a path or as the namespace it names, for an enrollment of no other pod.
     fn pod_enrollment(&self, pod: &PodRef, netns: Option<&Path>) -> Option<NetnsCookie> {
         let by = |same: &dyn Fn(&PodRef) -> bool| {
             self.enrollments
@@ -178,14 +184,27 @@ impl Daemon {
                 })
             })
             .or_else(|| {
+                // By path only what no other pod owns: an enrollment without a pod (by hand,
+                // istio-init's), or this pod's by name. A path may name another pod's namespace
+                // now (a reused /proc/PID, a recycled name); that pod is never taken.
                 let netns = netns.filter(|n| !n.as_os_str().is_empty())?;
+                let mine = |f: &super::followed::Followed| {
+                    f.record.pod.as_ref().is_none_or(|p| {
+                        (p.namespace.as_str(), p.name.as_str())
+                            == (pod.namespace.as_str(), pod.name.as_str())
+                            && (p.uid.is_empty() || pod.uid.is_empty() || p.uid == pod.uid)
+                    })
+                };
                 self.enrollments
                     .values()
-                    .find(|f| f.record.netns == netns)
+                    .find(|f| f.record.netns == netns && mine(f))
                     .map(|f| f.record.cookie)
                     .or_else(|| {
                         let cookie = redirect_datapath::netns::cookie(netns).ok()?;
-                        self.enrollments.contains_key(&cookie).then_some(cookie)
+                        self.enrollments
+                            .get(&cookie)
+                            .filter(|f| mine(f))
+                            .map(|f| f.record.cookie)
                     })
             })
     }
@@ -283,19 +302,34 @@ impl Daemon {
         Ok(a)
     }
 
-    /// CNI GC: unenrolls the pod enrollments whose container id is not in `valid`; namespaces
-    /// enrolled by hand (no pod) and pods enrolled in place whose sandbox id is unknown stay
-    /// (the reconcile unenrolls those once the apiserver no longer has them).
+    /// CNI GC: unenrolls the pod enrollments whose container id is not in `valid` and that
+    /// are dead: their namespace is gone, or the watch saw their pod deleted. A live pod stays
+    /// whatever the list says (a second runtime sharing the conflist, a hand-run GC, a list
+    /// under another key would otherwise empty the node); namespaces enrolled by hand (no pod)
+    /// and pods enrolled in place whose sandbox id is unknown stay too (the reconcile
+    /// unenrolls those once the apiserver no longer has them).
     pub(super) fn pod_gc(&mut self, valid: &[String]) -> Result<GcDone> {
+        let mut kept = Vec::new();
         let stale: Vec<(NetnsCookie, String)> = self
             .enrollments
             .values()
             .filter_map(|f| {
                 let p = f.record.pod.as_ref()?;
-                (!p.container_id.is_empty() && !valid.contains(&p.container_id))
-                    .then(|| (f.record.cookie, p.container_id.clone()))
+                if p.container_id.is_empty() || valid.contains(&p.container_id) {
+                    return None;
+                }
+                let deleted = self.kube.as_ref().is_some_and(|k| k.seen_deleted(p));
+                if deleted || super::followed::gone(&self.dp, f) {
+                    Some((f.record.cookie, p.container_id.clone()))
+                } else {
+                    kept.push(p.to_string());
+                    None
+                }
             })
             .collect();
+        if !kept.is_empty() {
+            tracing::warn!(pods = ?kept, "GC: not among the valid attachments, but alive (namespace held, pod not deleted): kept");
+        }
         let mut errors = Vec::new();
         let mut removed = Vec::new();
         for (cookie, id) in stale {
@@ -308,8 +342,20 @@ impl Daemon {
             return Err(Error::Gc(errors));
         }
         Ok(GcDone {
-            message: format!("garbage-collected {} pod enrollment(s)", removed.len()),
+            message: format!(
+                "garbage-collected {} pod enrollment(s); {} not listed but alive, kept",
+                removed.len(),
+                kept.len()
+            ),
             removed,
         })
     }
+}
+
+/// Whether `cookie` is the host's network namespace: the daemon's own (it runs on the host
+/// network) or init's (seen with hostPID). Neither is ever a pod's.
+fn is_host(cookie: NetnsCookie) -> bool {
+    ["/proc/self/ns/net", "/proc/1/ns/net"].iter().any(|p| {
+        redirect_datapath::netns::cookie(std::path::Path::new(p)).is_ok_and(|c| c == cookie)
+    })
 }

@@ -226,6 +226,12 @@ fn in_namespace<T>(
     const HOME: &str = "/proc/thread-self/ns/net";
     let err = |e: std::io::Error| Error::io("inspecting network namespace", path, e);
     let home = File::open(HOME).map_err(|e| Error::io("opening", Path::new(HOME), e))?;
+    // Already there (a command run inside the pod it applies to): no setns, which would need
+    // CAP_SYS_ADMIN that istio-init's container does not have.
+    let id = |f: BorrowedFd<'_>| nix::sys::stat::fstat(f.as_raw_fd()).map(|s| (s.st_dev, s.st_ino));
+    if id(fd).is_ok_and(|there| id(home.as_fd()).is_ok_and(|here| here == there)) {
+        return f().map_err(err);
+    }
     nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET)
         .map_err(|e| err(std::io::Error::from(e)))?;
     let back = GoHome(home);

@@ -1,7 +1,8 @@
 //! Applying one namespace's policy to the node datapath: checked against the node's quotas
 //! before anything is written, then written in an order that never leaves a half policy
-//! active, and rolled back whole when a write fails or the namespace's path names another
-//! namespace by the end.
+//! active. A new namespace's apply is rolled back whole when a write fails or the namespace's
+//! path names another namespace by the end; a re-apply over a live policy that fails leaves
+//! the entries in force (capture stays), and leaves out addresses another namespace owns.
 use redirect_common::NetnsCookie;
 use std::os::fd::AsFd as _;
 
@@ -37,9 +38,10 @@ impl NodeDatapath {
     /// sk_lookup link go through `ns`'s descriptor (its path is not opened again). The quotas
     /// are checked first (an over-quota policy writes nothing and leaves a previous one as it
     /// was); nothing is active for the namespace until its outbound policy value is written
-    /// (last); a write that fails, or a path that names another namespace after the last
-    /// write ([`NetnsHandle::verify`]), removes everything the namespace has, so no entry (an
-    /// address another pod may be given, a port rule) is left behind.
+    /// (last); for a new namespace, a write that fails, or a path that names another namespace
+    /// after the last write ([`NetnsHandle::verify`]), removes everything the namespace has,
+    /// so no entry (an address another pod may be given, a port rule) is left behind; a
+    /// re-apply that fails leaves what is in force (on doubt, capture).
     pub fn apply(&mut self, ns: &NetnsHandle, policy: &Policy) -> Result<Applied> {
         self.apply_read(ns, policy, None)
     }
@@ -63,6 +65,21 @@ impl NodeDatapath {
             None => ns.addresses()?,
         };
         phases.mark("addresses");
+        // Pods die without --cleanup-only (istio-init never runs it): their entries, and the
+        // addresses a new pod may reuse, go before this one is written (the daemon does it
+        // on its tick, and again here only when an address of this pod is still claimed).
+        if self.sweep_on_apply || self.addresses_claimed(cookie, &addrs)? {
+            self.remove_stale()?;
+        }
+        phases.mark("sweep");
+        let new = !self.has_policy(cookie)?;
+        // A new pod claiming a live neighbour's address is refused whole (below); one already
+        // enrolled keeps its capture without that address.
+        let addrs = if new {
+            addrs
+        } else {
+            self.without_taken(netns_path, cookie, addrs)?
+        };
         let ipv6 = ipv6_follows(policy, &addrs);
         let routes = if policy.exclude_interfaces.is_empty() {
             Vec::new()
@@ -72,14 +89,6 @@ impl NodeDatapath {
         let mut compiled = outbound::compile(policy, ipv6, routes)?;
         compiled.policy.netns_ino = ns.inode();
         phases.mark("compile");
-        // Pods die without --cleanup-only (istio-init never runs it): their entries, and the
-        // addresses a new pod may reuse, go before this one is written (the daemon does it
-        // on its tick, and again here only when an address of this pod is still claimed).
-        if self.sweep_on_apply || self.addresses_claimed(cookie, &addrs)? {
-            self.remove_stale()?;
-        }
-        phases.mark("sweep");
-        let new = !self.has_policy(cookie)?;
         let enrolled = self.index()?.policies();
         self.quotas.check(&sizing::Enrollment {
             netns: netns_path,
@@ -105,6 +114,12 @@ impl NodeDatapath {
             Ok(Written { inbound, owned }) => {
                 self.index()?.set(cookie, owned);
                 inbound
+            }
+            Err(e) if !new => {
+                // What is written is a mix of the old policy and the new, both capturing: on
+                // doubt, capture. The index keeps the old entries (the next apply replaces them).
+                tracing::error!(netns = %netns_path.display(), %cookie, error = %e, "re-applying failed: the namespace keeps the entries in force");
+                return Err(e);
             }
             Err(e) => {
                 tracing::warn!(netns = %netns_path.display(), %cookie, error = %e, "applying failed: removing everything written for the namespace");

@@ -6,6 +6,7 @@
 //! sk_lookup's `ingress_ifindex`: the pin says which one runs), `links/HOOK-N` (cgroup links), `netns/COOKIE` (a namespace's
 //! sk_lookup link). Removing the directory detaches everything.
 mod apply;
+mod claims;
 mod entries;
 mod index;
 pub mod layout;
@@ -318,6 +319,8 @@ impl NodeDatapath {
     pub fn refresh(&mut self, ns: &NetnsHandle, policy: &Policy) -> Result<Vec<std::net::IpAddr>> {
         let (netns_path, cookie) = (ns.path(), ns.cookie());
         let addrs = ns.addresses()?;
+        let addrs = self.without_taken(netns_path, cookie, addrs)?;
+        let addrs = self.within_quota(netns_path, addrs);
         let old = self.index()?.owned(cookie);
         let (mut a, mut b) = (addrs.clone(), old.addrs.clone());
         a.sort();
