@@ -51,15 +51,27 @@ pub struct KubeArgs {
     /// change seen by the pod watch starts one within a second).
     #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub reconcile_interval_secs: u64,
+    /// Start every pod's proxy bypass closed: until the pod's istio-proxy container runs and
+    /// its cgroup is bound, the proxy uid/gid (1337) is captured anywhere in the pod like an
+    /// application (a pod opts in alone with the annotation redirect.dev/proxy-binding:
+    /// strict). Without it the bypass is istio-iptables' owner match until the first binding,
+    /// so init containers running as 1337 (Istio's workaround for init-time network access)
+    /// go out uncaptured; with it they are captured and fail while no proxy listens. Either
+    /// way the bypass closes when a bound proxy container exits.
+    #[arg(long)]
+    pub strict_proxy_binding: bool,
 }
 
 impl KubeArgs {
     /// The daemon's options.
     pub fn options(&self) -> anyhow::Result<KubeOptions> {
-        let pod_cgroup_root = match &self.pod_cgroup_root {
-            Some(dir) => redirect_datapath::cgroup::validate(dir)
-                .map_err(|e| anyhow::anyhow!("--pod-cgroup-root {}: {e}", dir.display()))?,
-            None => redirect_datapath::cgroup::cgroup2_root()?,
+        let pod_cgroup_roots = match &self.pod_cgroup_root {
+            Some(dir) => vec![redirect_datapath::cgroup::validate(dir)
+                .map_err(|e| anyhow::anyhow!("--pod-cgroup-root {}: {e}", dir.display()))?],
+            None => {
+                let mount = redirect_datapath::cgroup::cgroup2_root()?;
+                vec![mount.join("kubepods.slice"), mount.join("kubepods")]
+            }
         };
         Ok(KubeOptions {
             kubeconfig: self.kubeconfig.clone(),
@@ -68,10 +80,11 @@ impl KubeArgs {
             cluster_dns_service: self.cluster_dns_service.clone(),
             get_attempts: self.pod_get_attempts,
             get_interval: Duration::from_millis(self.pod_get_interval_ms),
-            pod_cgroup_root,
+            pod_cgroup_roots,
             reconcile_interval: Duration::from_secs(self.reconcile_interval_secs),
             untaint: self.untaint.clone(),
             cni_conf_dir: self.cni_conf_dir.clone(),
+            strict_proxy_binding: self.strict_proxy_binding,
         })
     }
 }

@@ -24,9 +24,10 @@ pub struct KubeOptions {
     pub get_attempts: u32,
     /// Pause between two attempts.
     pub get_interval: Duration,
-    /// Where the kubelet's pod cgroups are found (the cgroup v2 mount on a node): the reconcile
-    /// finds running pods' processes and containers there.
-    pub pod_cgroup_root: PathBuf,
+    /// The kubelet's pod cgroup roots (`kubepods.slice`, `kubepods` under the cgroup v2 mount
+    /// on a node): the reconcile finds running pods' sandboxes and containers there, in
+    /// directories root owns only.
+    pub pod_cgroup_roots: Vec<PathBuf>,
     /// Longest time between two reconciles of this node's pods (a watch change starts one at
     /// the next tick).
     pub reconcile_interval: Duration,
@@ -34,6 +35,9 @@ pub struct KubeOptions {
     pub untaint: Option<crate::untaint::Taint>,
     /// Where the runtime's conflists are (for the untaint's check).
     pub cni_conf_dir: PathBuf,
+    /// Every pod's proxy bypass starts closed (`Policy::proxy_bypass_closed`) until its
+    /// istio-proxy container's cgroup is bound (`--strict-proxy-binding`).
+    pub strict_proxy_binding: bool,
 }
 
 impl Default for KubeOptions {
@@ -45,10 +49,14 @@ impl Default for KubeOptions {
             cluster_dns_service: ("kube-system".into(), "kube-dns".into()),
             get_attempts: 30,
             get_interval: Duration::from_secs(1),
-            pod_cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+            pod_cgroup_roots: vec![
+                PathBuf::from("/sys/fs/cgroup/kubepods.slice"),
+                PathBuf::from("/sys/fs/cgroup/kubepods"),
+            ],
             reconcile_interval: Duration::from_secs(10),
             untaint: None,
             cni_conf_dir: PathBuf::from("/etc/cni/net.d"),
+            strict_proxy_binding: false,
         }
     }
 }

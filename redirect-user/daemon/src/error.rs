@@ -25,6 +25,14 @@ pub enum Error {
         /// The lock file.
         lock: PathBuf,
     },
+    /// The daemon directory is not one only the daemon controls.
+    #[error("daemon directory {}: {why}; the socket and the enrollment files live there and whoever controls it steers the node's capture: refused to start (remove it, or give a directory root owns with --daemon-dir / REDIRECT_DAEMON_DIR)", dir.display())]
+    DirNotPrivate {
+        /// The directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A namespace path the daemon cannot keep using (relative, or another process's view).
     #[error("--netns {}: the daemon opens the namespace itself and keeps following it, so give a path that names it from any process and stays valid: /run/netns/NAME, or /proc/PID/ns/net of a long-lived process of the pod (run inside the pod, as istio-init's container, the namespace needs a name under the daemon's /run/netns, which a runtime gives its sandboxes)", path.display())]
     NetnsPath {

@@ -1,7 +1,8 @@
 //! Where a running pod is on this node, read from the cgroup v2 tree the kubelet makes: its
 //! pod directory (named by its uid under the cgroupfs and the systemd drivers), its
 //! containers' directories (named by their runtime ids), the network namespace its processes
-//! run in. The reconcile of running pods and the proxy-cgroup binding read it.
+//! run in. The reconcile of running pods and the proxy-cgroup binding read it. Only what root
+//! owns below the kubelet's pod roots counts (issue 31, finding 1).
 use std::{
     collections::HashMap,
     os::unix::fs::MetadataExt as _,
@@ -61,15 +62,23 @@ pub struct PodDir {
     pub containers: HashMap<String, PathBuf>,
 }
 
-/// Every pod directory under `root`, by pod uid (one bounded walk).
-pub fn pod_dirs(root: &Path) -> HashMap<String, PodDir> {
-    let mut found = HashMap::new();
-    let mut todo = vec![(root.to_path_buf(), 0usize)];
+/// Every pod directory under `roots` (the kubelet's pod roots), by pod uid, in one bounded
+/// walk. Only directories root owns are walked or taken: a subtree delegated to a user
+/// (systemd's `user@N.service`) can never name a pod. A uid found at two places names
+/// neither: someone mirrors the pod's directory, so the pod is skipped and the alarm logged.
+pub fn pod_dirs(roots: &[PathBuf]) -> HashMap<String, PodDir> {
+    let mut found: HashMap<String, PodDir> = HashMap::new();
+    let mut twice: Vec<(String, PathBuf)> = Vec::new();
+    let mut todo: Vec<(PathBuf, usize)> = roots
+        .iter()
+        .filter(|r| root_owned(r))
+        .map(|r| (r.clone(), 0))
+        .collect();
     let mut seen = 0;
     while let Some((dir, depth)) = todo.pop() {
         seen += 1;
         if seen > MAX_DIRS {
-            tracing::warn!(root = %root.display(), "cgroup walk stopped after {MAX_DIRS} directories");
+            tracing::warn!(root = %dir.display(), "cgroup walk stopped after {MAX_DIRS} directories");
             break;
         }
         for sub in subdirs(&dir) {
@@ -82,56 +91,80 @@ pub fn pod_dirs(root: &Path) -> HashMap<String, PodDir> {
                         Some((id, c))
                     })
                     .collect();
-                found.insert(
-                    uid,
-                    PodDir {
-                        dir: sub,
-                        containers,
-                    },
-                );
+                let pod = PodDir {
+                    dir: sub,
+                    containers,
+                };
+                if let Some(first) = found.insert(uid.clone(), pod) {
+                    twice.push((uid, first.dir));
+                }
             } else if depth < MAX_DEPTH {
                 todo.push((sub, depth + 1));
             }
         }
     }
+    for (uid, first) in twice {
+        if let Some(again) = found.remove(&uid) {
+            tracing::error!(pod_uid = uid, first = %first.display(), again = %again.dir.display(), "ALARM: two cgroup directories name the same pod, so neither is trusted: the pod is neither enrolled in place nor has its proxy bypass bound until one is removed");
+        }
+    }
     found
 }
 
+/// Whether `dir` is a directory root owns.
+fn root_owned(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && m.uid() == 0)
+}
+
+/// The directories root owns in `dir`.
 fn subdirs(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir).map_or_else(
         |_| Vec::new(),
         |entries| {
             entries
                 .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter(|e| {
+                    e.metadata()
+                        .is_ok_and(|m| m.file_type().is_dir() && m.uid() == 0)
+                })
                 .map(|e| e.path())
                 .collect()
         },
     )
 }
 
-/// The processes of a cgroup directory and of its children (a pod's containers).
-pub fn pids_under(dir: &Path) -> Vec<u32> {
-    let mut dirs = vec![dir.to_path_buf()];
-    dirs.extend(subdirs(dir));
-    dirs.iter()
-        .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
-        .flat_map(|t| {
-            t.lines()
-                .filter_map(|l| l.trim().parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect()
+/// The processes of one cgroup directory (not its children).
+pub fn pids_in(dir: &Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Whether a process of `dir` runs in the network namespace whose nsfs inode is `netns`.
+pub fn runs_in(dir: &Path, netns: u64) -> bool {
+    pids_in(dir)
+        .iter()
+        .any(|pid| std::fs::metadata(format!("/proc/{pid}/ns/net")).is_ok_and(|m| m.ino() == netns))
+}
+
+/// Whether process `pid` runs in the daemon's own user namespace: the host's (a daemon in
+/// another cannot load BPF programs; pid 1's own may not be readable, as on this VM).
+pub fn in_initial_userns(pid: u32) -> bool {
+    let ino = |p: &str| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    ino(&format!("/proc/{pid}/ns/user")).is_some_and(|own| Some(own) == ino("/proc/self/ns/user"))
 }
 
 /// The distinct network namespaces the processes `pids` run in, each as a path that names
 /// it: a runtime's bind mount (`/run/netns/NAME`, `/var/run/netns/NAME`) when there is one,
-/// which outlives any one process, else `/proc/PID/ns/net`. The host's namespace (pid 1's)
-/// is never returned: a pod with the host network is never enrolled.
+/// which outlives any one process, else `/proc/PID/ns/net`. The host's namespace (pid 1's,
+/// and the daemon's own: it runs with the host network) is never returned: a pod with the
+/// host network is never enrolled.
 pub fn netns_of(pids: &[u32]) -> Vec<PathBuf> {
-    let host = std::fs::metadata("/proc/1/ns/net")
-        .ok()
-        .map(|m| (m.dev(), m.ino()));
+    let host: Vec<(u64, u64)> = ["/proc/1/ns/net", "/proc/self/ns/net"]
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| (m.dev(), m.ino()))
+        .collect();
     let mut seen = Vec::new();
     let mut paths = Vec::new();
     for pid in pids {
@@ -140,7 +173,7 @@ pub fn netns_of(pids: &[u32]) -> Vec<PathBuf> {
             continue;
         };
         let key = (meta.dev(), meta.ino());
-        if Some(key) == host || seen.contains(&key) {
+        if host.contains(&key) || seen.contains(&key) {
             continue;
         }
         seen.push(key);

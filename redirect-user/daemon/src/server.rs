@@ -4,10 +4,7 @@ use redirect_common::NetnsCookie;
 use std::{
     collections::BTreeMap,
     fs::File,
-    os::unix::{
-        fs::PermissionsExt as _,
-        net::{UnixListener, UnixStream},
-    },
+    os::unix::net::{UnixListener, UnixStream},
     path::PathBuf,
     sync::{
         atomic::{AtomicBool, Ordering},
@@ -20,7 +17,9 @@ mod datapath;
 mod followed;
 mod gone;
 mod netns_in;
+mod peer;
 mod pods;
+mod private_dir;
 mod receive;
 mod reconcile;
 mod reply;
@@ -91,8 +90,7 @@ impl Daemon {
     /// enrollments found on disk and binds the root-only socket.
     pub fn start(opts: Options) -> Result<Self> {
         redirect_datapath::load::preflight::require_root()?;
-        std::fs::create_dir_all(&opts.dir).map_err(|e| Error::io("creating", &opts.dir, e))?;
-        let _ = std::fs::set_permissions(&opts.dir, std::fs::Permissions::from_mode(0o700));
+        private_dir::make_private(&opts.dir)?;
         let lock = single_instance(&opts.dir)?;
         let guard = node::lock(&opts.bpffs)?;
         if NodeDatapath::exists(&opts.bpffs) {
@@ -423,6 +421,14 @@ impl Daemon {
     }
 
     fn serve(&mut self, stream: UnixStream) {
+        let peer = match peer::check(&stream) {
+            Ok(peer) => peer,
+            Err(refused) => {
+                tracing::warn!(%refused, "connection refused");
+                reply::send(stream, answer::frame(&Err(refused)));
+                return;
+            }
+        };
         let mut phases = redirect_datapath::phases::Phases::start();
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
@@ -432,6 +438,18 @@ impl Daemon {
         let (op, result, retry) = match request {
             Ok((req, fd)) => {
                 let op = req.op();
+                let allowed = if peer::changes(&req) {
+                    peer.may_change(op)
+                } else {
+                    Ok(())
+                };
+                if let Err(refused) = allowed {
+                    tracing::warn!(op, %refused, "request refused");
+                    let refused = Err(refused);
+                    self.count_refused(op, &refused);
+                    reply::send(stream, answer::frame(&refused));
+                    return;
+                }
                 if let Some((kube, pod)) = self.needs_get(&req) {
                     match self.resolver.spawn(kube, pod, (stream, req, fd)) {
                         Ok(()) => return,

@@ -9,6 +9,7 @@
 //! [`compare`] names where two policies differ. Nothing here talks to a cluster.
 
 mod annotations;
+mod binding;
 pub mod compare;
 mod decide;
 mod dns;
@@ -31,6 +32,7 @@ pub use annotations::{
     INCLUDE_INBOUND_PORTS, INCLUDE_OUTBOUND_IP_RANGES, INCLUDE_OUTBOUND_PORTS, INTERCEPTION_MODE,
     KUBEVIRT_INTERFACES, REROUTE_VIRTUAL_INTERFACES, STATUS_PORT,
 };
+pub use binding::PROXY_BINDING;
 pub use decide::{decide, Decision, Skip, DATAPLANE_MODE, INJECT, SIDECAR_STATUS};
 pub use error::Error;
 pub use k8s_openapi::api::core::v1::Pod;

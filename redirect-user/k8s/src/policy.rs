@@ -24,15 +24,18 @@ fn flatten(plan: &[Arg]) -> Vec<String> {
 
 /// The capture policy istio-cni would apply to `pod`, whether or not [`crate::decide`] meshes
 /// it: its [`istio_iptables_args`] parsed as `redirect istio-iptables` parses them. An
-/// invalid value is an error naming the annotation (or field) and the value.
+/// invalid value is an error naming the annotation (or field) and the value. Ours on top:
+/// `redirect.dev/proxy-binding: strict` starts the proxy bypass closed.
 pub fn policy(pod: &Pod, cluster_dns: Option<IpAddr>) -> Result<Policy, Error> {
     let plan = plan(pod, cluster_dns)?;
     let args = flatten(&plan);
     let env: HashMap<String, String> = HashMap::new();
-    match redirect_policy::parse_invocation(&args, &env, &PodSpecOnly) {
-        Ok(inv) => Ok(inv.policy),
-        Err(e) => Err(blame(&plan, &args, e)),
-    }
+    let mut policy = match redirect_policy::parse_invocation(&args, &env, &PodSpecOnly) {
+        Ok(inv) => inv.policy,
+        Err(e) => return Err(blame(&plan, &args, e)),
+    };
+    policy.proxy_bypass_closed = crate::binding::strict(pod)?;
+    Ok(policy)
 }
 
 /// The annotation behind a flag the parser refused.

@@ -105,6 +105,7 @@ pub(super) fn invocation(
         dual_stack: bool_of(Key::DualStack)?,
         drop_invalid: bool_of(Key::DropInvalid)?,
         proxy_cgroup: path_of(Key::ProxyCgroup),
+        proxy_bypass_closed: false,
         no_proxy,
     };
     let mut inv = Invocation {

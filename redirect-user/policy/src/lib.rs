@@ -148,6 +148,12 @@ pub struct Policy {
     /// processes inside it, so an application that happens to run as uid 1337 is captured.
     #[serde(default)]
     pub proxy_cgroup: Option<std::path::PathBuf>,
+    /// Ours (the daemon's, for pods): the uid/gid bypass is held by no cgroup while
+    /// `proxy_cgroup` is unset, so the proxy uid/gid is captured anywhere in the namespace,
+    /// like an application (fail closed: the pod's proxy container exited, or a strict
+    /// enrollment's proxy does not run yet). Ignored when `proxy_cgroup` is set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub proxy_bypass_closed: bool,
     /// Ours (`--no-proxy`): what outbound connects do while the proxy does not listen yet.
     #[serde(default)]
     pub no_proxy: NoProxy,
@@ -205,6 +211,7 @@ impl Default for Policy {
             dual_stack: false,
             drop_invalid: false,
             proxy_cgroup: None,
+            proxy_bypass_closed: false,
             no_proxy: NoProxy::Refuse,
         }
     }

@@ -69,6 +69,18 @@ impl Daemon {
         Ok((resolution.decision.clone(), policy))
     }
 
+    /// A pod's policy with the node's `--strict-proxy-binding`: its bypass starts closed.
+    pub(super) fn node_binding(&self, mut policy: Policy) -> Policy {
+        if self
+            .kube
+            .as_ref()
+            .is_some_and(|k| k.options().strict_proxy_binding)
+        {
+            policy.proxy_bypass_closed = true;
+        }
+        policy
+    }
+
     /// CNI ADD.
     pub(super) fn pod_add(
         &mut self,
@@ -83,7 +95,7 @@ impl Daemon {
         let resolved = self.resolve(&pod, found);
         phases.mark("resolve");
         let (decision, policy) = resolved?;
-        let Some(policy) = policy else {
+        let Some(policy) = policy.map(|p| self.node_binding(p)) else {
             tracing::info!(%pod, %decision, "pod not meshed: left alone");
             return Ok(answer(
                 false,
@@ -267,8 +279,10 @@ impl Daemon {
             )),
             (Some(_), None) => Some(format!("{pod} is meshed but not enrolled")),
             (Some(mut policy), Some(e)) => {
-                // The bypass bound to the running proxy container is the daemon's own doing.
+                // The bypass bound to the running proxy container, or closed, is the
+                // daemon's own doing.
                 policy.proxy_cgroup.clone_from(&e.policy.proxy_cgroup);
+                policy.proxy_bypass_closed = e.policy.proxy_bypass_closed;
                 if e.policy != policy {
                     Some(format!("{pod} is enrolled with another policy than its annotations ask for now: re-create the pod"))
                 } else if let Err(why) = &here {

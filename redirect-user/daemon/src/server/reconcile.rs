@@ -3,7 +3,7 @@
 //! is not enrolled (created while the daemon was down, or before the plugin was installed) is
 //! enrolled in place, through its processes' network namespace; an enrolled pod the apiserver
 //! no longer has is unenrolled; a pod's uid/gid bypass is bound to its running istio-proxy
-//! container's cgroup, and unbound the moment that cgroup is gone.
+//! container's cgroup, and closed (bound to no cgroup) the moment that cgroup is gone.
 use redirect_common::NetnsCookie;
 use std::{
     collections::HashMap,
@@ -20,7 +20,9 @@ use redirect_daemon_api::PodRef;
 
 use crate::{
     files::write_enrollment,
-    pod_cgroups::{bare_container_id, netns_of, pids_under, pod_dirs, PodDir},
+    pod_cgroups::{
+        bare_container_id, in_initial_userns, netns_of, pids_in, pod_dirs, runs_in, PodDir,
+    },
 };
 
 /// When the reconcile last ran and what it saw.
@@ -107,9 +109,37 @@ fn running_proxy_id(pod: &Pod) -> Option<&str> {
         .flatten()
 }
 
-/// The running istio-proxy container's cgroup.
-fn proxy_cgroup(pod: &Pod, dir: &PodDir) -> Option<PathBuf> {
-    dir.containers.get(running_proxy_id(pod)?).cloned()
+/// The running istio-proxy container's cgroup: a child of the pod's directory named by the
+/// container's id in the pod's status, holding a process of the enrolled namespace (nsfs
+/// inode `netns`).
+fn proxy_cgroup(pod: &Pod, dir: &PodDir, netns: u64) -> Option<PathBuf> {
+    let cgroup = dir.containers.get(running_proxy_id(pod)?)?;
+    runs_in(cgroup, netns).then(|| cgroup.clone())
+}
+
+/// The sandbox's network namespaces holding every address of `ips`: those of the processes
+/// of the pod's container directories its status does not name (the sandbox; a container
+/// the kubelet has not reported yet), running in the host's user namespace unless the pod
+/// asks for its own (`hostUsers: false`). An app process that makes a namespace of its own
+/// holding the pod's address is never among them.
+fn sandbox_netns(pod: &Pod, dir: &PodDir, ips: &[IpAddr]) -> Vec<NetnsHandle> {
+    let statuses = status_ids(pod);
+    let host_users = pod.spec.as_ref().and_then(|s| s.host_users) != Some(false);
+    let pids: Vec<u32> = dir
+        .containers
+        .iter()
+        .filter(|(id, _)| !statuses.contains(&id.as_str()))
+        .flat_map(|(_, cgroup)| pids_in(cgroup))
+        .filter(|pid| !host_users || in_initial_userns(*pid))
+        .collect();
+    netns_of(&pids)
+        .into_iter()
+        .filter_map(|path| {
+            let ns = NetnsHandle::open(&path).ok()?;
+            let held = ns.addresses().ok()?;
+            ips.iter().all(|ip| held.contains(ip)).then_some(ns)
+        })
+        .collect()
 }
 
 /// Whether the binding `current` may not be the running proxy's (so the cgroup tree is read):
@@ -140,7 +170,7 @@ impl Daemon {
             return;
         };
         let interval = kube.options().reconcile_interval;
-        let root = kube.options().pod_cgroup_root.clone();
+        let roots = kube.options().pod_cgroup_roots.clone();
         let binding_gone = self.enrollments.values().any(|f| {
             f.record.pod.is_some()
                 && f.record
@@ -192,37 +222,50 @@ impl Daemon {
         if missing.is_empty() && bound.is_empty() {
             return;
         }
-        let dirs = pod_dirs(&root);
+        let dirs = pod_dirs(&roots);
         for pod in missing {
             if let Some(dir) = dirs.get(uid(pod)) {
                 self.enroll_running(pod, dir);
             }
         }
         for (pod, cookie) in bound {
-            let target = dirs.get(uid(pod)).and_then(|d| proxy_cgroup(pod, d));
+            let netns = self
+                .enrollments
+                .get(&cookie)
+                .and_then(|f| f.ns.as_ref())
+                .map(NetnsHandle::inode);
+            let target = dirs
+                .get(uid(pod))
+                .zip(netns)
+                .and_then(|(d, netns)| proxy_cgroup(pod, d, netns));
             self.bind_proxy(cookie, target);
         }
     }
 
-    /// Enrolls a running meshed pod in place: the namespace of its processes that holds its
-    /// addresses, the policy its annotations ask for, its sandbox's id from its cgroups.
+    /// Enrolls a running meshed pod in place: its sandbox's namespace, which holds its
+    /// addresses ([`sandbox_netns`]; two such namespaces are an alarm and neither is taken),
+    /// the policy its annotations ask for, its sandbox's id from its cgroups.
     fn enroll_running(&mut self, pod: &Pod, dir: &PodDir) {
         let ips = pod_ips(pod);
         let named = pod_ref(pod, String::new());
-        let found = netns_of(&pids_under(&dir.dir))
-            .into_iter()
-            .find_map(|path| {
-                let ns = NetnsHandle::open(&path).ok()?;
-                let held = ns.addresses().ok()?;
-                ips.iter().all(|ip| held.contains(ip)).then_some(ns)
-            });
-        let Some(ns) = found else {
-            tracing::warn!(pod = %named, ?ips, cgroup = %dir.dir.display(), "a running meshed pod is not enrolled, but no process of it runs in a namespace holding its addresses: left for its CNI ADD");
-            return;
+        let ns = match <[NetnsHandle; 1]>::try_from(sandbox_netns(pod, dir, &ips)) {
+            Ok([ns]) => ns,
+            Err(found) if found.is_empty() => {
+                tracing::warn!(pod = %named, ?ips, cgroup = %dir.dir.display(), "a running meshed pod is not enrolled, but no process of its sandbox runs in a namespace holding its addresses: left for its CNI ADD");
+                return;
+            }
+            Err(found) => {
+                let paths: Vec<String> = found
+                    .iter()
+                    .map(|n| n.path().display().to_string())
+                    .collect();
+                tracing::error!(pod = %named, ?ips, cgroup = %dir.dir.display(), ?paths, "ALARM: more than one namespace of the pod's sandbox holds its addresses, so none is enrolled in place: left for its CNI ADD");
+                return;
+            }
         };
         let kube = self.kube.as_ref().map(|k| k.options().cluster_dns);
         let policy = match redirect_k8s::policy(pod, kube.flatten()) {
-            Ok(p) => p,
+            Ok(p) => self.node_binding(p),
             Err(error) => {
                 tracing::error!(pod = %named, %error, "a running meshed pod cannot be captured: not enrolled");
                 return;
@@ -240,6 +283,7 @@ impl Daemon {
         };
         let pod_ref = pod_ref(pod, sandbox);
         let netns = ns.path().to_path_buf();
+        let netns_inode = ns.inode();
         let source =
             format!("{pod_ref}, enrolled in place (running before its CNI ADD reached the daemon)");
         match self.enroll_ns(
@@ -252,7 +296,7 @@ impl Daemon {
         ) {
             Ok(e) => {
                 tracing::info!(pod = %pod_ref, netns = %netns.display(), cookie = %e.cookie, "enrolled a running pod in place");
-                if let Some(target) = proxy_cgroup(pod, dir) {
+                if let Some(target) = proxy_cgroup(pod, dir, netns_inode) {
                     self.bind_proxy(e.cookie, Some(target));
                 }
             }
@@ -263,9 +307,10 @@ impl Daemon {
     }
 
     /// Binds enrollment `cookie`'s uid/gid bypass to `target` (its running proxy container's
-    /// cgroup); unbinds it when the bound cgroup is gone (the proxy exited) and no new one
-    /// runs yet: the bypass then applies to the proxy uid/gid anywhere in the pod, as
-    /// istio-iptables' owner match does.
+    /// cgroup); closes it when the bound cgroup is gone (the proxy exited) and no new one runs
+    /// yet: bound to no cgroup, the proxy uid/gid is then captured anywhere in the pod (fail
+    /// closed: any container can stop its proxy, and an app running as 1337 would otherwise
+    /// go out uncaptured for each restart back-off) until the next proxy container is bound.
     fn bind_proxy(&mut self, cookie: NetnsCookie, target: Option<PathBuf>) {
         let Some(f) = self.enrollments.get(&cookie) else {
             return;
@@ -276,7 +321,8 @@ impl Daemon {
             (Some(c), _) if c.exists() => return,
             _ => None,
         };
-        if next == current {
+        let closed = next.is_none() || f.record.policy.proxy_bypass_closed;
+        if next == current && closed == f.record.policy.proxy_bypass_closed {
             return;
         }
         let Some(f) = self.enrollments.get_mut(&cookie) else {
@@ -285,6 +331,7 @@ impl Daemon {
         let Some(ns) = &f.ns else { return };
         let mut policy = f.record.policy.clone();
         policy.proxy_cgroup.clone_from(&next);
+        policy.proxy_bypass_closed = closed;
         let name = f
             .record
             .pod
@@ -299,7 +346,14 @@ impl Daemon {
                 if let Err(error) = write_enrollment(&self.opts.dir, &f.record) {
                     tracing::warn!(pod = name, %error, "recording the enrollment");
                 }
-                tracing::info!(pod = name, %cookie, proxy_cgroup = ?next, "the proxy uid/gid bypass follows the istio-proxy container's cgroup");
+                match &next {
+                    Some(cgroup) => {
+                        tracing::info!(pod = name, %cookie, proxy_cgroup = %cgroup.display(), "the proxy uid/gid bypass follows the istio-proxy container's cgroup")
+                    }
+                    None => {
+                        tracing::warn!(pod = name, %cookie, "the proxy uid/gid bypass is closed: its istio-proxy container is gone, so the proxy uid/gid is captured anywhere in the pod until the next one runs")
+                    }
+                }
             }
             Err(error) => {
                 tracing::error!(pod = name, %cookie, %error, "binding the proxy bypass to its container's cgroup: kept as it was");

@@ -37,6 +37,16 @@ pub struct CgroupRef {
     pub level: u16,
 }
 
+impl CgroupRef {
+    /// The bypass bound to no cgroup (`Policy::proxy_bypass_closed`): no task's ancestor at
+    /// level 1 has this id (cgroup ids are inode numbers, never all ones), and a task in the
+    /// root cgroup reads 0 there.
+    pub const NOWHERE: CgroupRef = CgroupRef {
+        id: u64::MAX,
+        level: 1,
+    };
+}
+
 /// The DNS capture port istio-iptables hard-codes.
 pub const DNS_CAPTURE_PORT: u16 = 15053;
 
@@ -70,7 +80,8 @@ fn fill<T: Copy>(what: &'static str, dst: &mut [T], src: &[T]) -> Result<u8, Pol
 /// Compiles `p` for a namespace; `ipv6` says whether its IPv6 traffic follows the policy (the
 /// namespace has an IPv6 address, or dual stack was asked for); `routes` are its routes with
 /// whether each leaves through an excluded interface (only used when `-c` is set);
-/// `proxy_cgroup` is `p.proxy_cgroup` resolved by the caller (required when it is set).
+/// `proxy_cgroup` is `p.proxy_cgroup` resolved by the caller (required when it is set); with
+/// none set and `p.proxy_bypass_closed`, the bypass is bound to [`CgroupRef::NOWHERE`].
 pub fn compile(
     p: &Policy,
     ipv6: bool,
@@ -151,7 +162,12 @@ pub fn compile(
     if p.no_proxy == crate::NoProxy::Passthrough {
         k.flags |= OUT_NO_PROXY_PASSTHROUGH;
     }
-    if let (Some(_), Some(cg)) = (&p.proxy_cgroup, proxy_cgroup) {
+    let bound = match (&p.proxy_cgroup, proxy_cgroup) {
+        (Some(_), Some(cg)) => Some(cg),
+        (None, _) if p.proxy_bypass_closed => Some(CgroupRef::NOWHERE),
+        _ => None,
+    };
+    if let Some(cg) = bound {
         k.flags |= OUT_PROXY_CGROUP;
         k.proxy_cgroup = cg.id;
         k.proxy_cgroup_level = cg.level;
@@ -191,6 +207,17 @@ mod tests {
             (42, 3)
         );
         assert_eq!(c.policy.dns_port, DNS_CAPTURE_PORT);
+        // Closed: bound to no cgroup while none is named; a named one wins.
+        p.proxy_bypass_closed = true;
+        let c = compile(&p, false, Vec::new(), Some(cg)).expect("compile");
+        assert_eq!(c.policy.proxy_cgroup, 42);
+        p.proxy_cgroup = None;
+        let c = compile(&p, false, Vec::new(), None).expect("compile");
+        assert_ne!(c.policy.flags & OUT_PROXY_CGROUP, 0);
+        assert_eq!(
+            (c.policy.proxy_cgroup, c.policy.proxy_cgroup_level),
+            (u64::MAX, 1)
+        );
     }
 
     #[test]

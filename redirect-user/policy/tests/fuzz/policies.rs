@@ -128,6 +128,7 @@ pub fn valid() -> impl Strategy<Value = Policy> {
             dual_stack,
             drop_invalid,
             proxy_cgroup,
+            proxy_bypass_closed: false,
             no_proxy: if passthrough {
                 NoProxy::Passthrough
             } else {

@@ -1,0 +1,51 @@
+//! Ours: `redirect.dev/proxy-binding: strict`, a pod's opt-in to a proxy bypass that starts
+//! closed (bound to no cgroup until its istio-proxy container runs), as the daemon's
+//! `--strict-proxy-binding` gives every pod of a node.
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::{pod::annotation, Error};
+
+/// The annotation.
+pub const PROXY_BINDING: &str = "redirect.dev/proxy-binding";
+
+/// Whether `pod` asks for a strict binding: `strict` yes, `istio` (istio-iptables' owner match
+/// until the proxy runs) or no annotation no; any other value is refused, named.
+pub(crate) fn strict(pod: &Pod) -> Result<bool, Error> {
+    match annotation(pod, PROXY_BINDING).map(str::trim) {
+        None | Some("istio") => Ok(false),
+        Some("strict") => Ok(true),
+        Some(other) => Err(Error::invalid(
+            &format!("annotation {PROXY_BINDING}"),
+            other,
+            other,
+            "is neither strict nor istio",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(value: Option<&str>) -> Pod {
+        let mut v = serde_json::json!({"metadata": {"name": "web", "annotations": {}}});
+        if let Some(value) = value {
+            v["metadata"]["annotations"][PROXY_BINDING] = value.into();
+        }
+        serde_json::from_value(v).expect("pod")
+    }
+
+    #[test]
+    fn strict_is_asked_by_its_annotation_and_other_values_are_named() {
+        assert!(!strict(&pod(None)).expect("none"));
+        assert!(!strict(&pod(Some("istio"))).expect("istio"));
+        assert!(strict(&pod(Some("strict"))).expect("strict"));
+        let err = strict(&pod(Some("closed")))
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            err.contains(PROXY_BINDING) && err.contains("closed"),
+            "{err}"
+        );
+    }
+}
