@@ -50,7 +50,7 @@ pub struct InstallCni {
         long,
         value_name = "LIST",
         value_delimiter = ',',
-        default_value = "kube-system"
+        default_value = redirect_daemon_api::exclusions::DEFAULT_EXCLUDED_NAMESPACE
     )]
     pub exclude_namespaces: Vec<String>,
     /// Our entry's log_level: the plugin's log level in cni.log beside the socket.
@@ -92,12 +92,17 @@ pub struct InstallCni {
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub fight_limit: u32,
     /// ... seconds; one more needed within it is not made: an error is logged and
-    /// re-insertion pauses for --fight-backoff seconds.
+    /// re-insertion slows down for --fight-backoff seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub fight_window: u64,
-    /// Seconds re-insertion pauses after a fight.
+    /// Seconds re-insertion stays slow after a fight.
     #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub fight_backoff: u64,
+    /// Meanwhile, at most one re-insertion every SECONDS, each logged as an alarm (never
+    /// none: while our entry is out, new pods start uncaptured until the daemon's reconcile
+    /// enrolls them).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub fight_slow: u64,
 }
 
 impl InstallCni {
@@ -136,6 +141,7 @@ impl InstallCni {
             limit: self.fight_limit,
             window: Duration::from_secs(self.fight_window),
             backoff: Duration::from_secs(self.fight_backoff),
+            slow: Duration::from_secs(self.fight_slow),
         }
     }
 }

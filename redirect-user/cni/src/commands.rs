@@ -79,20 +79,7 @@ fn pod() -> Option<PodRef> {
 
 /// Why a pod needs no call at all, if it does not.
 fn skipped(conf: &NetConf, pod: &PodRef) -> Option<String> {
-    if conf.exclude_namespaces.contains(&pod.namespace) {
-        return Some(format!(
-            "namespace {:?} is in exclude_namespaces",
-            pod.namespace
-        ));
-    }
-    let own = &conf.daemon_pods;
-    if pod.namespace == own.namespace && pod.name.starts_with(&own.name_prefix) {
-        return Some(format!(
-            "the daemon's own pod (daemon_pods: namespace {:?}, name_prefix {:?})",
-            own.namespace, own.name_prefix
-        ));
-    }
-    None
+    conf.exclusions.skips(&pod.namespace, &pod.name)
 }
 
 /// prevResult as the result, in the config's version.

@@ -5,31 +5,11 @@ use std::{collections::BTreeMap, net::IpAddr, path::PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
-use redirect_daemon_api::cni_spec;
+use redirect_daemon_api::{cni_spec, Exclusions};
 
 use crate::error::{CniError, Code};
 
 pub use redirect_daemon_api::cni_spec::SUPPORTED_VERSIONS;
-
-/// The daemon's own pods: recognised by namespace and name prefix before any other call, so
-/// a node whose daemon is being (re)started never waits on itself.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct DaemonPods {
-    /// The DaemonSet's namespace.
-    pub namespace: String,
-    /// The DaemonSet's name followed by `-` (its pods are named `NAME-xxxxx`).
-    pub name_prefix: String,
-}
-
-impl Default for DaemonPods {
-    fn default() -> Self {
-        // deploy/kubernetes/daemonset.yaml: DaemonSet `redirect` in `istio-system`.
-        Self {
-            namespace: "istio-system".into(),
-            name_prefix: "redirect-".into(),
-        }
-    }
-}
 
 /// Our conflist entry, with what the runtime adds to it.
 #[derive(Debug, Clone, Deserialize)]
@@ -40,12 +20,9 @@ pub struct NetConf {
     /// The daemon's socket.
     #[serde(default = "default_socket", rename = "daemon_socket")]
     pub daemon_socket: PathBuf,
-    /// Pod namespaces never handed to the daemon.
-    #[serde(default, rename = "exclude_namespaces")]
-    pub exclude_namespaces: Vec<String>,
-    /// The daemon's own pods.
-    #[serde(default, rename = "daemon_pods")]
-    pub daemon_pods: DaemonPods,
+    /// Pods never handed to the daemon (`exclude_namespaces`, `daemon_pods`).
+    #[serde(flatten)]
+    pub exclusions: Exclusions,
     /// `error`, `warn`, `info`, `debug` or `trace`.
     #[serde(default = "default_level", rename = "log_level")]
     pub log_level: String,

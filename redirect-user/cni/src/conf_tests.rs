@@ -1,6 +1,7 @@
 //! The plugin's reading of stdin and `CNI_ARGS`.
-use crate::conf::{cni_args, default_socket, DaemonPods, NetConf};
+use crate::conf::{cni_args, default_socket, NetConf};
 use crate::error::Code;
+use redirect_daemon_api::DaemonPods;
 
 #[test]
 fn the_conflist_entry_of_the_issue_parses_with_defaults() {
@@ -15,9 +16,9 @@ fn the_conflist_entry_of_the_issue_parses_with_defaults() {
         conf.daemon_socket.to_str(),
         Some("/run/redirect/daemon/daemon.sock")
     );
-    assert_eq!(conf.exclude_namespaces, ["kube-system"]);
-    assert_eq!(conf.daemon_pods, DaemonPods::default());
-    assert_eq!(conf.daemon_pods.namespace, "istio-system");
+    assert_eq!(conf.exclusions.namespaces, ["kube-system"]);
+    assert_eq!(conf.exclusions.daemon_pods, DaemonPods::default());
+    assert_eq!(conf.exclusions.daemon_pods.namespace, "istio-system");
     assert_eq!(conf.timeout_seconds, 60);
 }
 

@@ -9,6 +9,7 @@ pub mod client;
 pub mod cni_failures;
 pub mod cni_spec;
 mod dir;
+pub mod exclusions;
 pub mod netns_fd;
 pub mod request;
 
@@ -18,5 +19,6 @@ pub use answer::{
 };
 pub use client::{Client, ClientError};
 pub use dir::{DaemonDir, DEFAULT_DIR, DIR_ENV};
+pub use exclusions::{DaemonPods, Exclusions};
 pub use netns_fd::NetnsFd;
 pub use request::{PodRef, Request, PROTOCOL_VERSION};

@@ -14,13 +14,15 @@
 //!   its own pins and enrollments each tick (`DIR/health`); `metrics` the Prometheus endpoint.
 //! - `apiserver` the kube-rs client (in-cluster or `--kubeconfig`, bounded GET retries);
 //!   `pod_cache` this node's pods from a watch; `resolution` each pod's decision and policy,
-//!   resolved as it arrives; `pod_cgroups` the kubelet's cgroup tree.
+//!   resolved as it arrives; `pod_cgroups` the kubelet's cgroup tree; `exclusions` the
+//!   plugin's exclusions, read from our conflist entry.
 //! - The socket's protocol, client and path rule are `redirect_daemon_api`'s.
 pub mod apiserver;
 pub mod cluster_dns;
 pub mod credentials;
 pub mod decode;
 pub mod error;
+pub mod exclusions;
 mod files;
 pub mod metrics;
 pub mod pod_cache;

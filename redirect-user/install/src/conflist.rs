@@ -34,6 +34,11 @@ pub fn has(list: &Value, entry: &Value) -> bool {
     mine.len() == 1 && mine[0] == entry
 }
 
+/// The first entry of ours in `list`.
+pub fn our_entry(list: &Value) -> Option<&Value> {
+    plugins(list).iter().find(|p| ours(p))
+}
+
 /// Whether `list` holds an entry of ours at all.
 pub fn has_any(list: &Value) -> bool {
     plugins(list).iter().any(ours)

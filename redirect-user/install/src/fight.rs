@@ -1,6 +1,8 @@
 //! The rule that keeps the watcher from fighting another writer forever: at most `limit`
 //! re-insertions within any `window`; the next one needed within it is not made, an error is
-//! logged, and re-insertion pauses for `backoff` (then the count starts afresh).
+//! logged, and re-insertion slows down for `backoff` (then the count starts afresh): one every
+//! `slow` at most, each an alarm. Never none: while our entry is out, new pods start
+//! uncaptured until the daemon's reconcile finds them.
 use std::{
     collections::VecDeque,
     time::{Duration, Instant},
@@ -13,8 +15,10 @@ pub struct Rule {
     pub limit: u32,
     /// The window.
     pub window: Duration,
-    /// The pause after a fight is detected.
+    /// How long re-insertion stays slow after a fight is detected.
     pub backoff: Duration,
+    /// Meanwhile, at most one re-insertion every `slow`.
+    pub slow: Duration,
 }
 
 impl Default for Rule {
@@ -23,6 +27,7 @@ impl Default for Rule {
             limit: 5,
             window: Duration::from_secs(60),
             backoff: Duration::from_secs(300),
+            slow: Duration::from_secs(30),
         }
     }
 }
@@ -32,10 +37,13 @@ impl Default for Rule {
 pub enum Verdict {
     /// Go ahead.
     Allowed,
-    /// The limit is reached: a fight; paused until then.
+    /// The limit is reached: a fight; slow until then.
     Fight,
-    /// Paused (a fight was detected earlier) for this long still.
+    /// Slow (a fight was detected earlier), and the last re-insertion was less than `slow`
+    /// ago: not now; the slow phase lasts this long still.
     Paused(Duration),
+    /// Slow, and `slow` has passed since the last re-insertion: go ahead, with an alarm.
+    Slow,
 }
 
 /// The re-insertions seen.
@@ -44,6 +52,8 @@ pub struct Tracker {
     rule: Rule,
     recent: VecDeque<Instant>,
     paused_until: Option<Instant>,
+    /// The last re-insertion (or the fight) while slow.
+    slow_last: Option<Instant>,
 }
 
 impl Tracker {
@@ -53,6 +63,7 @@ impl Tracker {
             rule,
             recent: VecDeque::new(),
             paused_until: None,
+            slow_last: None,
         }
     }
 
@@ -65,9 +76,17 @@ impl Tracker {
     pub fn ask(&mut self, now: Instant) -> Verdict {
         if let Some(until) = self.paused_until {
             if now < until {
+                if self
+                    .slow_last
+                    .is_none_or(|t| now.duration_since(t) >= self.rule.slow)
+                {
+                    self.slow_last = Some(now);
+                    return Verdict::Slow;
+                }
                 return Verdict::Paused(until - now);
             }
             self.paused_until = None;
+            self.slow_last = None;
             self.recent.clear();
         }
         while self
@@ -79,6 +98,7 @@ impl Tracker {
         }
         if self.recent.len() >= self.rule.limit as usize {
             self.paused_until = Some(now + self.rule.backoff);
+            self.slow_last = Some(now);
             return Verdict::Fight;
         }
         self.recent.push_back(now);
@@ -96,6 +116,7 @@ mod tests {
             limit: 3,
             window: Duration::from_secs(10),
             backoff: Duration::from_secs(100),
+            slow: Duration::from_secs(30),
         };
         let mut t = Tracker::new(rule);
         let t0 = Instant::now();
@@ -105,6 +126,10 @@ mod tests {
         }
         assert_eq!(t.ask(at(4)), Verdict::Fight);
         assert_eq!(t.ask(at(5)), Verdict::Paused(Duration::from_secs(99)));
+        // Slow, never stopped: one every 30 s of the backoff.
+        assert_eq!(t.ask(at(34)), Verdict::Slow);
+        assert_eq!(t.ask(at(40)), Verdict::Paused(Duration::from_secs(64)));
+        assert_eq!(t.ask(at(64)), Verdict::Slow);
         assert_eq!(t.ask(at(104)), Verdict::Allowed, "after the backoff");
         // Spread out beyond the window: never a fight.
         let mut slow = Tracker::new(rule);

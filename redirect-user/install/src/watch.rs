@@ -87,7 +87,7 @@ fn reconcile(opts: &Options, tracker: &mut Tracker, waiting_said: &mut bool) {
     let result = install_gated(opts, &mut || {
         let v = tracker.ask(Instant::now());
         verdict = Some(v);
-        v == Verdict::Allowed
+        matches!(v, Verdict::Allowed | Verdict::Slow)
     });
     match verdict {
         Some(Verdict::Fight) => {
@@ -98,17 +98,25 @@ fn reconcile(opts: &Options, tracker: &mut Tracker, waiting_said: &mut bool) {
                 limit = rule.limit,
                 window_s = rule.window.as_secs(),
                 backoff_s = rule.backoff.as_secs(),
+                slow_s = rule.slow.as_secs(),
                 fights,
-                "another writer keeps removing our entry: fight detected, not re-inserting for the backoff (install-cni --help: the fight rule)"
+                "another writer keeps removing our entry: fight detected, re-inserting only once every slow_s for the backoff (install-cni --help: the fight rule)"
             );
             return;
         }
         Some(Verdict::Paused(left)) => {
             tracing::warn!(
                 left_s = left.as_secs(),
-                "our entry is missing; not re-inserting: paused after a fight"
+                "our entry is missing; not re-inserting yet: slow after a fight"
             );
             return;
+        }
+        Some(Verdict::Slow) if result.is_ok() => {
+            tracing::error!(
+                conf_dir = %opts.conf_dir.display(),
+                slow_s = tracker.rule().slow.as_secs(),
+                "ALARM: our entry re-inserted during the fight's backoff; another writer keeps removing it, and pods that start while it is out run uncaptured until the daemon's reconcile enrolls them"
+            );
         }
         _ => {}
     }

@@ -6,7 +6,7 @@
 //! container's cgroup, and closed (bound to no cgroup) the moment that cgroup is gone.
 use redirect_common::NetnsCookie;
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     net::IpAddr,
     path::PathBuf,
     time::{Duration, Instant},
@@ -19,6 +19,7 @@ use super::Daemon;
 use redirect_daemon_api::PodRef;
 
 use crate::{
+    exclusions::ConfExclusions,
     files::write_enrollment,
     pod_cgroups::{
         bare_container_id, in_initial_userns, netns_of, pids_in, pod_dirs, runs_in, PodDir,
@@ -32,6 +33,10 @@ pub(crate) struct Reconcile {
     generation: u64,
     /// The GETs confirming that unlisted pods are gone, running off the request thread.
     pub(super) gone: Option<std::thread::JoinHandle<Vec<super::gone::Confirmed>>>,
+    /// The plugin's exclusions (our conflist entry), read when a pod is to be enrolled.
+    exclusions: Option<ConfExclusions>,
+    /// The uids of pods the exclusions kept from being enrolled in place, said once each.
+    excluded: HashSet<String>,
 }
 
 /// The pod's reference as the enrollments keep it.
@@ -191,6 +196,7 @@ impl Daemon {
         let Some((generation, pods)) = kube.node_pods() else {
             return;
         };
+        let conf_dir = kube.options().cni_conf_dir.clone();
         let pods: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
         self.reconcile.last = Some(Instant::now());
         self.reconcile.generation = generation;
@@ -201,12 +207,32 @@ impl Daemon {
             .filter_map(|f| Some((f.record.pod.as_ref()?.uid.clone(), f.record.cookie)))
             .filter(|(uid, _)| !uid.is_empty())
             .collect();
-        let missing: Vec<&Pod> = pods
+        let mut missing: Vec<&Pod> = pods
             .iter()
             .copied()
             .filter(|p| !enrolled.contains_key(uid(p)) && running(p))
             .filter(|p| decide(p) == Decision::Meshed)
             .collect();
+        if !missing.is_empty() {
+            let rec = &mut self.reconcile;
+            let exclusions = rec
+                .exclusions
+                .get_or_insert_with(|| ConfExclusions::new(conf_dir))
+                .read();
+            missing.retain(|p| {
+                let (ns, name) = (
+                    p.metadata.namespace.as_deref().unwrap_or_default(),
+                    p.metadata.name.as_deref().unwrap_or_default(),
+                );
+                let Some(why) = exclusions.skips(ns, name) else {
+                    return true;
+                };
+                if rec.excluded.insert(uid(p).to_owned()) {
+                    tracing::info!(pod = %pod_ref(p, String::new()), reason = why, "a running meshed pod the plugin excludes: not enrolled in place");
+                }
+                false
+            });
+        }
         let bound: Vec<(&Pod, NetnsCookie)> = pods
             .iter()
             .copied()
