@@ -32,6 +32,30 @@ impl Target {
         }
     }
 
+    /// A TCP connection to the endpoint (an IPv4 one on the host) from the local address
+    /// `source` (any of 127.0.0.0/8 on loopback): another peer than [`Target::connect`]'s.
+    pub fn connect_from(&self, source: std::net::Ipv4Addr) -> std::io::Result<TcpStream> {
+        use nix::sys::socket::{
+            bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn,
+        };
+        use std::os::fd::AsRawFd as _;
+        let SocketAddr::V4(to) = self.addr else {
+            return Err(std::io::Error::other("connect_from: an IPv4 endpoint only"));
+        };
+        let fd = socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )?;
+        bind(
+            fd.as_raw_fd(),
+            &SockaddrIn::from(std::net::SocketAddrV4::new(source, 0)),
+        )?;
+        connect(fd.as_raw_fd(), &SockaddrIn::from(to))?;
+        Ok(TcpStream::from(fd))
+    }
+
     /// `GET path`, waiting at most `wait` for the whole answer: (status, body), or what went
     /// wrong (connect, send, timeout, malformed answer).
     pub fn get(&self, path: &str, wait: Duration) -> Result<(u16, String), String> {

@@ -115,6 +115,11 @@ pub enum Command {
         /// namespace's path and counters, readable by whoever reaches --metrics.
         #[arg(long, requires = "metrics")]
         metrics_per_namespace: bool,
+        /// Milliseconds one rendering of --metrics serves the scrapes that follow it (each
+        /// rendering walks the maps; scrapes arriving together share one): a pod that scrapes
+        /// in a loop costs the daemon one walk per period at most.
+        #[arg(long, value_name = "MS", default_value_t = 1000, requires = "metrics", value_parser = clap::value_parser!(u64).range(0..=60_000))]
+        metrics_cache_ms: u64,
         #[command(flatten)]
         sizing: crate::sizing_args::Sizing,
         #[command(flatten)]

@@ -1,7 +1,7 @@
 //! `redirect daemon | enroll | unenroll | list | uninstall | explain`: the node daemon and the
 //! commands that talk to it or read its pinned maps.
 use std::{
-    net::{IpAddr, SocketAddr},
+    net::IpAddr,
     path::{Path, PathBuf},
     sync::{atomic::AtomicBool, Arc},
 };
@@ -41,12 +41,12 @@ fn daemon_dir() -> PathBuf {
 }
 
 /// Runs the daemon until SIGINT/SIGTERM (capture stays pinned) or an uninstall; `metrics` is
-/// the endpoint's address and whether it serves per-namespace series.
+/// the Prometheus endpoint, if any.
 pub fn daemon(
     bpffs: Option<PathBuf>,
     cgroup: Option<PathBuf>,
     proxy_cgroup: Option<PathBuf>,
-    metrics: Option<(SocketAddr, bool)>,
+    metrics: Option<daemon::metrics::Endpoint>,
     quotas: redirect_datapath::node::sizing::Quotas,
     kube: redirect_daemon::apiserver::KubeOptions,
 ) -> anyhow::Result<()> {
@@ -81,14 +81,10 @@ pub fn daemon(
         tracing::info!(signal, from_pid = from, "stopping");
     });
     let metrics = match metrics {
-        Some((addr, per_namespace)) => {
+        Some(endpoint) => {
             let dir = daemon_dir();
-            let bound = daemon::metrics::spawn(
-                addr,
-                bpffs,
-                move || server::enrolled_names(&dir),
-                per_namespace,
-            )?;
+            let bound =
+                daemon::metrics::spawn(endpoint, bpffs, move || server::enrolled_names(&dir))?;
             format!(" metrics=http://{bound}/metrics")
         }
         None => String::new(),

@@ -1,12 +1,16 @@
 //! The daemon's Prometheus endpoint: node-wide decision counters and map fill levels, and the
 //! per-namespace counters (which name every enrolled namespace) only when the operator asks,
-//! read from the pinned maps at each scrape and served by redirect-http within its limits.
+//! read from the pinned maps and served by redirect-http within its limits (each peer address
+//! its share of the connections). One rendering serves every scrape within `cache`, and
+//! scrapes that come together wait for one rendering: the maps are walked key by key, inside
+//! the daemon's CPU limit, at most once per `cache` however many clients scrape.
 use redirect_common::NetnsCookie;
 use std::{
     collections::BTreeMap,
     net::SocketAddr,
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
 };
 
 use redirect_common::Counter;
@@ -51,6 +55,17 @@ pub fn render(bpffs: &Path, per_netns: Option<&BTreeMap<NetnsCookie, String>>) -
     }))
 }
 
+/// How the endpoint is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Whether every enrolled namespace's series are served too.
+    pub per_namespace: bool,
+    /// How long one rendering serves the scrapes that follow it.
+    pub cache: Duration,
+}
+
 /// What a scrape reads.
 struct Source<N> {
     bpffs: PathBuf,
@@ -58,15 +73,35 @@ struct Source<N> {
     dir: PathBuf,
     names: N,
     per_namespace: bool,
+    cache: Duration,
+    /// The last rendering and when it was made.
+    last: Mutex<Option<(Instant, String)>>,
 }
 
-/// Serves `GET /metrics` (and `HEAD`) on `addr` from a thread of its own; returns the bound
-/// address. `names` (netns cookie -> path) is asked at each scrape only with `per_namespace`.
+impl<N: Fn() -> BTreeMap<NetnsCookie, String>> Source<N> {
+    /// The text within `cache` of the last rendering, else rendered now (one at a time:
+    /// scrapes arriving meanwhile wait for it and take it).
+    fn text(&self) -> Result<String> {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, text)) = last.as_ref() {
+            if at.elapsed() < self.cache {
+                return Ok(text.clone());
+            }
+        }
+        let names = self.per_namespace.then(|| (self.names)());
+        let text = render(&self.bpffs, names.as_ref())? + &render_cni_failures(&self.dir);
+        *last = Some((Instant::now(), text.clone()));
+        Ok(text)
+    }
+}
+
+/// Serves `GET /metrics` (and `HEAD`) at `endpoint` from a thread of its own; returns the
+/// bound address. `names` (netns cookie -> path) is asked at each rendering only with
+/// `per_namespace`.
 pub fn spawn(
-    addr: SocketAddr,
+    endpoint: Endpoint,
     bpffs: PathBuf,
     names: impl Fn() -> BTreeMap<NetnsCookie, String> + Send + Sync + 'static,
-    per_namespace: bool,
 ) -> std::result::Result<SocketAddr, redirect_http::Error> {
     let source = Arc::new(Source {
         bpffs,
@@ -74,11 +109,13 @@ pub fn spawn(
             .path()
             .to_path_buf(),
         names,
-        per_namespace,
+        per_namespace: endpoint.per_namespace,
+        cache: endpoint.cache,
+        last: Mutex::new(None),
     });
     redirect_http::spawn_thread(
         "metrics endpoint",
-        addr,
+        endpoint.addr,
         Limits::default(),
         move |req: Request| {
             let source = Arc::clone(&source);
@@ -90,12 +127,7 @@ pub fn spawn(
                     return Response::method_not_allowed(&req, "GET, HEAD");
                 }
                 // Reading the maps blocks: off the thread that serves the connections.
-                let rendered = tokio::task::spawn_blocking(move || {
-                    let names = source.per_namespace.then(|| (source.names)());
-                    render(&source.bpffs, names.as_ref())
-                        .map(|text| text + &render_cni_failures(&source.dir))
-                })
-                .await;
+                let rendered = tokio::task::spawn_blocking(move || source.text()).await;
                 match rendered {
                     Ok(Ok(text)) => Response::prometheus(text),
                     Ok(Err(e)) => {

@@ -280,6 +280,7 @@ impl Daemon {
         }
         let cookies: Vec<NetnsCookie> = self.enrollments.keys().copied().collect();
         for cookie in cookies {
+            self.rehome(cookie);
             let Some(f) = self.enrollments.get(&cookie) else {
                 continue;
             };

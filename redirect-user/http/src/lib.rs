@@ -1,5 +1,5 @@
 //! The one HTTP/1 server of the daemon's metrics port and the proxy's admin ports, on hyper:
-//! concurrent connections up to a cap, a cap on the request head and body, a header read
+//! concurrent connections up to a cap (and a share of it per peer address), a cap on the request head and body, a header read
 //! timeout and a whole-connection deadline, one request per connection; and the bounded
 //! `GET` the proxy scrapes its application with.
 mod client;
@@ -7,6 +7,7 @@ mod error;
 mod exchange;
 mod limits;
 mod server;
+mod share;
 
 pub use client::get;
 pub use error::Error;

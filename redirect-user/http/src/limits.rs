@@ -1,4 +1,5 @@
-//! What one endpoint accepts: connections, head and body sizes, and how long a client may take.
+//! What one endpoint accepts: connections (in all, and per peer), head and body sizes, and how
+//! long a client may take.
 use std::time::Duration;
 
 /// Limits of one endpoint. The defaults suit a metrics or admin port scraped by Prometheus or
@@ -7,6 +8,9 @@ use std::time::Duration;
 pub struct Limits {
     /// Connections served at once; more are closed as soon as they are accepted.
     pub max_connections: usize,
+    /// Connections one peer address may hold at once (its share of `max_connections`); more
+    /// of its are closed as soon as they are accepted.
+    pub max_per_peer: usize,
     /// Request line plus headers, in bytes (more: 431); at least 8 KiB (hyper's minimum
     /// buffer).
     pub max_head_bytes: usize,
@@ -25,6 +29,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_connections: 64,
+            max_per_peer: 8,
             max_head_bytes: 8 * 1024,
             max_headers: 32,
             max_body_bytes: 1024,

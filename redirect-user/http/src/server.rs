@@ -1,6 +1,6 @@
-//! The accept loop and one connection's life: the connection cap, hyper's head limits and
-//! header timeout, the whole-connection deadline and the body cap; on the caller's tokio
-//! runtime, or on a thread of its own with a small runtime.
+//! The accept loop and one connection's life: the connection cap and each peer's share of it,
+//! hyper's head limits and header timeout, the whole-connection deadline and the body cap; on
+//! the caller's tokio runtime, or on a thread of its own with a small runtime.
 use std::{convert::Infallible, future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
@@ -18,7 +18,10 @@ use tokio::{
     sync::{OwnedSemaphorePermit, Semaphore},
 };
 
-use crate::{Error, Limits, Request, Response};
+use crate::{
+    share::{Held, Shares},
+    Error, Limits, Request, Response,
+};
 
 /// hyper's smallest read buffer.
 const MIN_BUF: usize = 8 * 1024;
@@ -32,6 +35,7 @@ where
 {
     let handler = Arc::new(handler);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let shares = Shares::new(limits.max_per_peer);
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -42,11 +46,21 @@ where
                 continue;
             }
         };
+        let Some(share) = shares.take(peer.ip()) else {
+            tracing::debug!(%peer, max = limits.max_per_peer, "connection closed: the peer holds its share");
+            continue;
+        };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             tracing::debug!(%peer, max = limits.max_connections, "connection closed: at the connection cap");
             continue;
         };
-        tokio::spawn(connection(stream, peer, limits, Arc::clone(&handler), slot));
+        tokio::spawn(connection(
+            stream,
+            peer,
+            limits,
+            Arc::clone(&handler),
+            (slot, share),
+        ));
     }
 }
 
@@ -89,7 +103,7 @@ async fn connection<H, F>(
     peer: SocketAddr,
     limits: Limits,
     handler: Arc<H>,
-    _slot: OwnedSemaphorePermit,
+    _held: (OwnedSemaphorePermit, Held),
 ) where
     H: Fn(Request) -> F + Send + Sync + 'static,
     F: Future<Output = Response> + Send + 'static,

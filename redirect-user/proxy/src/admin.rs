@@ -1,10 +1,10 @@
-//! Admin HTTP endpoints: readiness (15021), own stats (15090), merged stats (15020), and the
-//! local admin port (15000) with `POST /drain_listeners`; served by redirect-http within its
-//! limits.
+//! Admin HTTP endpoints: readiness (15021), own stats (15090), merged stats (15020, at most
+//! `MERGED_AT_ONCE` fetches of the application's page at once), and the local admin port
+//! (15000) with `POST /drain_listeners`; served by redirect-http within its limits.
 use std::{sync::Arc, time::Duration};
 
 use redirect_http::{Limits, Method, Request, Response, StatusCode};
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, sync::Semaphore};
 
 use crate::state::Shared;
 
@@ -25,12 +25,17 @@ pub enum Role {
 const APP_METRICS_DEADLINE: Duration = Duration::from_secs(2);
 /// The largest application metrics page merged into 15020.
 const APP_METRICS_MAX: usize = 8 * 1024 * 1024;
+/// Merged pages fetched at once (each may hold `APP_METRICS_MAX` and wait
+/// `APP_METRICS_DEADLINE` on the application); more are answered 503 at once.
+const MERGED_AT_ONCE: usize = 4;
 
 /// Serves `role` on `listener` for ever.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>, role: Role) {
+    let merging = Arc::new(Semaphore::new(MERGED_AT_ONCE));
     redirect_http::serve(listener, Limits::default(), move |req| {
         let shared = Arc::clone(&shared);
-        async move { route(&shared, role, &req).await }
+        let merging = Arc::clone(&merging);
+        async move { route(&shared, role, &req, &merging).await }
     })
     .await;
 }
@@ -46,7 +51,7 @@ fn methods(role: Role, path: &str) -> Option<&'static str> {
     }
 }
 
-async fn route(shared: &Shared, role: Role, req: &Request) -> Response {
+async fn route(shared: &Shared, role: Role, req: &Request, merging: &Semaphore) -> Response {
     let Some(allow) = methods(role, &req.path) else {
         return Response::not_found(req);
     };
@@ -63,7 +68,13 @@ async fn route(shared: &Shared, role: Role, req: &Request) -> Response {
             shared.drain();
             Response::text(StatusCode::OK, "OK\n")
         }
-        (Role::MergedStats, _) => Response::prometheus(merged(shared).await),
+        (Role::MergedStats, _) => match merging.try_acquire() {
+            Ok(_merging) => Response::prometheus(merged(shared).await),
+            Err(_) => Response::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("{MERGED_AT_ONCE} merged-stats requests are being served already: retry\n"),
+            ),
+        },
         (_, "/stats/prometheus") => Response::prometheus(shared.stats.render()),
         _ => match shared.readiness() {
             Ok(()) => Response::text(StatusCode::OK, "ready\n"),

@@ -18,7 +18,7 @@ const DRIP: Duration = Duration::from_millis(1200);
 /// The servers' whole-connection deadline (redirect-http's default).
 const DEADLINE: Duration = Duration::from_secs(5);
 
-fn daemon_target(node: &Node, extra: &[&str]) -> (redirect_testkit::Child, Target) {
+pub(crate) fn daemon_target(node: &Node, extra: &[&str]) -> (redirect_testkit::Child, Target) {
     let mut args = vec!["--metrics", "127.0.0.1:0"];
     args.extend_from_slice(extra);
     let (daemon, ready) = node.daemon_with(&args);

@@ -222,13 +222,23 @@ impl<'h> Meshed<'h> {
 
     /// The pod as the apiserver reports it, its proxy running or not, in its list and GET.
     pub(crate) fn report(&self, proxy_running: bool) -> Value {
+        self.report_edited(proxy_running, |_| {})
+    }
+
+    /// [`Self::report`] of the pod as `edit` changes it.
+    pub(crate) fn report_edited(
+        &self,
+        proxy_running: bool,
+        edit: impl FnOnce(&mut Value),
+    ) -> Value {
         let [_, proxy, app] = &self.ids;
-        let pod = pod_status(
+        let mut pod = pod_status(
             &self.uid,
             &self.pod.ip(),
             proxy_running.then_some(proxy.as_str()),
             app,
         );
+        edit(&mut pod);
         self.api.list(&pod);
         self.api.put(&pod);
         pod

@@ -98,6 +98,34 @@ impl Daemon {
         self.enroll_ns(ns, policy, source, pod, None, &mut Phases::start())
     }
 
+    /// A pod's enrollment whose recorded path no longer names its namespace while something
+    /// else still does (its sandbox runs: a `/proc/PID/ns/net` path whose process exited, with
+    /// the pause process or a runtime's name left): followed under that name from now on, its
+    /// record rewritten. The namespace of a pod lives as long as its sandbox, not as one
+    /// process (issue 31, finding 7). `false` when nothing changed.
+    pub(super) fn rehome(&mut self, cookie: NetnsCookie) -> bool {
+        let Some(f) = self.enrollments.get_mut(&cookie) else {
+            return false;
+        };
+        let Some(ns) = &f.ns else { return false };
+        if f.record.pod.is_none() || !matches!(ns.at_path(), Ok(None | Some(false))) {
+            return false;
+        }
+        let Some(renamed) = super::netns_in::renamed(ns) else {
+            return false;
+        };
+        if renamed.cookie() != f.record.cookie {
+            return false;
+        }
+        let was = std::mem::replace(&mut f.record.netns, renamed.path().to_path_buf());
+        tracing::info!(pod = ?f.record.pod.as_ref().map(ToString::to_string), %cookie, was = %was.display(), now = %renamed.path().display(), "the pod's enrolled path no longer names its namespace, which still runs: followed under its other name");
+        f.ns = Some(renamed);
+        if let Err(error) = write_enrollment(&self.opts.dir, &f.record) {
+            tracing::warn!(%cookie, %error, "recording the enrollment's new path");
+        }
+        true
+    }
+
     pub(super) fn reconcile(&mut self, e: Enrollment) {
         let opened = match reopen(&e) {
             Ok(Some(ns)) if !self.dp.namespace_gone(e.cookie) => Ok(ns),

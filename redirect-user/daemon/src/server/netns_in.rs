@@ -6,7 +6,10 @@
 //! runtime's path is never opened here for an enrollment it handed over.
 use std::{
     fs::File,
-    os::{fd::OwnedFd, unix::fs::MetadataExt as _},
+    os::{
+        fd::{AsFd as _, OwnedFd},
+        unix::fs::MetadataExt as _,
+    },
     path::{Path, PathBuf},
 };
 
@@ -81,6 +84,35 @@ fn seen_at(named: &Path, file: &File, dirs: &[&str]) -> Result<PathBuf> {
             .chain(dirs.iter().map(|d| format!("{d}/*")))
             .collect(),
     })
+}
+
+/// Another name under which the daemon sees the namespace behind `ns`, whose recorded path
+/// no longer names it (a `/proc/PID/ns/net` whose process exited, as a runtime that names a
+/// sandbox by its pause process's pid leaves it): a runtime's name in [`RUNTIME_DIRS`], else
+/// `/proc/PID/ns/net` of a process still in it. `None` when nothing names it any more (the
+/// pod's sandbox is gone: its held descriptor alone keeps it).
+pub(super) fn renamed(ns: &NetnsHandle) -> Option<NetnsHandle> {
+    let file = File::from(ns.as_fd().try_clone_to_owned().ok()?);
+    let meta = file.metadata().ok()?;
+    let id = (meta.dev(), meta.ino());
+    let mut found = RUNTIME_DIRS
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .find(|p| names(p, id));
+    if found.is_none() {
+        found = std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .map(|e| e.path().join("ns/net"))
+            .find(|p| names(p, id));
+    }
+    NetnsHandle::from_file(file, &found?).ok()
 }
 
 /// The namespace of a request that names `named` and carried `fd` (or none).

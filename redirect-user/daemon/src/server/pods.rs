@@ -323,6 +323,10 @@ impl Daemon {
     /// and pods enrolled in place whose sandbox id is unknown stay too (the reconcile
     /// unenrolls those once the apiserver no longer has them).
     pub(super) fn pod_gc(&mut self, valid: &[String]) -> Result<GcDone> {
+        let cookies: Vec<NetnsCookie> = self.enrollments.keys().copied().collect();
+        for cookie in cookies {
+            self.rehome(cookie);
+        }
         let mut kept = Vec::new();
         let stale: Vec<(NetnsCookie, String)> = self
             .enrollments
