@@ -49,7 +49,7 @@ fn quantities_are_read_as_the_apiserver_writes_them() {
 }
 
 #[test]
-fn the_daemonset_pod_runs_on_the_host_network_privileged_with_its_mounts() {
+fn the_daemonset_pod_runs_on_the_host_network_with_its_capabilities_and_mounts() {
     let pod = daemonset();
     assert_eq!(pod::qos(&pod).ok(), Some(Qos::Burstable));
     let sandbox = pod::sandbox_config(&pod, &node()).expect("sandbox");
@@ -85,7 +85,16 @@ fn the_daemonset_pod_runs_on_the_host_network_privileged_with_its_mounts() {
         .clone()
         .and_then(|l| l.security_context)
         .expect("security");
-    assert!(sc.privileged);
+    assert!(
+        !sc.privileged,
+        "the daemon runs with capabilities, not privileged"
+    );
+    let caps = sc.capabilities.clone().expect("capabilities");
+    assert_eq!(caps.drop_capabilities, ["ALL"]);
+    assert_eq!(
+        caps.add_capabilities,
+        ["BPF", "PERFMON", "NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE"]
+    );
     let bpffs = config
         .mounts
         .iter()
@@ -94,7 +103,7 @@ fn the_daemonset_pod_runs_on_the_host_network_privileged_with_its_mounts() {
     assert_eq!(bpffs.host_path, "/sys/fs/bpf");
     assert_eq!(
         bpffs.propagation,
-        i32::from(MountPropagation::PropagationBidirectional)
+        i32::from(MountPropagation::PropagationHostToContainer)
     );
     let netns = config
         .mounts

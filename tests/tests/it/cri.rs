@@ -33,6 +33,24 @@ fn a_pod_containerd_starts_is_captured_by_the_daemonset_run_from_its_image() {
             .collect::<Vec<_>>(),
         ["redirect", "install-cni"]
     );
+    // Not privileged (issue 31, finding 12): the daemon holds the DaemonSet's capabilities
+    // and no others.
+    let log = mesh.kubelet().logs(ds, "redirect");
+    let pid: u32 = log
+        .split("ready pid=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no ready line in the daemon's log: {log}"));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("its status");
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .expect("CapEff");
+    // CAP_NET_ADMIN 12, CAP_SYS_PTRACE 19, CAP_SYS_ADMIN 21, CAP_PERFMON 38, CAP_BPF 39.
+    let wanted: u64 = [12, 19, 21, 38, 39].iter().map(|b| 1u64 << b).sum();
+    assert_eq!(eff, wanted, "the daemon's effective capabilities: {eff:#x}");
     let conflist = std::fs::read_to_string(mesh.node.cni_conf_dir().join("10-podnet.conflist"))
         .expect("conflist");
     assert!(conflist.contains("redirect-cni"), "no entry in: {conflist}");
