@@ -60,6 +60,13 @@ pub struct KubeArgs {
     /// way the bypass closes when a bound proxy container exits.
     #[arg(long)]
     pub strict_proxy_binding: bool,
+    /// Reset (SOCK_DESTROY) the connections a pod enrolled in place opened before its capture
+    /// and that its policy would capture now, so that its applications reconnect through the
+    /// proxy (a pod asks alone with the annotation redirect.dev/reset-uncaptured: "true").
+    /// Off by default: the application sees its connection aborted. Without it they are only
+    /// counted (`redirect list`: outside capture) and logged.
+    #[arg(long)]
+    pub reset_uncaptured: bool,
 }
 
 impl KubeArgs {
@@ -85,6 +92,7 @@ impl KubeArgs {
             untaint: self.untaint.clone(),
             cni_conf_dir: self.cni_conf_dir.clone(),
             strict_proxy_binding: self.strict_proxy_binding,
+            reset_uncaptured: self.reset_uncaptured,
         })
     }
 }

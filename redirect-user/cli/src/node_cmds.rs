@@ -316,6 +316,13 @@ pub fn list(json: bool) -> anyhow::Result<()> {
             e.record.source
         );
     }
+    for (e, _) in checked.iter().filter(|(e, _)| e.outside_capture > 0) {
+        eprintln!(
+            "WARNING: {} connection(s) of {} were opened before its capture and bypass the proxy until they close (the daemon's --reset-uncaptured, or the pod annotation redirect.dev/reset-uncaptured: \"true\", resets them)",
+            e.outside_capture,
+            e.record.netns.display()
+        );
+    }
     let drifted = checked.iter().filter(|(_, s)| *s != "ok").count();
     if drifted > 0 {
         eprintln!("WARNING: {drifted} enrollment(s) differ from what the kernel's maps hold (kernel column): re-enroll them (`redirect enroll`) or restart the daemon, which re-applies its enrollments");

@@ -39,6 +39,7 @@ impl EnrollmentRecord {
         Enrollment {
             record: self.clone(),
             proxy_listening,
+            outside_capture: 0,
         }
     }
 }
@@ -52,6 +53,10 @@ pub struct Enrollment {
     pub record: EnrollmentRecord,
     /// Whether the proxy listens on the outbound port, read from the kernel when answering.
     pub proxy_listening: bool,
+    /// Established connections its policy would capture now that bypass the proxy (opened
+    /// before it was enrolled in place, or before its policy captured them), as last counted.
+    #[serde(default)]
+    pub outside_capture: usize,
 }
 
 /// What the daemon decided for a pod.

@@ -38,6 +38,9 @@ pub struct KubeOptions {
     /// Every pod's proxy bypass starts closed (`Policy::proxy_bypass_closed`) until its
     /// istio-proxy container's cgroup is bound (`--strict-proxy-binding`).
     pub strict_proxy_binding: bool,
+    /// Reset the connections outside capture of every pod enrolled in place
+    /// (`--reset-uncaptured`; a pod asks alone with `redirect.dev/reset-uncaptured`).
+    pub reset_uncaptured: bool,
 }
 
 impl Default for KubeOptions {
@@ -57,6 +60,7 @@ impl Default for KubeOptions {
             untaint: None,
             cni_conf_dir: PathBuf::from("/etc/cni/net.d"),
             strict_proxy_binding: false,
+            reset_uncaptured: false,
         }
     }
 }

@@ -17,9 +17,11 @@ mod datapath;
 mod followed;
 mod gone;
 mod netns_in;
+mod outside;
 mod peer;
 mod pods;
 mod private_dir;
+mod proxy_binding;
 mod receive;
 mod reconcile;
 mod reply;
@@ -167,6 +169,11 @@ impl Daemon {
             } => {
                 let e = self.enroll(&netns, fd, *policy, source)?;
                 let proxy_listening = self.dp.proxy_listening(e.cookie);
+                // Its connections outside capture are counted at the next tick, off this
+                // request's path.
+                if let Some(f) = self.enrollments.get_mut(&e.cookie) {
+                    f.outside_due = true;
+                }
                 Answer::Enrolled(Enrolled {
                     message: format!("enrolled {} (netns cookie {})", netns.display(), e.cookie),
                     enrollment: e.to_wire(proxy_listening),
@@ -225,7 +232,11 @@ impl Daemon {
                 enrollments: self
                     .enrollments
                     .values()
-                    .map(|f| f.record.to_wire(self.dp.proxy_listening(f.record.cookie)))
+                    .map(|f| {
+                        let mut e = f.record.to_wire(self.dp.proxy_listening(f.record.cookie));
+                        e.outside_capture = f.outside;
+                        e
+                    })
                     .collect(),
             }),
             Request::Uninstall => {
@@ -275,8 +286,14 @@ impl Daemon {
             if let Err(e) = self.dp.reindex() {
                 tracing::warn!(error = %e, "reading the namespaces' map entries again");
             }
+            for cookie in self.with_outside() {
+                self.check_outside(cookie, false);
+            }
             self.reindexed = Instant::now();
             phases.mark("reindex");
+        }
+        for cookie in self.outside_due() {
+            self.check_outside(cookie, false);
         }
         let cookies: Vec<NetnsCookie> = self.enrollments.keys().copied().collect();
         for cookie in cookies {

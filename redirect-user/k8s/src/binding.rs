@@ -1,12 +1,21 @@
 //! Ours: `redirect.dev/proxy-binding: strict`, a pod's opt-in to a proxy bypass that starts
 //! closed (bound to no cgroup until its istio-proxy container runs), as the daemon's
-//! `--strict-proxy-binding` gives every pod of a node.
+//! `--strict-proxy-binding` gives every pod of a node; and `redirect.dev/reset-uncaptured:
+//! "true"`, its opt-in to having its connections outside capture reset (`--reset-uncaptured`).
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::{pod::annotation, Error};
 
 /// The annotation.
 pub const PROXY_BINDING: &str = "redirect.dev/proxy-binding";
+/// The annotation.
+pub const RESET_UNCAPTURED: &str = "redirect.dev/reset-uncaptured";
+
+/// Whether `pod` asks that its connections outside capture be reset (`"true"`, any case).
+#[must_use]
+pub fn reset_uncaptured(pod: &Pod) -> bool {
+    annotation(pod, RESET_UNCAPTURED).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
 
 /// Whether `pod` asks for a strict binding: `strict` yes, `istio` (istio-iptables' owner match
 /// until the proxy runs) or no annotation no; any other value is refused, named.

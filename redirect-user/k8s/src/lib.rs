@@ -32,7 +32,7 @@ pub use annotations::{
     INCLUDE_INBOUND_PORTS, INCLUDE_OUTBOUND_IP_RANGES, INCLUDE_OUTBOUND_PORTS, INTERCEPTION_MODE,
     KUBEVIRT_INTERFACES, REROUTE_VIRTUAL_INTERFACES, STATUS_PORT,
 };
-pub use binding::PROXY_BINDING;
+pub use binding::{reset_uncaptured, PROXY_BINDING, RESET_UNCAPTURED};
 pub use decide::{decide, Decision, Skip, DATAPLANE_MODE, INJECT, SIDECAR_STATUS};
 pub use error::Error;
 pub use k8s_openapi::api::core::v1::Pod;

@@ -46,6 +46,7 @@ mod netns_once;
 mod netns_return;
 mod observe;
 mod outbound;
+mod outside_capture;
 mod ownership;
 mod parity;
 mod pod_cgroups_trust;

@@ -23,6 +23,10 @@ pub(crate) struct Followed {
     pub record: Enrollment,
     /// The namespace, opened once.
     pub ns: Option<NetnsHandle>,
+    /// Its connections outside capture, as last counted (`server::outside`).
+    pub outside: usize,
+    /// To be counted at the next tick (enrolled by request: not on the request's path).
+    pub outside_due: bool,
 }
 
 /// Whether the enrollment's namespace is gone: the kernel detached its sk_lookup link, or its
@@ -150,8 +154,15 @@ impl Daemon {
                 // Its previous policy is still in the maps: keep it listed and followed, so
                 // `unenroll` and the namespace-gone check still reach it.
                 tracing::warn!(netns = %e.netns.display(), error = %err, "re-applying an enrollment failed; the previous policy stays");
-                self.enrollments
-                    .insert(e.cookie, Followed { record: e, ns });
+                self.enrollments.insert(
+                    e.cookie,
+                    Followed {
+                        record: e,
+                        ns,
+                        outside: 0,
+                        outside_due: false,
+                    },
+                );
             }
         }
     }
@@ -219,6 +230,8 @@ impl Daemon {
             Followed {
                 record: e.clone(),
                 ns: Some(ns),
+                outside: 0,
+                outside_due: false,
             },
         );
         Ok(e)

@@ -1,29 +1,28 @@
 //! This node's pods against the enrollments, at start and on the tick (every
 //! `--reconcile-interval`, and whenever the watch changed something): a meshed pod that runs but
 //! is not enrolled (created while the daemon was down, or before the plugin was installed) is
-//! enrolled in place, through its processes' network namespace; an enrolled pod the apiserver
-//! no longer has is unenrolled; a pod's uid/gid bypass is bound to its running istio-proxy
-//! container's cgroup, and closed (bound to no cgroup) the moment that cgroup is gone.
+//! enrolled in place, through its sandbox's network namespace; an enrolled pod the apiserver
+//! no longer has is unenrolled; a pod's uid/gid bypass follows its istio-proxy container
+//! (`proxy_binding`).
 use redirect_common::NetnsCookie;
 use std::{
     collections::{HashMap, HashSet},
     net::IpAddr,
-    path::PathBuf,
     time::{Duration, Instant},
 };
 
 use redirect_datapath::{netns::NetnsHandle, phases::Phases};
 use redirect_k8s::{decide, Decision, Pod};
 
-use super::Daemon;
+use super::{
+    proxy_binding::{binding_stale, proxy_cgroup},
+    Daemon,
+};
 use redirect_daemon_api::PodRef;
 
 use crate::{
     exclusions::ConfExclusions,
-    files::write_enrollment,
-    pod_cgroups::{
-        bare_container_id, in_initial_userns, netns_of, pids_in, pod_dirs, runs_in, PodDir,
-    },
+    pod_cgroups::{bare_container_id, in_initial_userns, netns_of, pids_in, pod_dirs, PodDir},
 };
 
 /// When the reconcile last ran and what it saw.
@@ -100,26 +99,15 @@ fn status_ids(pod: &Pod) -> Vec<&str> {
     .collect()
 }
 
-/// The runtime id of the pod's running istio-proxy container (a sidecar in `containers`, or a
-/// native sidecar in `initContainers`).
-fn running_proxy_id(pod: &Pod) -> Option<&str> {
-    let status = pod.status.as_ref()?;
-    let proxy = [&status.container_statuses, &status.init_container_statuses]
-        .into_iter()
-        .flatten()
-        .flatten()
-        .find(|c| c.name == "istio-proxy")?;
-    let runs = proxy.state.as_ref().is_some_and(|s| s.running.is_some());
-    runs.then(|| proxy.container_id.as_deref().map(bare_container_id))
-        .flatten()
-}
-
-/// The running istio-proxy container's cgroup: a child of the pod's directory named by the
-/// container's id in the pod's status, holding a process of the enrolled namespace (nsfs
-/// inode `netns`).
-fn proxy_cgroup(pod: &Pod, dir: &PodDir, netns: u64) -> Option<PathBuf> {
-    let cgroup = dir.containers.get(running_proxy_id(pod)?)?;
-    runs_in(cgroup, netns).then(|| cgroup.clone())
+impl Daemon {
+    /// Whether `pod`'s connections outside capture are to be reset: the node's
+    /// `--reset-uncaptured`, or the pod's annotation.
+    fn reset_wanted(&self, pod: &Pod) -> bool {
+        self.kube
+            .as_ref()
+            .is_some_and(|k| k.options().reset_uncaptured)
+            || redirect_k8s::reset_uncaptured(pod)
+    }
 }
 
 /// The sandbox's network namespaces holding every address of `ips`: those of the processes
@@ -145,21 +133,6 @@ fn sandbox_netns(pod: &Pod, dir: &PodDir, ips: &[IpAddr]) -> Vec<NetnsHandle> {
             ips.iter().all(|ip| held.contains(ip)).then_some(ns)
         })
         .collect()
-}
-
-/// Whether the binding `current` may not be the running proxy's (so the cgroup tree is read):
-/// a proxy runs and the binding does not name its container, or a binding names a cgroup that
-/// is gone.
-fn binding_stale(pod: &Pod, current: Option<&PathBuf>) -> bool {
-    match (running_proxy_id(pod), current) {
-        (_, Some(dir)) if !dir.exists() => true,
-        (Some(id), Some(dir)) => !dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.contains(id)),
-        (Some(_), None) => true,
-        (None, _) => false,
-    }
 }
 
 impl Daemon {
@@ -245,6 +218,19 @@ impl Daemon {
                 binding_stale(p, current)
             })
             .collect();
+        // Pods asking that their connections outside capture be reset (an annotation added
+        // since, or the node's flag), while some are left.
+        for cookie in self.with_outside() {
+            let asks = self
+                .enrollments
+                .get(&cookie)
+                .and_then(|f| f.record.pod.as_ref())
+                .and_then(|p| pods.iter().find(|pod| uid(pod) == p.uid))
+                .is_some_and(|pod| self.reset_wanted(pod));
+            if asks {
+                self.check_outside(cookie, true);
+            }
+        }
         if missing.is_empty() && bound.is_empty() {
             return;
         }
@@ -322,67 +308,13 @@ impl Daemon {
         ) {
             Ok(e) => {
                 tracing::info!(pod = %pod_ref, netns = %netns.display(), cookie = %e.cookie, "enrolled a running pod in place");
+                self.check_outside(e.cookie, self.reset_wanted(pod));
                 if let Some(target) = proxy_cgroup(pod, dir, netns_inode) {
                     self.bind_proxy(e.cookie, Some(target));
                 }
             }
             Err(error) => {
                 tracing::error!(pod = %pod_ref, netns = %netns.display(), %error, "enrolling a running pod in place")
-            }
-        }
-    }
-
-    /// Binds enrollment `cookie`'s uid/gid bypass to `target` (its running proxy container's
-    /// cgroup); closes it when the bound cgroup is gone (the proxy exited) and no new one runs
-    /// yet: bound to no cgroup, the proxy uid/gid is then captured anywhere in the pod (fail
-    /// closed: any container can stop its proxy, and an app running as 1337 would otherwise
-    /// go out uncaptured for each restart back-off) until the next proxy container is bound.
-    fn bind_proxy(&mut self, cookie: NetnsCookie, target: Option<PathBuf>) {
-        let Some(f) = self.enrollments.get(&cookie) else {
-            return;
-        };
-        let current = f.record.policy.proxy_cgroup.clone();
-        let next = match (&current, target) {
-            (_, Some(t)) if t.is_dir() => Some(t),
-            (Some(c), _) if c.exists() => return,
-            _ => None,
-        };
-        let closed = next.is_none() || f.record.policy.proxy_bypass_closed;
-        if next == current && closed == f.record.policy.proxy_bypass_closed {
-            return;
-        }
-        let Some(f) = self.enrollments.get_mut(&cookie) else {
-            return;
-        };
-        let Some(ns) = &f.ns else { return };
-        let mut policy = f.record.policy.clone();
-        policy.proxy_cgroup.clone_from(&next);
-        policy.proxy_bypass_closed = closed;
-        let name = f
-            .record
-            .pod
-            .as_ref()
-            .map(ToString::to_string)
-            .unwrap_or_default();
-        // Applied over the namespace's current policy in place: no capture gap.
-        match self.dp.apply(ns, &policy) {
-            Ok(applied) => {
-                f.record.policy = policy;
-                f.record.addrs = applied.addrs;
-                if let Err(error) = write_enrollment(&self.opts.dir, &f.record) {
-                    tracing::warn!(pod = name, %error, "recording the enrollment");
-                }
-                match &next {
-                    Some(cgroup) => {
-                        tracing::info!(pod = name, %cookie, proxy_cgroup = %cgroup.display(), "the proxy uid/gid bypass follows the istio-proxy container's cgroup")
-                    }
-                    None => {
-                        tracing::warn!(pod = name, %cookie, "the proxy uid/gid bypass is closed: its istio-proxy container is gone, so the proxy uid/gid is captured anywhere in the pod until the next one runs")
-                    }
-                }
-            }
-            Err(error) => {
-                tracing::error!(pod = name, %cookie, %error, "binding the proxy bypass to its container's cgroup: kept as it was");
             }
         }
     }

@@ -5,6 +5,7 @@
 //! rtnetlink and sock_diag sockets (which every later lookup uses from any thread), and goes
 //! back to its own namespace.
 pub mod adopt;
+pub mod conns;
 pub mod pod_files;
 pub(crate) mod proc_tcp;
 pub mod routes;
@@ -170,6 +171,29 @@ impl NetnsHandle {
             }
         }
         self.run(|| Ok(crate::netns::proc_tcp::listening(port)))
+    }
+
+    /// The namespace's established TCP connections and the ports something listens on
+    /// ([`conns`]), through its own socket diagnostics.
+    pub fn connections(&self) -> Result<(Vec<conns::Connection>, Vec<u16>)> {
+        let sockets = self.sockets.lock().unwrap_or_else(|e| e.into_inner());
+        let op = "listing the TCP connections of network namespace";
+        let diag = sockets
+            .diag
+            .as_ref()
+            .ok_or_else(|| Error::io(op, &self.path, std::io::ErrorKind::Unsupported.into()))?;
+        diag.connections().map_err(|e| Error::io(op, &self.path, e))
+    }
+
+    /// Resets one of its connections (`SOCK_DESTROY`, see [`conns`]).
+    pub fn destroy(&self, conn: &conns::Connection) -> Result<()> {
+        let sockets = self.sockets.lock().unwrap_or_else(|e| e.into_inner());
+        let op = "resetting a TCP connection (SOCK_DESTROY) of network namespace";
+        let diag = sockets
+            .diag
+            .as_ref()
+            .ok_or_else(|| Error::io(op, &self.path, std::io::ErrorKind::Unsupported.into()))?;
+        diag.destroy(conn).map_err(|e| Error::io(op, &self.path, e))
     }
 
     /// Whether its path still names this namespace (same device and inode; the path is

@@ -6,14 +6,8 @@
 //! walk answers both families: the kernel's original request (`TCPDIAG_GETSOCK`, which it
 //! serves for every family at once) is sent first, and the per-family requests only where a
 //! kernel refuses it.
-use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
-};
-use netlink_packet_sock_diag::{
-    constants::{AF_INET, AF_INET6, IPPROTO_TCP},
-    inet::{ExtensionFlags, InetRequest, SocketId, StateFlags},
-    SockDiagMessage,
-};
+use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST};
+use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6};
 use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
 
 /// A listening socket: its inode and whether it is IPv6.
@@ -46,6 +40,16 @@ impl DiagSocket {
             seq: std::sync::atomic::AtomicU32::new(1),
             no_compat: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// The netlink socket.
+    pub(crate) fn socket(&self) -> &Socket {
+        &self.socket
+    }
+
+    /// The next request's sequence number.
+    pub(crate) fn next_seq(&self) -> u32 {
+        self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The TCP sockets listening on `port` in its namespace, IPv4 then IPv6. Each dump has
@@ -210,72 +214,17 @@ fn dump(
     port: u16,
     out: &mut Vec<Listening>,
 ) -> std::io::Result<()> {
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
-    header.sequence_number = seq;
-    let mut socket_id = if family == AF_INET {
-        SocketId::new_v4()
-    } else {
-        SocketId::new_v6()
-    };
-    socket_id.source_port = port;
-    let mut packet = NetlinkMessage::new(
-        header,
-        SockDiagMessage::InetRequest(InetRequest {
-            family,
-            protocol: IPPROTO_TCP,
-            extensions: ExtensionFlags::empty(),
-            states: StateFlags::LISTEN,
-            socket_id,
-        })
-        .into(),
-    );
-    packet.finalize();
-    let mut buf = vec![0; packet.buffer_len()];
-    packet.serialize(&mut buf[..]);
-    socket.send(&buf, 0)?;
-    let mut recv = vec![0u8; 64 * 1024];
-    loop {
-        let size = socket.recv(&mut &mut recv[..], 0)?;
-        let mut offset = 0;
-        while offset < size {
-            let msg = <NetlinkMessage<SockDiagMessage>>::deserialize(&recv[offset..size])
-                .map_err(|e| std::io::Error::other(format!("sock_diag answer: {e}")))?;
-            let len = msg.header.length as usize;
-            if msg.header.sequence_number != seq {
-                if len == 0 {
-                    break;
-                }
-                offset += len;
-                continue;
-            }
-            match msg.payload {
-                // The kernel filters listeners by the request's source port; checked again
-                // here all the same.
-                NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r))
-                    if r.header.socket_id.source_port == port && r.header.inode != 0 =>
-                {
-                    out.push(Listening {
-                        inode: u64::from(r.header.inode),
-                        ipv6: family == AF_INET6,
-                    });
-                }
-                // A dump that failed (e.g. no `tcp_diag` behind `inet_diag`) says so here.
-                NetlinkPayload::Done(d) if d.code < 0 => {
-                    return Err(std::io::Error::from_raw_os_error(-d.code));
-                }
-                NetlinkPayload::Done(_) => return Ok(()),
-                NetlinkPayload::Error(e) => {
-                    return Err(e.to_io());
-                }
-                _ => {}
-            }
-            if len == 0 {
-                break;
-            }
-            offset += len;
+    let req = super::conns::listeners_dump(family, port);
+    super::conns::exchange(socket, seq, req, |r| {
+        // The kernel filters listeners by the request's source port; checked again here all
+        // the same.
+        if r.header.socket_id.source_port == port && r.header.inode != 0 {
+            out.push(Listening {
+                inode: u64::from(r.header.inode),
+                ipv6: family == AF_INET6,
+            });
         }
-    }
+    })
 }
 
 #[cfg(test)]

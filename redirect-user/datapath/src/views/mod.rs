@@ -1,11 +1,13 @@
 //! The read-only views of a datapath: `status` (one model for the node datapath and the attach
 //! instances), the node's part, `explain` of an outbound or inbound connection, `stats` and
-//! `trace`, the Prometheus rendering, `validate`, and the one JSON shape they share.
+//! `trace`, the Prometheus rendering, `validate`, connections outside capture (`outside`), and
+//! the one JSON shape they share.
 pub mod explain;
 pub mod explain_inbound;
 pub(crate) mod json;
 pub mod metrics;
 pub mod node_status;
 pub mod observe;
+pub mod outside;
 pub mod status;
 pub mod validate;

@@ -1,0 +1,120 @@
+//! probe-hold: a long-lived connection, both ends. `serve --tcp ADDR --name NAME` answers
+//! every line of every connection with one JSON `Landing` line and keeps the connection open;
+//! `connect --dst ADDR` (in a chosen cgroup, netns and uid) keeps one connection and sends a
+//! line every `--every-ms`, printing each answer's `Landing` line; when the connection ends
+//! (reset, closed) it prints `ended: WHY` and connects again, as a pooled client does.
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use redirect_sys::orig_dst::{fold_v4_mapped, original_dst};
+use redirect_testkit::probe::Landing;
+use redirect_tests::place::Place;
+
+#[derive(Debug, Parser)]
+struct Args {
+    #[command(subcommand)]
+    role: Role,
+}
+
+#[derive(Debug, Subcommand)]
+enum Role {
+    /// Answer every line, keep every connection.
+    Serve {
+        #[command(flatten)]
+        place: Place,
+        /// Tag of the answers.
+        #[arg(long)]
+        name: String,
+        /// TCP listen address.
+        #[arg(long)]
+        tcp: SocketAddr,
+    },
+    /// Keep one connection to `dst`, a line every `every_ms`.
+    Connect {
+        #[command(flatten)]
+        place: Place,
+        /// Destination.
+        #[arg(long)]
+        dst: SocketAddr,
+        /// Milliseconds between two lines.
+        #[arg(long, default_value_t = 100)]
+        every_ms: u64,
+    },
+}
+
+fn serve_conn(name: &str, tcp: SocketAddr, stream: &TcpStream) -> anyhow::Result<()> {
+    let peer = fold_v4_mapped(stream.peer_addr().context("peer_addr")?);
+    let orig = fold_v4_mapped(original_dst(stream).unwrap_or(stream.local_addr()?));
+    let landing = Landing {
+        at: format!("{name}/{tcp}"),
+        orig: Some(orig),
+        peer,
+    };
+    let mut line = serde_json::to_string(&landing)?;
+    line.push('\n');
+    let mut reader = BufReader::new(stream);
+    let mut got = String::new();
+    while reader.read_line(&mut got)? > 0 {
+        got.clear();
+        (&*stream).write_all(line.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// One connection's life: the answers printed; why it ended.
+fn hold(dst: SocketAddr, every: Duration) -> String {
+    let stream = match TcpStream::connect_timeout(&dst, Duration::from_secs(5)) {
+        Ok(s) => s,
+        Err(e) => return format!("connect: {e}"),
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut reader = BufReader::new(&stream);
+    loop {
+        if let Err(e) = (&stream).write_all(b"ping\n") {
+            return format!("write: {e}");
+        }
+        let mut answer = String::new();
+        match reader.read_line(&mut answer) {
+            Ok(0) => return "closed".to_owned(),
+            Ok(_) => println!("{}", answer.trim_end()),
+            Err(e) => return format!("read: {e}"),
+        }
+        std::thread::sleep(every);
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    match Args::parse().role {
+        Role::Serve { place, name, tcp } => {
+            place.enter()?;
+            let listener = TcpListener::bind(tcp).with_context(|| format!("bind {tcp}"))?;
+            println!("ready");
+            for stream in listener.incoming().flatten() {
+                let name = name.clone();
+                std::thread::spawn(move || {
+                    if let Err(e) = serve_conn(&name, tcp, &stream) {
+                        eprintln!("probe-hold serve: {e:#}");
+                    }
+                });
+            }
+            Ok(())
+        }
+        Role::Connect {
+            place,
+            dst,
+            every_ms,
+        } => {
+            place.enter()?;
+            let every = Duration::from_millis(every_ms);
+            loop {
+                println!("ended: {}", hold(dst, every));
+                std::thread::sleep(every);
+            }
+        }
+    }
+}
