@@ -44,6 +44,18 @@ fn through_link(path: &Path) -> Result<PathBuf> {
 
 /// Replaces `path` (through a link into its own directory) with `bytes`, mode `mode`.
 pub fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    write_checked(path, bytes, mode, None)
+}
+
+/// [`write`], unless `path` no longer holds `read` (the text the new one was made from) just
+/// before the rename: another writer (the primary plugin's installer) wrote it meanwhile, and
+/// the rename would lose its write. Then nothing is replaced and the error says so; the caller
+/// reads the file again.
+pub fn replace(path: &Path, read: &str, bytes: &[u8], mode: u32) -> Result<()> {
+    write_checked(path, bytes, mode, Some(read))
+}
+
+fn write_checked(path: &Path, bytes: &[u8], mode: u32, read: Option<&str>) -> Result<()> {
     let path = &through_link(path)?;
     let tmp = temp_name(path);
     let _ = std::fs::remove_file(&tmp);
@@ -59,6 +71,12 @@ pub fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         file.set_permissions(std::fs::Permissions::from_mode(mode))
             .map_err(io("setting the mode of", &tmp))?;
         file.sync_all().map_err(io("fsyncing", &tmp))?;
+        if let Some(read) = read {
+            let now = std::fs::read_to_string(path).map_err(io("reading again", path))?;
+            if now != read {
+                return Err(crate::error::Error::ChangedMeanwhile { path: path.clone() });
+            }
+        }
         std::fs::rename(&tmp, path).map_err(io("renaming a temporary file over", path))?;
         sync_dir(path)
     })();
@@ -106,6 +124,25 @@ mod tests {
         assert_eq!(left.len(), 1, "a temporary file was left: {left:?}");
         remove(&file).expect("remove");
         remove(&file).expect("remove twice");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn a_replace_loses_no_write_made_since_the_file_was_read() {
+        let dir = std::env::temp_dir().join(redirect_testkit::unique_name("atomic"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("10-k8s.conflist");
+        std::fs::write(&path, "read").expect("write");
+        // Another writer since the read: refused, its write kept, no temporary file left.
+        std::fs::write(&path, "theirs").expect("write");
+        let err = replace(&path, "read", b"ours", 0o644).expect_err("refused");
+        assert!(err.to_string().contains("changed between"), "{err}");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "theirs");
+        // Unchanged since the read: replaced.
+        replace(&path, "theirs", b"ours", 0o644).expect("replaced");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "ours");
+        let left: Vec<_> = std::fs::read_dir(&dir).expect("ls").collect();
+        assert_eq!(left.len(), 1, "a temporary file was left: {left:?}");
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

@@ -56,6 +56,12 @@ pub enum Error {
         /// Where it leads.
         target: PathBuf,
     },
+    /// The configuration file changed between install-cni's read and its write.
+    #[error("{} changed between install-cni's read and its write (another writer, e.g. the primary plugin's installer): not replaced, so that write is kept; it is read again at the next pass", path.display())]
+    ChangedMeanwhile {
+        /// The file.
+        path: PathBuf,
+    },
     #[error("the redirect-cni plugin is not in place: {0}")]
     NotInPlace(String),
 }

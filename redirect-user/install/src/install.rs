@@ -121,7 +121,12 @@ pub fn install_gated(opts: &Options, gate: &mut dyn FnMut() -> bool) -> Result<I
         }
         Kind::List => {
             let text = conflist::render(&conflist::with_entry(&found.json, &opts.entry));
-            atomic::write(&found.path, text.as_bytes(), mode_of(&found.path))?;
+            atomic::replace(
+                &found.path,
+                &found.text,
+                text.as_bytes(),
+                mode_of(&found.path),
+            )?;
             let (change, original, from) = match mine {
                 // Ours, our entry changed (other options): the original stays what it was.
                 Some(c) if c.written == found.text => {

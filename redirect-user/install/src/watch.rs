@@ -140,6 +140,8 @@ fn reconcile(opts: &Options, tracker: &mut Tracker, waiting_said: &mut bool) {
                 *waiting_said = true;
             }
         }
+        // Another writer's change is on its way as an event: the next pass reads it.
+        Err(e @ Error::ChangedMeanwhile { .. }) => tracing::info!(error = %e, "not written"),
         Err(e) => tracing::error!(error = %e, "install failed; retrying at the next change"),
     }
 }
