@@ -106,6 +106,7 @@ pub(super) fn invocation(
         drop_invalid: bool_of(Key::DropInvalid)?,
         proxy_cgroup: path_of(Key::ProxyCgroup),
         proxy_bypass_closed: false,
+        own_addresses: None,
         no_proxy,
     };
     let mut inv = Invocation {

@@ -154,6 +154,13 @@ pub struct Policy {
     /// enrollment's proxy does not run yet). Ignored when `proxy_cgroup` is set.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub proxy_bypass_closed: bool,
+    /// Ours (the daemon's, for pods): the only addresses, besides link-local ones, that the
+    /// namespace may claim for inbound capture (its pod's `status.podIPs`, or the runtime's
+    /// prevResult); others it puts on its interfaces are never its own (a pod with NET_ADMIN
+    /// could otherwise claim the address the next pod will be given). `None`: every address
+    /// it holds (a namespace enrolled by hand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_addresses: Option<Vec<IpAddr>>,
     /// Ours (`--no-proxy`): what outbound connects do while the proxy does not listen yet.
     #[serde(default)]
     pub no_proxy: NoProxy,
@@ -212,6 +219,7 @@ impl Default for Policy {
             drop_invalid: false,
             proxy_cgroup: None,
             proxy_bypass_closed: false,
+            own_addresses: None,
             no_proxy: NoProxy::Refuse,
         }
     }

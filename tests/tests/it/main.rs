@@ -51,6 +51,7 @@ mod ownership;
 mod parity;
 mod pod_cgroups_trust;
 mod pod_files;
+mod pod_own_addresses;
 mod pod_policy;
 mod policy_replace;
 mod port_tries;

@@ -131,10 +131,14 @@ impl Daemon {
         pod: &PodRef,
         (netns, fd): (&Path, Option<OwnedFd>),
         ips: &[IpAddr],
-        policy: Policy,
+        mut policy: Policy,
         phases: &mut Phases,
         cpu: ThreadCpu,
     ) -> Result<NetnsCookie> {
+        // The pod claims the runtime's addresses for it only (and link-local ones).
+        if !ips.is_empty() {
+            policy.own_addresses = Some(ips.to_vec());
+        }
         if !netns.is_absolute() {
             return Err(Error::RelativeNetns {
                 pod: pod.to_string(),
@@ -283,6 +287,7 @@ impl Daemon {
                 // daemon's own doing.
                 policy.proxy_cgroup.clone_from(&e.policy.proxy_cgroup);
                 policy.proxy_bypass_closed = e.policy.proxy_bypass_closed;
+                policy.own_addresses.clone_from(&e.policy.own_addresses);
                 if e.policy != policy {
                     Some(format!("{pod} is enrolled with another policy than its annotations ask for now: re-create the pod"))
                 } else if let Err(why) = &here {

@@ -276,13 +276,15 @@ impl Daemon {
             }
         };
         let kube = self.kube.as_ref().map(|k| k.options().cluster_dns);
-        let policy = match redirect_k8s::policy(pod, kube.flatten()) {
+        let mut policy = match redirect_k8s::policy(pod, kube.flatten()) {
             Ok(p) => self.node_binding(p),
             Err(error) => {
                 tracing::error!(pod = %named, %error, "a running meshed pod cannot be captured: not enrolled");
                 return;
             }
         };
+        // The pod claims its status.podIPs only (and link-local addresses).
+        policy.own_addresses = Some(ips.clone());
         let statuses = status_ids(pod);
         let sandboxes: Vec<&String> = dir
             .containers

@@ -64,6 +64,10 @@ impl NodeDatapath {
             Some(addrs) => addrs,
             None => ns.addresses()?,
         };
+        let (addrs, not_own) = super::claims::own_only(policy, addrs);
+        if !not_own.is_empty() {
+            tracing::error!(netns = %netns_path.display(), %cookie, ?not_own, "the pod's namespace holds addresses that are not its pod's (status.podIPs / prevResult): left out of its inbound capture, never claimed");
+        }
         phases.mark("addresses");
         // Pods die without --cleanup-only (istio-init never runs it): their entries, and the
         // addresses a new pod may reuse, go before this one is written (the daemon does it

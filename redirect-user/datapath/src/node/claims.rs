@@ -1,6 +1,7 @@
-//! The addresses a namespace already enrolled may hold in `POD_ADDRS` when it is re-applied or
-//! its addresses are followed: none another enrolled namespace holds (a pod with NET_ADMIN can
-//! put a neighbour's address on its own interface), and at most its quota. What is left out
+//! The addresses a namespace may hold in `POD_ADDRS`: a pod's own only (its pod's addresses
+//! and link-local ones, `Policy::own_addresses`); when it is re-applied or its addresses are
+//! followed, none another enrolled namespace holds (a pod with NET_ADMIN can put a
+//! neighbour's address on its own interface), and at most its quota. What is left out
 //! is logged as an alarm; the namespace keeps its policy (and the neighbour its address)
 //! rather than either losing capture.
 use std::{net::IpAddr, path::Path};
@@ -12,6 +13,24 @@ use crate::{
     error::Result,
     maps::{inbound, store::hash},
 };
+
+/// `addrs` less those the policy does not give the namespace (`Policy::own_addresses`:
+/// its pod's addresses and link-local ones), and what was left out.
+pub(super) fn own_only(
+    policy: &redirect_policy::Policy,
+    addrs: Vec<IpAddr>,
+) -> (Vec<IpAddr>, Vec<IpAddr>) {
+    let Some(own) = &policy.own_addresses else {
+        return (addrs, Vec::new());
+    };
+    let link_local = |ip: &IpAddr| match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    };
+    addrs
+        .into_iter()
+        .partition(|ip| own.contains(ip) || link_local(ip))
+}
 
 impl NodeDatapath {
     /// `addrs` without those `POD_ADDRS` records for another namespace than `cookie`.
@@ -40,5 +59,31 @@ impl NodeDatapath {
             tracing::error!(netns = %netns.display(), quota, left_out = over.len(), "the namespace holds more addresses than --quota-addresses: the first ones kept, the others get no inbound capture");
         }
         addrs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_owns_its_addresses_and_link_local_ones_only() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        let held = vec![
+            ip("10.0.0.2"),
+            ip("10.0.0.3"),
+            ip("fe80::1"),
+            ip("169.254.1.1"),
+        ];
+        let mut policy = redirect_policy::Policy::default();
+        assert_eq!(
+            own_only(&policy, held.clone()).0,
+            held,
+            "by hand: everything"
+        );
+        policy.own_addresses = Some(vec![ip("10.0.0.2")]);
+        let (kept, left) = own_only(&policy, held);
+        assert_eq!(kept, [ip("10.0.0.2"), ip("fe80::1"), ip("169.254.1.1")]);
+        assert_eq!(left, [ip("10.0.0.3")]);
     }
 }

@@ -318,7 +318,10 @@ impl NodeDatapath {
     /// addresses changed. Returns the addresses now stored.
     pub fn refresh(&mut self, ns: &NetnsHandle, policy: &Policy) -> Result<Vec<std::net::IpAddr>> {
         let (netns_path, cookie) = (ns.path(), ns.cookie());
-        let addrs = ns.addresses()?;
+        let (addrs, not_own) = claims::own_only(policy, ns.addresses()?);
+        if !not_own.is_empty() {
+            tracing::debug!(netns = %netns_path.display(), ?not_own, "addresses not the pod's own: left out");
+        }
         let addrs = self.without_taken(netns_path, cookie, addrs)?;
         let addrs = self.within_quota(netns_path, addrs);
         let old = self.index()?.owned(cookie);

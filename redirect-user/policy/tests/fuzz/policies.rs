@@ -129,6 +129,7 @@ pub fn valid() -> impl Strategy<Value = Policy> {
             drop_invalid,
             proxy_cgroup,
             proxy_bypass_closed: false,
+            own_addresses: None,
             no_proxy: if passthrough {
                 NoProxy::Passthrough
             } else {
