@@ -47,7 +47,8 @@ on the command line wins over the environment, which wins over --cluster-env):
 
 Names and DNS servers come from the target namespace's files: this process's own /etc when
 it runs in that namespace (no --netns), else its processes' /proc/PID/root/etc, then
-/etc/netns/NAME; never the host's. Without any, pass -u and --dns-servers.
+/etc/netns/NAME; never the host's. Without any, pass --dns-servers (the proxy uid is then
+istio-iptables' default, 1337).
 
 redirect's own flags:
       --netns NAME|PATH    namespace to apply to (/run/netns/NAME) [the current one]
