@@ -71,15 +71,16 @@ fn an_add_waiting_on_the_apiserver_holds_no_other_request_nor_the_tick() {
             list.iter().any(|e| e["pod"]["name"] == "known-1"),
             "known-1 not enrolled: {list:?}"
         );
-        // The tick follows an address the pod gains (nothing asks for it).
+        // The tick follows an address the pod gains (nothing asks for it; a link-local one:
+        // a pod claims no other address than its own).
         ip(&[
             "-n",
             known.netns.name(),
             "addr",
             "add",
-            "198.18.99.7/32",
+            "fe80::99:7/64",
             "dev",
-            "lo",
+            "eth0",
         ])
         .expect("add an address");
         eventually(
@@ -91,7 +92,7 @@ fn an_add_waiting_on_the_apiserver_holds_no_other_request_nor_the_tick() {
                     e["pod"]["name"] == "known-1"
                         && e["addrs"]
                             .as_array()
-                            .is_some_and(|a| a.iter().any(|x| x == "198.18.99.7"))
+                            .is_some_and(|a| a.iter().any(|x| x == "fe80::99:7"))
                 });
                 if seen {
                     Ok(())
