@@ -176,24 +176,29 @@ impl NetnsHandle {
     /// The namespace's established TCP connections and the ports something listens on
     /// ([`conns`]), through its own socket diagnostics.
     pub fn connections(&self) -> Result<(Vec<conns::Connection>, Vec<u16>)> {
-        let sockets = self.sockets.lock().unwrap_or_else(|e| e.into_inner());
-        let op = "listing the TCP connections of network namespace";
-        let diag = sockets
-            .diag
-            .as_ref()
-            .ok_or_else(|| Error::io(op, &self.path, std::io::ErrorKind::Unsupported.into()))?;
-        diag.connections().map_err(|e| Error::io(op, &self.path, e))
+        self.with_diag("listing the TCP connections of network namespace", |d| {
+            d.connections()
+        })
     }
 
     /// Resets one of its connections (`SOCK_DESTROY`, see [`conns`]).
     pub fn destroy(&self, conn: &conns::Connection) -> Result<()> {
-        let sockets = self.sockets.lock().unwrap_or_else(|e| e.into_inner());
         let op = "resetting a TCP connection (SOCK_DESTROY) of network namespace";
+        self.with_diag(op, |d| d.destroy(conn))
+    }
+
+    /// `f` on the namespace's sock_diag socket (`op` names it in errors; none: unsupported).
+    fn with_diag<T>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&DiagSocket) -> std::io::Result<T>,
+    ) -> Result<T> {
+        let sockets = self.sockets.lock().unwrap_or_else(|e| e.into_inner());
         let diag = sockets
             .diag
             .as_ref()
             .ok_or_else(|| Error::io(op, &self.path, std::io::ErrorKind::Unsupported.into()))?;
-        diag.destroy(conn).map_err(|e| Error::io(op, &self.path, e))
+        f(diag).map_err(|e| Error::io(op, &self.path, e))
     }
 
     /// Whether its path still names this namespace (same device and inode; the path is
