@@ -33,6 +33,15 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
+    /// What answers at the socket's path is not the daemon: not root, or root without
+    /// CAP_NET_ADMIN (a process that took the path over).
+    #[error("the process answering at {} is not the redirect daemon: {why}; refused (fail closed)", socket.display())]
+    NotTheDaemon {
+        /// The socket.
+        socket: PathBuf,
+        /// What it is.
+        why: String,
+    },
     /// The exchange failed after connecting.
     #[error("{call} {}: {source}", socket.display())]
     Io {
@@ -222,6 +231,10 @@ impl Client {
             socket: socket.clone(),
             source,
         })?;
+        server_is_the_daemon(&stream).map_err(|why| ClientError::NotTheDaemon {
+            socket: socket.clone(),
+            why,
+        })?;
         stream
             .set_read_timeout(Some(self.timeout))
             .map_err(io("configuring"))?;
@@ -264,6 +277,32 @@ impl Client {
                 retry: got.retry,
             }),
         }
+    }
+}
+
+/// Whether the process that answers on `stream` may be the daemon: root, and, where its pid
+/// is visible (this process's PID namespace: the node's, for the CNI plugin), holding
+/// CAP_NET_ADMIN, as the daemon does (privileged, or the DaemonSet's capabilities).
+fn server_is_the_daemon(stream: &UnixStream) -> Result<(), String> {
+    use crate::peer::{credentials, effective_caps, holds, CAP_NET_ADMIN};
+    let (uid, pid) = credentials(stream).map_err(|e| format!("SO_PEERCRED failed: {e}"))?;
+    if uid != 0 {
+        return Err(format!(
+            "it runs as uid {uid} (pid {pid}), the daemon as root"
+        ));
+    }
+    if pid <= 0 {
+        // Another PID namespace (a client inside a pod): its uid is all there is to check.
+        return Ok(());
+    }
+    match effective_caps(pid) {
+        Ok(caps) if holds(caps, CAP_NET_ADMIN) => Ok(()),
+        Ok(_) => Err(format!(
+            "its process (pid {pid}) runs as root without CAP_NET_ADMIN, which the daemon holds"
+        )),
+        Err(e) => Err(format!(
+            "reading the capabilities of its process (pid {pid}): {e}"
+        )),
     }
 }
 

@@ -11,6 +11,7 @@ pub mod cni_spec;
 mod dir;
 pub mod exclusions;
 pub mod netns_fd;
+pub mod peer;
 pub mod request;
 
 pub use answer::{

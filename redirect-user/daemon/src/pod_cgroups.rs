@@ -74,6 +74,9 @@ pub fn pod_dirs(roots: &[PathBuf]) -> HashMap<String, PodDir> {
         .filter(|r| root_owned(r))
         .map(|r| (r.clone(), 0))
         .collect();
+    if todo.is_empty() {
+        tracing::warn!(roots = ?roots, "no kubelet pod cgroup root exists (a root-owned directory): no pod can be enrolled in place nor its proxy bypass bound; pass --pod-cgroup-root (the directory below a kubelet --cgroup-root)");
+    }
     let mut seen = 0;
     while let Some((dir, depth)) = todo.pop() {
         seen += 1;

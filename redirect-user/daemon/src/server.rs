@@ -142,6 +142,10 @@ impl Daemon {
         for e in read_enrollments(&daemon.opts.dir) {
             daemon.reconcile(e);
         }
+        // What was outside capture before the restart is counted again at the first tick.
+        for f in daemon.enrollments.values_mut() {
+            f.outside_due = true;
+        }
         drop(guard);
         Ok(daemon)
     }

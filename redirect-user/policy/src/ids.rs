@@ -37,9 +37,9 @@ impl IdKind {
 }
 
 /// ENVOY_USER's uid (default `istio-proxy`) in the pod's passwd, else istio's 1337: as
-/// istio-iptables, whose `user.Lookup` failing for any reason (not listed, no passwd to read)
-/// gives `DefaultProxyUID`. Only two of the pod's containers naming the user with different
-/// uids is refused (which one the proxy runs as cannot be told).
+/// istio-iptables, whose `user.Lookup` failing (not listed, no passwd) gives
+/// `DefaultProxyUID`. A passwd that exists but cannot be read, or two of the pod's containers
+/// naming the user with different uids, is refused (the proxy's uid cannot be told).
 pub(super) fn default_uid(env: &dyn EnvSource, sys: &dyn SystemLookup) -> Result<u32> {
     let user = env
         .get("ENVOY_USER")
@@ -53,7 +53,7 @@ pub(super) fn default_uid(env: &dyn EnvSource, sys: &dyn SystemLookup) -> Result
             tracing::info!(user = %user, searched = %searched, "proxy user not listed: istio-iptables' default uid 1337");
             Ok(1337)
         }
-        Err(lookup @ (LookupError::NoSource { .. } | LookupError::Read { .. })) => {
+        Err(lookup @ LookupError::NoSource { .. }) => {
             tracing::info!(user = %user, reason = %lookup, "ENVOY_USER cannot be resolved from the namespace's own files: istio-iptables' default proxy uid 1337 (and gid, unless -g)");
             Ok(1337)
         }

@@ -3,6 +3,8 @@
 //! `connect --dst ADDR` (in a chosen cgroup, netns and uid) keeps one connection and sends a
 //! line every `--every-ms`, printing each answer's `Landing` line; when the connection ends
 //! (reset, closed) it prints `ended: WHY` and connects again, as a pooled client does.
+//! `answer-unix --path P --line TEXT` answers every line of every connection to the unix
+//! socket `P` with `TEXT` (a process posing as the daemon at its socket's path).
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
@@ -33,6 +35,15 @@ enum Role {
         /// TCP listen address.
         #[arg(long)]
         tcp: SocketAddr,
+    },
+    /// Answer every request line on the unix socket `path` with `line`.
+    AnswerUnix {
+        /// The socket's path (made, then removed at exit).
+        #[arg(long)]
+        path: std::path::PathBuf,
+        /// The answer.
+        #[arg(long)]
+        line: String,
     },
     /// Keep one connection to `dst`, a line every `every_ms`.
     Connect {
@@ -101,6 +112,18 @@ fn main() -> anyhow::Result<()> {
                         eprintln!("probe-hold serve: {e:#}");
                     }
                 });
+            }
+            Ok(())
+        }
+        Role::AnswerUnix { path, line } => {
+            let listener = std::os::unix::net::UnixListener::bind(&path)
+                .with_context(|| format!("bind {}", path.display()))?;
+            println!("ready");
+            for stream in listener.incoming().flatten() {
+                let mut got = String::new();
+                if BufReader::new(&stream).read_line(&mut got).is_ok() {
+                    let _ = (&stream).write_all(format!("{line}\n").as_bytes());
+                }
             }
             Ok(())
         }

@@ -28,23 +28,7 @@ fn a_client_of_another_uid_is_refused_even_where_the_socket_lets_it_connect() {
         "cniVersion": "1.1.0", "name": "peer-test", "type": "redirect-cni",
         "daemon_socket": node.dir.join("daemon.sock"),
     });
-    let mut plugin = std::process::Command::new(redirect_tests::env::bin_path("redirect-cni"));
-    plugin
-        .env_clear()
-        .env("CNI_COMMAND", "STATUS")
-        .env("CNI_PATH", "/usr/lib/cni")
-        .uid(65534)
-        .gid(65534)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = plugin.spawn().expect("redirect-cni as uid 65534");
-    std::io::Write::write_all(
-        &mut child.stdin.take().expect("stdin"),
-        conf.to_string().as_bytes(),
-    )
-    .expect("the config");
-    let out = child.wait_with_output().expect("redirect-cni");
+    let out = plugin("STATUS", &conf, Some(65534));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "uid 65534 was answered: {said}");
     assert!(
@@ -106,4 +90,66 @@ fn root_without_net_admin_may_list_but_not_enroll_or_unenroll() {
     assert_eq!(listed(&node), 1, "the enrollment was changed");
     node.ok(&["unenroll", "--netns", &netns]);
     assert_eq!(listed(&node), 0);
+}
+
+/// Whatever answers at the daemon's socket must be the daemon (issue 31, finding 9): a root
+/// process without CAP_NET_ADMIN (a container that mounts the host's /run and took the path
+/// over) answering a CNI ADD with "enrolled" is refused by the plugin, which fails closed,
+/// instead of reporting a pod captured that nothing captures.
+#[test]
+fn the_plugin_refuses_an_answer_from_a_process_that_is_not_the_daemon() {
+    privileged!();
+    let node = Node::new();
+    std::fs::create_dir_all(&node.dir).expect("the daemon directory");
+    let socket = node.dir.join("daemon.sock");
+    let answer = serde_json::json!({
+        "v": 2, "ok": true,
+        "answer": {"message": "enrolled", "pod": {"meshed": true, "decision": "meshed"}}
+    });
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--bounding-set", "-net_admin", "--"])
+        .arg(redirect_tests::env::bin_path("probe-hold"))
+        .args(["answer-unix", "--path"])
+        .arg(&socket)
+        .args(["--line", &answer.to_string()]);
+    let mut fake = redirect_testkit::Child::spawn("fake daemon", cmd).expect("the fake daemon");
+    fake.wait_line("ready", std::time::Duration::from_secs(10), |l| {
+        l == "ready"
+    })
+    .expect("ready");
+    let conf = serde_json::json!({
+        "cniVersion": "1.1.0", "name": "peer-test", "type": "redirect-cni",
+        "daemon_socket": socket,
+    });
+    let out = plugin("STATUS", &conf, None);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "the fake daemon was believed: {said}"
+    );
+    assert!(
+        said.contains("is not the redirect daemon") && said.contains("without CAP_NET_ADMIN"),
+        "{said}"
+    );
+}
+
+/// `redirect-cni COMMAND` with `conf` on stdin, as `uid` (and its gid) when given.
+fn plugin(command: &str, conf: &serde_json::Value, uid: Option<u32>) -> std::process::Output {
+    let mut cmd = std::process::Command::new(redirect_tests::env::bin_path("redirect-cni"));
+    cmd.env_clear()
+        .env("CNI_COMMAND", command)
+        .env("CNI_PATH", "/usr/lib/cni")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(uid) = uid {
+        cmd.uid(uid).gid(uid);
+    }
+    let mut child = cmd.spawn().expect("redirect-cni");
+    std::io::Write::write_all(
+        &mut child.stdin.take().expect("stdin"),
+        conf.to_string().as_bytes(),
+    )
+    .expect("the config");
+    child.wait_with_output().expect("redirect-cni")
 }

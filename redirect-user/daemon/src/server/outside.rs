@@ -38,6 +38,9 @@ impl Daemon {
             for o in &found {
                 match ns.destroy(&o.connection) {
                     Ok(()) => done += 1,
+                    // Closed meanwhile: nothing to reset.
+                    Err(redirect_datapath::error::Error::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::NotFound => {}
                     Err(error) => {
                         tracing::error!(netns = %f.record.netns.display(), %cookie, %error, "cannot reset connections outside capture (the kernel needs CONFIG_INET_DIAG_DESTROY): they are only counted");
                         break;

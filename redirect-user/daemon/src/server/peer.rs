@@ -5,37 +5,46 @@
 //! the second: a widened directory, or a container whose root is not the host's (a user
 //! namespace), still gets nothing, and a root container that mounts the host's /run with the
 //! runtime's default capabilities (no NET_ADMIN) may read (`list`, `status`, CNI CHECK) but
-//! not enroll, unenroll, uninstall, nor send CNI ADD, DEL or GC.
+//! not enroll, unenroll, uninstall, nor send CNI ADD, DEL or GC. The capabilities are read as
+//! soon as the connection is accepted, before its request: a peer's pid could be another
+//! process's by the time a slow request arrives.
 use std::os::unix::net::UnixStream;
 
-use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-use redirect_daemon_api::Request;
+use redirect_daemon_api::{
+    peer::{credentials, effective_caps, holds, CAP_NET_ADMIN},
+    Request,
+};
 
-/// CAP_NET_ADMIN's bit in a capability set.
-const CAP_NET_ADMIN: u32 = 12;
-
-/// A client the daemon answers: its pid as the daemon's PID namespace sees it (0 when it is
-/// not visible there).
-#[derive(Debug, Clone, Copy)]
+/// A client the daemon answers, and whether it may change capture (or why not).
+#[derive(Debug, Clone)]
 pub struct Peer {
-    pid: i32,
+    may_change: Result<(), String>,
 }
 
-/// `Ok` when the peer of `stream` runs as the daemon's effective uid; else the refusal, naming
-/// the peer's uid and pid.
+/// `Ok` when the peer of `stream` runs as the daemon's effective uid (its capabilities read
+/// now); else the refusal, naming the peer's uid and pid.
 pub fn check(stream: &UnixStream) -> Result<Peer, String> {
     let me = nix::unistd::geteuid().as_raw();
-    match getsockopt(stream, PeerCredentials) {
-        Ok(c) if c.uid() == me => Ok(Peer { pid: c.pid() }),
-        Ok(c) => Err(format!(
-            "the daemon answers only uid {me} on its socket; this client runs as uid {} (pid {}): refused (run the command as root on the node)",
-            c.uid(),
-            c.pid()
-        )),
-        Err(e) => Err(format!(
-            "reading the client's credentials (SO_PEERCRED) failed: {e}: refused"
-        )),
+    let (uid, pid) = credentials(stream).map_err(|e| {
+        format!("reading the client's credentials (SO_PEERCRED) failed: {e}: refused")
+    })?;
+    if uid != me {
+        return Err(format!(
+            "the daemon answers only uid {me} on its socket; this client runs as uid {uid} (pid {pid}): refused (run the command as root on the node)"
+        ));
     }
+    let may_change = if pid <= 0 {
+        Err("this client's process is not visible in the daemon's PID namespace (run the daemon with the host's PID namespace, as the DaemonSet does)".to_owned())
+    } else {
+        match effective_caps(pid) {
+            Ok(caps) if holds(caps, CAP_NET_ADMIN) => Ok(()),
+            Ok(_) => Err(format!(
+                "this client (pid {pid}) runs as root without CAP_NET_ADMIN (as iptables needs); reads such as list and status need no capability"
+            )),
+            Err(e) => Err(format!("reading the capabilities of this client (pid {pid}): {e}")),
+        }
+    };
+    Ok(Peer { may_change })
 }
 
 /// Whether `req` changes what is captured (every request but the reads).
@@ -47,30 +56,11 @@ pub fn changes(req: &Request) -> bool {
 }
 
 impl Peer {
-    /// `Ok` when the peer holds CAP_NET_ADMIN in its effective set, read from its
-    /// `/proc/PID/status`; else the refusal naming `op`, the pid and what to do.
-    pub fn may_change(self, op: &str) -> Result<(), String> {
-        if self.pid <= 0 {
-            return Err(format!(
-                "{op} changes capture and needs a client holding CAP_NET_ADMIN, but this client's process is not visible in the daemon's PID namespace: refused (run the daemon with the host's PID namespace, as the DaemonSet does)"
-            ));
-        }
-        let path = format!("/proc/{}/status", self.pid);
-        let status = std::fs::read_to_string(&path).map_err(|e| {
-            format!("{op}: reading {path} for the client's capabilities: {e}: refused")
-        })?;
-        let eff = status
-            .lines()
-            .find_map(|l| l.strip_prefix("CapEff:"))
-            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            .ok_or_else(|| format!("{op}: {path} has no CapEff line: refused"))?;
-        if eff & (1 << CAP_NET_ADMIN) != 0 {
-            Ok(())
-        } else {
-            Err(format!(
-                "{op} changes capture and needs CAP_NET_ADMIN (as iptables does); this client (pid {}) runs as root without it: refused (reads such as list and status need no capability)",
-                self.pid
-            ))
-        }
+    /// `Ok` when the peer held CAP_NET_ADMIN when it was accepted; else the refusal naming
+    /// `op`.
+    pub fn may_change(&self, op: &str) -> Result<(), String> {
+        self.may_change
+            .clone()
+            .map_err(|why| format!("{op} changes capture and needs CAP_NET_ADMIN: {why}: refused"))
     }
 }

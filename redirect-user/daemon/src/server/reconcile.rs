@@ -186,6 +186,10 @@ impl Daemon {
             .filter(|p| !enrolled.contains_key(uid(p)) && running(p))
             .filter(|p| decide(p) == Decision::Meshed)
             .collect();
+        let listed: HashSet<&str> = pods.iter().map(|p| uid(p)).collect();
+        self.reconcile
+            .excluded
+            .retain(|u| listed.contains(u.as_str()));
         if !missing.is_empty() {
             let rec = &mut self.reconcile;
             let exclusions = rec

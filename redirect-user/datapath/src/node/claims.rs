@@ -27,9 +27,12 @@ pub(super) fn own_only(
         IpAddr::V4(v4) => v4.is_link_local(),
         IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
     };
-    addrs
+    let (mut kept, left): (Vec<IpAddr>, Vec<IpAddr>) = addrs
         .into_iter()
-        .partition(|ip| own.contains(ip) || link_local(ip))
+        .partition(|ip| own.contains(ip) || link_local(ip));
+    // The pod's own first: the quota keeps the first ones.
+    kept.sort_by_key(|ip| !own.contains(ip));
+    (kept, left)
 }
 
 impl NodeDatapath {
