@@ -3,13 +3,16 @@
 //! in it (an app with a user namespace can) must not be enrolled instead of the pod. The
 //! decoy's container directory is made to come first in the pod directory's listing, where
 //! the old reconcile, taking the first namespace of any of the pod's processes that holds the
-//! pod's addresses, took it; the reconcile now looks only at the sandbox's processes (the
-//! container its status does not name) and enrolls the pod's own namespace.
-use redirect_testkit::{ip, privileged, Cgroup, Child, Netns};
+//! pod's addresses, took it; the reconcile now takes a namespace its runtime named (under
+//! `/run/netns`), else one of the sandbox's processes (the container its status does not name),
+//! and enrolls the pod's own namespace.
+use std::{process::Command, time::Duration};
+
+use redirect_testkit::{privileged, Cgroup, Child};
 use redirect_tests::cni::{CniHost, GATEWAY};
 use serde_json::json;
 
-use crate::reconcile::{lands, pause, runtime_id, wait_for, Meshed};
+use crate::reconcile::{lands, runtime_id, wait_for, Meshed};
 
 /// A container directory of the pod whose name comes first in the pod directory's listing
 /// (the order in which the reconcile met the pod's processes), with its runtime id.
@@ -37,27 +40,23 @@ fn an_app_processs_own_namespace_holding_the_pod_address_is_never_enrolled() {
     let host = CniHost::new();
     let m = Meshed::new(&host);
     let (node, pod) = (&m.node, &m.pod);
-    // The decoy: a namespace of the app's own with the pod's address, a process of the app's
-    // container in it.
-    let decoy = Netns::new("rdecoy").expect("netns");
-    let name = decoy.name();
-    ip(&[
-        "-n", name, "link", "add", "d0", "type", "veth", "peer", "name", "d1",
-    ])
-    .expect("link");
-    ip(&[
-        "-n",
-        name,
-        "addr",
-        "add",
-        &format!("{}/32", pod.ip()),
-        "dev",
-        "d0",
-    ])
-    .expect("addr");
-    ip(&["-n", name, "link", "set", "d0", "up"]).expect("up");
+    // The decoy: a namespace of the app's own (no runtime names it), made by a process of the
+    // app's container, with the pod's address.
     let (evil, evil_cg) = first_listed(&m.cgroups.pod);
-    let _decoy_process: Child = pause(&decoy, &evil_cg);
+    let script = format!(
+        "ip link add d0 type veth peer name d1 && ip addr add {}/32 dev d0 && ip link set d0 up && echo ready && exec sleep 600",
+        pod.ip()
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--net", "sh", "-c", &script]);
+    let mut decoy = Child::spawn("decoy", cmd).expect("the decoy");
+    std::fs::write(evil_cg.path().join("cgroup.procs"), decoy.pid().to_string())
+        .expect("the decoy into the app's container");
+    decoy
+        .wait_line("the decoy's namespace", Duration::from_secs(10), |l| {
+            l == "ready"
+        })
+        .expect("ready");
     // The apiserver names that container (it is one of the pod's).
     m.report_edited(true, |pod| {
         pod["status"]["containerStatuses"]

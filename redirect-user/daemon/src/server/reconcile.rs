@@ -110,12 +110,34 @@ impl Daemon {
     }
 }
 
-/// The sandbox's network namespaces holding every address of `ips`: those of the processes
-/// of the pod's container directories its status does not name (the sandbox; a container
-/// the kubelet has not reported yet), running in the host's user namespace unless the pod
-/// asks for its own (`hostUsers: false`). An app process that makes a namespace of its own
-/// holding the pod's address is never among them.
+/// The sandbox's network namespaces holding every address of `ips`. First those a runtime
+/// named (a bind mount under `/run/netns`, which only the node's mount namespace can make:
+/// containerd, CRI-O, also where CRI-O runs no infra process) among the namespaces of any of
+/// the pod's processes; without one, those of the processes of the pod's container
+/// directories its status does not name (the sandbox; a container the kubelet has not reported
+/// yet), running in the host's user namespace unless the pod asks for its own (`hostUsers:
+/// false`). An app process that makes a namespace of its own holding the pod's address is
+/// never among them.
 fn sandbox_netns(pod: &Pod, dir: &PodDir, ips: &[IpAddr]) -> Vec<NetnsHandle> {
+    let holding = |paths: Vec<std::path::PathBuf>| -> Vec<NetnsHandle> {
+        paths
+            .into_iter()
+            .filter_map(|path| {
+                let ns = NetnsHandle::open(&path).ok()?;
+                let held = ns.addresses().ok()?;
+                ips.iter().all(|ip| held.contains(ip)).then_some(ns)
+            })
+            .collect()
+    };
+    let every: Vec<u32> = dir.containers.values().flat_map(|c| pids_in(c)).collect();
+    let named: Vec<std::path::PathBuf> = netns_of(&every)
+        .into_iter()
+        .filter(|p| p.starts_with("/run/netns") || p.starts_with("/var/run/netns"))
+        .collect();
+    let named = holding(named);
+    if !named.is_empty() {
+        return named;
+    }
     let statuses = status_ids(pod);
     let host_users = pod.spec.as_ref().and_then(|s| s.host_users) != Some(false);
     let pids: Vec<u32> = dir
@@ -125,14 +147,7 @@ fn sandbox_netns(pod: &Pod, dir: &PodDir, ips: &[IpAddr]) -> Vec<NetnsHandle> {
         .flat_map(|(_, cgroup)| pids_in(cgroup))
         .filter(|pid| !host_users || in_initial_userns(*pid))
         .collect();
-    netns_of(&pids)
-        .into_iter()
-        .filter_map(|path| {
-            let ns = NetnsHandle::open(&path).ok()?;
-            let held = ns.addresses().ok()?;
-            ips.iter().all(|ip| held.contains(ip)).then_some(ns)
-        })
-        .collect()
+    holding(netns_of(&pids))
 }
 
 impl Daemon {
