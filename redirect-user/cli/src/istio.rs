@@ -162,6 +162,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         // A running daemon owns the datapath (whatever its directory) and keeps it empty.
         let daemon_owned = node::layout::daemon_up(&dir, &dp.layout()?);
         let removed = dp.cleanup(&ns, daemon_owned)?;
+        crate::direct_record::forget(&dir, &ns);
         println!(
             "policy removed for {}{}",
             ns.display(),
@@ -182,6 +183,14 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let handle = netns::NetnsHandle::open(&ns)?;
     let node::AppliedAt { applied, created } =
         NodeDatapath::apply_at(&dir, &attach, &handle, &inv.policy)?;
+    crate::direct_record::record(
+        &dir,
+        &handle,
+        &inv.policy,
+        &applied,
+        redirect_daemon_api::Writer::IstioIptables,
+        format!("istio-iptables {}", args.join(" ")),
+    );
     let inbound = if applied.inbound {
         format!(", inbound capture to :{}", inv.policy.inbound_capture_port)
     } else {

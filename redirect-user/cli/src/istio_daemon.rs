@@ -49,7 +49,12 @@ pub fn run(
     let fd = NetnsFd::open(ns)
         .with_context(|| format!("opening network namespace {}", ns.display()))?
         .named(path);
-    let r = client.enroll(&fd, inv.policy.clone(), source)?;
+    let r = client.enroll(
+        &fd,
+        inv.policy.clone(),
+        source,
+        redirect_daemon_api::Writer::IstioIptables,
+    )?;
     println!("{} (through the daemon, pid {pid})", r.message);
     Ok(true)
 }

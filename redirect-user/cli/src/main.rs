@@ -1,8 +1,10 @@
 //! The `redirect` binary: parses the CLI and runs attach, exec or status.
 mod attach_args;
 mod attach_cmd;
+mod captured;
 mod cli;
 mod cli_values;
+mod direct_record;
 #[cfg(test)]
 mod fuzz_tests;
 mod install_cni_args;
@@ -10,6 +12,7 @@ mod install_cni_cmd;
 mod istio;
 mod istio_daemon;
 mod kube_args;
+mod list_cmd;
 mod node_cmds;
 mod observe_cmds;
 mod pod_policy_cmd;
@@ -170,7 +173,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             policy.as_deref(),
         ),
         Command::Unenroll { netns } => node_cmds::unenroll(&netns),
-        Command::List { json } => node_cmds::list(json),
+        Command::List { json } => list_cmd::list(json),
         Command::Uninstall { bpffs } => node_cmds::uninstall(bpffs),
         Command::Upgrade { bpffs, check } => upgrade_cmd::upgrade(bpffs, check),
         Command::Validate {

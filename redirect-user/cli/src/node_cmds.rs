@@ -1,7 +1,6 @@
 //! `redirect daemon | enroll | unenroll | list | uninstall | explain`: the node daemon and the
 //! commands that talk to it or read its pinned maps.
 use std::{
-    net::IpAddr,
     path::{Path, PathBuf},
     sync::{atomic::AtomicBool, Arc},
 };
@@ -183,6 +182,7 @@ pub fn enroll(
         &open_netns(&netns::resolve(Some(netns_name)))?,
         policy,
         source,
+        redirect_daemon_api::Writer::Enroll,
     )?;
     println!("{}", r.message);
     Ok(())
@@ -221,7 +221,12 @@ pub fn vm(
     if let crate::writer::NodeWriter::Daemon { pid, client } =
         crate::writer::NodeWriter::for_node(&dir)
     {
-        let r = client.enroll(&open_netns(&path)?, policy, source)?;
+        let r = client.enroll(
+            &open_netns(&path)?,
+            policy,
+            source,
+            redirect_daemon_api::Writer::Vm,
+        )?;
         println!("{} (through the daemon, pid {pid})", r.message);
         return Ok(());
     }
@@ -233,6 +238,14 @@ pub fn vm(
     };
     let handle = netns::NetnsHandle::open(&path)?;
     let a = NodeDatapath::apply_at(&dir, &attach, &handle, &policy)?.applied;
+    crate::direct_record::record(
+        &dir,
+        &handle,
+        &policy,
+        &a,
+        redirect_daemon_api::Writer::Vm,
+        source,
+    );
     let inbound = if a.inbound {
         format!(", inbound to :{}", policy.inbound_capture_port)
     } else {
@@ -252,81 +265,6 @@ pub fn vm(
 pub fn unenroll(netns_name: &str) -> anyhow::Result<()> {
     let r = client().unenroll(&netns::resolve(Some(netns_name)))?;
     println!("{}", r.message);
-    Ok(())
-}
-
-/// Lists enrollments.
-pub fn list(json: bool) -> anyhow::Result<()> {
-    let r = client().list()?;
-    // Checked against the kernel's maps: the daemon's record is what it believes.
-    let bpffs = daemon::default_bpffs();
-    let mut kernel = NodeDatapath::open(&bpffs).ok();
-    let checked: Vec<(&redirect_daemon_api::Enrollment, &'static str)> = r
-        .enrollments
-        .iter()
-        .map(|e| {
-            let state = match kernel.as_mut().map(|dp| dp.kernel_policy(e.record.cookie)) {
-                Some(Ok(k)) if k.outbound && k.inbound == e.record.inbound => "ok",
-                Some(Ok(k)) if k.outbound => "inbound-differs",
-                Some(Ok(_)) => "MISSING",
-                Some(Err(_)) | None => "unreadable",
-            };
-            (e, state)
-        })
-        .collect();
-    if json {
-        let list: Vec<serde_json::Value> = checked
-            .iter()
-            .map(|(e, state)| {
-                let mut v = serde_json::to_value(e).unwrap_or_default();
-                if let Some(o) = v.as_object_mut() {
-                    o.insert("kernel".into(), (*state).into());
-                }
-                v
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
-        return Ok(());
-    }
-    if r.enrollments.is_empty() {
-        println!("no namespace is enrolled with the daemon");
-        return Ok(());
-    }
-    println!(
-        "{:<30} {:>8} {:<24} {:<7} {:<5} {:<8} source",
-        "netns", "cookie", "addresses", "inbound", "proxy", "kernel"
-    );
-    for (e, state) in &checked {
-        // Link-local addresses are listed by `--json`; the table keeps to routable ones.
-        let addrs: Vec<String> = e
-            .record
-            .addrs
-            .iter()
-            .filter(|a| !matches!(a, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80))
-            .map(ToString::to_string)
-            .collect();
-        println!(
-            "{:<30} {:>8} {:<24} {:<7} {:<5} {:<8} {}",
-            e.record.netns.display(),
-            e.record.cookie,
-            addrs.join(","),
-            if e.record.inbound { "yes" } else { "no" },
-            if e.proxy_listening { "up" } else { "down" },
-            state,
-            e.record.source
-        );
-    }
-    for (e, _) in checked.iter().filter(|(e, _)| e.outside_capture > 0) {
-        eprintln!(
-            "WARNING: {} connection(s) of {} were opened before its capture and bypass the proxy until they close (the daemon's --reset-uncaptured, or the pod annotation redirect.dev/reset-uncaptured: \"true\", resets them)",
-            e.outside_capture,
-            e.record.netns.display()
-        );
-    }
-    let drifted = checked.iter().filter(|(_, s)| *s != "ok").count();
-    if drifted > 0 {
-        eprintln!("WARNING: {drifted} enrollment(s) differ from what the kernel's maps hold (kernel column): re-enroll them (`redirect enroll`) or restart the daemon, which re-applies its enrollments");
-    }
     Ok(())
 }
 

@@ -8,7 +8,6 @@ use std::{
 
 use anyhow::{bail, Context as _};
 use nix::sys::signal::{SigSet, Signal};
-use redirect_daemon::server;
 use redirect_datapath::{netns, node::NodeDatapath, views::explain, views::explain_inbound};
 
 use crate::node_cmds::bpffs_or_default;
@@ -167,11 +166,6 @@ fn open_pinned(bpffs: Option<PathBuf>) -> anyhow::Result<NodeDatapath> {
     Ok(NodeDatapath::open(&dir)?)
 }
 
-/// Names of enrolled namespaces by cookie, from the daemon's state files when there are any.
-fn names_by_cookie() -> std::collections::BTreeMap<NetnsCookie, String> {
-    server::enrolled_names(redirect_daemon_api::DaemonDir::from_env().path())
-}
-
 fn cookie_filter(netns_name: Option<&str>) -> anyhow::Result<Option<NetnsCookie>> {
     netns_name
         .map(|n| netns::cookie(&netns::resolve(Some(n))).map_err(anyhow::Error::from))
@@ -217,45 +211,66 @@ pub fn validate(
     Ok(())
 }
 
-/// Per-namespace decision counters.
+/// Per-namespace decision counters: every namespace with a policy (whoever wrote it) or a
+/// count, by path ("path unknown" when nothing names it) and cookie. JSON lists every counter,
+/// zeros included; the table only those that counted.
 pub fn stats(netns_name: Option<&str>, bpffs: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
     let only = cookie_filter(netns_name)?;
-    let mut dp = open_pinned(bpffs)?;
+    let dir = bpffs_or_default(bpffs);
+    let mut dp = open_pinned(Some(dir.clone()))?;
     let all = redirect_datapath::views::observe::ns_counters(dp.maps())?;
-    let names = names_by_cookie();
-    let selected: Vec<(NetnsCookie, &Vec<(&str, u64)>)> = all
+    let view = crate::captured::node_view(&dir)?;
+    let mut labels = view.labels();
+    let mut cookies: Vec<NetnsCookie> = view
+        .captured
         .iter()
-        .filter(|(ns, _)| only.is_none_or(|c| c == **ns))
-        .map(|(ns, c)| (*ns, c))
+        .map(|c| c.cookie)
+        .chain(all.keys().copied())
+        .filter(|c| only.is_none_or(|o| o == *c))
         .collect();
+    cookies.sort_unstable();
+    cookies.dedup();
+    let counted = |c: &NetnsCookie| all.get(c).cloned().unwrap_or_default();
     if json {
-        let v: Vec<serde_json::Value> = selected
+        let v: Vec<serde_json::Value> = cookies
             .iter()
-            .map(|(ns, c)| {
-                let counters: serde_json::Map<String, serde_json::Value> = c
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).into()))
-                    .collect();
-                serde_json::json!({"netns": names.get(ns), "cookie": ns, "counters": counters})
+            .map(|c| {
+                let got = counted(c);
+                let counters: serde_json::Map<String, serde_json::Value> =
+                    redirect_common::Counter::ALL
+                        .iter()
+                        .map(|k| {
+                            let n = got.iter().find(|(n, _)| *n == k.name()).map_or(0, |x| x.1);
+                            (k.name().to_owned(), n.into())
+                        })
+                        .collect();
+                serde_json::json!({
+                    "netns": labels.path(*c).map(|p| p.display().to_string()),
+                    "cookie": c,
+                    "counters": counters,
+                })
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    if selected.is_empty() {
+    if cookies.is_empty() {
         println!(
-            "no decision counted yet{}",
+            "no namespace has a policy or a count{}",
             netns_name.map_or(String::new(), |n| format!(" in {n}"))
         );
         return Ok(());
     }
-    for (ns, counters) in selected {
-        let name = names.get(&ns).cloned().unwrap_or_default();
-        println!("netns {ns} {name}");
-        for (counter, n) in counters {
+    for ns in cookies {
+        println!("netns {} (cookie {ns})", labels.shown(ns));
+        let got = counted(&ns);
+        if got.is_empty() {
+            println!("  no decision counted yet");
+        }
+        for (counter, n) in got {
             let rule = redirect_common::Counter::ALL
                 .iter()
-                .find(|c| c.name() == *counter)
+                .find(|c| c.name() == counter)
                 .map_or("-", |c| c.rule());
             println!("  {n:>10}  {counter:<24} {rule}");
         }
@@ -272,7 +287,8 @@ pub fn trace(
     json: bool,
 ) -> anyhow::Result<()> {
     let only = cookie_filter(netns_name)?;
-    let mut dp = open_pinned(bpffs)?;
+    let dir = bpffs_or_default(bpffs);
+    let mut dp = open_pinned(Some(dir.clone()))?;
     let mut signals = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM] {
         signals.add(s);
@@ -288,7 +304,9 @@ pub fn trace(
         dp.take_map(redirect_common::map_names::TRACE)?,
         dp.take_map(redirect_common::map_names::TRACE_ON)?,
     )?;
-    let names = names_by_cookie();
+    let mut labels = crate::captured::node_view(&dir)
+        .map(|v| v.labels())
+        .unwrap_or_default();
     let deadline = seconds.map(|s| std::time::Instant::now() + std::time::Duration::from_secs(s));
     let mut seen = 0;
     eprintln!("tracing decisions (Ctrl-C to stop)");
@@ -305,18 +323,30 @@ pub fn trace(
                 // One shape: `netns` is the namespace's path (when known), `cookie` beside it.
                 let mut v = serde_json::to_value(&d)?;
                 if let Some(o) = v.as_object_mut() {
-                    o.insert("netns".into(), names.get(&d.netns).cloned().into());
+                    o.insert(
+                        "netns".into(),
+                        labels.path(d.netns).map(|p| p.display().to_string()).into(),
+                    );
                     o.insert("cookie".into(), d.netns.get().into());
                 }
                 println!("{}", serde_json::to_string(&v)?);
             } else {
-                let ns = names
-                    .get(&d.netns)
-                    .cloned()
-                    .unwrap_or_else(|| d.netns.to_string());
+                let ns = labels
+                    .path(d.netns)
+                    .map_or_else(|| "(path unknown)".to_owned(), |p| p.display().to_string());
                 println!(
-                    "pid={} comm={} uid={} gid={} netns={} {} {} -> {} ({}: {})",
-                    d.pid, d.comm, d.uid, d.gid, ns, d.proto, d.dst, d.decision, d.counter, d.rule
+                    "pid={} comm={} uid={} gid={} netns={} cookie={} {} {} -> {} ({}: {})",
+                    d.pid,
+                    d.comm,
+                    d.uid,
+                    d.gid,
+                    ns,
+                    d.netns,
+                    d.proto,
+                    d.dst,
+                    d.decision,
+                    d.counter,
+                    d.rule
                 );
             }
         }

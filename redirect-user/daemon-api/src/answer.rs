@@ -31,6 +31,52 @@ pub struct EnrollmentRecord {
     /// The Kubernetes pod this namespace belongs to, when the CNI plugin enrolled it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodRef>,
+    /// Which command wrote the policy (an older file without it: `enroll`).
+    #[serde(default)]
+    pub writer: Writer,
+}
+
+/// The command that wrote a namespace's policy: shown by `list`, `stats` and `trace` beside
+/// whether the daemon follows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Writer {
+    /// `redirect enroll` (through the daemon).
+    #[default]
+    Enroll,
+    /// `redirect istio-iptables` (through the daemon, or straight into the pinned maps).
+    IstioIptables,
+    /// `redirect vm` (through the daemon, or straight into the pinned maps).
+    Vm,
+    /// The CNI plugin's ADD, through the daemon.
+    Cni,
+    /// The daemon's reconcile of a pod already running (enrolled in place).
+    Reconcile,
+    /// `redirect attach` (its own datapath, held by its process: a cgroup, no namespace).
+    Attach,
+    /// Nothing on record says (a policy in the kernel's maps with no record beside it).
+    Unknown,
+}
+
+impl Writer {
+    /// The name shown in tables: the command's own spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Writer::Enroll => "enroll",
+            Writer::IstioIptables => "istio-iptables",
+            Writer::Vm => "vm",
+            Writer::Cni => "cni",
+            Writer::Reconcile => "reconcile",
+            Writer::Attach => "attach",
+            Writer::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl EnrollmentRecord {

@@ -137,11 +137,13 @@ impl Client {
         netns: &NetnsFd,
         policy: Policy,
         source: String,
+        writer: crate::answer::Writer,
     ) -> Result<Enrolled, ClientError> {
         let req = Request::Enroll {
             netns: netns.path().to_owned(),
             policy: Box::new(policy),
             source,
+            writer,
         };
         self.call_with(&req, Some(netns.as_fd()))
     }

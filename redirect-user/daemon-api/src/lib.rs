@@ -16,7 +16,7 @@ pub mod request;
 
 pub use answer::{
     Answer, Enrolled, Enrollment, EnrollmentRecord, GcDone, Listed, PodAnswer, PodOutcome, Status,
-    Unenrolled, Uninstalled,
+    Unenrolled, Uninstalled, Writer,
 };
 pub use client::{Client, ClientError};
 pub use dir::{DaemonDir, DEFAULT_DIR, DIR_ENV};

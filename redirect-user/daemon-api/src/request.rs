@@ -24,6 +24,9 @@ pub enum Request {
         policy: Box<Policy>,
         /// Where it came from (`--istio-args ...`, `--cluster-env FILE`, `--policy FILE`).
         source: String,
+        /// The command asking (`enroll`, `istio-iptables`, `vm`); a client without it: `enroll`.
+        #[serde(default)]
+        writer: crate::answer::Writer,
     },
     /// Remove the namespace's policy.
     Unenroll {

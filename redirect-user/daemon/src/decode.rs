@@ -6,7 +6,7 @@ use redirect_policy::PolicyError;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use redirect_daemon_api::{Request, PROTOCOL_VERSION};
+use redirect_daemon_api::{Request, Writer, PROTOCOL_VERSION};
 
 use crate::state::Record as Enrollment;
 
@@ -155,6 +155,26 @@ fn policy(obj: &Map<String, Value>, what: &str) -> Result<redirect_policy::Polic
     })
 }
 
+/// The `writer` of an enroll request: absent is `enroll` (an older client); only the commands
+/// that enroll over the socket may be named (`cni` and `reconcile` are the daemon's own).
+fn enroll_writer(obj: &Map<String, Value>) -> Result<Writer, DecodeError> {
+    const WHAT: &str = "enroll request";
+    if obj.get("writer").is_none_or(Value::is_null) {
+        return Ok(Writer::Enroll);
+    }
+    match field::<Writer>(obj, WHAT, "writer")? {
+        w @ (Writer::Enroll | Writer::IstioIptables | Writer::Vm) => Ok(w),
+        other => Err(DecodeError::Field {
+            what: WHAT.to_owned(),
+            field: "writer".to_owned(),
+            reason: format!(
+                "{:?} is the daemon's own; a client names enroll, istio_iptables or vm",
+                other.name()
+            ),
+        }),
+    }
+}
+
 /// One request line, as [`Request::frame`] writes it: `{"v": 2, "call": "enroll", "netns": ...,
 /// "policy": ..., "source": ...}`, `{"v": 2, "call": "unenroll", "netns": ...}`, `{"v": 2, "call":
 /// "list"}`... The version is checked first; the policy is held to
@@ -174,6 +194,7 @@ pub fn decode_request(bytes: &[u8]) -> Result<Request, DecodeError> {
             netns: field(&obj, "enroll request", "netns")?,
             policy: Box::new(policy(&obj, "enroll request")?),
             source: field(&obj, "enroll request", "source")?,
+            writer: enroll_writer(&obj)?,
         },
         "unenroll" => Request::Unenroll {
             netns: field(&obj, "unenroll request", "netns")?,

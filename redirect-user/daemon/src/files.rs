@@ -137,3 +137,17 @@ pub(crate) fn bind(dir: &Path) -> Result<UnixListener> {
         .map_err(|e| Error::io("restricting", &path, e))?;
     Ok(listener)
 }
+
+/// Records a policy a command wrote straight into the pinned maps (no daemon owned them) in
+/// daemon directory `dir`, as an enrollment: `redirect list` names its writer, and the next
+/// daemon to start adopts it (follows its addresses, repairs it, removes it when its namespace
+/// goes). The directory is made private first, as the daemon makes it.
+pub fn record_direct(dir: &Path, e: &Record) -> Result<()> {
+    crate::server::private_dir::make_private(dir)?;
+    write_enrollment(dir, e)
+}
+
+/// Forgets the record of a policy removed straight from the pinned maps (`--cleanup-only`).
+pub fn forget_direct(dir: &Path, cookie: NetnsCookie) {
+    remove_enrollment(dir, cookie);
+}

@@ -20,7 +20,7 @@ mod netns_in;
 mod outside;
 mod peer;
 mod pods;
-mod private_dir;
+pub(crate) mod private_dir;
 mod proxy_binding;
 mod receive;
 mod reconcile;
@@ -28,7 +28,7 @@ mod reply;
 mod resolver;
 
 use self::followed::{gone, Followed};
-pub use crate::files::{enrolled_names, enrollments};
+pub use crate::files::{enrolled_names, enrollments, forget_direct, record_direct};
 use crate::{
     decode::decode_request,
     error::{Error, Result},
@@ -142,6 +142,7 @@ impl Daemon {
         for e in read_enrollments(&daemon.opts.dir) {
             daemon.reconcile(e);
         }
+        daemon.say_unadopted();
         // What was outside capture before the restart is counted again at the first tick.
         for f in daemon.enrollments.values_mut() {
             f.outside_due = true;
@@ -170,8 +171,9 @@ impl Daemon {
                 netns,
                 policy,
                 source,
+                writer,
             } => {
-                let e = self.enroll(&netns, fd, *policy, source)?;
+                let e = self.enroll(&netns, fd, *policy, source, writer)?;
                 let proxy_listening = self.dp.proxy_listening(e.cookie);
                 // Its connections outside capture are counted at the next tick, off this
                 // request's path.

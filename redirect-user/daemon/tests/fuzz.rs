@@ -55,6 +55,7 @@ fn request() -> impl Strategy<Value = Request> {
                 netns,
                 policy: Box::new(policy),
                 source,
+                writer: redirect_daemon_api::Writer::IstioIptables,
             },
             1 => Request::Unenroll { netns },
             2 => Request::List,
@@ -107,6 +108,7 @@ fn enrollment() -> impl Strategy<Value = Enrollment> {
                 ipv6,
                 inbound,
                 pod: None,
+                writer: redirect_daemon_api::Writer::Vm,
             },
         )
 }

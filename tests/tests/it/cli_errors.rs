@@ -99,7 +99,13 @@ fn flag_errors_name_the_flag_before_anything_is_loaded() {
         "{e}"
     );
     // --daemon-dir is REDIRECT_DAEMON_DIR as a flag.
-    let out = run(&["list", "--daemon-dir", "/nonexistent-rdx"]);
+    let out = run(&[
+        "unenroll",
+        "--netns",
+        "nope-rdx",
+        "--daemon-dir",
+        "/nonexistent-rdx",
+    ]);
     assert!(!out.status.success(), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("/nonexistent-rdx/daemon.sock"),

@@ -45,6 +45,7 @@ mod monitoring;
 mod netns_once;
 mod netns_return;
 mod observe;
+mod one_view;
 mod outbound;
 mod outside_capture;
 mod ownership;

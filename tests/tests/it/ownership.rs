@@ -215,7 +215,7 @@ fn istio_iptables_goes_through_the_owning_daemon_so_list_stays_true() {
     assert!(out.status.success(), "{out:?}");
     let list = node.ok(&["list"]);
     assert!(row(&list).is_none(), "{list}");
-    assert!(list.contains("no namespace is enrolled"), "{list}");
+    assert!(list.contains("nothing is captured"), "{list}");
     assert!(
         node.pins.join("layout").exists(),
         "the daemon keeps its datapath"

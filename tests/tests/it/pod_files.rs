@@ -231,7 +231,7 @@ fn a_namespace_with_no_process_needs_its_dns_servers_and_defaults_the_proxy_uid(
         "{}",
         stderr(&out)
     );
-    assert!(node.ok(&["list"]).contains("no namespace is enrolled"));
+    assert!(node.ok(&["list"]).contains("nothing is captured"));
 
     // The explicit flags need nothing of the pod.
     node.ok(&[

@@ -5,7 +5,7 @@
 use redirect_common::NetnsCookie;
 use std::path::Path;
 
-use redirect_daemon_api::{PodRef, Unenrolled};
+use redirect_daemon_api::{PodRef, Unenrolled, Writer};
 use redirect_datapath::{netns::NetnsHandle, node::NodeDatapath, phases::Phases};
 
 use super::Daemon;
@@ -27,6 +27,14 @@ pub(crate) struct Followed {
     pub outside: usize,
     /// To be counted at the next tick (enrolled by request: not on the request's path).
     pub outside_due: bool,
+}
+
+/// Where an enrollment's policy came from: its source text and the command that wrote it.
+pub(crate) struct Origin {
+    /// `--istio-args ...`, the pod, ...
+    pub source: String,
+    /// The command.
+    pub writer: Writer,
 }
 
 /// Whether the enrollment's namespace is gone: the kernel detached its sk_lookup link, or its
@@ -64,6 +72,28 @@ pub(crate) fn reopen(e: &Enrollment) -> Result<Option<NetnsHandle>> {
 }
 
 impl Daemon {
+    /// Names, at the start, each policy the pinned maps hold that no record lets this daemon
+    /// adopt (written by an older version, or a record lost): captured still, not followed.
+    pub(super) fn say_unadopted(&mut self) {
+        let Ok(captured) = redirect_datapath::views::captured::captured(self.dp.maps()) else {
+            return;
+        };
+        let strays: Vec<_> = captured
+            .iter()
+            .filter(|c| !self.enrollments.contains_key(&c.cookie))
+            .collect();
+        if strays.is_empty() {
+            return;
+        }
+        let names = redirect_datapath::netns::names::by_inode();
+        for c in strays {
+            let path = names
+                .get(&c.netns_ino)
+                .map_or_else(|| "path unknown".to_owned(), |p| p.display().to_string());
+            tracing::warn!(cookie = %c.cookie, netns = %path, "a policy in the pinned maps has no record to adopt: it stays (capture goes on) but this daemon does not follow it; `redirect enroll` the namespace to hand it over");
+        }
+    }
+
     /// Re-applies every enrollment whose policy is not in the maps.
     pub(super) fn reapply_missing(&mut self, alarm: &mut Option<String>) {
         let missing: Vec<NetnsCookie> = self
@@ -99,7 +129,11 @@ impl Daemon {
     /// Applies enrollment record `e` again through `ns`.
     fn reapply(&mut self, ns: NetnsHandle, e: &Enrollment) -> Result<Enrollment> {
         let (policy, source, pod) = (e.policy.clone(), e.source.clone(), e.pod.clone());
-        self.enroll_ns(ns, policy, source, pod, None, &mut Phases::start())
+        let origin = Origin {
+            source,
+            writer: e.writer,
+        };
+        self.enroll_ns(ns, policy, origin, pod, None, &mut Phases::start())
     }
 
     /// A pod's enrollment whose recorded path no longer names its namespace while something
@@ -173,6 +207,7 @@ impl Daemon {
         fd: Option<std::os::fd::OwnedFd>,
         policy: redirect_policy::Policy,
         source: String,
+        writer: Writer,
     ) -> Result<Enrollment> {
         // A path alone must name the namespace in the daemon's view; a descriptor names it
         // itself, whatever the caller's path (its own `/proc/self/ns/net` inside a pod).
@@ -193,7 +228,14 @@ impl Daemon {
             other => other?,
         };
         phases.mark("open");
-        let e = self.enroll_ns(ns, policy, source, None, None, &mut phases)?;
+        let e = self.enroll_ns(
+            ns,
+            policy,
+            Origin { source, writer },
+            None,
+            None,
+            &mut phases,
+        )?;
         tracing::info!(netns = %netns.display(), cookie = %e.cookie, us = phases.total_us(), %phases, "namespace enrolled");
         Ok(e)
     }
@@ -206,7 +248,7 @@ impl Daemon {
         &mut self,
         ns: NetnsHandle,
         policy: redirect_policy::Policy,
-        source: String,
+        origin: Origin,
         pod: Option<PodRef>,
         read: Option<Vec<std::net::IpAddr>>,
         phases: &mut Phases,
@@ -216,12 +258,13 @@ impl Daemon {
         let e = Enrollment {
             netns: ns.path().to_path_buf(),
             cookie: applied.cookie,
-            source,
+            source: origin.source,
             policy,
             addrs: applied.addrs,
             ipv6: applied.ipv6,
             inbound: applied.inbound,
             pod,
+            writer: origin.writer,
         };
         write_enrollment(&self.opts.dir, &e)?;
         phases.mark("record");

@@ -169,7 +169,17 @@ impl Daemon {
         }
         let source = pod.to_string();
         let e = self
-            .enroll_ns(ns, policy, source, Some(pod.clone()), Some(held), phases)
+            .enroll_ns(
+                ns,
+                policy,
+                super::followed::Origin {
+                    source,
+                    writer: redirect_daemon_api::Writer::Cni,
+                },
+                Some(pod.clone()),
+                Some(held),
+                phases,
+            )
             .map_err(|e| Error::Enroll {
                 pod: pod.to_string(),
                 source: Box::new(e),

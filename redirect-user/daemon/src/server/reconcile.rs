@@ -322,7 +322,10 @@ impl Daemon {
         match self.enroll_ns(
             ns,
             policy,
-            source,
+            super::followed::Origin {
+                source,
+                writer: redirect_daemon_api::Writer::Reconcile,
+            },
             Some(pod_ref.clone()),
             None,
             &mut Phases::start(),

@@ -6,6 +6,7 @@
 //! back to its own namespace.
 pub mod adopt;
 pub mod conns;
+pub mod names;
 pub mod pod_files;
 pub(crate) mod proc_tcp;
 pub mod routes;

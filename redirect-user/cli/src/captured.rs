@@ -1,0 +1,194 @@
+//! The node's one view of what is captured: every namespace the kernel holds a policy for,
+//! joined with what records say of it (the daemon's list when a daemon owns the datapath,
+//! else the enrollment files a direct `istio-iptables` or `vm` wrote) and the running `redirect
+//! attach` instances. `list`, `stats` and `trace` all read it.
+use std::{collections::HashMap, net::IpAddr, path::PathBuf};
+
+use redirect_common::NetnsCookie;
+use redirect_daemon_api::{DaemonDir, Enrollment, Writer};
+use redirect_datapath::{
+    node::NodeDatapath,
+    views::captured::{self, Captured, Labels},
+};
+use serde::Serialize;
+
+/// Whether the daemon follows a namespace (its addresses, its repair, its removal when gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Followed {
+    /// The running daemon holds it among its enrollments.
+    Yes,
+    /// A daemon runs and does not hold it (written behind its back, or it could not adopt it).
+    NotByTheDaemon,
+    /// No daemon runs: nothing follows it until one starts (and adopts what is recorded).
+    NoDaemon,
+    /// A `redirect attach` process holds it (its own datapath, gone when the process exits).
+    ByItsProcess,
+}
+
+impl Followed {
+    pub(crate) fn shown(self) -> &'static str {
+        match self {
+            Followed::Yes => "yes",
+            Followed::NotByTheDaemon => "NO",
+            Followed::NoDaemon => "no-daemon",
+            Followed::ByItsProcess => "process",
+        }
+    }
+}
+
+/// One captured thing: a namespace with a policy, or an attach instance's cgroup.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Row {
+    /// The namespace's path; `None`: nothing names it ("path unknown"), or an attach instance.
+    pub netns: Option<PathBuf>,
+    /// Its netns cookie (`None` for an attach instance).
+    pub cookie: Option<NetnsCookie>,
+    /// Who wrote the policy.
+    pub writer: Writer,
+    /// Whether the daemon follows it.
+    pub followed: Followed,
+    /// What the kernel's maps hold for it: `ok`, `inbound-differs`, `missing` (recorded, not in
+    /// the maps), `unreadable`.
+    pub kernel: &'static str,
+    /// Its addresses as last recorded (empty when no record).
+    pub addrs: Vec<IpAddr>,
+    /// Inbound capture on (from the kernel's maps when it holds the policy).
+    pub inbound: bool,
+    /// The proxy listens on the outbound port.
+    pub proxy_listening: bool,
+    /// Where the policy came from, as recorded (`-` when no record).
+    pub source: String,
+    /// The cgroup of an attach instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<PathBuf>,
+    /// The pid of an attach instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The record, as the daemon lists it (policy, pod, connections outside capture).
+    #[serde(skip)]
+    pub record: Option<Enrollment>,
+}
+
+/// What the node holds, assembled once.
+pub(crate) struct NodeView {
+    pub rows: Vec<Row>,
+    /// The daemon's pid, when one owns the datapath and answered.
+    pub daemon: Option<u32>,
+    /// The kernel's namespaces, for labels.
+    pub captured: Vec<Captured>,
+}
+
+/// Reads the pinned datapath at `bpffs` (absent: no namespace rows), the records and the attach
+/// instances. A daemon that owns the datapath but does not answer is an error (its records are
+/// what it believes; the files alone could be stale).
+pub(crate) fn node_view(bpffs: &std::path::Path) -> anyhow::Result<NodeView> {
+    let mut dp = NodeDatapath::exists(bpffs)
+        .then(|| NodeDatapath::open(bpffs))
+        .transpose()?;
+    let kernel = match dp.as_mut() {
+        Some(dp) => captured::captured(dp.maps())?,
+        None => Vec::new(),
+    };
+    let (daemon, records): (Option<u32>, Vec<Enrollment>) =
+        match crate::writer::NodeWriter::for_node(bpffs) {
+            crate::writer::NodeWriter::Daemon { pid, client } => {
+                (Some(pid), client.list()?.enrollments)
+            }
+            crate::writer::NodeWriter::Direct => (
+                None,
+                redirect_daemon::server::enrollments(DaemonDir::from_env().path())
+                    .into_iter()
+                    .map(|r| r.to_wire(false))
+                    .collect(),
+            ),
+        };
+    let mut labels = Labels::new(HashMap::new(), &kernel);
+    let mut rows = Vec::new();
+    for e in &records {
+        let k = kernel.iter().find(|c| c.cookie == e.record.cookie);
+        let state = match (k, dp.is_some()) {
+            (Some(k), _) if k.inbound == e.record.inbound => "ok",
+            (Some(_), _) => "inbound-differs",
+            (None, true) => "missing",
+            (None, false) => "unreadable",
+        };
+        rows.push(Row {
+            netns: Some(e.record.netns.clone()),
+            cookie: Some(e.record.cookie),
+            writer: e.record.writer,
+            followed: if daemon.is_some() {
+                Followed::Yes
+            } else {
+                Followed::NoDaemon
+            },
+            kernel: state,
+            addrs: e.record.addrs.clone(),
+            inbound: k.map_or(e.record.inbound, |k| k.inbound),
+            proxy_listening: k.map_or(e.proxy_listening, |k| k.proxy_listening),
+            source: e.record.source.clone(),
+            cgroup: None,
+            pid: None,
+            record: Some(e.clone()),
+        });
+    }
+    for k in kernel
+        .iter()
+        .filter(|k| !records.iter().any(|e| e.record.cookie == k.cookie))
+    {
+        rows.push(Row {
+            netns: labels.path(k.cookie),
+            cookie: Some(k.cookie),
+            writer: Writer::Unknown,
+            followed: if daemon.is_some() {
+                Followed::NotByTheDaemon
+            } else {
+                Followed::NoDaemon
+            },
+            kernel: "ok",
+            addrs: Vec::new(),
+            inbound: k.inbound,
+            proxy_listening: k.proxy_listening,
+            source: "-".into(),
+            cgroup: None,
+            pid: None,
+            record: None,
+        });
+    }
+    let (live, _) =
+        redirect_datapath::attach::state::read_all(&redirect_datapath::attach::state::state_dir())
+            .unwrap_or_default();
+    for inst in live {
+        rows.push(Row {
+            netns: None,
+            cookie: None,
+            writer: Writer::Attach,
+            followed: Followed::ByItsProcess,
+            kernel: "ok",
+            addrs: Vec::new(),
+            inbound: !inst.options.inbound.is_empty(),
+            proxy_listening: false,
+            source: format!("redirect attach (pid {})", inst.pid),
+            cgroup: Some(inst.options.cgroup.clone()),
+            pid: Some(inst.pid),
+            record: None,
+        });
+    }
+    Ok(NodeView {
+        rows,
+        daemon,
+        captured: kernel,
+    })
+}
+
+impl NodeView {
+    /// Labels for `stats` and `trace`: every row's path, then the machine's names by inode.
+    pub(crate) fn labels(&self) -> Labels {
+        let recorded = self
+            .rows
+            .iter()
+            .filter_map(|r| Some((r.cookie?, r.netns.clone()?)))
+            .collect();
+        Labels::new(recorded, &self.captured)
+    }
+}

@@ -1,0 +1,80 @@
+//! A policy written straight into the pinned maps (no daemon owns them) is recorded in the
+//! daemon directory as an enrollment, under a name that outlives this process: `redirect list`
+//! shows its writer, and the next daemon adopts it and follows its addresses.
+use std::path::{Path, PathBuf};
+
+use redirect_daemon_api::{DaemonDir, EnrollmentRecord, Writer};
+use redirect_datapath::{netns, netns::NetnsHandle, node::Applied};
+use redirect_policy::Policy;
+
+/// Records what `applied` did to `ns` (`writer`, from `source`). Never fails the command: the
+/// policy is in the kernel already; a record that cannot be written is a warning naming why
+/// (the namespace is then listed as written by "unknown", and not adopted by a daemon).
+pub(crate) fn record(
+    bpffs: &Path,
+    ns: &NetnsHandle,
+    policy: &Policy,
+    applied: &Applied,
+    writer: Writer,
+    source: String,
+) {
+    let Some(dir) = record_dir(bpffs) else {
+        tracing::debug!(bpffs = %bpffs.display(), "a pin directory of its own and no REDIRECT_DAEMON_DIR: the policy is not recorded");
+        return;
+    };
+    let Some(path) = lasting_name(ns) else {
+        tracing::warn!(netns = %ns.path().display(), cookie = %applied.cookie, "no name of this namespace outlives this process (no /run/netns name, no other process inside): not recorded, so a daemon will not follow it; pass --netns NAME");
+        return;
+    };
+    let record = EnrollmentRecord {
+        netns: path,
+        cookie: applied.cookie,
+        source,
+        policy: policy.clone(),
+        addrs: applied.addrs.clone(),
+        ipv6: applied.ipv6,
+        inbound: applied.inbound,
+        pod: None,
+        writer,
+    };
+    if let Err(error) = redirect_daemon::server::record_direct(&dir, &record) {
+        tracing::warn!(dir = %dir.display(), %error, "recording the policy for `redirect list` and the next daemon failed (the policy is applied)");
+    }
+}
+
+/// Forgets the record of namespace `path`'s policy after `--cleanup-only`.
+pub(crate) fn forget(bpffs: &Path, path: &Path) {
+    if let (Some(dir), Ok(cookie)) = (record_dir(bpffs), netns::cookie(path)) {
+        redirect_daemon::server::forget_direct(&dir, cookie);
+    }
+}
+
+/// The daemon directory that goes with the pins at `bpffs`: `REDIRECT_DAEMON_DIR` when set,
+/// else the one a daemon recorded in the layout, else the default one for the node's default
+/// pins. Pins of their own with none of these have no daemon to adopt them: `None`.
+fn record_dir(bpffs: &Path) -> Option<PathBuf> {
+    if std::env::var_os(redirect_daemon_api::DIR_ENV).is_some() {
+        return Some(DaemonDir::from_env().path().to_path_buf());
+    }
+    if let Ok(Some(layout)) = redirect_datapath::node::layout::read(bpffs) {
+        if let Some(dir) = layout.daemon_dir {
+            return Some(dir);
+        }
+    }
+    (bpffs == Path::new(redirect_datapath::node::DEFAULT_DIR))
+        .then(|| PathBuf::from(redirect_daemon_api::DEFAULT_DIR))
+}
+
+/// A path naming `ns` after this process exits: its own unless it is this process's view
+/// (`/proc/self/...`, `/proc/PID/...` of this process), else a name the machine gives it.
+fn lasting_name(ns: &NetnsHandle) -> Option<PathBuf> {
+    let path = ns.path();
+    let own = format!("/proc/{}/", std::process::id());
+    let mine = path.starts_with("/proc/self")
+        || path.starts_with("/proc/thread-self")
+        || path.starts_with(&own);
+    if !mine {
+        return Some(path.to_path_buf());
+    }
+    netns::names::by_inode().remove(&ns.inode())
+}
