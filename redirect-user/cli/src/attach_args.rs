@@ -11,6 +11,8 @@ use crate::cli_values::{
 /// `redirect attach`'s flags.
 #[derive(Debug, Args)]
 pub struct AttachArgs {
+    #[command(flatten)]
+    pub state: crate::dir_args::StateDirArg,
     /// Cgroup v2 directory whose processes are captured.
     #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
     pub cgroup: PathBuf,

@@ -21,13 +21,21 @@ pub use crate::cli_values::*;
 ///   redirect explain --netns pod1 --uid 0 --dst 10.96.0.1:443
 ///   redirect status                                   # owner, cgroups, links, counters
 ///
-/// Which mode: `redirect daemon` + `enroll` on a node with many pods (one datapath, enrollments
-/// re-applied after a restart, addresses followed); `redirect istio-iptables ARGS` where
-/// istio-init runs today (the same flags; it goes through the daemon when one owns the node's
-/// datapath); `redirect vm --cluster-env FILE` on a VM; `redirect attach --cgroup PATH` for a
-/// quick experiment on one cgroup, held by the process (nothing stays when it exits).
-/// `redirect pod-policy FILE` (no root) shows what a Kubernetes manifest's pods would get under
-/// istio-cni, checked against their istio-init arguments.
+/// Which command for which job:
+///
+///   capture a pod as istio-init does   redirect istio-iptables ARGS (the same flags)
+///   a node with many pods               redirect daemon, then redirect enroll per namespace
+///   Kubernetes                          deploy/kubernetes (the DaemonSet runs the daemon and
+///                                       redirect install-cni; pods are enrolled by redirect-cni)
+///   a VM joining the mesh               redirect vm --cluster-env FILE
+///   what a pod manifest would get       redirect pod-policy FILE (no root)
+///   everything captured on this node    redirect list (with or without a daemon), status, stats
+///   debug one connection                redirect explain --netns NS --uid UID --dst IP:PORT,
+///                                       then redirect trace --netns NS while it happens
+///   prove capture before the proxy      redirect validate --netns NS --cgroup CG
+///   a quick experiment on one cgroup    redirect attach --cgroup PATH (gone when it exits)
+///   a new build on a running node       redirect upgrade (or start the new daemon)
+///   remove everything                   redirect uninstall (and uninstall-cni on a node)
 ///
 /// Environment (each also a flag): REDIRECT_BPFFS (--bpffs: the pin directory, default
 /// /sys/fs/bpf/redirect), REDIRECT_DAEMON_DIR (--daemon-dir), REDIRECT_STATE_DIR
@@ -42,12 +50,6 @@ pub use crate::cli_values::*;
     verbatim_doc_comment
 )]
 pub struct Cli {
-    /// The daemon's directory: socket, lock and enrollment files [default: /run/redirect/daemon].
-    #[arg(long, global = true, value_name = "DIR", env = "REDIRECT_DAEMON_DIR")]
-    pub daemon_dir: Option<PathBuf>,
-    /// Where running `redirect attach` instances keep their state files [default: /run/redirect/attach].
-    #[arg(long, global = true, value_name = "DIR", env = "REDIRECT_STATE_DIR")]
-    pub state_dir: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -74,6 +76,8 @@ pub enum Command {
         /// The command and its arguments (after `--`).
         #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
         command: Vec<String>,
+        #[command(flatten)]
+        state: crate::dir_args::StateDirArg,
     },
     /// Drop-in for istio-init's `istio-iptables`: apply a pod's capture policy and exit.
     ///
@@ -124,6 +128,8 @@ pub enum Command {
         sizing: crate::sizing_args::Sizing,
         #[command(flatten)]
         kube: crate::kube_args::KubeArgs,
+        #[command(flatten)]
+        dirs: crate::dir_args::DaemonDirArg,
     },
     /// Enroll a namespace (a pod, or a VM) with a policy, through the daemon.
     Enroll {
@@ -144,24 +150,37 @@ pub enum Command {
         /// A policy as JSON (the shape `redirect list --json` prints).
         #[arg(long, value_name = "FILE", group = "source")]
         policy: Option<PathBuf>,
+        /// Print the resolved policy (and what it would replace); change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        dirs: crate::dir_args::DaemonDirArg,
     },
     /// Remove a namespace's policy, through the daemon.
     Unenroll {
         /// Network namespace name (under /run/netns) or path.
         #[arg(long, value_name = "NAME|PATH")]
         netns: String,
+        #[command(flatten)]
+        dirs: crate::dir_args::DaemonDirArg,
     },
     /// List the daemon's enrollments.
     List {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        dirs: crate::dir_args::DaemonDirArg,
+        #[command(flatten)]
+        state: crate::dir_args::StateDirArg,
     },
     /// Remove every pin, attachment and enrollment (through the daemon when it runs).
     Uninstall {
         /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
         #[arg(long, value_name = "DIR")]
         bpffs: Option<PathBuf>,
+        #[command(flatten)]
+        dirs: crate::dir_args::DaemonDirArg,
     },
     /// Upgrade the pinned datapath in place to this build's programs, with no capture gap.
     ///
@@ -200,6 +219,11 @@ pub enum Command {
         /// Cgroup to attach at when the datapath is created [default: the cgroup v2 root].
         #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
         cgroup: Option<PathBuf>,
+        /// Print the resolved policy beside istio-iptables' rules; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        dirs: crate::dir_args::DaemonDirArg,
     },
     /// Prove capture works in a namespace before its proxy starts (istio-validation's job):
     /// listens on the proxy's ports, dials a test address as an application and its own pod
@@ -233,6 +257,8 @@ pub enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        dirs: crate::dir_args::DaemonDirArg,
     },
     /// Live stream of capture decisions: pid, command, uid, namespace, original destination,
     /// decision and the istio-iptables rule that made it. Stops on Ctrl-C, or after --count.
@@ -252,6 +278,8 @@ pub enum Command {
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        dirs: crate::dir_args::DaemonDirArg,
     },
     /// What would happen to one connection, and which istio-iptables rule decides it.
     ///
@@ -273,8 +301,8 @@ pub enum Command {
         /// The caller's gid [default: the uid].
         #[arg(long, value_name = "GID", value_parser = parse_id)]
         gid: Option<u32>,
-        /// Destination address and port.
-        #[arg(long, value_name = "IP:PORT")]
+        /// Destination address and port (port 1-65535).
+        #[arg(long, value_name = "IP:PORT", value_parser = parse_dst)]
         dst: std::net::SocketAddr,
         /// A UDP datagram instead of a TCP connect.
         #[arg(long)]
@@ -350,9 +378,43 @@ pub enum Command {
         /// Print JSON instead of tables.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        dirs: crate::dir_args::DaemonDirArg,
+        #[command(flatten)]
+        state: crate::dir_args::StateDirArg,
     },
+}
+
+impl Command {
+    /// The directory flags this command takes (`--daemon-dir`, `--state-dir`).
+    pub fn dirs(
+        &self,
+    ) -> (
+        Option<&crate::dir_args::DaemonDirArg>,
+        Option<&crate::dir_args::StateDirArg>,
+    ) {
+        match self {
+            Command::Daemon { dirs, .. }
+            | Command::Enroll { dirs, .. }
+            | Command::Unenroll { dirs, .. }
+            | Command::Uninstall { dirs, .. }
+            | Command::Vm { dirs, .. }
+            | Command::Stats { dirs, .. }
+            | Command::Trace { dirs, .. } => (Some(dirs), None),
+            Command::List { dirs, state, .. } | Command::Status { dirs, state, .. } => {
+                (Some(dirs), Some(state))
+            }
+            Command::Exec { state, .. } => (None, Some(state)),
+            Command::Attach(a) => (None, Some(&a.state)),
+            _ => (None, None),
+        }
+    }
 }
 
 #[cfg(test)]
 #[path = "cli_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "help_tests.rs"]
+mod help_tests;

@@ -116,7 +116,9 @@ fn exec_takes_trailing_command() {
     let cli =
         Cli::try_parse_from(["redirect", "exec", "--", "curl", "-s", "http://x/"]).expect("parse");
     match cli.command {
-        Command::Exec { command, cgroup } => {
+        Command::Exec {
+            command, cgroup, ..
+        } => {
             assert_eq!(command, ["curl", "-s", "http://x/"]);
             assert!(cgroup.is_none());
         }

@@ -90,6 +90,25 @@ pub fn non_utf8_argument(args: impl IntoIterator<Item = OsString>) -> String {
     )
 }
 
+/// Parses a destination `IP:PORT` (`[IPv6]:PORT`), naming what is wrong: the address, or the
+/// port and its range.
+pub fn parse_dst(s: &str) -> Result<std::net::SocketAddr, String> {
+    let s = s.trim();
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    let Some((ip, port)) = s.rsplit_once(':') else {
+        return Err(format!(
+            "'{s}' has no port: give IP:PORT, e.g. 10.96.0.1:443 or [fd00::1]:443"
+        ));
+    };
+    let bare = ip.trim_start_matches('[').trim_end_matches(']');
+    let ip: std::net::IpAddr = bare.parse().map_err(|_| {
+        format!("'{ip}' is not an IP address: give IP:PORT, e.g. 10.96.0.1:443 or [fd00::1]:443")
+    })?;
+    Ok(std::net::SocketAddr::new(ip, parse_port(port)?))
+}
+
 /// Parses a listening address `IP:PORT` (`[IPv6]:PORT`); `[IPv4]:PORT` is taken too, so one
 /// manifest (`[$(NODE_IP)]:9967`) fits IPv4 and IPv6 nodes alike.
 pub fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
@@ -110,7 +129,28 @@ pub fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_listen_addr;
+    use super::{parse_dst, parse_listen_addr};
+
+    #[test]
+    fn destinations_name_the_bad_part() {
+        assert_eq!(
+            parse_dst("10.0.0.1:80").map(|a| a.to_string()),
+            Ok("10.0.0.1:80".into())
+        );
+        assert_eq!(
+            parse_dst("[fd00::1]:443").map(|a| a.to_string()),
+            Ok("[fd00::1]:443".into())
+        );
+        let e = parse_dst("10.0.0.1:70000").unwrap_err();
+        assert!(
+            e.contains("port 70000, above 65535") && e.contains("1 to 65535"),
+            "{e}"
+        );
+        assert!(parse_dst("10.0.0.1").unwrap_err().contains("has no port"));
+        assert!(parse_dst("ten:80")
+            .unwrap_err()
+            .contains("'ten' is not an IP address"));
+    }
 
     #[test]
     fn listen_addresses_of_both_families_with_or_without_brackets() {

@@ -78,3 +78,39 @@ fn lasting_name(ns: &NetnsHandle) -> Option<PathBuf> {
     }
     netns::names::by_inode().remove(&ns.inode())
 }
+
+/// What applying `policy` to namespace `cookie` straight into the pins at `bpffs` replaces, as
+/// a note for the command's answer (read before the apply): the lines that change against the
+/// recorded policy, a policy no record describes, or nothing.
+pub(crate) fn replacing(
+    bpffs: &Path,
+    cookie: redirect_common::NetnsCookie,
+    policy: &Policy,
+) -> String {
+    let recorded = record_dir(bpffs).and_then(|dir| {
+        redirect_daemon::server::enrollments(&dir)
+            .into_iter()
+            .find(|e| e.cookie == cookie)
+    });
+    if let Some(was) = recorded {
+        let lines = redirect_policy::describe::changes(&was.policy, policy, was.ipv6);
+        if lines.is_empty() {
+            return format!("; its policy is unchanged ({}: {})", was.writer, was.source);
+        }
+        return format!(
+            "; replaced its policy from {} ({}):\n  {}",
+            was.writer,
+            was.source,
+            lines.join("\n  ")
+        );
+    }
+    let held = redirect_datapath::node::NodeDatapath::exists(bpffs)
+        && redirect_datapath::node::NodeDatapath::open(bpffs)
+            .and_then(|mut dp| dp.kernel_policy(cookie))
+            .is_ok_and(|k| k.outbound);
+    if held {
+        "; replaced a policy no record describes (`redirect explain` shows the new one)".to_owned()
+    } else {
+        String::new()
+    }
+}

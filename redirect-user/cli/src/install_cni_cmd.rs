@@ -117,8 +117,8 @@ pub fn run(args: &InstallCni) -> anyhow::Result<()> {
 
 /// `uninstall-cni`.
 pub fn uninstall_cni(dirs: &Dirs) -> anyhow::Result<()> {
+    // One line per change, on stdout only (a log line beside it said everything twice).
     for done in uninstall(&dirs.state_file(), &dirs.cni_conf_dir)? {
-        tracing::info!(done, "uninstall-cni");
         println!("{done}");
     }
     Ok(())

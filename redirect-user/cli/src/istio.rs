@@ -11,7 +11,12 @@ use redirect_datapath::{
 };
 use redirect_policy::{self as policy, Invocation, Policy};
 
-const HELP: &str = "\
+/// `redirect istio-iptables --help`; the defaults it names come from the code.
+pub(crate) fn help() -> String {
+    let q = redirect_datapath::node::sizing::Quotas::default();
+    let istio = redirect_policy::Policy::default();
+    format!(
+        "\
 redirect istio-iptables: drop-in for istio-init's istio-iptables, backed by eBPF.
 
 Usage: redirect istio-iptables [ISTIO-IPTABLES FLAGS] [--netns NAME|PATH] [--cgroup PATH]
@@ -21,14 +26,14 @@ Usage: redirect istio-iptables [ISTIO-IPTABLES FLAGS] [--netns NAME|PATH] [--cgr
 Applies the capture policy to the network namespace it runs in (or --netns) and exits;
 capture stays active. The first use on a node loads the programs, attaches them at the
 cgroup (default: the cgroup v2 root) and pins programs, links and maps under --bpffs
-(default /sys/fs/bpf/redirect, or $REDIRECT_BPFFS); later uses only add their namespace's
+(default {bpffs}, or $REDIRECT_BPFFS); later uses only add their namespace's
 policy. --cleanup-only removes it; the datapath goes with the last policy.
 
 istio-iptables flags (each also read from the environment under the name shown; a flag
 on the command line wins over the environment, which wins over --cluster-env):
-  -p, --envoy-port PORT                  outbound capture port [15001]
-  -z, --inbound-capture-port PORT        inbound capture port [15006]    INBOUND_CAPTURE_PORT
-  -e, --inbound-tunnel-port PORT         tunnel port, never captured [15008]  INBOUND_TUNNEL_PORT
+  -p, --envoy-port PORT                  outbound capture port [{p}]
+  -z, --inbound-capture-port PORT        inbound capture port [{z}]    INBOUND_CAPTURE_PORT
+  -e, --inbound-tunnel-port PORT         tunnel port, never captured [{e}]  INBOUND_TUNNEL_PORT
   -u, --proxy-uid UIDS|NAMES             proxy uids, never captured [ENVOY_USER's (istio-proxy) or 1337]  PROXY_UID
   -g, --proxy-gid GIDS|NAMES             proxy gids [same as -u]         PROXY_GID
   -m, --istio-inbound-interception-mode  REDIRECT or TPROXY (same capture; no mangle rules needed)
@@ -53,27 +58,43 @@ istio-iptables' default, 1337).
 redirect's own flags:
       --netns NAME|PATH    namespace to apply to (/run/netns/NAME) [the current one]
       --cgroup PATH        cgroup to attach at when the datapath is created [cgroup v2 root]
-      --bpffs DIR          pin directory [/sys/fs/bpf/redirect]
+      --bpffs DIR          pin directory [{bpffs}]
       --cluster-env FILE   a VM's cluster.env, read under the environment
       --dns-servers LIST   DNS servers instead of the pod's resolv.conf's
-      --proxy-cgroup PATH  bypass only the proxy uid/gid *inside* this cgroup (uid 1337 elsewhere
-                           is captured like an app)
+      --bind-proxy-cgroup PATH
+                           bypass only the proxy uid/gid *inside* this cgroup (uid 1337 elsewhere
+                           is captured like an app); not where hooks attach (that is --cgroup)
       --no-proxy refuse|passthrough
                            outbound while nothing listens on the proxy port [refuse]
       --cleanup-only       remove the namespace's policy
   -n, --dry-run            print the resolved policy and istio-iptables' rules; change nothing
 
 Node sizing, read only by the run that creates the datapath (later runs use the pinned one's):
-REDIRECT_MAX_PODS [110], REDIRECT_QUOTA_PORTS [1024 per port list], REDIRECT_QUOTA_CIDRS [1024
-per -i/-x list and family], REDIRECT_QUOTA_ADDRESSES [64], REDIRECT_QUOTA_INTERFACES [16],
-REDIRECT_QUOTA_ROUTES [4096], REDIRECT_QUOTA_HANDSHAKES [2048 connections in hand-off to the
-proxy]. A policy over a quota is refused, naming it; nothing is written.
+REDIRECT_MAX_PODS [{max_pods}], REDIRECT_QUOTA_PORTS [{ports} per port list], REDIRECT_QUOTA_CIDRS [{cidrs}
+per -i/-x list and family], REDIRECT_QUOTA_ADDRESSES [{addresses}], REDIRECT_QUOTA_INTERFACES [{interfaces}],
+REDIRECT_QUOTA_ROUTES [{routes}], REDIRECT_MAX_CONNECTIONS [{max_connections}],
+REDIRECT_QUOTA_HANDSHAKES [{handshakes} connections in hand-off to the proxy]. A policy over a
+quota is refused, naming it; nothing is written.
 
 Examples:
   redirect istio-iptables -p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x \"\" -b '*' -d 15090,15021,15020
   redirect istio-iptables --netns pod1 --dry-run -i 10.0.0.0/8 --redirect-dns
   redirect istio-iptables --netns pod1 --cleanup-only
-";
+",
+        max_pods = q.max_pods,
+        ports = q.ports,
+        cidrs = q.cidrs,
+        addresses = q.addresses,
+        interfaces = q.interfaces,
+        routes = q.routes,
+        max_connections = q.max_connections,
+        handshakes = q.handshakes,
+        p = istio.proxy_port,
+        z = istio.inbound_capture_port,
+        e = istio.tunnel_port,
+        bpffs = redirect_datapath::node::DEFAULT_DIR,
+    )
+}
 
 /// Finds our own `--netns` / `--cluster-env` values before the full parse (they decide whose
 /// files and which environment that parse sees): the last one given, as the parse takes it.
@@ -116,7 +137,7 @@ pub fn parse(args: &[String]) -> anyhow::Result<Invocation> {
 /// Runs `redirect istio-iptables ARGS`.
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        print!("{HELP}");
+        print!("{}", help());
         return Ok(());
     }
     let inv = parse(args)?;
@@ -181,6 +202,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     };
     // Opened once: the apply reads and attaches through this descriptor only.
     let handle = netns::NetnsHandle::open(&ns)?;
+    let replacing = crate::direct_record::replacing(&dir, handle.cookie(), &inv.policy);
     let node::AppliedAt { applied, created } =
         NodeDatapath::apply_at(&dir, &attach, &handle, &inv.policy)?;
     crate::direct_record::record(
@@ -197,7 +219,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         String::new()
     };
     println!(
-        "applied to {} (netns cookie {}){}: outbound capture to :{}{inbound}",
+        "applied to {} (netns cookie {}){}: outbound capture to :{}{inbound}{replacing}",
         ns.display(),
         applied.cookie,
         if created { ", datapath created" } else { "" },
@@ -207,7 +229,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// The resolved policy and istio-iptables' rules in two columns.
-fn side_by_side(p: &Policy, ipv6: bool) -> String {
+pub(crate) fn side_by_side(p: &Policy, ipv6: bool) -> String {
     let left = redirect_policy::describe::policy_lines(p, ipv6);
     let (v4, v6) = policy::iptables_restore_text(p, ipv6);
     let mut right: Vec<String> = vec!["# iptables-restore (IPv4)".into()];

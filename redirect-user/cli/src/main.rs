@@ -4,6 +4,7 @@ mod attach_cmd;
 mod captured;
 mod cli;
 mod cli_values;
+mod dir_args;
 mod direct_record;
 #[cfg(test)]
 mod fuzz_tests;
@@ -19,6 +20,7 @@ mod pod_policy_cmd;
 mod sizing_args;
 mod status_cmd;
 mod upgrade_cmd;
+mod vm_cmd;
 mod writer;
 
 use std::{os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
@@ -94,14 +96,8 @@ fn needs_root(cmd: &Command) -> Option<&'static str> {
 fn run(cli: Cli) -> anyhow::Result<()> {
     // The directory flags stand for their environment variables, which the libraries read;
     // set before any thread starts.
-    for (var, value) in [
-        ("REDIRECT_DAEMON_DIR", &cli.daemon_dir),
-        ("REDIRECT_STATE_DIR", &cli.state_dir),
-    ] {
-        if let Some(v) = value {
-            std::env::set_var(var, v);
-        }
-    }
+    let (daemon_dir, state_dir) = cli.command.dirs();
+    dir_args::apply(daemon_dir, state_dir);
     if let Some(name) = needs_root(&cli.command) {
         let euid = nix::unistd::geteuid().as_raw();
         if euid != 0 {
@@ -121,6 +117,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             exclude_cidr,
             exclude_cidr_file,
             max_connections,
+            ..
         }) => attach_cmd::attach(
             AttachOptions {
                 cgroup,
@@ -138,7 +135,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             },
             metrics_file.as_deref(),
         ),
-        Command::Exec { cgroup, command } => exec(cgroup, &command),
+        Command::Exec {
+            cgroup, command, ..
+        } => exec(cgroup, &command),
         Command::IstioIptables { args } => istio::run(&args),
         Command::Daemon {
             bpffs,
@@ -149,6 +148,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             metrics_cache_ms,
             sizing,
             kube,
+            ..
         } => node_cmds::daemon(
             bpffs,
             cgroup,
@@ -166,15 +166,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             istio_args,
             cluster_env,
             policy,
+            dry_run,
+            ..
         } => node_cmds::enroll(
             &netns,
             istio_args.as_deref(),
             cluster_env.as_deref(),
             policy.as_deref(),
+            dry_run,
         ),
-        Command::Unenroll { netns } => node_cmds::unenroll(&netns),
-        Command::List { json } => list_cmd::list(json),
-        Command::Uninstall { bpffs } => node_cmds::uninstall(bpffs),
+        Command::Unenroll { netns, .. } => node_cmds::unenroll(&netns),
+        Command::List { json, .. } => list_cmd::list(json),
+        Command::Uninstall { bpffs, .. } => node_cmds::uninstall(bpffs),
         Command::Upgrade { bpffs, check } => upgrade_cmd::upgrade(bpffs, check),
         Command::Validate {
             netns,
@@ -188,14 +191,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             netns,
             args,
             cgroup,
-        } => node_cmds::vm(&cluster_env, netns.as_deref(), args.as_deref(), cgroup),
-        Command::Stats { netns, bpffs, json } => observe_cmds::stats(netns.as_deref(), bpffs, json),
+            dry_run,
+            ..
+        } => vm_cmd::vm(vm_cmd::VmArgs {
+            cluster_env: &cluster_env,
+            netns: netns.as_deref(),
+            extra: args.as_deref(),
+            cgroup,
+            dry_run,
+        }),
+        Command::Stats {
+            netns, bpffs, json, ..
+        } => observe_cmds::stats(netns.as_deref(), bpffs, json),
         Command::Trace {
             netns,
             count,
             seconds,
             bpffs,
             json,
+            ..
         } => observe_cmds::trace(netns.as_deref(), count, seconds, bpffs, json),
         Command::Explain {
             netns,
@@ -254,7 +268,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             migrate,
             cluster_dns,
         } => pod_policy_cmd::run(&file, json, migrate, cluster_dns),
-        Command::Status { bpffs, json } => status_cmd::status(bpffs, json),
+        Command::Status { bpffs, json, .. } => status_cmd::status(bpffs, json),
     }
 }
 

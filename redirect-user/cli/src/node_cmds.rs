@@ -147,6 +147,7 @@ pub fn enroll(
     istio_args: Option<&str>,
     cluster_env: Option<&Path>,
     policy: Option<&Path>,
+    dry_run: bool,
 ) -> anyhow::Result<()> {
     let (policy, source): (Policy, String) = match (istio_args, cluster_env, policy) {
         (Some(args), None, None) => {
@@ -178,6 +179,9 @@ pub fn enroll(
         }
         _ => bail!("give exactly one of --istio-args, --cluster-env or --policy"),
     };
+    if dry_run {
+        return enroll_dry_run(netns_name, &policy);
+    }
     let r = client().enroll(
         &open_netns(&netns::resolve(Some(netns_name)))?,
         policy,
@@ -189,75 +193,46 @@ pub fn enroll(
 }
 
 /// The namespace at `path`, opened here: its descriptor goes to the daemon with the request.
-fn open_netns(path: &Path) -> anyhow::Result<NetnsFd> {
+pub(crate) fn open_netns(path: &Path) -> anyhow::Result<NetnsFd> {
     NetnsFd::open(path).with_context(|| format!("opening network namespace {}", path.display()))
 }
 
-/// Enrolls the host (or a namespace playing the VM) from a cluster.env.
-pub fn vm(
-    cluster_env: &Path,
-    netns_name: Option<&str>,
-    extra: Option<&str>,
-    cgroup: Option<PathBuf>,
-) -> anyhow::Result<()> {
-    let mut argv = vec![
-        "--cluster-env".to_owned(),
-        cluster_env.display().to_string(),
-    ];
-    if let Some(n) = netns_name {
-        argv.extend(["--netns".to_owned(), n.to_owned()]);
+/// `enroll --dry-run`: the resolved policy, and what it would replace of the daemon's
+/// enrollment of the namespace (read from its list; no daemon: from the policy alone).
+fn enroll_dry_run(netns_name: &str, policy: &Policy) -> anyhow::Result<()> {
+    let path = netns::resolve(Some(netns_name));
+    let cookie = netns::cookie(&path)?;
+    for line in redirect_policy::describe::policy_lines(policy, policy.dual_stack) {
+        println!("{line}");
     }
-    if let Some(extra) = extra {
-        argv.extend(split_args(extra)?);
+    let enrolled = client().list().ok().and_then(|l| {
+        l.enrollments
+            .into_iter()
+            .find(|e| e.record.cookie == cookie)
+    });
+    match enrolled {
+        Some(e) => {
+            let lines = redirect_policy::describe::changes(&e.record.policy, policy, e.record.ipv6);
+            if lines.is_empty() {
+                println!(
+                    "(dry run: {} is enrolled with this policy already; nothing changes)",
+                    path.display()
+                );
+            } else {
+                println!(
+                    "(dry run: would replace the policy of {} from {} ({}):",
+                    path.display(),
+                    e.record.writer,
+                    e.record.source
+                );
+                for l in lines {
+                    println!("  {l}");
+                }
+                println!(")");
+            }
+        }
+        None => println!("(dry run: nothing enrolled for {})", path.display()),
     }
-    let policy = crate::istio::parse(&argv)?.policy;
-    // The host is init's namespace: a path the daemon can open too (not /proc/self).
-    let path = netns_name.map_or_else(
-        || PathBuf::from("/proc/1/ns/net"),
-        |n| netns::resolve(Some(n)),
-    );
-    let source = format!("vm --cluster-env {}", cluster_env.display());
-    let dir = daemon::default_bpffs();
-    if let crate::writer::NodeWriter::Daemon { pid, client } =
-        crate::writer::NodeWriter::for_node(&dir)
-    {
-        let r = client.enroll(
-            &open_netns(&path)?,
-            policy,
-            source,
-            redirect_daemon_api::Writer::Vm,
-        )?;
-        println!("{} (through the daemon, pid {pid})", r.message);
-        return Ok(());
-    }
-    let _lock = node::lock(&dir)?;
-    let attach = NodeAttach {
-        cgroup,
-        proxy_cgroup: None,
-        quotas: crate::sizing_args::Sizing::from_env()?,
-    };
-    let handle = netns::NetnsHandle::open(&path)?;
-    let a = NodeDatapath::apply_at(&dir, &attach, &handle, &policy)?.applied;
-    crate::direct_record::record(
-        &dir,
-        &handle,
-        &policy,
-        &a,
-        redirect_daemon_api::Writer::Vm,
-        source,
-    );
-    let inbound = if a.inbound {
-        format!(", inbound to :{}", policy.inbound_capture_port)
-    } else {
-        String::new()
-    };
-    println!(
-        "VM policy from {} applied to {} (netns cookie {}): outbound to :{}{inbound}",
-        cluster_env.display(),
-        path.display(),
-        a.cookie,
-        policy.proxy_port,
-    );
     Ok(())
 }
 

@@ -206,9 +206,34 @@ pub fn validate(
         }
     }
     if !report.ok {
+        if cgroup.is_none() {
+            if let Some(hint) = validate_hint(&mut dp) {
+                eprintln!("{hint}");
+            }
+        }
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// Why a check run without `--cgroup` can fail: capture applies only to processes under the
+/// cgroup the datapath is attached at; this process runs outside it. Names the cgroup to pass.
+fn validate_hint(dp: &mut NodeDatapath) -> Option<String> {
+    let attached = redirect_datapath::cgroup::path_of_id(dp.layout().ok()?.app_cgroup)?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let own = redirect_datapath::cgroup::cgroup2_root()
+        .ok()?
+        .join(own.trim_start_matches('/'));
+    if redirect_datapath::cgroup::contains(&attached, &own) {
+        return None;
+    }
+    Some(format!(
+        "hint: capture applies to processes under cgroup {}, where this datapath is attached; this check ran in {}, outside it: rerun with --cgroup {} (or the pod's own cgroup below it)",
+        attached.display(),
+        own.display(),
+        attached.display()
+    ))
 }
 
 /// Per-namespace decision counters: every namespace with a policy (whoever wrote it) or a

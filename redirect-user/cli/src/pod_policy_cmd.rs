@@ -63,6 +63,8 @@ struct Report {
     istio_init_args: Option<Vec<String>>,
     istio_init_policy: Option<Policy>,
     comparison: Option<Comparison>,
+    /// Annotation keys under Istio's sidecar prefixes that Istio does not define (ignored).
+    warnings: Vec<redirect_k8s::UnknownKey>,
 }
 
 pub fn run(
@@ -149,6 +151,10 @@ fn report(d: &Document, cluster_dns: Option<IpAddr>) -> anyhow::Result<Option<Re
         return Ok(None);
     };
     let decision = decide(&pod);
+    let warnings = redirect_k8s::unknown_keys(&pod);
+    for w in &warnings {
+        eprintln!("warning: {}: {w}", what(d));
+    }
     let init_args = manifest::istio_init_args(&pod);
     let (target, migrated_decision) = match init_args {
         Some(_) => {
@@ -178,6 +184,7 @@ fn report(d: &Document, cluster_dns: Option<IpAddr>) -> anyhow::Result<Option<Re
         istio_init_args: init_args,
         istio_init_policy,
         comparison,
+        warnings,
     }))
 }
 
@@ -202,6 +209,9 @@ fn render(r: &Report) -> String {
     let mut o = String::new();
     _ = writeln!(o, "document {}: {} {}", r.document, r.kind, r.name);
     _ = writeln!(o, "  decision           {}", r.decision);
+    for w in &r.warnings {
+        _ = writeln!(o, "  WARNING            {w}");
+    }
     if let Some(m) = &r.migrated_decision {
         _ = writeln!(
             o,

@@ -22,6 +22,15 @@ impl Resolution {
     #[must_use]
     pub fn of(pod: &Pod, cluster_dns: Option<IpAddr>) -> Self {
         let decision = decide(pod);
+        for unknown in redirect_k8s::unknown_keys(pod) {
+            let m = &pod.metadata;
+            tracing::warn!(
+                pod = %format!("{}/{}", m.namespace.as_deref().unwrap_or(""), m.name.as_deref().unwrap_or("")),
+                key = %unknown.key,
+                did_you_mean = unknown.did_you_mean.unwrap_or("-"),
+                "an annotation under Istio's sidecar prefixes that Istio does not define: nothing reads it"
+            );
+        }
         let policy = match decision {
             Decision::Meshed => {
                 Some(redirect_k8s::policy(pod, cluster_dns).map_err(|e| e.to_string()))

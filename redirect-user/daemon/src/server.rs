@@ -99,7 +99,7 @@ impl Daemon {
             // A new daemon is how a node is upgraded: it takes the pinned datapath over in
             // place (no capture gap), or refuses to start naming the layout it cannot take.
             if let Some(u) = NodeDatapath::upgrade(&opts.bpffs)? {
-                tracing::info!(dir = %opts.bpffs.display(), from = u.from.0, to = u.to.0, links = u.links, namespaces = u.namespaces, carried = ?u.carried, "upgraded the pinned datapath in place");
+                tracing::info!(dir = %opts.bpffs.display(), from = u.from.0, to = u.to.0, links = u.links, namespaces = u.namespaces, carried = %redirect_policy::shown::Comma(&u.carried.iter().map(|(m, n)| format!("{m}:{n}")).collect::<Vec<_>>()), "upgraded the pinned datapath in place");
             }
         }
         let node::Opened {
@@ -173,7 +173,7 @@ impl Daemon {
                 source,
                 writer,
             } => {
-                let e = self.enroll(&netns, fd, *policy, source, writer)?;
+                let (e, was) = self.enroll(&netns, fd, *policy, source, writer)?;
                 let proxy_listening = self.dp.proxy_listening(e.cookie);
                 // Its connections outside capture are counted at the next tick, off this
                 // request's path.
@@ -181,7 +181,12 @@ impl Daemon {
                     f.outside_due = true;
                 }
                 Answer::Enrolled(Enrolled {
-                    message: format!("enrolled {} (netns cookie {})", netns.display(), e.cookie),
+                    message: format!(
+                        "enrolled {} (netns cookie {}){}",
+                        netns.display(),
+                        e.cookie,
+                        followed::replaced(was.as_ref(), &e)
+                    ),
                     enrollment: e.to_wire(proxy_listening),
                 })
             }
@@ -275,7 +280,7 @@ impl Daemon {
         // Policies of namespaces that are gone, enrolled here or not (the kernel says which).
         match self.dp.remove_stale() {
             Ok(gone) if !gone.is_empty() => {
-                tracing::info!(cookies = ?gone.iter().map(|c| c.get()).collect::<Vec<_>>(), "removed the policies of namespaces that are gone");
+                tracing::info!(cookies = %redirect_policy::shown::Comma(&gone), "removed the policies of namespaces that are gone");
                 for cookie in gone {
                     if self.enrollments.remove(&cookie).is_some() {
                         remove_enrollment(&self.opts.dir, cookie);

@@ -127,7 +127,7 @@ fn reconcile(opts: &Options, tracker: &mut Tracker, waiting_said: &mut bool) {
                 Change::Unchanged if !done.plugin.written => {}
                 change => tracing::info!(
                     config = %done.config.display(),
-                    converted_from = ?done.converted_from.as_ref().map(|p| p.display().to_string()),
+                    converted_from = %done.converted_from.as_ref().map_or_else(|| "-".to_owned(), |p| p.display().to_string()),
                     plugin = %done.plugin.path.display(),
                     ?change,
                     "installed"

@@ -17,6 +17,7 @@ mod error;
 pub mod manifest;
 mod pod;
 mod policy;
+mod unknown_keys;
 
 #[cfg(test)]
 mod args_tests;
@@ -37,3 +38,4 @@ pub use decide::{decide, Decision, Skip, DATAPLANE_MODE, INJECT, SIDECAR_STATUS}
 pub use error::Error;
 pub use k8s_openapi::api::core::v1::Pod;
 pub use policy::{istio_iptables_args, policy};
+pub use unknown_keys::{unknown_keys, UnknownKey};

@@ -112,7 +112,7 @@ const FLAGS: &[Flag] = &[
     // Ours.
     f(None, "netns", V, None, None, Key::Netns),
     f(None, "cgroup", V, None, None, Key::Cgroup),
-    f(None, "proxy-cgroup", V, None, None, Key::ProxyCgroup),
+    f(None, "bind-proxy-cgroup", V, None, None, Key::ProxyCgroup),
     f(None, "no-proxy", V, None, None, Key::NoProxy),
     f(None, "bpffs", V, None, None, Key::Bpffs),
     f(None, "cluster-env", V, None, None, Key::ClusterEnv),
@@ -138,6 +138,23 @@ const FLAGS: &[Flag] = &[
     f(None, "log_rotate_max_backups", V, None, None, Key::Ignored),
     f(None, "log_as_json", B, None, None, Key::Ignored),
 ];
+
+/// Flags of ours that were renamed: old name -> new name and why.
+const RENAMED: &[(&str, &str, &str)] = &[(
+    "proxy-cgroup",
+    "bind-proxy-cgroup",
+    "it binds the -u/-g bypass to the proxy's cgroup; `--proxy-cgroup` of `daemon` and `attach` is where the proxy hooks attach",
+)];
+
+/// The error for `--NAME` that is not a flag: a renamed flag's new name, else the closest one.
+fn unknown_long(name: &str) -> PolicyError {
+    if let Some((_, new, why)) = RENAMED.iter().find(|(old, _, _)| *old == name) {
+        return PolicyError::UnknownFlag(format!("--{name} (renamed --{new}: {why})"));
+    }
+    let hint = crate::suggest::closest(name, FLAGS.iter().map(|f| f.long))
+        .map_or_else(String::new, |k| format!(" (did you mean --{k}?)"));
+    PolicyError::UnknownFlag(format!("--{name}{hint}"))
+}
 
 /// A value and where it came from, for error messages.
 #[derive(Debug, Clone)]
@@ -207,7 +224,7 @@ fn scan(args: &[String]) -> Result<(HashMap<Key, Raw>, Vec<String>), PolicyError
             let flag = FLAGS
                 .iter()
                 .find(|f| f.long == name)
-                .ok_or_else(|| PolicyError::UnknownFlag(format!("--{name}")))?;
+                .ok_or_else(|| unknown_long(name))?;
             (flag, value)
         } else if let Some(short) = arg.strip_prefix('-').filter(|s| !s.is_empty()) {
             let mut chars = short.chars();

@@ -154,7 +154,7 @@ fn pod_nameservers(v: &Values, sys: &dyn SystemLookup) -> Result<Vec<IpAddr>> {
     if servers.is_empty() {
         tracing::warn!(from = %view.from, "--redirect-dns is set but resolv.conf names no DNS server: DNS capture is off (as istio-iptables does)");
     } else {
-        tracing::info!(servers = ?servers, from = %view.from, "DNS servers of the pod");
+        tracing::info!(servers = %crate::shown::Comma(&servers), from = %view.from, "DNS servers of the pod");
     }
     Ok(servers)
 }
@@ -186,9 +186,18 @@ fn ports(raw: &Raw) -> Result<Vec<u16>> {
     items(&raw.value).map(|i| port_item(raw, i)).collect()
 }
 
+/// CIDRs as iptables takes them: host bits set (`10.0.0.1/8`) are cleared, as iptables clears
+/// them, with a warning naming both (the rule matches the network, not the address given).
 fn cidrs(raw: &Raw) -> Result<Vec<IpNet>> {
     items(&raw.value)
-        .map(|i| i.parse::<IpNet>().map_err(|_| bad(raw, i, "is not a CIDR")))
+        .map(|i| {
+            let net = i.parse::<IpNet>().map_err(|_| bad(raw, i, "is not a CIDR"))?;
+            let trunc = net.trunc();
+            if trunc != net {
+                tracing::warn!(flag = %raw.origin, given = %net, taken = %trunc, "a CIDR with host bits set: taken as its network, as iptables normalises it");
+            }
+            Ok(trunc)
+        })
         .collect()
 }
 

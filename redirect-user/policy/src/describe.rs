@@ -85,3 +85,36 @@ pub fn policy_lines(p: &Policy, ipv6: bool) -> Vec<String> {
         ),
     ]
 }
+
+/// What replacing policy `old` with `new` changes, one `- old line` / `+ new line` pair per
+/// decision input that differs (empty: the same policy).
+pub fn changes(old: &Policy, new: &Policy, ipv6: bool) -> Vec<String> {
+    let (a, b) = (policy_lines(old, ipv6), policy_lines(new, ipv6));
+    let mut out = Vec::new();
+    for i in 0..a.len().max(b.len()) {
+        match (a.get(i), b.get(i)) {
+            (Some(x), Some(y)) if x == y => {}
+            (x, y) => {
+                out.extend(x.map(|x| format!("- {}", x.trim_end())));
+                out.extend(y.map(|y| format!("+ {}", y.trim_end())));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod change_tests {
+    use super::*;
+
+    #[test]
+    fn a_replaced_policy_names_what_changed_only() {
+        let old = Policy::default();
+        let mut new = old.clone();
+        assert!(changes(&old, &new, false).is_empty());
+        new.inbound_ports = InboundPorts::All;
+        let c = changes(&old, &new, false);
+        assert_eq!(c.len(), 2, "{c:?}");
+        assert!(c[0].starts_with("- ") && c[1].starts_with("+ "), "{c:?}");
+    }
+}

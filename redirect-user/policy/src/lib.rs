@@ -17,6 +17,8 @@ pub mod kernel;
 mod lookup;
 mod rules;
 mod rules_chains;
+pub mod shown;
+pub mod suggest;
 mod validate;
 
 #[cfg(test)]
@@ -144,7 +146,7 @@ pub struct Policy {
     pub dual_stack: bool,
     /// `--drop-invalid` / `INVALID_DROP`.
     pub drop_invalid: bool,
-    /// Ours (`--proxy-cgroup`): the proxy's cgroup; the uid/gid bypass then only applies to
+    /// Ours (`--bind-proxy-cgroup`): the proxy's cgroup; the uid/gid bypass then only applies to
     /// processes inside it, so an application that happens to run as uid 1337 is captured.
     #[serde(default)]
     pub proxy_cgroup: Option<std::path::PathBuf>,

@@ -124,7 +124,7 @@ fn daemon<'p>(
 /// DaemonSet's readiness probe runs).
 fn listed(daemon: &Container<'_>, node: &Node) -> Vec<Value> {
     let dir = node.dir.display().to_string();
-    let text = daemon.exec(&["redirect", "--daemon-dir", &dir, "list", "--json"]);
+    let text = daemon.exec(&["redirect", "list", "--daemon-dir", &dir, "--json"]);
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("list --json: {e}: {text}"))
 }
 

@@ -46,6 +46,7 @@ mod netns_once;
 mod netns_return;
 mod observe;
 mod one_view;
+mod operator_errors;
 mod outbound;
 mod outside_capture;
 mod ownership;

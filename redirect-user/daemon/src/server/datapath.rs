@@ -49,7 +49,10 @@ impl Daemon {
             }
         }
         if alarm.is_some() && alarm != before.alarm {
-            tracing::error!(alarm = ?alarm, "the daemon's datapath needs an operator");
+            tracing::error!(
+                alarm = alarm.as_deref().unwrap_or("-"),
+                "the daemon's datapath needs an operator"
+            );
             self.health.last_problem.clone_from(&alarm);
         }
         self.health.alarm = alarm;

@@ -156,7 +156,7 @@ impl Daemon {
             return false;
         }
         let was = std::mem::replace(&mut f.record.netns, renamed.path().to_path_buf());
-        tracing::info!(pod = ?f.record.pod.as_ref().map(ToString::to_string), %cookie, was = %was.display(), now = %renamed.path().display(), "the pod's enrolled path no longer names its namespace, which still runs: followed under its other name");
+        tracing::info!(pod = %f.record.pod.as_ref().map_or_else(|| "-".to_owned(), ToString::to_string), %cookie, was = %was.display(), now = %renamed.path().display(), "the pod's enrolled path no longer names its namespace, which still runs: followed under its other name");
         f.ns = Some(renamed);
         if let Err(error) = write_enrollment(&self.opts.dir, &f.record) {
             tracing::warn!(%cookie, %error, "recording the enrollment's new path");
@@ -208,7 +208,7 @@ impl Daemon {
         policy: redirect_policy::Policy,
         source: String,
         writer: Writer,
-    ) -> Result<Enrollment> {
+    ) -> Result<(Enrollment, Option<Enrollment>)> {
         // A path alone must name the namespace in the daemon's view; a descriptor names it
         // itself, whatever the caller's path (its own `/proc/self/ns/net` inside a pod).
         let own_view = netns.starts_with("/proc/self") || netns.starts_with("/proc/thread-self");
@@ -228,6 +228,7 @@ impl Daemon {
             other => other?,
         };
         phases.mark("open");
+        let was = self.enrollments.get(&ns.cookie()).map(|f| f.record.clone());
         let e = self.enroll_ns(
             ns,
             policy,
@@ -237,7 +238,7 @@ impl Daemon {
             &mut phases,
         )?;
         tracing::info!(netns = %netns.display(), cookie = %e.cookie, us = phases.total_us(), %phases, "namespace enrolled");
-        Ok(e)
+        Ok((e, was))
     }
 
     /// Applies `policy` through `ns` (opened once for this enrollment) and keeps `ns` for
@@ -300,4 +301,22 @@ impl Daemon {
             removed: true,
         })
     }
+}
+
+/// What an enrollment replaced, for its answer: nothing, the same policy, or the lines that
+/// changed (a re-enroll with a typo must not turn a pod's capture off without a word).
+pub(super) fn replaced(was: Option<&Enrollment>, now: &Enrollment) -> String {
+    let Some(was) = was else {
+        return String::new();
+    };
+    let lines = redirect_policy::describe::changes(&was.policy, &now.policy, now.ipv6);
+    if lines.is_empty() {
+        return format!("; its policy is unchanged ({}: {})", was.writer, was.source);
+    }
+    format!(
+        "; replaced its policy from {} ({}):\n  {}",
+        was.writer,
+        was.source,
+        lines.join("\n  ")
+    )
 }

@@ -29,7 +29,7 @@ impl Datapath {
         adopt_listeners(&mut self.ebpf, spec, &ns)?;
         // The process's maps and links go with it: an error here leaves nothing behind.
         ns.verify()?;
-        tracing::info!(netns = %spec.netns.display(), %cookie, addrs = ?addrs, "inbound capture enrolled");
+        tracing::info!(netns = %spec.netns.display(), %cookie, addrs = %redirect_policy::shown::Comma(&addrs), "inbound capture enrolled");
         self.ebpf_enrolled.push(Enrolled {
             spec: spec.clone(),
             cookie,
@@ -52,7 +52,7 @@ impl Datapath {
             let new = self.ebpf_netns[i].addresses()?;
             if new != old {
                 sync_addresses(&mut self.ebpf, &path, cookie, &old, &new)?;
-                tracing::info!(netns = %path.display(), addrs = ?new, "pod addresses changed");
+                tracing::info!(netns = %path.display(), addrs = %redirect_policy::shown::Comma(&new), "pod addresses changed");
                 self.ebpf_enrolled[i].addrs = new;
                 changed += 1;
             }

@@ -66,7 +66,7 @@ impl NodeDatapath {
         };
         let (addrs, not_own) = super::claims::own_only(policy, addrs);
         if !not_own.is_empty() {
-            tracing::error!(netns = %netns_path.display(), %cookie, ?not_own, "the pod's namespace holds addresses that are not its pod's (status.podIPs / prevResult): left out of its inbound capture, never claimed");
+            tracing::error!(netns = %netns_path.display(), %cookie, not_own = %redirect_policy::shown::Comma(&not_own), "the pod's namespace holds addresses that are not its pod's (status.podIPs / prevResult): left out of its inbound capture, never claimed");
         }
         phases.mark("addresses");
         // Pods die without --cleanup-only (istio-init never runs it): their entries, and the
@@ -133,7 +133,7 @@ impl NodeDatapath {
                 return Err(e);
             }
         };
-        tracing::info!(netns = %netns_path.display(), %cookie, ipv6, inbound, addrs = ?addrs, us = phases.total_us(), "policy applied");
+        tracing::info!(netns = %netns_path.display(), %cookie, ipv6, inbound, addrs = %redirect_policy::shown::Comma(&addrs), us = phases.total_us(), "policy applied");
         Ok(Applied {
             cookie,
             addrs,

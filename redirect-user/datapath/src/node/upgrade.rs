@@ -116,7 +116,7 @@ impl NodeDatapath {
         let result = Self::upgrade_staged(dir, &staging, &record, object, &quotas);
         let _ = std::fs::remove_dir_all(&staging);
         let done = result?;
-        tracing::info!(dir = %dir.display(), from = ?done.from, to = ?done.to, kept = ?done.kept, carried = ?done.carried, links = done.links, namespaces = done.namespaces, "node datapath upgraded in place");
+        tracing::info!(dir = %dir.display(), from = done.from.0, to = done.to.0, kept = %redirect_policy::shown::Comma(&done.kept), carried = %redirect_policy::shown::Comma(&done.carried.iter().map(|(m, n)| format!("{m}:{n}")).collect::<Vec<_>>()), links = done.links, namespaces = done.namespaces, "node datapath upgraded in place");
         Ok(Some(done))
     }
 

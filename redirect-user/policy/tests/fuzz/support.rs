@@ -122,7 +122,7 @@ pub const FLAGS: &[Flag] = &[
     flag(None, "network-namespace", Some("NETWORK_NAMESPACE"), Kind::Free),
     flag(None, "netns", None, Kind::Free),
     flag(None, "cgroup", None, Kind::Free),
-    flag(None, "proxy-cgroup", None, Kind::Free),
+    flag(None, "bind-proxy-cgroup", None, Kind::Free),
     flag(None, "no-proxy", None, Kind::NoProxy),
     flag(None, "bpffs", None, Kind::Free),
     flag(None, "cluster-env", None, Kind::Free),

@@ -57,6 +57,27 @@ pub struct Quotas {
     pub inbound: u32,
 }
 
+impl std::fmt::Display for Quotas {
+    /// The flags' own names and values (in the record's order), as a log field.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const NAMES: [&str; 9] = [
+            "max-pods",
+            "ports",
+            "cidrs",
+            "addresses",
+            "interfaces",
+            "routes",
+            "handshakes",
+            "max-connections",
+            "inbound",
+        ];
+        for (i, (name, value)) in NAMES.iter().zip(&self.encode()[1..]).enumerate() {
+            write!(f, "{}{name}={value}", if i > 0 { " " } else { "" })?;
+        }
+        Ok(())
+    }
+}
+
 impl Default for Quotas {
     fn default() -> Self {
         Self {
@@ -333,6 +354,10 @@ mod tests {
         let q = Quotas::default();
         assert_eq!(Quotas::decode(&q.encode()), Some(q));
         assert_eq!(q.handshakes, (16_384 - 1024) / 111);
+        assert_eq!(
+            q.to_string(),
+            "max-pods=110 ports=1024 cidrs=1024 addresses=64 interfaces=16 routes=4096 handshakes=138 max-connections=16384 inbound=8192"
+        );
         q.validate().expect("the defaults hold every quota at once");
         let sizes = q.map_sizes();
         let size = |name| sizes.iter().find(|(n, _)| *n == name).map(|(_, s)| *s);

@@ -1,0 +1,145 @@
+//! `redirect vm`: the host (or a namespace playing the VM) with the policy of Istio's
+//! cluster.env, through the daemon when one owns the pins, else straight into them. Its errors
+//! speak of the VM and of `vm`'s own flags: what istio-iptables takes as flags, `vm` takes
+//! inside `--args "..."`, and every missing input is named at once.
+use std::path::{Path, PathBuf};
+
+use anyhow::bail;
+use redirect_daemon as daemon;
+use redirect_datapath::{
+    netns,
+    node::{self, NodeAttach, NodeDatapath},
+};
+use redirect_policy::{Policy, PolicyError};
+
+use crate::node_cmds::{open_netns, split_args};
+
+/// What `redirect vm` was given.
+pub struct VmArgs<'a> {
+    pub cluster_env: &'a Path,
+    pub netns: Option<&'a str>,
+    pub extra: Option<&'a str>,
+    pub cgroup: Option<PathBuf>,
+    pub dry_run: bool,
+}
+
+/// Enrolls the VM, or with `dry_run` prints what it would get.
+pub fn vm(args: VmArgs<'_>) -> anyhow::Result<()> {
+    let VmArgs {
+        cluster_env,
+        netns: netns_name,
+        extra,
+        cgroup,
+        dry_run,
+    } = args;
+    let mut argv = vec![
+        "--cluster-env".to_owned(),
+        cluster_env.display().to_string(),
+    ];
+    if let Some(n) = netns_name {
+        argv.extend(["--netns".to_owned(), n.to_owned()]);
+    }
+    if let Some(extra) = extra {
+        argv.extend(split_args(extra)?);
+    }
+    let policy = resolve(&argv)?;
+    // The host is init's namespace: a path the daemon can open too (not /proc/self).
+    let path = netns_name.map_or_else(
+        || PathBuf::from("/proc/1/ns/net"),
+        |n| netns::resolve(Some(n)),
+    );
+    let dir = daemon::default_bpffs();
+    if dry_run {
+        let addrs = netns::NetnsHandle::open(&path)
+            .and_then(|h| h.addresses())
+            .unwrap_or_default();
+        print!(
+            "{}",
+            crate::istio::side_by_side(&policy, node::ipv6_follows(&policy, &addrs))
+        );
+        println!("(dry run: nothing applied to {})", path.display());
+        return Ok(());
+    }
+    let source = format!("vm --cluster-env {}", cluster_env.display());
+    if let crate::writer::NodeWriter::Daemon { pid, client } =
+        crate::writer::NodeWriter::for_node(&dir)
+    {
+        let r = client.enroll(
+            &open_netns(&path)?,
+            policy,
+            source,
+            redirect_daemon_api::Writer::Vm,
+        )?;
+        println!("{} (through the daemon, pid {pid})", r.message);
+        return Ok(());
+    }
+    let _lock = node::lock(&dir)?;
+    let attach = NodeAttach {
+        cgroup,
+        proxy_cgroup: None,
+        quotas: crate::sizing_args::Sizing::from_env()?,
+    };
+    let handle = netns::NetnsHandle::open(&path)?;
+    let replacing = crate::direct_record::replacing(&dir, handle.cookie(), &policy);
+    let a = NodeDatapath::apply_at(&dir, &attach, &handle, &policy)?.applied;
+    crate::direct_record::record(
+        &dir,
+        &handle,
+        &policy,
+        &a,
+        redirect_daemon_api::Writer::Vm,
+        source,
+    );
+    let inbound = if a.inbound {
+        format!(", inbound to :{}", policy.inbound_capture_port)
+    } else {
+        String::new()
+    };
+    println!(
+        "VM policy from {} applied to {} (netns cookie {}): outbound to :{}{inbound}{replacing}",
+        cluster_env.display(),
+        path.display(),
+        a.cookie,
+        policy.proxy_port,
+    );
+    Ok(())
+}
+
+/// The policy of `argv`; when inputs that come from the VM's files are missing, every one of
+/// them is named in one error, each with the `--args` that gives it.
+fn resolve(argv: &[String]) -> anyhow::Result<Policy> {
+    let mut argv = argv.to_vec();
+    let mut missing: Vec<String> = Vec::new();
+    // Each missing input is stood in for once, to find the next one; at most one per kind.
+    for _ in 0..3 {
+        let err = match crate::istio::parse(&argv) {
+            Ok(inv) if missing.is_empty() => return Ok(inv.policy),
+            Ok(_) => break,
+            Err(e) => e,
+        };
+        let Some(PolicyError::PodFile { needed, lookup, .. }) = err.downcast_ref::<PolicyError>()
+        else {
+            return Err(err);
+        };
+        let (args, stand_in): (&str, &[&str]) = if needed.contains("-u/--proxy-uid") {
+            ("-u UID (istio's default is 1337)", &["-u", "1337"])
+        } else if needed.contains("nameservers") {
+            (
+                "--dns-servers LIST (the VM's DNS servers), or --capture-all-dns",
+                &["--dns-servers", "192.0.2.1"],
+            )
+        } else {
+            return Err(err);
+        };
+        missing.push(format!(
+            "{}, and {lookup}: add {args} to --args",
+            needed.replace("the pod's", "the VM's")
+        ));
+        argv.extend(stand_in.iter().map(|s| (*s).to_owned()));
+    }
+    bail!(
+        "redirect vm needs {} more input(s):\n  {}\ne.g. redirect vm --cluster-env FILE --args \"-u 1337 --dns-servers 10.0.0.2\"",
+        missing.len(),
+        missing.join("\n  ")
+    )
+}
