@@ -167,11 +167,26 @@ pub struct TraceEvent {
     pub proto: u8,
     /// The deciding [`Counter`] slot.
     pub counter: u8,
-    /// The caller's command name.
+    /// The caller's command name (zero for an inbound decision: no caller).
     pub comm: [u8; 16],
+    /// Inbound only: the peer's address, network order (IPv4 in word 0).
+    pub src: [u32; 4],
+    /// Inbound only: the peer's port, host order.
+    pub sport: u16,
+    /// [`TRACE_OUTBOUND`] (a connect or send from the namespace: pid, uid, gid and comm are
+    /// the caller's) or [`TRACE_INBOUND`] (a connection arriving, decided by sk_lookup: `src`
+    /// is the peer, and there is no caller).
+    pub direction: u8,
     /// Explicit padding; always zero.
-    pub _pad: u32,
+    pub _pad0: u8,
+    /// Explicit padding; always zero.
+    pub _pad: [u32; 2],
 }
+
+/// [`TraceEvent::direction`] of a connect or send from an enrolled namespace.
+pub const TRACE_OUTBOUND: u8 = 0;
+/// [`TraceEvent::direction`] of a connection arriving at an enrolled namespace.
+pub const TRACE_INBOUND: u8 = 1;
 
 /// Key of [`map_names::IFACES`].
 #[repr(C)]
@@ -317,7 +332,7 @@ const _: () = assert!(core::mem::size_of::<AddrKey>() == 24);
 const _: () = assert!(core::mem::size_of::<ListenerKey>() == 16);
 const _: () = assert!(core::mem::size_of::<IfKey>() == 16);
 const _: () = assert!(core::mem::size_of::<NsCounterKey>() == 16);
-const _: () = assert!(core::mem::size_of::<TraceEvent>() == 64);
+const _: () = assert!(core::mem::size_of::<TraceEvent>() == 88);
 
 /// Folds an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, network-order words) to IPv4 form:
 /// returns (family, address) with IPv4 in word 0, so both ends of a connection key alike.

@@ -239,7 +239,11 @@ fn trace(netns: u64, conn: &Conn, counter: Counter, port: Option<u16>) {
         proto: if conn.tcp { 6 } else { 17 },
         counter: counter as u8,
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
-        _pad: 0,
+        src: [0; 4],
+        sport: 0,
+        direction: redirect_common::TRACE_OUTBOUND,
+        _pad0: 0,
+        _pad: [0; 2],
     };
     entry.write(event);
     entry.submit(0);

@@ -9,12 +9,12 @@ use aya_ebpf::{
 use redirect_common::{
     inbound::{decide, without_listener, InboundConn, NoListener, Verdict, IFINDEX_UNKNOWN},
     types::IPPROTO_TCP,
-    Counter, ListenerKey, NetnsCookie, OrigDst, PortBe, Tracked, AF_INET, AF_INET6,
+    Counter, ListenerKey, NetnsCookie, OrigDst, PortBe, TraceEvent, Tracked, AF_INET, AF_INET6,
 };
 
 use crate::{
     inbound::{netns_of, policy_of, Maps},
-    maps::{count, count_ns, INBOUND, LISTENERS},
+    maps::{count, count_ns, tracing_on, INBOUND, LISTENERS, TRACE},
 };
 
 #[sk_lookup]
@@ -108,7 +108,7 @@ fn try_sk_lookup<const IFINDEX: bool>(ctx: &SkLookupContext) -> u32 {
     match decide(&policy, &conn, &Maps) {
         Verdict::Steer => {}
         Verdict::Pass(counter) => {
-            counted(netns, counter);
+            counted(&conn, counter, 0);
             return SK_PASS;
         }
         Verdict::Ignore => return SK_PASS,
@@ -126,22 +126,54 @@ fn try_sk_lookup<const IFINDEX: bool>(ctx: &SkLookupContext) -> u32 {
         steered = LISTENERS.redirect_sk_lookup(ctx, key, 0).is_ok();
     }
     if !steered {
-        counted(netns, Counter::InboundNoListener);
+        counted(&conn, Counter::InboundNoListener, 0);
         return match without_listener(&policy) {
             NoListener::Passthrough => SK_PASS,
             NoListener::Refuse => SK_DROP,
         };
     }
     record(&conn);
-    counted(netns, Counter::InboundSteered);
+    counted(&conn, Counter::InboundSteered, policy.inbound_port);
     SK_PASS
 }
 
-/// Counts an inbound decision node-wide and for the namespace (`redirect stats`).
+/// Counts an inbound decision node-wide and for the namespace (`redirect stats`), and streams
+/// it to `redirect trace` while one reads; `port` is the proxy port it was steered to (0: not).
 #[inline(always)]
-fn counted(netns: u64, counter: Counter) {
+fn counted(conn: &InboundConn, counter: Counter, port: u16) {
     count(counter);
-    count_ns(netns, counter);
+    count_ns(conn.netns, counter);
+    if tracing_on() {
+        trace(conn, counter, port);
+    }
+}
+
+/// Streams one inbound decision; dropped silently when the ring is full. No caller runs here
+/// (a SYN arriving): pid, uid, gid and comm stay zero and `direction` says so.
+#[inline(never)]
+fn trace(conn: &InboundConn, counter: Counter, port: u16) {
+    let Some(mut entry) = TRACE.reserve::<TraceEvent>(0) else {
+        return;
+    };
+    entry.write(TraceEvent {
+        netns: NetnsCookie(conn.netns),
+        dst: conn.local,
+        pid: 0,
+        uid: 0,
+        gid: 0,
+        dport: conn.local_port,
+        redirect_port: port,
+        family: conn.family,
+        proto: 6,
+        counter: counter as u8,
+        comm: [0; 16],
+        src: conn.remote,
+        sport: conn.remote_port,
+        direction: redirect_common::TRACE_INBOUND,
+        _pad0: 0,
+        _pad: [0; 2],
+    });
+    entry.submit(0);
 }
 
 /// Remembers the original destination for getsockopt(SO_ORIGINAL_DST) on the accepted socket.

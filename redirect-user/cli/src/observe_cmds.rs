@@ -344,34 +344,33 @@ pub fn trace(
                 continue;
             }
             seen += 1;
+            let path = labels.path(d.netns);
             if json {
-                // One shape: `netns` is the namespace's path (when known), `cookie` beside it.
-                let mut v = serde_json::to_value(&d)?;
-                if let Some(o) = v.as_object_mut() {
-                    o.insert(
-                        "netns".into(),
-                        labels.path(d.netns).map(|p| p.display().to_string()).into(),
-                    );
-                    o.insert("cookie".into(), d.netns.get().into());
+                // One shape: `netns` is the namespace's path (null when nothing names it),
+                // `cookie` beside it, then the decision's own keys.
+                let mut v = serde_json::json!({
+                    "netns": path.map(|p| p.display().to_string()),
+                    "cookie": d.netns.get(),
+                });
+                if let (Some(o), serde_json::Value::Object(rest)) =
+                    (v.as_object_mut(), serde_json::to_value(&d)?)
+                {
+                    o.extend(rest);
                 }
                 println!("{}", serde_json::to_string(&v)?);
             } else {
-                let ns = labels
-                    .path(d.netns)
-                    .map_or_else(|| "(path unknown)".to_owned(), |p| p.display().to_string());
+                let ns =
+                    path.map_or_else(|| "(path unknown)".to_owned(), |p| p.display().to_string());
+                let who = match (&d.caller, d.src) {
+                    (Some(c), _) => {
+                        format!("pid={} comm={} uid={} gid={}", c.pid, c.comm, c.uid, c.gid)
+                    }
+                    (None, Some(src)) => format!("inbound from {src}"),
+                    (None, None) => "inbound".to_owned(),
+                };
                 println!(
-                    "pid={} comm={} uid={} gid={} netns={} cookie={} {} {} -> {} ({}: {})",
-                    d.pid,
-                    d.comm,
-                    d.uid,
-                    d.gid,
-                    ns,
-                    d.netns,
-                    d.proto,
-                    d.dst,
-                    d.decision,
-                    d.counter,
-                    d.rule
+                    "{who} netns={ns} cookie={} {} {} -> {} ({}: {})",
+                    d.netns, d.protocol, d.dst, d.outcome, d.counter, d.rule
                 );
             }
         }

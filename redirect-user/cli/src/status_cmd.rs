@@ -68,6 +68,8 @@ fn from_files(node: &mut NodeStatus, dir: &Path, daemon: &DaemonDir) -> anyhow::
             netns: format!("{} (daemon down)", e.netns.display()),
             cookie: e.cookie,
             source: e.source,
+            writer: e.writer.name().to_owned(),
+            followed: "no_daemon".to_owned(),
         })
         .collect();
     Ok(())
@@ -120,6 +122,29 @@ fn failures_warning(node: &mut NodeStatus, n: u64) {
     }
 }
 
+/// Every namespace with a policy, as `redirect list` shows it (the daemon answered).
+fn captured(dir: &Path) -> anyhow::Result<Vec<EnrolledNs>> {
+    let view = crate::captured::node_view(dir)?;
+    Ok(view
+        .rows
+        .into_iter()
+        .filter_map(|r| {
+            Some(EnrolledNs {
+                netns: r
+                    .netns
+                    .map_or_else(|| "(path unknown)".to_owned(), |p| p.display().to_string()),
+                cookie: r.cookie?,
+                source: r.source,
+                writer: r.writer.name().to_owned(),
+                followed: serde_json::to_value(r.followed)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+            })
+        })
+        .collect())
+}
+
 /// The pinned datapath's facts with the daemon's view beside them.
 fn node_report(dir: &Path) -> anyhow::Result<NodeStatus> {
     let mut node = node_status::collect(dir)?;
@@ -138,6 +163,12 @@ fn node_report(dir: &Path) -> anyhow::Result<NodeStatus> {
                 ));
             }
             from_files(&mut node, dir, &daemon_dir)?;
+            if node.owner != "daemon" {
+                // No daemon owns it: the same view as `redirect list`, every writer's.
+                if let Ok(all) = captured(dir) {
+                    node.enrolled = all;
+                }
+            }
             return Ok(node);
         }
     };
@@ -158,14 +189,6 @@ fn node_report(dir: &Path) -> anyhow::Result<NodeStatus> {
         answer.last_problem.as_deref(),
     );
     failures_warning(&mut node, answer.cni_add_unreachable);
-    node.enrolled = listed
-        .enrollments
-        .into_iter()
-        .map(|e| EnrolledNs {
-            netns: e.record.netns.display().to_string(),
-            cookie: e.record.cookie,
-            source: e.record.source,
-        })
-        .collect();
+    node.enrolled = captured(dir)?;
     Ok(node)
 }

@@ -18,7 +18,7 @@ fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
     let _daemon = node.daemon();
     let netns = w.pod.path().display().to_string();
     let args = format!(
-        "-u 1337 -i '*' --proxy-cgroup {}",
+        "-u 1337 -i '*' --bind-proxy-cgroup {}",
         proxy_cg.path().display()
     );
     node.ok(&["enroll", "--netns", &netns, "--istio-args", &args]);
@@ -94,9 +94,9 @@ fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
         .iter()
         .map(|e| {
             (
-                e["decision"].as_str().unwrap_or(""),
+                e["outcome"].as_str().unwrap_or(""),
                 e["counter"].as_str().unwrap_or(""),
-                e["uid"].as_u64().unwrap_or(0),
+                e["caller"]["uid"].as_u64().unwrap_or(0),
             )
         })
         .collect();
@@ -110,7 +110,8 @@ fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
         "{events:?}"
     );
     assert_eq!(events[0]["dst"], "192.0.2.10:80");
-    assert_eq!(events[0]["comm"], "probe-matrix");
+    assert_eq!(events[0]["caller"]["comm"], "probe-matrix");
+    assert_eq!(events[0]["direction"], "outbound");
     assert_eq!(
         events[0]["netns"],
         netns.as_str(),

@@ -15,15 +15,20 @@ use crate::{
     node::{layout::Owner, NodeDatapath},
 };
 
-/// One namespace enrolled through the daemon.
+/// One namespace with a policy (whoever wrote it), as `redirect list` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct EnrolledNs {
-    /// The namespace's path.
+    /// The namespace's path (`(path unknown)` when nothing names it).
     pub netns: String,
     /// Its netns cookie.
     pub cookie: NetnsCookie,
     /// Where its policy came from.
     pub source: String,
+    /// The command that wrote it (`enroll`, `istio_iptables`, `vm`, `cni`, `reconcile`,
+    /// `unknown`).
+    pub writer: String,
+    /// Whether the daemon follows it (`yes`, `not_by_the_daemon`, `no_daemon`).
+    pub followed: String,
 }
 
 /// The node datapath, as pinned.
@@ -55,8 +60,8 @@ pub struct NodeStatus {
     /// Every decision counter summed over CPUs, zeros included.
     #[serde(serialize_with = "crate::views::json::pairs_as_object")]
     pub counters: Vec<(&'static str, u64)>,
-    /// Namespaces enrolled through the daemon; filled by the caller, which knows the daemon's
-    /// directory (empty from [`collect`]).
+    /// Every namespace with a policy, as `redirect list` shows it; filled by the caller, which
+    /// knows the daemon's directory (empty from [`collect`]).
     pub enrolled: Vec<EnrolledNs>,
     /// Each pinned link's and program's program: id, verified instructions, runs and run time
     /// (counted while `kernel.bpf_stats_enabled` is 1).
@@ -215,10 +220,12 @@ pub fn render(s: &NodeStatus) -> String {
         netns,
         cookie,
         source,
+        writer,
+        followed,
     } in &s.enrolled
     {
         out.push_str(&format!(
-            "  enrolled: {netns} (netns cookie {cookie}) from {source}\n"
+            "  captured: {netns} (netns cookie {cookie}) written by {writer}, followed by the daemon: {followed}, from {source}\n"
         ));
     }
     let verified: u64 = s

@@ -42,29 +42,45 @@ pub fn ns_counters(store: &mut dyn MapStore) -> Result<BTreeMap<NetnsCookie, NsC
         .collect())
 }
 
-/// One decision, decoded.
+/// One decision, decoded: the keys `explain --json` uses for the same meanings (`direction`,
+/// `protocol`, `src`, `dst`, `outcome`, `counter`, `rule`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Decision {
-    /// Netns cookie.
+    /// `outbound` (a connect or send from the namespace) or `inbound` (a connection arriving,
+    /// decided by sk_lookup).
+    pub direction: &'static str,
+    /// Netns cookie (the CLI prints it as `cookie`, beside the namespace's path).
+    #[serde(skip)]
     pub netns: NetnsCookie,
-    /// Caller's pid (thread group).
-    pub pid: u32,
-    /// Caller's command.
-    pub comm: String,
-    /// Caller's uid.
-    pub uid: u32,
-    /// Caller's gid.
-    pub gid: u32,
-    /// "tcp" or "udp".
-    pub proto: &'static str,
+    /// Who connected (outbound only: an arriving SYN has no caller).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<Caller>,
+    /// `tcp` or `udp`.
+    pub protocol: &'static str,
+    /// The peer (inbound only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub src: Option<std::net::SocketAddr>,
     /// Original destination.
     pub dst: std::net::SocketAddr,
-    /// `proxy:15001`, `dns:15053`, ... or `untouched`.
-    pub decision: String,
+    /// `proxy:15001`, `proxy:15006`, `dns:15053`, or `untouched`.
+    pub outcome: String,
     /// The deciding counter.
     pub counter: &'static str,
     /// The istio-iptables rule that decided.
     pub rule: &'static str,
+}
+
+/// The process behind an outbound decision.
+#[derive(Debug, Clone, Serialize)]
+pub struct Caller {
+    /// Its pid (thread group).
+    pub pid: u32,
+    /// Its command.
+    pub comm: String,
+    /// Its uid.
+    pub uid: u32,
+    /// Its gid.
+    pub gid: u32,
 }
 
 fn decode(bytes: &[u8]) -> Option<Decision> {
@@ -77,18 +93,25 @@ fn decode(bytes: &[u8]) -> Option<Decision> {
     let ip = crate::maps::outbound::ip_of(e.family, e.dst);
     let counter = *Counter::ALL.get(usize::from(e.counter))?;
     let end = e.comm.iter().position(|b| *b == 0).unwrap_or(e.comm.len());
+    let inbound = e.direction == redirect_common::TRACE_INBOUND;
     Some(Decision {
+        direction: if inbound { "inbound" } else { "outbound" },
         netns: e.netns,
-        pid: e.pid,
-        comm: String::from_utf8_lossy(&e.comm[..end]).into_owned(),
-        uid: e.uid,
-        gid: e.gid,
-        proto: if e.proto == 6 { "tcp" } else { "udp" },
+        caller: (!inbound).then(|| Caller {
+            pid: e.pid,
+            comm: String::from_utf8_lossy(&e.comm[..end]).into_owned(),
+            uid: e.uid,
+            gid: e.gid,
+        }),
+        protocol: if e.proto == 6 { "tcp" } else { "udp" },
+        src: inbound.then(|| {
+            std::net::SocketAddr::new(crate::maps::outbound::ip_of(e.family, e.src), e.sport)
+        }),
         dst: std::net::SocketAddr::new(ip, e.dport),
-        decision: match e.redirect_port {
-            0 => "untouched".to_owned(),
-            15053 => "dns:15053".to_owned(),
-            p => format!("proxy:{p}"),
+        outcome: match (e.redirect_port, counter) {
+            (0, _) => "untouched".to_owned(),
+            (p, Counter::DnsRedirected) => format!("dns:{p}"),
+            (p, _) => format!("proxy:{p}"),
         },
         counter: counter.name(),
         rule: counter.rule(),

@@ -81,7 +81,7 @@ pub const FEATURES: &[Feature] = &[
     f(
         "ancestor_cgroup_sock_addr",
         "bpf_get_current_ancestor_cgroup_id in cgroup_sock_addr",
-        "--proxy-cgroup (the proxy identified by its cgroup)",
+        "--bind-proxy-cgroup (the proxy identified by its cgroup)",
         "5.7",
         Check::Helper(
             P::CgroupSockAddr,

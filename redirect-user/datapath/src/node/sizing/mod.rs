@@ -72,7 +72,7 @@ impl std::fmt::Display for Quotas {
             "inbound",
         ];
         for (i, (name, value)) in NAMES.iter().zip(&self.encode()[1..]).enumerate() {
-            write!(f, "{}{name}={value}", if i > 0 { " " } else { "" })?;
+            write!(f, "{}{name}={value}", if i > 0 { "," } else { "" })?;
         }
         Ok(())
     }
@@ -356,7 +356,7 @@ mod tests {
         assert_eq!(q.handshakes, (16_384 - 1024) / 111);
         assert_eq!(
             q.to_string(),
-            "max-pods=110 ports=1024 cidrs=1024 addresses=64 interfaces=16 routes=4096 handshakes=138 max-connections=16384 inbound=8192"
+            "max-pods=110,ports=1024,cidrs=1024,addresses=64,interfaces=16,routes=4096,handshakes=138,max-connections=16384,inbound=8192"
         );
         q.validate().expect("the defaults hold every quota at once");
         let sizes = q.map_sizes();
