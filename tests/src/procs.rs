@@ -67,12 +67,8 @@ impl Attach {
     /// Value of one decision counter of this instance.
     pub fn counter(&self, name: &str) -> u64 {
         let status = self.status();
-        status["instances"][0]["counters"]
-            .as_array()
-            .expect("counters")
-            .iter()
-            .find(|c| c["name"] == name)
-            .and_then(|c| c["value"].as_u64())
+        status["instances"][0]["counters"][name]
+            .as_u64()
             .unwrap_or_else(|| panic!("no counter {name} in {status}"))
     }
 

@@ -280,7 +280,13 @@ fn probe(json: bool, demo_missing: bool) -> anyhow::Result<()> {
         probed.push(probe::probe(&probe::NONEXISTENT));
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&probed)?);
+        // One object: the kernel, the overall result, every feature.
+        let out = serde_json::json!({
+            "kernel": probe::kernel_release(),
+            "ok": probe::missing(&probed).is_none(),
+            "features": probed,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!("kernel {}", probe::kernel_release());
         for p in &probed {

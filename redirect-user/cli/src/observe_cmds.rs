@@ -65,19 +65,21 @@ pub fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
     };
     let e = explain::explain(dp.maps(), cookie, &query)?;
     if json {
+        // The keys `trace --json` uses for the same meanings; the asked caller under `caller`.
         let out = serde_json::json!({
-            "query": {
-                "direction": "outbound",
-                "netns": path.display().to_string(),
-                "cookie": cookie,
+            "direction": "outbound",
+            "netns": path.display().to_string(),
+            "cookie": cookie,
+            "caller": {
                 "uid": uid,
                 "gid": gid,
-                "dst": dst.to_string(),
-                "protocol": if tcp { "tcp" } else { "udp" },
-                "src": src.map(|s| s.to_string()),
                 "cgroup": cgroup.map(|c| c.display().to_string()),
             },
+            "protocol": if tcp { "tcp" } else { "udp" },
+            "bound": src.map(|s| s.to_string()),
+            "dst": dst.to_string(),
             "outcome": e.outcome,
+            "detail": e.detail,
             "counter": e.counter,
             "rule": e.rule,
             "own_policy": e.own_policy,
@@ -88,7 +90,7 @@ pub fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
             "{} {dst} from uid {uid} gid {gid} in {}: {} ({}; rule: {}){}",
             if tcp { "TCP" } else { "UDP" },
             path.display(),
-            e.outcome,
+            e.shown(),
             e.counter,
             e.rule,
             if e.own_policy {
@@ -132,15 +134,15 @@ pub fn explain_inbound(
     let e = explain_inbound::explain_inbound(dp.maps(), cookie, &q)?;
     if json {
         let out = serde_json::json!({
-            "query": {
-                "direction": "inbound",
-                "netns": path.display().to_string(),
-                "cookie": cookie,
-                "src": src.to_string(),
-                "dst": dst.to_string(),
-                "iface": iface,
-            },
+            "direction": "inbound",
+            "netns": path.display().to_string(),
+            "cookie": cookie,
+            "protocol": "tcp",
+            "src": src.to_string(),
+            "dst": dst.to_string(),
+            "iface": iface,
             "outcome": e.outcome,
+            "detail": e.detail,
             "counter": e.counter,
             "rule": e.rule,
         });
@@ -150,7 +152,7 @@ pub fn explain_inbound(
             "TCP {src} -> {dst}{} arriving in {}: {} ({}; rule: {})",
             iface.map(|i| format!(" on {i}")).unwrap_or_default(),
             path.display(),
-            e.outcome,
+            e.shown(),
             e.counter,
             e.rule
         );

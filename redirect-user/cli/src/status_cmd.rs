@@ -62,13 +62,13 @@ fn from_files(node: &mut NodeStatus, dir: &Path, daemon: &DaemonDir) -> anyhow::
         node,
         redirect_daemon_api::cni_failures::read(daemon.path()).unwrap_or(0),
     );
-    node.enrolled = records
+    node.captured = records
         .into_iter()
         .map(|e| EnrolledNs {
             netns: format!("{} (daemon down)", e.netns.display()),
             cookie: e.cookie,
             source: e.source,
-            writer: e.writer.name().to_owned(),
+            writer: e.writer.key().to_owned(),
             followed: "no_daemon".to_owned(),
         })
         .collect();
@@ -135,7 +135,7 @@ fn captured(dir: &Path) -> anyhow::Result<Vec<EnrolledNs>> {
                     .map_or_else(|| "(path unknown)".to_owned(), |p| p.display().to_string()),
                 cookie: r.cookie?,
                 source: r.source,
-                writer: r.writer.name().to_owned(),
+                writer: r.writer.key().to_owned(),
                 followed: serde_json::to_value(r.followed)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))
@@ -166,7 +166,7 @@ fn node_report(dir: &Path) -> anyhow::Result<NodeStatus> {
             if node.owner != "daemon" {
                 // No daemon owns it: the same view as `redirect list`, every writer's.
                 if let Ok(all) = captured(dir) {
-                    node.enrolled = all;
+                    node.captured = all;
                 }
             }
             return Ok(node);
@@ -189,6 +189,6 @@ fn node_report(dir: &Path) -> anyhow::Result<NodeStatus> {
         answer.last_problem.as_deref(),
     );
     failures_warning(&mut node, answer.cni_add_unreachable);
-    node.enrolled = captured(dir)?;
+    node.captured = captured(dir)?;
     Ok(node)
 }

@@ -73,6 +73,16 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// The name in JSON (snake_case): `istio_iptables`, ...
+    pub fn key(self) -> &'static str {
+        match self {
+            Writer::IstioIptables => "istio_iptables",
+            other => other.name(),
+        }
+    }
+}
+
 impl std::fmt::Display for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -272,6 +282,22 @@ fn none<A>() -> Option<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_writers_key_is_its_json_name() {
+        for w in [
+            Writer::Enroll,
+            Writer::IstioIptables,
+            Writer::Vm,
+            Writer::Cni,
+            Writer::Reconcile,
+            Writer::Attach,
+            Writer::Unknown,
+        ] {
+            assert_eq!(serde_json::to_value(w).expect("json"), w.key());
+            assert_eq!(w.name().replace('-', "_"), w.key());
+        }
+    }
 
     #[test]
     fn frames_parse_back() {

@@ -20,9 +20,11 @@ pub const DATAPLANE_MODE: &str = "istio.io/dataplane-mode";
 pub enum Decision {
     /// Capture is set up for it.
     Meshed,
-    /// Left alone.
+    /// Left alone. JSON: one flat object, `{"decision": "skipped", "reason": "istio_init"}` (and
+    /// the reason's own fields beside it).
     Skipped {
         /// Why.
+        #[serde(flatten)]
         reason: Skip,
     },
 }

@@ -12,7 +12,7 @@ mod env;
 mod error;
 mod ids;
 pub mod inbound_spec;
-mod json;
+pub mod json;
 pub mod kernel;
 mod lookup;
 mod rules;
@@ -54,17 +54,28 @@ pub const MAX_OWNER_IDS: usize = redirect_common::outbound::MAX_OWNERS;
 pub const DEFAULT_IPV4_LOOPBACK_CIDR: Ipv4Net =
     Ipv4Net::new_assert(std::net::Ipv4Addr::new(127, 0, 0, 1), 32);
 
-/// How inbound traffic is captured (`-m`).
+/// How inbound traffic is captured (`-m`). JSON: `"redirect"` or `"tproxy"` (the names of
+/// before, `"Redirect"`, `"Tproxy"`, are read too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// nat REDIRECT to the inbound capture port (istio's default).
+    #[serde(alias = "Redirect")]
     Redirect,
     /// mangle TPROXY to the inbound capture port.
+    #[serde(alias = "Tproxy")]
     Tproxy,
 }
 
-/// Outbound destinations captured (`-i`).
+/// Outbound destinations captured (`-i`). JSON: `{"kind": "all"}` or `{"kind": "list",
+/// "items": [...]}` (the form of before, `"All"` or `{"List": [...]}`, is read too).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    content = "items",
+    rename_all = "snake_case",
+    from = "json::Either<json::CidrsTagged, json::CidrsBefore>"
+)]
 pub enum Cidrs {
     /// `*`: every destination.
     All,
@@ -72,8 +83,15 @@ pub enum Cidrs {
     List(Vec<IpNet>),
 }
 
-/// Inbound ports captured (`-b`).
+/// Inbound ports captured (`-b`). JSON as [`Cidrs`]: `{"kind": "all"}` or `{"kind": "list",
+/// "items": [...]}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    content = "items",
+    rename_all = "snake_case",
+    from = "json::Either<json::PortsTagged, json::PortsBefore>"
+)]
 pub enum InboundPorts {
     /// `*`: every port except `-d` and the tunnel port.
     All,
@@ -90,8 +108,15 @@ pub struct Group {
     pub gid: u32,
 }
 
-/// Which processes' outbound traffic is captured, by group (env only).
+/// Which processes' outbound traffic is captured, by group (env only). JSON: `{"kind": "all"}`,
+/// `{"kind": "include", "items": [...]}` or `{"kind": "exclude", "items": [...]}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    content = "items",
+    rename_all = "snake_case",
+    from = "json::Either<json::GroupsTagged, json::GroupsBefore>"
+)]
 pub enum OwnerGroups {
     /// No group filter (include `*`, empty exclude).
     All,
@@ -168,13 +193,17 @@ pub struct Policy {
     pub no_proxy: NoProxy,
 }
 
-/// Outbound capture while nothing listens on the proxy's port (the app started first).
+/// Outbound capture while nothing listens on the proxy's port (the app started first). JSON:
+/// `"refuse"` or `"passthrough"`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum NoProxy {
     /// Send them to the closed port anyway: the connect fails fast, as with iptables.
     #[default]
+    #[serde(alias = "Refuse")]
     Refuse,
     /// Leave them alone until the proxy listens.
+    #[serde(alias = "Passthrough")]
     Passthrough,
 }
 

@@ -125,7 +125,12 @@ fn probe_lists_every_feature_and_a_missing_one_is_a_sentence() {
         "this kernel has every feature: {out:?}"
     );
     let probed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    let names: Vec<&str> = probed
+    assert_eq!(probed["ok"], true, "{probed}");
+    assert!(
+        probed["kernel"].as_str().is_some_and(|k| !k.is_empty()),
+        "{probed}"
+    );
+    let names: Vec<&str> = probed["features"]
         .as_array()
         .expect("a list")
         .iter()

@@ -148,10 +148,10 @@ fn daemon_enrolls_follows_addresses_and_is_alone() {
     let why: serde_json::Value = serde_json::from_str(&why).expect("json");
     assert_eq!(why["outcome"], "proxy:15001", "{why}");
     // The answer echoes the query, with the namespace as a path and its cookie as a number.
-    assert_eq!(why["query"]["direction"], "outbound", "{why}");
-    assert_eq!(why["query"]["netns"], netns.as_str(), "{why}");
-    assert!(why["query"]["cookie"].is_u64(), "{why}");
-    assert_eq!(why["query"]["dst"], "192.0.2.10:80", "{why}");
+    assert_eq!(why["direction"], "outbound", "{why}");
+    assert_eq!(why["netns"], netns.as_str(), "{why}");
+    assert!(why["cookie"].is_u64(), "{why}");
+    assert_eq!(why["dst"], "192.0.2.10:80", "{why}");
 
     // The daemon's Prometheus endpoint, per namespace (asked for).
     let text = scrape(&redirect_tests::node::metrics_addr(&ready).to_string());

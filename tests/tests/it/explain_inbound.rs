@@ -113,10 +113,15 @@ fn explain_inbound_names_the_rule_for_each_arrival() {
         "--json",
     ]);
     let v: serde_json::Value = serde_json::from_str(&json).expect("json");
-    assert_eq!(v["query"]["direction"], "inbound", "{v}");
-    assert_eq!(v["query"]["dst"], "10.200.0.2:9080", "{v}");
-    assert!(v["query"]["cookie"].is_u64(), "{v}");
+    assert_eq!(v["direction"], "inbound", "{v}");
+    assert_eq!(v["dst"], "10.200.0.2:9080", "{v}");
+    assert!(v["cookie"].is_u64(), "{v}");
     assert_eq!(v["counter"], "inbound_steered", "{v}");
+    assert_eq!(v["outcome"], "proxy:15006", "the token trace says too: {v}");
+    assert!(
+        v["detail"].as_str().is_some_and(|d| d.contains("listener")),
+        "{v}"
+    );
 
     // Bad input names the flag.
     for (extra, names) in [

@@ -37,6 +37,7 @@ mod install_cni_paths;
 mod install_cni_watch;
 mod istio_iptables;
 mod istio_iptables_env;
+mod json_contract;
 mod layout;
 mod lifecycle;
 mod local_quota;

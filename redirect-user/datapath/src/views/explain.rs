@@ -20,15 +20,31 @@ use crate::{
 /// The answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Explained {
-    /// Where the connection goes: `proxy:15001`, `proxy:15006`, `dns:15053`, `untouched`, or
-    /// `refused (...)` when the proxy does not listen yet under `--no-proxy refuse`.
+    /// Where the connection goes, as `trace` says it: `proxy:15001`, `proxy:15006`,
+    /// `dns:15053`, `untouched`, or `refused` (the proxy does not listen yet, `--no-proxy
+    /// refuse`).
     pub outcome: String,
+    /// What qualifies the outcome, when something does (`nothing listens on proxy:15001`;
+    /// inbound: what happens while the proxy's listener is down).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
     /// The decision counter (as in `redirect status` / metrics).
     pub counter: &'static str,
     /// The istio-iptables rule that decided.
     pub rule: &'static str,
     /// Whether the namespace has a policy of its own (else the default of `attach`, or none).
     pub own_policy: bool,
+}
+
+impl Explained {
+    /// The outcome with its detail, as the text output says it.
+    pub fn shown(&self) -> String {
+        match &self.detail {
+            None => self.outcome.clone(),
+            Some(d) if self.outcome == "refused" => format!("refused ({d})"),
+            Some(d) => format!("{} {d}", self.outcome),
+        }
+    }
 }
 
 /// Answers each lookup from values read once from the maps.
@@ -165,23 +181,26 @@ pub fn explain(store: &mut dyn MapStore, cookie: NetnsCookie, q: &Query<'_>) -> 
         .get(&cookie, 0)
         .is_ok_and(|n| n > 0);
     let verdict = when_proxy_down(&policy, verdict, key == cookie && key != 0, proxy_up);
-    let (outcome, counter) = match verdict {
-        Verdict::Pass(c) => ("untouched".to_owned(), c),
+    let (outcome, detail, counter) = match verdict {
+        Verdict::Pass(c) => ("untouched".to_owned(), None, c),
         // Sent to the closed outbound port: the application's connect is refused.
-        Verdict::Redirect(port, c @ Counter::NoProxyRefused) => {
-            (format!("refused (nothing listens on proxy:{port})"), c)
-        }
+        Verdict::Redirect(port, c @ Counter::NoProxyRefused) => (
+            "refused".to_owned(),
+            Some(format!("nothing listens on proxy:{port}")),
+            c,
+        ),
         Verdict::Redirect(port, c) => {
             let who = if c == Counter::DnsRedirected {
                 "dns"
             } else {
                 "proxy"
             };
-            (format!("{who}:{port}"), c)
+            (format!("{who}:{port}"), None, c)
         }
     };
     Ok(Explained {
         outcome,
+        detail,
         counter: counter.name(),
         rule: counter.rule(),
         own_policy: key == cookie && key != 0,

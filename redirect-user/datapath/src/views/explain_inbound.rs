@@ -55,6 +55,7 @@ impl Lookups for Snapshot {
 fn untouched(counter: Counter, why: &'static str) -> Explained {
     Explained {
         outcome: "untouched".to_owned(),
+        detail: None,
         counter: counter.name(),
         rule: why,
         own_policy: false,
@@ -124,25 +125,27 @@ pub fn explain_inbound(
     Ok(match verdict {
         Verdict::Ignore => Explained {
             outcome: "untouched".to_owned(),
+            detail: None,
             counter: "-",
             rule: "the proxy's own inbound port: its listener takes it directly",
             own_policy: true,
         },
         Verdict::Pass(c) => Explained {
             outcome: "untouched".to_owned(),
+            detail: None,
             counter: c.name(),
             rule: c.rule(),
             own_policy: true,
         },
         Verdict::Steer => Explained {
-            outcome: format!(
-                "proxy:{} while its listener is up, else {}",
-                policy.inbound_port,
+            outcome: format!("proxy:{}", policy.inbound_port),
+            detail: Some(format!(
+                "while its listener is up, else {}",
                 match without_listener(&policy) {
                     NoListener::Refuse => "refused (inbound_no_listener)",
                     NoListener::Passthrough => "passed to the application (inbound_no_listener)",
                 }
-            ),
+            )),
             counter: Counter::InboundSteered.name(),
             rule: Counter::InboundSteered.rule(),
             own_policy: true,

@@ -15,6 +15,18 @@ where
     map.end()
 }
 
+/// Serialises counters as `{"name": value, ...}`, as every other view gives them.
+pub(crate) fn counters_as_object<S: Serializer>(
+    counters: &[crate::maps::counters::CounterValue],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    let mut map = s.serialize_map(Some(counters.len()))?;
+    for c in counters {
+        map.serialize_entry(c.name, &c.value)?;
+    }
+    map.end()
+}
+
 #[cfg(test)]
 mod tests {
     #[derive(serde::Serialize)]

@@ -52,8 +52,8 @@ pub struct NodeStatus {
     pub links: Vec<String>,
     /// The sk_lookup program it runs (the one without `ingress_ifindex` refuses `-c`/`-k`).
     pub sk_lookup: &'static str,
-    /// Namespaces (cookies) with an sk_lookup link.
-    pub inbound_netns: Vec<String>,
+    /// Netns cookies with an sk_lookup link (numbers, as every view gives cookies).
+    pub inbound_netns: Vec<NetnsCookie>,
     /// Entries per map, for the maps whose fill matters.
     #[serde(serialize_with = "crate::views::json::pairs_as_object")]
     pub fill: Vec<(&'static str, usize)>,
@@ -62,7 +62,7 @@ pub struct NodeStatus {
     pub counters: Vec<(&'static str, u64)>,
     /// Every namespace with a policy, as `redirect list` shows it; filled by the caller, which
     /// knows the daemon's directory (empty from [`collect`]).
-    pub enrolled: Vec<EnrolledNs>,
+    pub captured: Vec<EnrolledNs>,
     /// Each pinned link's and program's program: id, verified instructions, runs and run time
     /// (counted while `kernel.bpf_stats_enabled` is 1).
     pub programs: Vec<PinnedProgram>,
@@ -168,10 +168,13 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
         proxy_cgroup: cgroup_name(layout.proxy_cgroup),
         links: names(&dir.join("links")),
         sk_lookup,
-        inbound_netns: names(&dir.join("netns")),
+        inbound_netns: names(&dir.join("netns"))
+            .iter()
+            .filter_map(|n| n.parse::<u64>().ok().map(NetnsCookie))
+            .collect(),
         fill,
         counters: totals,
-        enrolled: Vec::new(),
+        captured: Vec::new(),
         programs: crate::load::program_stats::of_pins(dir)
             .into_iter()
             .map(|(pin, stat)| PinnedProgram { pin, stat })
@@ -208,7 +211,11 @@ pub fn render(s: &NodeStatus) -> String {
     if !s.inbound_netns.is_empty() {
         out.push_str(&format!(
             "  sk_lookup linked in netns cookies: {}\n",
-            s.inbound_netns.join(" ")
+            s.inbound_netns
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
         ));
     }
     out.push_str("  map fill:");
@@ -222,10 +229,11 @@ pub fn render(s: &NodeStatus) -> String {
         source,
         writer,
         followed,
-    } in &s.enrolled
+    } in &s.captured
     {
         out.push_str(&format!(
-            "  captured: {netns} (netns cookie {cookie}) written by {writer}, followed by the daemon: {followed}, from {source}\n"
+            "  captured: {netns} (netns cookie {cookie}) written by {}, followed by the daemon: {followed}, from {source}\n",
+            writer.replace('_', "-")
         ));
     }
     let verified: u64 = s

@@ -42,7 +42,8 @@ pub struct InstanceStatus {
     pub outbound_port: u16,
     /// Attachments.
     pub attachments: Vec<AttachmentStatus>,
-    /// Decision counters.
+    /// Decision counters (an object, name -> value, zeros included).
+    #[serde(serialize_with = "crate::views::json::counters_as_object")]
     pub counters: Vec<CounterValue>,
     /// Redirected connections whose hand-off the proxy has not claimed yet (`TRACKED`).
     pub tracked_entries: usize,
