@@ -75,14 +75,16 @@ pub fn run(
 ) -> anyhow::Result<()> {
     let text = read(file)?;
     let shown = file.display();
-    let mut docs = manifest::documents(&text).with_context(|| format!("reading {shown}"))?;
+    let docs = manifest::documents(&text).with_context(|| format!("reading {shown}"))?;
     if migrate {
-        let mut out = Vec::new();
-        for d in &mut docs {
-            manifest::migrate(d).with_context(|| format!("migrating {shown}"))?;
-            out.push(manifest::to_yaml(d)?);
+        // The manifest's own text, edited where istio-init was: quoting, comments and
+        // document separators stay as written.
+        let (out, fell_back) = redirect_k8s::migrate_text::migrate_text(&text)
+            .with_context(|| format!("migrating {shown}"))?;
+        for n in fell_back {
+            eprintln!("warning: {shown}: document {n} could not be edited in place (flow style?): printed from its parsed value, without its comments and quoting");
         }
-        return emit(&out.join("---\n"));
+        return emit(&out);
     }
     let mut reports = Vec::new();
     for d in &docs {

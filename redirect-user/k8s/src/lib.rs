@@ -15,6 +15,7 @@ mod decide;
 mod dns;
 mod error;
 pub mod manifest;
+pub mod migrate_text;
 mod pod;
 mod policy;
 mod unknown_keys;

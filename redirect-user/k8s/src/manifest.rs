@@ -45,7 +45,7 @@ impl Document {
 
     /// Where the pod is in a document of this kind: the document itself for a Pod, the pod
     /// template for a workload; `None` for other kinds.
-    fn template_path(&self) -> Option<&'static [&'static str]> {
+    pub(crate) fn template_path(&self) -> Option<&'static [&'static str]> {
         Some(match self.kind() {
             "Pod" => &[],
             "Deployment"

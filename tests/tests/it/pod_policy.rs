@@ -76,6 +76,16 @@ fn every_manifest_agrees_with_its_istio_init_and_migrates_to_a_meshed_pod() {
             !yaml.contains("name: istio-init") && !yaml.contains("NET_RAW"),
             "{name}: {yaml}"
         );
+        // The manifest's own lines, in order, quoting and all: only istio-init's lines go and
+        // the sidecar annotations' lines change.
+        let original = std::fs::read_to_string(&file).expect("manifest");
+        let mut rest = original.lines();
+        for line in yaml.lines().filter(|l| !l.contains("sidecar.istio.io/")) {
+            assert!(
+                rest.any(|o| o == line),
+                "{name}: {line:?} is not the manifest's own, in order:\n{yaml}"
+            );
+        }
         let again = pod_policy(&["-", "--json"], Some(&yaml));
         assert!(again.status.success(), "{name}: {}", text(&again.stderr));
         let again = &json_of(&again)[0];
