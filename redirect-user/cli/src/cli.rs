@@ -103,7 +103,9 @@ pub enum Command {
         /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
         #[arg(long, value_name = "DIR")]
         bpffs: Option<PathBuf>,
-        /// Cgroup to attach at when the datapath is created [default: the cgroup v2 root].
+        /// Cgroup to attach the capture hooks at when the datapath is created [default: the
+        /// cgroup v2 root]. The proxy hooks attach at --proxy-cgroup, not here (`istio-iptables
+        /// --cgroup` puts both at its cgroup).
         #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
         cgroup: Option<PathBuf>,
         /// Cgroup under which the proxies' listeners live (getsockopt and sock_ops attach
@@ -164,7 +166,9 @@ pub enum Command {
         #[command(flatten)]
         dirs: crate::dir_args::DaemonDirArg,
     },
-    /// List the daemon's enrollments.
+    /// Everything captured on this node: every namespace the kernel holds a policy for, whoever
+    /// wrote it (the daemon, istio-iptables, vm), with its writer and whether the daemon
+    /// follows it, and each running `redirect attach`. Works with or without a daemon.
     List {
         /// Print JSON.
         #[arg(long)]

@@ -57,7 +57,9 @@ istio-iptables' default, 1337).
 
 redirect's own flags:
       --netns NAME|PATH    namespace to apply to (/run/netns/NAME) [the current one]
-      --cgroup PATH        cgroup to attach at when the datapath is created [cgroup v2 root]
+      --cgroup PATH        cgroup to attach at when the datapath is created [cgroup v2 root]; the
+                           proxy hooks (getsockopt, sock_ops) attach there too (`daemon` keeps
+                           them apart: its --proxy-cgroup)
       --bpffs DIR          pin directory [{bpffs}]
       --cluster-env FILE   a VM's cluster.env, read under the environment
       --dns-servers LIST   DNS servers instead of the pod's resolv.conf's
@@ -140,7 +142,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         print!("{}", help());
         return Ok(());
     }
-    let inv = parse(args)?;
+    let inv = crate::missing_inputs::resolve(args, &crate::missing_inputs::Asking::ISTIO_IPTABLES)?;
     for flag in &inv.ignored {
         tracing::debug!(flag = %flag, "accepted and ignored");
     }

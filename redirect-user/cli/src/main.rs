@@ -14,6 +14,7 @@ mod istio;
 mod istio_daemon;
 mod kube_args;
 mod list_cmd;
+mod missing_inputs;
 mod node_cmds;
 mod observe_cmds;
 mod pod_policy_cmd;

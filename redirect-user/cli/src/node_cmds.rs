@@ -154,7 +154,8 @@ pub fn enroll(
             let mut argv = split_args(args)?;
             argv.extend(["--netns".to_owned(), netns_name.to_owned()]);
             (
-                crate::istio::parse(&argv)?.policy,
+                crate::missing_inputs::resolve(&argv, &crate::missing_inputs::Asking::ENROLL)?
+                    .policy,
                 format!("--istio-args {args}"),
             )
         }

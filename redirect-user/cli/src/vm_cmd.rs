@@ -4,13 +4,11 @@
 //! inside `--args "..."`, and every missing input is named at once.
 use std::path::{Path, PathBuf};
 
-use anyhow::bail;
 use redirect_daemon as daemon;
 use redirect_datapath::{
     netns,
     node::{self, NodeAttach, NodeDatapath},
 };
-use redirect_policy::{Policy, PolicyError};
 
 use crate::node_cmds::{open_netns, split_args};
 
@@ -42,7 +40,7 @@ pub fn vm(args: VmArgs<'_>) -> anyhow::Result<()> {
     if let Some(extra) = extra {
         argv.extend(split_args(extra)?);
     }
-    let policy = resolve(&argv)?;
+    let policy = crate::missing_inputs::resolve(&argv, &crate::missing_inputs::Asking::VM)?.policy;
     // The host is init's namespace: a path the daemon can open too (not /proc/self).
     let path = netns_name.map_or_else(
         || PathBuf::from("/proc/1/ns/net"),
@@ -103,43 +101,4 @@ pub fn vm(args: VmArgs<'_>) -> anyhow::Result<()> {
         policy.proxy_port,
     );
     Ok(())
-}
-
-/// The policy of `argv`; when inputs that come from the VM's files are missing, every one of
-/// them is named in one error, each with the `--args` that gives it.
-fn resolve(argv: &[String]) -> anyhow::Result<Policy> {
-    let mut argv = argv.to_vec();
-    let mut missing: Vec<String> = Vec::new();
-    // Each missing input is stood in for once, to find the next one; at most one per kind.
-    for _ in 0..3 {
-        let err = match crate::istio::parse(&argv) {
-            Ok(inv) if missing.is_empty() => return Ok(inv.policy),
-            Ok(_) => break,
-            Err(e) => e,
-        };
-        let Some(PolicyError::PodFile { needed, lookup, .. }) = err.downcast_ref::<PolicyError>()
-        else {
-            return Err(err);
-        };
-        let (args, stand_in): (&str, &[&str]) = if needed.contains("-u/--proxy-uid") {
-            ("-u UID (istio's default is 1337)", &["-u", "1337"])
-        } else if needed.contains("nameservers") {
-            (
-                "--dns-servers LIST (the VM's DNS servers), or --capture-all-dns",
-                &["--dns-servers", "192.0.2.1"],
-            )
-        } else {
-            return Err(err);
-        };
-        missing.push(format!(
-            "{}, and {lookup}: add {args} to --args",
-            needed.replace("the pod's", "the VM's")
-        ));
-        argv.extend(stand_in.iter().map(|s| (*s).to_owned()));
-    }
-    bail!(
-        "redirect vm needs {} more input(s):\n  {}\ne.g. redirect vm --cluster-env FILE --args \"-u 1337 --dns-servers 10.0.0.2\"",
-        missing.len(),
-        missing.join("\n  ")
-    )
 }

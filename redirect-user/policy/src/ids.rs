@@ -45,6 +45,7 @@ pub(super) fn default_uid(env: &dyn EnvSource, sys: &dyn SystemLookup) -> Result
         .get("ENVOY_USER")
         .unwrap_or_else(|| "istio-proxy".into());
     match sys.user_uid(&user) {
+        Ok(Id::Unused) => Ok(1337),
         Ok(Id::Found { id, from }) => {
             tracing::info!(user = %user, uid = id, from = %from, "proxy uid of the pod's user");
             Ok(id)
@@ -79,6 +80,7 @@ fn id_of(
         });
     }
     match kind.lookup(sys, item) {
+        Ok(Id::Unused) => Ok(Ok(0)),
         Ok(Id::Found { id, from }) => {
             tracing::info!(flag, name = item, id, from = %from, "name of the pod resolved");
             Ok(Ok(id))

@@ -87,6 +87,8 @@ pub enum LookupError {
 /// The answer for one user or group name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Id {
+    /// Not looked up: nothing applies it (`--cleanup-only`); any id will do and none is logged.
+    Unused,
     /// Listed: the id and where.
     Found {
         /// uid or gid.
@@ -230,17 +232,14 @@ impl SystemLookup for Sources {
     }
 }
 
-/// For `--cleanup-only`, which applies no policy: every name "resolves" to `u32::MAX` and
+/// For `--cleanup-only`, which applies no policy: no name is looked up ([`Id::Unused`]) and
 /// nothing is read.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct NotLookedUp;
 
 impl SystemLookup for NotLookedUp {
     fn group_gid(&self, _name: &str) -> Result<Id, LookupError> {
-        Ok(Id::Found {
-            id: u32::MAX,
-            from: "nothing (--cleanup-only)".into(),
-        })
+        Ok(Id::Unused)
     }
 
     fn user_uid(&self, name: &str) -> Result<Id, LookupError> {

@@ -160,6 +160,27 @@ fn a_reenroll_says_what_it_replaced_directly_and_through_the_daemon() {
 }
 
 #[test]
+fn cleanup_logs_no_sentinel_values() {
+    privileged!();
+    let node = Node::new();
+    let ns = Netns::new("roec").expect("netns");
+    node.apply(&ns.path(), &["-u", "1337", "-i", "*"]);
+    let out = node.run(&[
+        "istio-iptables",
+        "--netns",
+        &ns.path().display().to_string(),
+        "--cleanup-only",
+    ]);
+    let (o, e) = text(&out);
+    assert!(out.status.success(), "{e}");
+    assert!(o.contains("policy removed"), "{o}");
+    assert!(
+        !e.contains("4294967295") && !e.contains("from=nothing"),
+        "{e}"
+    );
+}
+
+#[test]
 fn validate_outside_the_capture_cgroup_names_the_cgroup_to_use() {
     privileged!();
     let node = Node::new();

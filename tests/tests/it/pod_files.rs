@@ -195,7 +195,8 @@ fn a_namespace_with_no_process_needs_its_dns_servers_and_defaults_the_proxy_uid(
     let err = stderr(&out);
     assert!(
         err.contains(&no_process)
-            && err.contains("pass --dns-servers LIST")
+            && err.contains("add --dns-servers LIST")
+            && err.contains("to --istio-args")
             && err.contains("host's own files"),
         "{err}"
     );
