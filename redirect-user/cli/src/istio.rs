@@ -116,13 +116,19 @@ pub(crate) fn pre_scan(args: &[String], flag: &str) -> Option<String> {
 /// Parses istio-iptables arguments the way `redirect istio-iptables` does: cluster.env under
 /// the environment, and names and DNS servers from the target namespace's own files
 /// ([`redirect_datapath::netns::pod_files::sources`]; this process's own `/etc` only when the target
-/// is the namespace it runs in).
-pub fn parse(args: &[String]) -> anyhow::Result<Invocation> {
+/// is the namespace it runs in). `vm`: the target is a VM (`redirect vm`), whose files are
+/// this host's own ([`pod_files::vm_sources`]), not a pod's.
+pub fn parse_for(args: &[String], vm: bool) -> anyhow::Result<Invocation> {
     let netns = pre_scan(args, "--netns")
         .or_else(|| pre_scan(args, "--network-namespace"))
         .or_else(|| std::env::var("NETWORK_NAMESPACE").ok())
         .filter(|n| !n.is_empty());
-    let sys = pod_files::sources(&netns::resolve(netns.as_deref()), netns.as_deref());
+    let path = netns::resolve(netns.as_deref());
+    let sys = if vm {
+        pod_files::vm_sources(&path, netns.as_deref())
+    } else {
+        pod_files::sources(&path, netns.as_deref())
+    };
     let cluster = match pre_scan(args, "--cluster-env") {
         Some(file) => {
             let text = std::fs::read_to_string(&file)
@@ -143,6 +149,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         return Ok(());
     }
     let inv = crate::missing_inputs::resolve(args, &crate::missing_inputs::Asking::ISTIO_IPTABLES)?;
+    crate::missing_inputs::say_notes(&inv);
     for flag in &inv.ignored {
         tracing::debug!(flag = %flag, "accepted and ignored");
     }
@@ -213,7 +220,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         &inv.policy,
         &applied,
         redirect_daemon_api::Writer::IstioIptables,
-        format!("istio-iptables {}", args.join(" ")),
+        crate::missing_inputs::with_notes(format!("istio-iptables {}", args.join(" ")), &inv.notes),
     );
     let inbound = if applied.inbound {
         format!(", inbound capture to :{}", inv.policy.inbound_capture_port)

@@ -43,7 +43,8 @@ pub fn run(
         return Ok(true);
     }
     let path = enrolled.unwrap_or_else(|| ns.to_path_buf());
-    let source = format!("istio-iptables {}", args.join(" "));
+    let source =
+        crate::missing_inputs::with_notes(format!("istio-iptables {}", args.join(" ")), &inv.notes);
     // Opened here, where `ns` means what the operator meant; the daemon enrolls the namespace
     // behind the descriptor.
     let fd = NetnsFd::open(ns)

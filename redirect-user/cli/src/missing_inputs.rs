@@ -13,6 +13,8 @@ pub struct Asking {
     pub inside: Option<&'static str>,
     /// What the target is called (`pod`, `VM`).
     pub subject: &'static str,
+    /// A VM's files are this host's own (`redirect vm`).
+    pub vm: bool,
 }
 
 impl Asking {
@@ -21,18 +23,21 @@ impl Asking {
         command: "redirect istio-iptables",
         inside: None,
         subject: "pod",
+        vm: false,
     };
     /// `redirect enroll`: inside `--istio-args`.
     pub const ENROLL: Asking = Asking {
         command: "redirect enroll --netns NS",
         inside: Some("--istio-args"),
         subject: "pod",
+        vm: false,
     };
     /// `redirect vm`: inside `--args`.
     pub const VM: Asking = Asking {
         command: "redirect vm --cluster-env FILE",
         inside: Some("--args"),
         subject: "VM",
+        vm: true,
     };
 
     fn fix(self, flags: &str) -> String {
@@ -51,7 +56,7 @@ pub fn resolve(argv: &[String], asking: &Asking) -> anyhow::Result<Invocation> {
     let mut examples: Vec<&str> = Vec::new();
     // Each missing input is stood in for once, to find the next one; at most one per kind.
     for _ in 0..3 {
-        let err = match crate::istio::parse(&argv) {
+        let err = match crate::istio::parse_for(&argv, asking.vm) {
             Ok(inv) if missing.is_empty() => return Ok(inv),
             Ok(_) => break,
             Err(e) => e,
@@ -69,7 +74,7 @@ pub fn resolve(argv: &[String], asking: &Asking) -> anyhow::Result<Invocation> {
             )
         } else if needed.contains("nameservers") {
             (
-                "--dns-servers LIST (its DNS servers, e.g. the cluster DNS), or --capture-all-dns",
+                "--dns-servers LIST (its DNS servers, e.g. the cluster DNS) or --capture-all-dns",
                 "--dns-servers 10.96.0.10",
                 &["--dns-servers", "192.0.2.1"],
             )
@@ -95,4 +100,20 @@ pub fn resolve(argv: &[String], asking: &Asking) -> anyhow::Result<Invocation> {
         missing.len(),
         missing.join("\n  ")
     )
+}
+
+/// Says once where values no flag gave came from (`note: proxy uid 1337 (no -u): ...`).
+pub fn say_notes(inv: &Invocation) {
+    for n in &inv.notes {
+        println!("note: {n}");
+    }
+}
+
+/// A recorded source with the notes beside it, so `list` shows them too.
+pub fn with_notes(source: String, notes: &[String]) -> String {
+    if notes.is_empty() {
+        source
+    } else {
+        format!("{source} [{}]", notes.join("; "))
+    }
 }

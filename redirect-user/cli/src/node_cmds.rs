@@ -153,10 +153,12 @@ pub fn enroll(
         (Some(args), None, None) => {
             let mut argv = split_args(args)?;
             argv.extend(["--netns".to_owned(), netns_name.to_owned()]);
+            let inv =
+                crate::missing_inputs::resolve(&argv, &crate::missing_inputs::Asking::ENROLL)?;
+            crate::missing_inputs::say_notes(&inv);
             (
-                crate::missing_inputs::resolve(&argv, &crate::missing_inputs::Asking::ENROLL)?
-                    .policy,
-                format!("--istio-args {args}"),
+                inv.policy,
+                crate::missing_inputs::with_notes(format!("--istio-args {args}"), &inv.notes),
             )
         }
         (None, Some(file), None) => {
@@ -166,9 +168,15 @@ pub fn enroll(
                 "--netns".to_owned(),
                 netns_name.to_owned(),
             ];
+            let inv =
+                crate::missing_inputs::resolve(&argv, &crate::missing_inputs::Asking::ENROLL)?;
+            crate::missing_inputs::say_notes(&inv);
             (
-                crate::istio::parse(&argv)?.policy,
-                format!("--cluster-env {}", file.display()),
+                inv.policy,
+                crate::missing_inputs::with_notes(
+                    format!("--cluster-env {}", file.display()),
+                    &inv.notes,
+                ),
             )
         }
         (None, None, Some(file)) => {

@@ -40,7 +40,9 @@ pub fn vm(args: VmArgs<'_>) -> anyhow::Result<()> {
     if let Some(extra) = extra {
         argv.extend(split_args(extra)?);
     }
-    let policy = crate::missing_inputs::resolve(&argv, &crate::missing_inputs::Asking::VM)?.policy;
+    let inv = crate::missing_inputs::resolve(&argv, &crate::missing_inputs::Asking::VM)?;
+    crate::missing_inputs::say_notes(&inv);
+    let policy = inv.policy;
     // The host is init's namespace: a path the daemon can open too (not /proc/self).
     let path = netns_name.map_or_else(
         || PathBuf::from("/proc/1/ns/net"),
@@ -58,7 +60,10 @@ pub fn vm(args: VmArgs<'_>) -> anyhow::Result<()> {
         println!("(dry run: nothing applied to {})", path.display());
         return Ok(());
     }
-    let source = format!("vm --cluster-env {}", cluster_env.display());
+    let source = crate::missing_inputs::with_notes(
+        format!("vm --cluster-env {}", cluster_env.display()),
+        &inv.notes,
+    );
     if let crate::writer::NodeWriter::Daemon { pid, client } =
         crate::writer::NodeWriter::for_node(&dir)
     {

@@ -12,7 +12,7 @@
 //!   never on lo (the kernel drops them as martians); local sources on every interface and lo.
 //! - Destinations are the pod's own addresses: sk_lookup only runs for local delivery.
 //! - istio's `-k` rule `-i <nic> [-d X] -j ISTIO_REDIRECT` sends such traffic to 15001; the eBPF
-//!   datapath does not (README: forwarded KubeVirt traffic is not reproduced). Those packets are
+//!   datapath does not (docs/operator.md, "Behaviour worth knowing": forwarded KubeVirt traffic is not reproduced). Those packets are
 //!   checked to be passed as `inbound_interface` and counted separately, not compared.
 //! - Outcome = the port the connection lands on: a REDIRECT's port, else its own destination
 //!   port (so a connection to 15006 itself lands on 15006 either way); and when iptables left it

@@ -120,11 +120,16 @@ pub(super) fn invocation(
         cluster_env: path_of(Key::ClusterEnv),
         run_validation: bool_of(Key::RunValidation)?,
         ignored,
+        notes: Vec::new(),
     };
     let p = &mut inv.policy;
     p.proxy_uids = match v.get(Key::ProxyUid).filter(|r| !r.value.is_empty()) {
         Some(raw) => ids(raw, IdKind::Uid, sys)?,
-        None => vec![default_uid(env, sys)?],
+        None => {
+            let (uid, note) = default_uid(env, sys)?;
+            inv.notes.extend(note);
+            vec![uid]
+        }
     };
     p.proxy_gids = match v.get(Key::ProxyGid).filter(|r| !r.value.is_empty()) {
         Some(raw) => ids(raw, IdKind::Gid, sys)?,

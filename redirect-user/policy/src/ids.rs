@@ -40,23 +40,35 @@ impl IdKind {
 /// istio-iptables, whose `user.Lookup` failing (not listed, no passwd) gives
 /// `DefaultProxyUID`. A passwd that exists but cannot be read, or two of the pod's containers
 /// naming the user with different uids, is refused (the proxy's uid cannot be told).
-pub(super) fn default_uid(env: &dyn EnvSource, sys: &dyn SystemLookup) -> Result<u32> {
+pub(super) fn default_uid(
+    env: &dyn EnvSource,
+    sys: &dyn SystemLookup,
+) -> Result<(u32, Option<String>)> {
     let user = env
         .get("ENVOY_USER")
         .unwrap_or_else(|| "istio-proxy".into());
     match sys.user_uid(&user) {
-        Ok(Id::Unused) => Ok(1337),
+        Ok(Id::Unused) => Ok((1337, None)),
         Ok(Id::Found { id, from }) => {
             tracing::info!(user = %user, uid = id, from = %from, "proxy uid of the pod's user");
-            Ok(id)
+            Ok((
+                id,
+                Some(format!("proxy uid {id} (no -u): ENVOY_USER {user:?} in {from}")),
+            ))
         }
         Ok(Id::NotListed { searched }) => {
             tracing::info!(user = %user, searched = %searched, "proxy user not listed: istio-iptables' default uid 1337");
-            Ok(1337)
+            Ok((
+                1337,
+                Some(format!("proxy uid 1337 (no -u): istio-iptables' default, ENVOY_USER {user:?} is not listed in {searched}")),
+            ))
         }
         Err(lookup @ LookupError::NoSource { .. }) => {
             tracing::info!(user = %user, reason = %lookup, "ENVOY_USER cannot be resolved from the namespace's own files: istio-iptables' default proxy uid 1337 (and gid, unless -g)");
-            Ok(1337)
+            Ok((
+                1337,
+                Some(format!("proxy uid 1337 (no -u): istio-iptables' default, ENVOY_USER {user:?} cannot be resolved ({lookup})")),
+            ))
         }
         Err(lookup) => Err(PolicyError::PodFile {
             needed: format!("-u/--proxy-uid is not given, so the proxy uid is that of ENVOY_USER ({user:?}) in the pod's /etc/passwd"),

@@ -277,6 +277,9 @@ pub struct Invocation {
     pub run_validation: bool,
     /// Accepted but ignored flags, one entry per flag as given (`-t 1337`, `--log_as_json`).
     pub ignored: Vec<String>,
+    /// Where values no flag gave came from, for the command's output (`proxy uid 1337:
+    /// istio-iptables' default, ...`).
+    pub notes: Vec<String>,
 }
 
 /// Source of environment values, so tests need no real env.

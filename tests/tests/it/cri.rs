@@ -81,7 +81,7 @@ fn a_pod_containerd_starts_is_captured_by_the_daemonset_run_from_its_image() {
     );
     let seen_at = Path::new("/run/netns").join(netns.file_name().expect("a file name"));
     assert_eq!(list[0]["netns"], seen_at.display().to_string(), "{list:?}");
-    // What an operator sees (README's Kubernetes section shows this output).
+    // What an operator sees (docs/kubernetes.md, "On a node: from containerd's RunPodSandbox to redirect list", shows this output).
     let (_, text, _) = mesh
         .kubelet()
         .exec(mesh.ds(), "redirect", &["redirect", "list"])

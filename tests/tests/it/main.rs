@@ -22,6 +22,8 @@ mod daemon_peer;
 mod daemon_protocol;
 mod daemon_slow_reader;
 mod deploy;
+mod docs_commands;
+mod docs_quickstart;
 mod dual_stack_pods;
 mod endpoint_shares;
 mod explain_inbound;

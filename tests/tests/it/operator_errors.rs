@@ -1,12 +1,20 @@
-//! Errors that give the fix for the command typed (issue 32, items 2, 3, 5 and 7): `vm` names
-//! every missing input in its own `--args` terms and speaks of the VM; a port out of range is
+//! Errors that give the fix for the command typed (issue 32, items 2, 3, 5 and 7), and the VM
+//! lab (issue 33, item 5): `vm` reads the VM's files from this host; a port out of range is
 //! named with its range; an unknown flag or annotation key gets the name meant; a CIDR with
 //! host bits is normalised with a warning; a re-enroll says what it replaced; `validate` names
 //! the cgroup to use; `redirect-cni --help` helps; `uninstall-cni` says each thing once.
-use std::{path::PathBuf, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use redirect_testkit::{privileged, unique_name, Netns};
-use redirect_tests::{bin_path, conformance::World, node::Node};
+use redirect_tests::{
+    bin_path,
+    conformance::{reach, sidecar_listeners, World},
+    node::Node,
+};
+use serde_json::Value;
 
 fn text(out: &std::process::Output) -> (String, String) {
     (
@@ -32,41 +40,85 @@ impl Drop for Scratch {
     }
 }
 
+/// `/etc/netns/NAME` of the test's own, removed on drop (with `/etc/netns` when it made it).
+struct EtcNetns {
+    dir: PathBuf,
+    made_parent: bool,
+}
+
+impl EtcNetns {
+    fn new(name: &str, resolv_conf: &str) -> Self {
+        let parent = PathBuf::from("/etc/netns");
+        let made_parent = !parent.exists();
+        let dir = parent.join(name);
+        std::fs::create_dir_all(&dir).expect("/etc/netns/NAME");
+        std::fs::write(dir.join("resolv.conf"), resolv_conf).expect("resolv.conf");
+        Self { dir, made_parent }
+    }
+}
+
+impl Drop for EtcNetns {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if self.made_parent {
+            let _ = std::fs::remove_dir(Path::new("/etc/netns"));
+        }
+    }
+}
+
+/// Issue 33, item 5: a namespace playing a VM on this host, with Istio's cluster.env and no
+/// `-u`: its files are this host's (`/etc/netns/NAME` first), the proxy uid istio-iptables'
+/// default 1337, said once; an application's connection is captured, the proxy's is not.
 #[test]
-fn a_vm_missing_its_dns_servers_is_told_in_vm_terms() {
+fn the_vm_lab_enrolls_with_istios_cluster_env_and_no_uid() {
     privileged!();
     let node = Node::new();
-    let vm = Netns::new("roev").expect("netns");
+    let w = World::new("roev", false);
+    let _etc = EtcNetns::new(w.pod.name(), "nameserver 192.0.2.77\n");
     let env = concat!(env!("CARGO_MANIFEST_DIR"), "/data/istio/vm-cluster.env");
-    let ns = vm.path().display().to_string();
-    let out = node.run(&["vm", "--cluster-env", env, "--netns", &ns]);
-    assert!(!out.status.success(), "{out:?}");
-    let (_, e) = text(&out);
-    assert!(e.contains("the VM's"), "{e}");
-    assert!(!e.contains("the pod's"), "{e}");
+    let cgroup = node.cgroup.path().display().to_string();
+    let vm = ["vm", "--cluster-env", env, "--netns", w.pod.name()];
+    let dry = node.ok(&[&vm[..], &["--dry-run"]].concat());
     assert!(
-        e.contains("add --dns-servers LIST") && e.contains("to --args"),
-        "{e}"
+        dry.contains("note: proxy uid 1337 (no -u): istio-iptables' default"),
+        "{dry}"
     );
     assert!(
-        e.contains("--args \""),
-        "an example in vm's own syntax: {e}"
+        dry.contains("192.0.2.77"),
+        "the VM's DNS server from /etc/netns: {dry}"
     );
-    // What it would get, without applying it.
-    let out = node.run(&[
-        "vm",
-        "--cluster-env",
-        env,
-        "--netns",
-        &ns,
-        "--args",
-        "--dns-servers 192.0.2.53",
-        "--dry-run",
-    ]);
-    let (o, e) = text(&out);
-    assert!(out.status.success(), "{e}");
-    assert!(o.contains("dry run: nothing applied"), "{o}");
     assert!(!node.pins.exists(), "a dry run pins nothing");
+    let said = node.ok(&[&vm[..], &["--cgroup", &cgroup]].concat());
+    assert_eq!(
+        said.matches("note: proxy uid 1337").count(),
+        1,
+        "said once: {said}"
+    );
+    let list: Value = serde_json::from_str(&node.ok(&["list", "--json"])).expect("list");
+    let policy = &list[0]["policy"];
+    assert_eq!(policy["proxy_uids"], serde_json::json!([1337]), "{list}");
+    assert_eq!(policy["proxy_gids"], serde_json::json!([1337]), "{list}");
+    assert_eq!(
+        policy["dns_servers"],
+        serde_json::json!(["192.0.2.77"]),
+        "{list}"
+    );
+    assert!(
+        list[0]["source"]
+            .as_str()
+            .is_some_and(|s| s.contains("istio-iptables' default")),
+        "{list}"
+    );
+    let _l = sidecar_listeners(&w, node.cgroup.path());
+    assert_eq!(
+        reach(&w, node.cgroup.path(), (1000, 1000), "192.0.2.10:80"),
+        "at=proxy/[::]:15001 orig=192.0.2.10:80"
+    );
+    assert_eq!(
+        reach(&w, node.cgroup.path(), (1337, 1337), "192.0.2.10:80"),
+        "at=world/192.0.2.10:80 orig=192.0.2.10:80"
+    );
+    node.ok(&["uninstall"]);
 }
 
 #[test]

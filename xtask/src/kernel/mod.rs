@@ -23,7 +23,7 @@ use crate::{build, setup, util};
 
 /// Test modules (of the one binary) run in each kernel unless `--kernel-tests` says otherwise: the outbound, inbound
 /// and daemon suites whole, and the conformance cases for DNS (IPv4 and IPv6), inbound ports `*`,
-/// owner groups with exclusions (IPv4 and IPv6 DNS) and an excluded interface. The README lists it.
+/// owner groups with exclusions (IPv4 and IPv6 DNS) and an excluded interface. docs/developer.md lists it.
 pub const DEFAULT_TESTS: &str = "outbound,inbound,daemon,probe_fallback,\
     conformance=dns_uid_gid+inbound_ports_wildcard+outbound_owner_groups_exclude+basic_exclude_nic";
 /// Host packages the guest is built from (qemu itself is extracted, see `emulator`).

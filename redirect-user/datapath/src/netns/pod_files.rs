@@ -41,6 +41,21 @@ pub fn sources(netns: &Path, name: Option<&str>) -> Sources {
     Sources::new(netns.display().to_string(), of_namespace(netns, name))
 }
 
+/// The sources of a VM's files (`redirect vm`): the host's own namespace reads this host's
+/// files; a namespace playing the VM on this host (`--netns NAME`) reads `/etc/netns/NAME`
+/// first, then this host's files, which are the VM's own (no pod's files to keep apart).
+pub fn vm_sources(netns: &Path, name: Option<&str>) -> Sources {
+    if same_file(netns, Path::new("/proc/thread-self/ns/net")) || name.is_none() {
+        return Sources::own();
+    }
+    let mut list: Vec<Box<dyn PodSource>> = Vec::new();
+    if let Some(n) = name.filter(|n| !n.contains('/') && !n.is_empty()) {
+        list.push(Box::new(EtcNetns(n.to_owned())));
+    }
+    list.push(Box::new(redirect_policy::OwnFiles));
+    Sources::new(netns.display().to_string(), list)
+}
+
 /// The namespace-bound sources of `netns`, in order (after a pod spec, before refusing).
 pub fn of_namespace(netns: &Path, name: Option<&str>) -> Vec<Box<dyn PodSource>> {
     let mut list: Vec<Box<dyn PodSource>> = vec![Box::new(NetnsProcesses::new(netns))];

@@ -1,4 +1,4 @@
-//! The feature list: every kernel feature the datapath uses, in the order the README lists
+//! The feature list: every kernel feature the datapath uses, in the order docs/developer.md lists
 //! them, with what needs it, the release that added it and how it is probed.
 use aya::{maps::MapType, programs::ProgramType, sys::BpfHelper};
 
@@ -19,7 +19,7 @@ pub const INGRESS_IFINDEX_FEATURE: Feature = f(
     "sk_lookup runs redirect_sk_lookup_no_ifindex (the arrival interface unknown) and policies with inbound -c/-k are refused",
 );
 
-/// Every feature the datapath uses, in the order the README lists them.
+/// Every feature the datapath uses, in the order docs/developer.md lists them.
 pub const FEATURES: &[Feature] = &[
     f(
         "cgroup_sock_addr",

@@ -1,6 +1,7 @@
 //! Kernel features the datapath uses, each with what needs it and the kernel that added it,
 //! probed before anything is loaded: a missing one is a sentence, not a verifier log. The
-//! README's kernel table is this list (a test keeps them the same).
+//! kernel table of docs/developer.md ("Kernel features and floor") is this list (a test keeps
+//! them the same).
 use aya::{
     maps::MapType,
     programs::ProgramType,
@@ -239,8 +240,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn readme_table_is_the_feature_list() {
-        let readme = include_str!("../../../../../README.md");
+    fn the_docs_table_is_the_feature_list() {
+        let readme = include_str!("../../../../../docs/developer.md");
         for f in FEATURES {
             let row = format!(
                 "| `{}` | {} | {} | {} |",
@@ -248,7 +249,7 @@ mod tests {
             );
             assert!(
                 readme.contains(&row),
-                "README.md lacks the kernel-table row {row}"
+                "docs/developer.md lacks the kernel-table row {row}"
             );
         }
     }
