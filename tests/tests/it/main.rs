@@ -47,6 +47,7 @@ mod lookup_key;
 mod monitoring;
 mod netns_once;
 mod netns_return;
+mod node_lock;
 mod observe;
 mod one_view;
 mod operator_errors;

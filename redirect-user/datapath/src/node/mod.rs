@@ -28,7 +28,7 @@ use redirect_common::{map_names, prog_names};
 
 use self::entries::{owned_addresses, remove_ifaces, remove_ns_counters};
 pub use self::lookup_key::SkLookupKey;
-pub use self::pins::{lock, remove_dir};
+pub use self::pins::{lock, remove_dir, NodeLock};
 use redirect_policy::Policy;
 
 use crate::{
