@@ -77,6 +77,9 @@ pub(crate) struct NodeView {
     pub daemon: Option<u32>,
     /// The kernel's namespaces, for labels.
     pub captured: Vec<Captured>,
+    /// Why the records shown are the files, not the daemon's answer (it owns the datapath and
+    /// did not answer, or the records cannot be read), if so.
+    pub records_note: Option<String>,
 }
 
 /// Reads the pinned datapath at `bpffs` (absent: no namespace rows), the records and the attach
@@ -90,28 +93,45 @@ pub(crate) fn node_view(bpffs: &std::path::Path) -> anyhow::Result<NodeView> {
         Some(dp) => captured::captured(dp.maps())?,
         None => Vec::new(),
     };
-    let (daemon, records): (Option<u32>, Vec<Enrollment>) =
-        match crate::writer::NodeWriter::for_node(bpffs) {
-            crate::writer::NodeWriter::Daemon { pid, client } => {
-                (Some(pid), client.list()?.enrollments)
-            }
-            crate::writer::NodeWriter::Direct => (
-                None,
-                redirect_daemon::server::enrollments(DaemonDir::from_env().path())
-                    .into_iter()
-                    .map(|r| r.to_wire(false))
-                    .collect(),
-            ),
+    let files = || -> (Vec<Enrollment>, Option<String>) {
+        let dir = crate::direct_record::records_dir(bpffs);
+        let enrollments = DaemonDir::new(&dir).enrollments();
+        let note = match std::fs::read_dir(&enrollments) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Some(format!(
+                "the enrollment records in {} cannot be read ({e}): writers are shown as unknown",
+                enrollments.display()
+            )),
+            _ => None,
         };
+        let records = redirect_daemon::server::enrollments(&dir)
+            .into_iter()
+            .map(|r| r.to_wire(false))
+            .collect();
+        (records, note)
+    };
+    let (daemon, records, records_note) = match crate::writer::NodeWriter::for_node(bpffs) {
+        crate::writer::NodeWriter::Daemon { pid, client } => match client.list() {
+            Ok(l) => (Some(pid), l.enrollments, None),
+            Err(e) => {
+                let (records, _) = files();
+                let note = format!("the daemon (pid {pid}) that owns the datapath does not answer ({e}): its records are shown from its files, and nothing follows them until it answers");
+                (None, records, Some(note))
+            }
+        },
+        crate::writer::NodeWriter::Direct => {
+            let (records, note) = files();
+            (None, records, note)
+        }
+    };
     let mut labels = Labels::new(HashMap::new(), &kernel);
     let mut rows = Vec::new();
     for e in &records {
         let k = kernel.iter().find(|c| c.cookie == e.record.cookie);
         let state = match (k, dp.is_some()) {
             (Some(k), _) if k.inbound == e.record.inbound => "ok",
-            (Some(_), _) => "inbound-differs",
-            (None, true) => "missing",
-            (None, false) => "unreadable",
+            (Some(_), _) => "inbound_differs",
+            // Recorded, not in the maps (or no datapath pinned at all).
+            (None, _) => "missing",
         };
         rows.push(Row {
             netns: Some(e.record.netns.clone()),
@@ -178,6 +198,7 @@ pub(crate) fn node_view(bpffs: &std::path::Path) -> anyhow::Result<NodeView> {
         rows,
         daemon,
         captured: kernel,
+        records_note,
     })
 }
 

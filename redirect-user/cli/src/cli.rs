@@ -300,16 +300,16 @@ pub enum Command {
         #[arg(long)]
         inbound: bool,
         /// The caller's uid (outbound; required there).
-        #[arg(long, value_name = "UID", value_parser = parse_id, required_unless_present = "inbound")]
+        #[arg(long, conflicts_with = "inbound", value_name = "UID", value_parser = parse_id, required_unless_present = "inbound")]
         uid: Option<u32>,
         /// The caller's gid [default: the uid].
-        #[arg(long, value_name = "GID", value_parser = parse_id)]
+        #[arg(long, conflicts_with = "inbound", value_name = "GID", value_parser = parse_id)]
         gid: Option<u32>,
         /// Destination address and port (port 1-65535).
         #[arg(long, value_name = "IP:PORT", value_parser = parse_dst)]
         dst: std::net::SocketAddr,
         /// A UDP datagram instead of a TCP connect.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "inbound")]
         udp: bool,
         /// Outbound: the address the socket is bound to (127.0.0.6 is the proxy's passthrough).
         /// Inbound: the peer, IP or IP:PORT (required there).
@@ -319,7 +319,7 @@ pub enum Command {
         #[arg(long, value_name = "NAME", requires = "inbound")]
         iface: Option<String>,
         /// The caller's cgroup (matters when the policy binds the proxy to its cgroup).
-        #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
+        #[arg(long, conflicts_with = "inbound", value_name = "PATH", value_parser = parse_cgroup)]
         cgroup: Option<PathBuf>,
         /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
         #[arg(long, value_name = "DIR")]

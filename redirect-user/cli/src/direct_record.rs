@@ -49,34 +49,43 @@ pub(crate) fn forget(bpffs: &Path, path: &Path) {
     }
 }
 
-/// The daemon directory that goes with the pins at `bpffs`: `REDIRECT_DAEMON_DIR` when set,
-/// else the one a daemon recorded in the layout, else the default one for the node's default
+/// The daemon directory that goes with the pins at `bpffs`: the one a daemon recorded in the
+/// layout, else `REDIRECT_DAEMON_DIR` when set, else the default one for the node's default
 /// pins. Pins of their own with none of these have no daemon to adopt them: `None`.
 fn record_dir(bpffs: &Path) -> Option<PathBuf> {
-    if std::env::var_os(redirect_daemon_api::DIR_ENV).is_some() {
-        return Some(DaemonDir::from_env().path().to_path_buf());
-    }
     if let Ok(Some(layout)) = redirect_datapath::node::layout::read(bpffs) {
         if let Some(dir) = layout.daemon_dir {
             return Some(dir);
         }
     }
+    if std::env::var_os(redirect_daemon_api::DIR_ENV).is_some() {
+        return Some(DaemonDir::from_env().path().to_path_buf());
+    }
     (bpffs == Path::new(redirect_datapath::node::DEFAULT_DIR))
         .then(|| PathBuf::from(redirect_daemon_api::DEFAULT_DIR))
 }
 
-/// A path naming `ns` after this process exits: its own unless it is this process's view
-/// (`/proc/self/...`, `/proc/PID/...` of this process), else a name the machine gives it.
+/// Where the records of the pins at `bpffs` are read from (`list`, `status`, `uninstall`): as
+/// [`record_dir`], else the daemon directory in effect.
+pub(crate) fn records_dir(bpffs: &Path) -> PathBuf {
+    record_dir(bpffs).unwrap_or_else(|| DaemonDir::from_env().path().to_path_buf())
+}
+
+/// A path naming `ns` after this process exits: a `/proc/...` path (this process's own view,
+/// or a process that may exit) is replaced by the machine's lasting name for the namespace (a
+/// `/run/netns` name first, else the lowest pid inside); any other path as given.
 fn lasting_name(ns: &NetnsHandle) -> Option<PathBuf> {
     let path = ns.path();
+    if !path.starts_with("/proc") {
+        return Some(path.to_path_buf());
+    }
     let own = format!("/proc/{}/", std::process::id());
     let mine = path.starts_with("/proc/self")
         || path.starts_with("/proc/thread-self")
         || path.starts_with(&own);
-    if !mine {
-        return Some(path.to_path_buf());
-    }
-    netns::names::by_inode().remove(&ns.inode())
+    netns::names::by_inode()
+        .remove(&ns.inode())
+        .or_else(|| (!mine).then(|| path.to_path_buf()))
 }
 
 /// What applying `policy` to namespace `cookie` straight into the pins at `bpffs` replaces, as

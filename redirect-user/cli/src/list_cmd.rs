@@ -13,6 +13,9 @@ pub(crate) const NOTHING: &str =
 pub fn list(json: bool) -> anyhow::Result<()> {
     let bpffs = redirect_daemon::default_bpffs();
     let view = node_view(&bpffs)?;
+    if let Some(note) = &view.records_note {
+        eprintln!("WARNING: {note}");
+    }
     if json {
         let rows: Vec<serde_json::Value> = view.rows.iter().map(row_json).collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);

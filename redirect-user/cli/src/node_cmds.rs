@@ -268,7 +268,7 @@ pub fn uninstall(bpffs: Option<PathBuf>) -> anyhow::Result<()> {
         );
     }
     let _lock = node::lock(&dir)?;
-    let enrollments = DaemonDir::from_env().enrollments();
+    let enrollments = DaemonDir::new(crate::direct_record::records_dir(&dir)).enrollments();
     if !dir.exists() && !enrollments.exists() {
         println!(
             "nothing to do: no datapath pinned at {} and no enrollment files in {}",

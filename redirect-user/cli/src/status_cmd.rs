@@ -62,16 +62,6 @@ fn from_files(node: &mut NodeStatus, dir: &Path, daemon: &DaemonDir) -> anyhow::
         node,
         redirect_daemon_api::cni_failures::read(daemon.path()).unwrap_or(0),
     );
-    node.captured = records
-        .into_iter()
-        .map(|e| EnrolledNs {
-            netns: format!("{} (daemon down)", e.netns.display()),
-            cookie: e.cookie,
-            source: e.source,
-            writer: e.writer.key().to_owned(),
-            followed: "no_daemon".to_owned(),
-        })
-        .collect();
     Ok(())
 }
 
@@ -130,9 +120,7 @@ fn captured(dir: &Path) -> anyhow::Result<Vec<EnrolledNs>> {
         .into_iter()
         .filter_map(|r| {
             Some(EnrolledNs {
-                netns: r
-                    .netns
-                    .map_or_else(|| "(path unknown)".to_owned(), |p| p.display().to_string()),
+                netns: r.netns.map(|p| p.display().to_string()),
                 cookie: r.cookie?,
                 source: r.source,
                 writer: r.writer.key().to_owned(),
@@ -163,12 +151,7 @@ fn node_report(dir: &Path) -> anyhow::Result<NodeStatus> {
                 ));
             }
             from_files(&mut node, dir, &daemon_dir)?;
-            if node.owner != "daemon" {
-                // No daemon owns it: the same view as `redirect list`, every writer's.
-                if let Ok(all) = captured(dir) {
-                    node.captured = all;
-                }
-            }
+            node.captured = captured(dir)?;
             return Ok(node);
         }
     };

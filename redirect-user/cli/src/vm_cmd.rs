@@ -67,6 +67,15 @@ pub fn vm(args: VmArgs<'_>) -> anyhow::Result<()> {
     if let crate::writer::NodeWriter::Daemon { pid, client } =
         crate::writer::NodeWriter::for_node(&dir)
     {
+        // An explicit --cgroup must be where the daemon's datapath is attached, as with
+        // istio-iptables: never silently ignored.
+        if let Some(asked) = &cgroup {
+            NodeDatapath::open(&dir)?.check_attach(&NodeAttach {
+                cgroup: Some(asked.clone()),
+                proxy_cgroup: None,
+                quotas: Default::default(),
+            })?;
+        }
         let r = client.enroll(
             &open_netns(&path)?,
             policy,

@@ -24,6 +24,9 @@ impl Resolution {
         let decision = decide(pod);
         for unknown in redirect_k8s::unknown_keys(pod) {
             let m = &pod.metadata;
+            if !first_time(m.uid.as_deref().unwrap_or(""), &unknown.key) {
+                continue;
+            }
             tracing::warn!(
                 pod = %format!("{}/{}", m.namespace.as_deref().unwrap_or(""), m.name.as_deref().unwrap_or("")),
                 key = %unknown.key,
@@ -39,6 +42,21 @@ impl Resolution {
         };
         Self { decision, policy }
     }
+}
+
+/// Whether pod `uid`'s unknown annotation `key` is seen for the first time: each is logged once
+/// per daemon, not at every watch event or relist (the memory is cleared past 10,000 entries).
+fn first_time(uid: &str, key: &str) -> bool {
+    static SEEN: std::sync::Mutex<Option<std::collections::HashSet<String>>> =
+        std::sync::Mutex::new(None);
+    let Ok(mut seen) = SEEN.lock() else {
+        return true;
+    };
+    let seen = seen.get_or_insert_with(Default::default);
+    if seen.len() > 10_000 {
+        seen.clear();
+    }
+    seen.insert(format!("{uid}/{key}"))
 }
 
 /// A pod as the watch (or a GET) gave it, with its resolution; both shared, never copied.

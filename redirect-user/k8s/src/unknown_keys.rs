@@ -29,6 +29,8 @@ pub const KNOWN: &[&str] = &[
     "sidecar.istio.io/statsInclusionRegexps",
     "sidecar.istio.io/statsHistogramBuckets",
     "sidecar.istio.io/statsCompression",
+    "sidecar.istio.io/statsFlushInterval",
+    "sidecar.istio.io/statsEvictionInterval",
     "sidecar.istio.io/userVolume",
     "sidecar.istio.io/userVolumeMount",
     "sidecar.istio.io/enableCoreDump",

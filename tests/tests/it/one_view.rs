@@ -3,7 +3,7 @@
 //! writer and whether the daemon follows it, with or without a daemon; a daemon that starts on
 //! a datapath others wrote adopts what is recorded (and follows its addresses) and says which
 //! policy it cannot adopt; `stats` names every namespace by path.
-use std::time::Duration;
+use std::{path::Path, time::Duration};
 
 use redirect_testkit::{privileged, until, Netns};
 use redirect_tests::{conformance::World, node::Node};
@@ -111,4 +111,68 @@ fn list_shows_every_writers_namespaces_and_a_daemon_adopts_and_follows_them() {
     )
     .expect("followed");
     node.ok(&["uninstall"]);
+}
+
+/// A direct write recorded under `/proc/PID/ns/net` (no other name): that process exits while
+/// another keeps the namespace alive. The daemon that starts next keeps the policy (the kernel
+/// says the namespace lives) and follows it under the name the machine gives it now; it never
+/// removes a live namespace's capture because a path died (fail closed).
+#[test]
+fn a_daemon_keeps_and_follows_a_live_namespace_whose_recorded_path_died() {
+    privileged!();
+    let node = Node::new();
+    let first = redirect_testkit::Child::spawn("first holder", {
+        let mut c = std::process::Command::new("unshare");
+        c.args(["--net", "sleep", "600"]);
+        c
+    })
+    .expect("a namespace held by a process");
+    let first_path = format!("/proc/{}/ns/net", first.pid());
+    until(
+        "the first holder in its namespace",
+        Duration::from_secs(10),
+        || std::fs::read_link(&first_path).ok() != std::fs::read_link("/proc/self/ns/net").ok(),
+    )
+    .expect("unshared");
+    let second = redirect_testkit::Child::spawn("second holder", {
+        let mut c = std::process::Command::new("nsenter");
+        c.arg(format!("--net={first_path}")).args(["sleep", "600"]);
+        c
+    })
+    .expect("a second process in it");
+    let second_path = format!("/proc/{}/ns/net", second.pid());
+    until("the second holder joined", Duration::from_secs(10), || {
+        std::fs::read_link(&second_path).ok() == std::fs::read_link(&first_path).ok()
+    })
+    .expect("joined");
+    node.apply(
+        Path::new(&first_path),
+        &["-u", "1337", "-i", "*", "-b", "*"],
+    );
+    drop(first);
+
+    let (_daemon, _) = node.daemon_with(&[]);
+    let list = listed(&node);
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(
+        list[0]["netns"],
+        second_path.as_str(),
+        "followed under its live name: {list:?}"
+    );
+    assert_eq!(list[0]["followed"], "yes", "{list:?}");
+    assert_eq!(list[0]["kernel"], "ok", "the policy stayed: {list:?}");
+    let why: Value = serde_json::from_str(&node.ok(&[
+        "explain",
+        "--netns",
+        &second_path,
+        "--uid",
+        "1000",
+        "--dst",
+        "10.1.1.1:80",
+        "--json",
+    ]))
+    .expect("explain");
+    assert_eq!(why["own_policy"], true, "{why}");
+    node.ok(&["uninstall"]);
+    drop(second);
 }

@@ -53,8 +53,22 @@ pub(crate) fn gone(dp: &NodeDatapath, f: &Followed) -> bool {
                 false
             }
         },
-        None => !f.record.netns.exists(),
+        // Not reachable by its path: only the kernel's word removes it while the link can
+        // tell (a live namespace keeps its policy).
+        None => match dp.namespace_inode(f.record.cookie) {
+            Some(ino) => ino == 0,
+            None => !f.record.netns.exists(),
+        },
     }
+}
+
+/// The namespace of enrollment `e` found by its inode `ino` under the name the machine gives
+/// it now (a `/run/netns` name, else a process inside), if that name opens to its cookie.
+fn relocate(e: &Enrollment, ino: u64) -> Option<NetnsHandle> {
+    let path = redirect_datapath::netns::names::by_inode().remove(&ino)?;
+    NetnsHandle::open(&path)
+        .ok()
+        .filter(|ns| ns.cookie() == e.cookie)
 }
 
 /// Opens a recorded enrollment's namespace at the daemon's start: `Ok(None)` when its path
@@ -164,17 +178,41 @@ impl Daemon {
         true
     }
 
-    pub(super) fn reconcile(&mut self, e: Enrollment) {
+    pub(super) fn reconcile(&mut self, mut e: Enrollment) {
         let opened = match reopen(&e) {
             Ok(Some(ns)) if !self.dp.namespace_gone(e.cookie) => Ok(ns),
-            Ok(_) => {
-                tracing::info!(netns = %e.netns.display(), cookie = %e.cookie, "enrolled namespace is gone: removing its policy");
-                if let Err(err) = self.dp.remove_policy(e.cookie, &e.netns) {
-                    tracing::warn!(error = %err, "removing a stale policy");
-                }
-                remove_enrollment(&self.opts.dir, e.cookie);
+            Ok(Some(_)) => {
+                self.forget_gone(&e);
                 return;
             }
+            // The recorded path names nothing or another namespace. Only the kernel says
+            // whether the namespace itself is gone: a live one keeps its policy (fail closed),
+            // followed under the name the machine gives it now if it has one.
+            Ok(None) => match self.dp.namespace_inode(e.cookie) {
+                Some(0) => {
+                    self.forget_gone(&e);
+                    return;
+                }
+                Some(ino) => match relocate(&e, ino) {
+                    Some(ns) => {
+                        tracing::info!(cookie = %e.cookie, was = %e.netns.display(), now = %ns.path().display(), "the recorded path no longer names the namespace, which still runs: followed under its other name");
+                        e.netns = ns.path().to_path_buf();
+                        Ok(ns)
+                    }
+                    None => {
+                        self.keep_unfollowed(e, "nothing on this machine names it now");
+                        return;
+                    }
+                },
+                None if self.dp.kernel_policy(e.cookie).is_ok_and(|k| k.outbound) => {
+                    self.keep_unfollowed(e, "its namespace link cannot tell whether it lives");
+                    return;
+                }
+                None => {
+                    self.forget_gone(&e);
+                    return;
+                }
+            },
             Err(err) => Err(err),
         };
         // One descriptor for the re-apply; a second (dup) kept to follow it if that fails.
@@ -199,6 +237,30 @@ impl Daemon {
                 );
             }
         }
+    }
+
+    /// An enrollment whose namespace is gone: its policy and record removed.
+    fn forget_gone(&mut self, e: &Enrollment) {
+        tracing::info!(netns = %e.netns.display(), cookie = %e.cookie, "enrolled namespace is gone: removing its policy");
+        if let Err(err) = self.dp.remove_policy(e.cookie, &e.netns) {
+            tracing::warn!(error = %err, "removing a stale policy");
+        }
+        remove_enrollment(&self.opts.dir, e.cookie);
+    }
+
+    /// A live namespace's enrollment the daemon cannot reach by any name: its policy stays in
+    /// the maps (capture goes on), listed, not followed, until the kernel says it is gone.
+    fn keep_unfollowed(&mut self, e: Enrollment, why: &str) {
+        tracing::warn!(netns = %e.netns.display(), cookie = %e.cookie, why, "the recorded path no longer names this enrolled namespace, which still runs: its policy stays (capture goes on), not followed");
+        self.enrollments.insert(
+            e.cookie,
+            Followed {
+                record: e,
+                ns: None,
+                outside: 0,
+                outside_due: false,
+            },
+        );
     }
 
     pub(super) fn enroll(

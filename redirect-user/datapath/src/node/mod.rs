@@ -385,15 +385,19 @@ impl NodeDatapath {
     /// Whether the kernel says namespace `cookie` is gone (its pinned sk_lookup link reports
     /// no namespace). No link, or a link that cannot be read: not known to be gone.
     pub fn namespace_gone(&self, cookie: NetnsCookie) -> bool {
+        self.namespace_inode(cookie) == Some(0)
+    }
+
+    /// The inode of namespace `cookie` as its pinned sk_lookup link reports it: `Some(0)` when
+    /// the namespace is gone, `None` when there is no link or it cannot be read (not known).
+    pub fn namespace_inode(&self, cookie: NetnsCookie) -> Option<u64> {
         let pin = self.dir.join("netns").join(cookie.to_string());
-        let Ok(link) = bpfsys::obj_get(&pin) else {
-            return false;
-        };
+        let link = bpfsys::obj_get(&pin).ok()?;
         match bpfsys::link_netns_ino(link.as_fd()) {
-            Ok(ino) => ino == 0,
+            Ok(ino) => Some(u64::from(ino)),
             Err(e) => {
                 tracing::warn!(pin = %pin.display(), error = %e, "cannot read the namespace link");
-                false
+                None
             }
         }
     }

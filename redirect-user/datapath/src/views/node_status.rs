@@ -18,8 +18,8 @@ use crate::{
 /// One namespace with a policy (whoever wrote it), as `redirect list` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct EnrolledNs {
-    /// The namespace's path (`(path unknown)` when nothing names it).
-    pub netns: String,
+    /// The namespace's path (`None`: nothing names it; shown as `(path unknown)`).
+    pub netns: Option<String>,
     /// Its netns cookie.
     pub cookie: NetnsCookie,
     /// Where its policy came from.
@@ -231,8 +231,14 @@ pub fn render(s: &NodeStatus) -> String {
         followed,
     } in &s.captured
     {
+        let down = if s.owner == "daemon" && !s.owner_up {
+            " (daemon down)"
+        } else {
+            ""
+        };
         out.push_str(&format!(
-            "  captured: {netns} (netns cookie {cookie}) written by {}, followed by the daemon: {followed}, from {source}\n",
+            "  captured: {}{down} (netns cookie {cookie}) written by {}, followed by the daemon: {followed}, from {source}\n",
+            netns.as_deref().unwrap_or("(path unknown)"),
             writer.replace('_', "-")
         ));
     }

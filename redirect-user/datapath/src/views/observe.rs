@@ -83,13 +83,21 @@ pub struct Caller {
     pub gid: u32,
 }
 
+/// Bytes of the event before the fields inbound tracing added (`src`, `sport`, `direction`):
+/// what the programs of an older build, still pinned, write (all outbound).
+const TRACE_EVENT_V1: usize = 64;
+
 fn decode(bytes: &[u8]) -> Option<Decision> {
-    if bytes.len() < std::mem::size_of::<TraceEvent>() {
+    if bytes.len() < TRACE_EVENT_V1 {
         return None;
     }
-    // SAFETY: the ring buffer record holds one TraceEvent (repr(C), integers only) written by
-    // the kernel side; read_unaligned copes with any alignment.
-    let e: TraceEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    // An older build's shorter record reads with the added fields zero (outbound).
+    let mut full = [0u8; std::mem::size_of::<TraceEvent>()];
+    let n = bytes.len().min(full.len());
+    full[..n].copy_from_slice(&bytes[..n]);
+    // SAFETY: `full` holds one TraceEvent's bytes (repr(C), integers only, every bit pattern
+    // valid) as written by the kernel side; read_unaligned copes with any alignment.
+    let e: TraceEvent = unsafe { std::ptr::read_unaligned(full.as_ptr().cast()) };
     let ip = crate::maps::outbound::ip_of(e.family, e.dst);
     let counter = *Counter::ALL.get(usize::from(e.counter))?;
     let end = e.comm.iter().position(|b| *b == 0).unwrap_or(e.comm.len());
