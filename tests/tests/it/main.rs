@@ -2,6 +2,7 @@
 //! loading the real programs into cgroups and network namespaces of its own and sending real
 //! TCP through them. Every privileged test opens with `privileged!()`: skipped (naming the
 //! test's path) without root, a failure with `CI=true`.
+mod accepted_sockets;
 mod address_claims;
 mod adoption;
 mod cli_errors;
