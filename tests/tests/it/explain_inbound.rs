@@ -1,8 +1,6 @@
 //! `redirect explain --inbound`: the shared inbound decision fed from the pinned maps answers
 //! for connections arriving at a pod (istio's PREROUTING), rule by rule, in text and JSON.
-use std::time::Duration;
-
-use redirect_testkit::{eventually, privileged, Child};
+use redirect_testkit::privileged;
 use redirect_tests::{conformance::World, node::Node};
 
 #[test]
@@ -151,35 +149,9 @@ fn explain_inbound_names_the_rule_for_each_arrival() {
     // Real arrivals count in the namespace's own stats, inbound decisions included: 15021 is
     // excluded (-d), 8080 is captured but no proxy listens (refused). `trace` shows both, with
     // the peer and no caller (a SYN arriving has none).
-    let mut trace = Child::spawn("redirect trace", {
-        let mut c = node.cmd(&["trace", "--netns", &netns, "--count", "2", "--json"]);
-        c.env("RUST_LOG", "warn");
-        c
-    })
-    .expect("start redirect trace");
-    trace
-        .wait_stderr_line("the stream switched on", Duration::from_secs(10), |l| {
-            l.starts_with("tracing decisions")
-        })
-        .expect("redirect trace running");
+    let trace = redirect_tests::trace::start(&node, &netns, 2);
     let _ = redirect_tests::conformance::inbound_at(&w, &[15021, 8080]);
-    let events = eventually(
-        "2 traced inbound decisions",
-        Duration::from_secs(10),
-        || {
-            let lines = trace.lines();
-            if lines.len() >= 2 {
-                Ok(lines)
-            } else {
-                Err(lines)
-            }
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let events: Vec<serde_json::Value> = events
-        .iter()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
+    let events = redirect_tests::trace::events(&trace, 2);
     let counters: Vec<&str> = events
         .iter()
         .map(|e| e["counter"].as_str().unwrap_or(""))

@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use redirect_testkit::{eventually, privileged, reference::INJECT_MANIFESTS, Child, Netns};
+use redirect_testkit::{privileged, reference::INJECT_MANIFESTS, Netns};
 use redirect_tests::{
     bin_path,
     conformance::{inbound_at, reach, World},
@@ -123,32 +123,13 @@ fn every_json_output_and_answer_frame_matches_its_schema() {
     check("list", "list --json", &list);
 
     // Real decisions, both ways, traced while they happen.
-    let mut trace = Child::spawn("redirect trace", {
-        let mut c = node.cmd(&["trace", "--netns", &pod, "--count", "2", "--json"]);
-        c.env("RUST_LOG", "warn");
-        c
-    })
-    .expect("start redirect trace");
-    trace
-        .wait_stderr_line("the stream switched on", Duration::from_secs(10), |l| {
-            l.starts_with("tracing decisions")
-        })
-        .expect("redirect trace running");
+    let trace = redirect_tests::trace::start(&node, &pod, 2);
     let _ = reach(&w, node.cgroup.path(), (1000, 1000), "192.0.2.10:80");
     let _ = inbound_at(&w, &[8080]);
-    let lines = eventually("2 traced decisions", Duration::from_secs(10), || {
-        let lines = trace.lines();
-        if lines.len() >= 2 {
-            Ok(lines)
-        } else {
-            Err(lines)
-        }
-    })
-    .unwrap_or_else(|e| panic!("{e}"));
+    let events = redirect_tests::trace::events(&trace, 2);
     let mut directions = Vec::new();
-    for line in &lines {
-        let event: Value = serde_json::from_str(line).expect("one JSON object per line");
-        check("trace-event", "trace --json", &event);
+    for event in &events {
+        check("trace-event", "trace --json", event);
         directions.push(event["direction"].as_str().unwrap_or_default().to_owned());
     }
     directions.sort();

@@ -39,18 +39,7 @@ fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
         &[],
     );
 
-    let mut trace = Child::spawn("redirect trace", {
-        let mut c = node.cmd(&["trace", "--netns", &netns, "--count", "3", "--json"]);
-        c.env("RUST_LOG", "warn");
-        c
-    })
-    .expect("start redirect trace");
-    // It says so on stderr once the stream is switched on.
-    trace
-        .wait_stderr_line("the stream switched on", Duration::from_secs(10), |l| {
-            l.starts_with("tracing decisions")
-        })
-        .expect("redirect trace running");
+    let trace = redirect_tests::trace::start(&node, &netns, 3);
     // The stream has one reader: a second trace is refused naming the first, which keeps it.
     let second = node.run(&["trace", "--count", "1", "--seconds", "1"]);
     assert!(!second.status.success(), "{second:?}");
@@ -77,19 +66,7 @@ fn proxy_uid_elsewhere_is_captured_counted_traced_and_warned_about() {
         captured
     );
 
-    let lines = eventually("3 traced decisions", Duration::from_secs(10), || {
-        let lines = trace.lines();
-        if lines.len() >= 3 {
-            Ok(lines)
-        } else {
-            Err(lines)
-        }
-    })
-    .unwrap_or_else(|e| panic!("{e}"));
-    let events: Vec<serde_json::Value> = lines
-        .iter()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
+    let events = redirect_tests::trace::events(&trace, 3);
     let decisions: Vec<(&str, &str, u64)> = events
         .iter()
         .map(|e| {
