@@ -34,6 +34,17 @@ impl Node {
         Self(redirect_testkit::Node::new(&bin_path("redirect")).expect("a node of the test's own"))
     }
 
+    /// The same with the daemon directory a tmpfs under `/run`, which every user can reach
+    /// (a temporary directory may sit below a private `$TMPDIR`): for the tests that connect to
+    /// the daemon as another user.
+    pub fn under_run() -> Self {
+        let dir = Path::new("/run").join(unique_name("rnode"));
+        Self(
+            redirect_testkit::Node::on_tmpfs(&bin_path("redirect"), dir)
+                .expect("a node of the test's own under /run"),
+        )
+    }
+
     /// Runs `redirect ARGS`.
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd(args).output().expect("run redirect")

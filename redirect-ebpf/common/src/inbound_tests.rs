@@ -300,3 +300,25 @@ fn without_a_listener_refuses_unless_passthrough() {
     p.flags = INBOUND_NO_LISTENER_PASSTHROUGH;
     assert_eq!(without_listener(&p), NoListener::Passthrough);
 }
+
+#[test]
+fn tproxy_leaves_every_connection_made_inside_the_pod_and_steers_the_wires() {
+    let (mut p, mut lk) = sidecar();
+    let client = [192, 0, 2, 7];
+    // REDIRECT: a connect made inside the pod from a foreign source (a transparent socket) is
+    // captured like any other.
+    assert_eq!(run(&p, &lk, &from(client, 8080)), Verdict::Steer);
+    // TPROXY: it is the proxy's transparent hop to the application, left alone.
+    p.flags |= INBOUND_TPROXY;
+    assert_eq!(
+        run(&p, &lk, &from(client, 8080)),
+        Verdict::Pass(Counter::InboundLocal)
+    );
+    // The same source from the wire (no local connect) is steered, and excluded ports stay so.
+    lk.wire = true;
+    assert_eq!(run(&p, &lk, &from(client, 8080)), Verdict::Steer);
+    assert_eq!(
+        run(&p, &lk, &from(client, 15020)),
+        Verdict::Pass(Counter::InboundExcludedPort)
+    );
+}

@@ -10,7 +10,8 @@ pub mod types;
 
 pub use counter::Counter;
 pub use inbound::{
-    InboundPolicy, INBOUND_ALL_PORTS, INBOUND_NO_LISTENER_PASSTHROUGH, PORT_EXCLUDED, PORT_INCLUDED,
+    InboundPolicy, INBOUND_ALL_PORTS, INBOUND_NO_LISTENER_PASSTHROUGH, INBOUND_TPROXY,
+    PORT_EXCLUDED, PORT_INCLUDED,
 };
 pub use types::{NetnsCookie, PortBe};
 #[cfg(test)]

@@ -55,6 +55,8 @@ pub(crate) struct Row {
     pub addrs: Vec<IpAddr>,
     /// Inbound capture on (from the kernel's maps when it holds the policy).
     pub inbound: bool,
+    /// Inbound capture is TPROXY mode's (`-m TPROXY`, from the kernel's maps).
+    pub tproxy: bool,
     /// The proxy listens on the outbound port.
     pub proxy_listening: bool,
     /// Where the policy came from, as recorded (`-` when no record).
@@ -145,6 +147,7 @@ pub(crate) fn node_view(bpffs: &std::path::Path) -> anyhow::Result<NodeView> {
             kernel: state,
             addrs: e.record.addrs.clone(),
             inbound: k.map_or(e.record.inbound, |k| k.inbound),
+            tproxy: k.is_some_and(|k| k.tproxy),
             proxy_listening: k.map_or(e.proxy_listening, |k| k.proxy_listening),
             source: e.record.source.clone(),
             cgroup: None,
@@ -168,6 +171,7 @@ pub(crate) fn node_view(bpffs: &std::path::Path) -> anyhow::Result<NodeView> {
             kernel: "ok",
             addrs: Vec::new(),
             inbound: k.inbound,
+            tproxy: k.tproxy,
             proxy_listening: k.proxy_listening,
             source: "-".into(),
             cgroup: None,
@@ -187,6 +191,7 @@ pub(crate) fn node_view(bpffs: &std::path::Path) -> anyhow::Result<NodeView> {
             kernel: "ok",
             addrs: Vec::new(),
             inbound: !inst.options.inbound.is_empty(),
+            tproxy: false,
             proxy_listening: false,
             source: format!("redirect attach (pid {})", inst.pid),
             cgroup: Some(inst.options.cgroup.clone()),

@@ -35,7 +35,11 @@ pub fn list(json: bool) -> anyhow::Result<()> {
             shown_place(r),
             r.cookie.map_or_else(|| "-".to_owned(), |c| c.to_string()),
             shown_addrs(&r.addrs),
-            if r.inbound { "yes" } else { "no" },
+            match (r.inbound, r.tproxy) {
+                (true, true) => "tproxy",
+                (true, false) => "yes",
+                (false, _) => "no",
+            },
             match (r.cookie, r.proxy_listening) {
                 (None, _) => "-",
                 (_, true) => "up",

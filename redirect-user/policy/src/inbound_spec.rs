@@ -38,6 +38,10 @@ pub struct InboundSpec {
     pub tunnel_port: u16,
     /// Behaviour without a listener.
     pub no_listener: NoListener,
+    /// `-m TPROXY`: connections made inside the pod are never steered whatever their source
+    /// (the proxy's transparent hop), and the namespace gets TPROXY's policy routing.
+    #[serde(default)]
+    pub tproxy: bool,
 }
 
 /// Istio's default `-d` for sidecars.
@@ -83,6 +87,7 @@ impl std::str::FromStr for InboundSpec {
             inbound_port: 15006,
             tunnel_port: 15008,
             no_listener: NoListener::Refuse,
+            tproxy: false,
         };
         for part in parts {
             let (key, value) = part.split_once('=').ok_or_else(|| {

@@ -5,6 +5,8 @@ use std::{
     time::Duration,
 };
 
+use nix::sys::socket::{setsockopt, sockopt};
+use std::os::fd::AsFd;
 use tokio::{
     io::copy_bidirectional_with_sizes,
     net::{TcpSocket, TcpStream},
@@ -24,9 +26,46 @@ pub enum Outcome {
     StreamError(io::Error),
 }
 
+/// Makes `socket` transparent (it may bind and answer for an address that is not local:
+/// `IP_TRANSPARENT`, which also covers IPv6 sockets) and marks it `mark` when given.
+fn transparent(socket: &impl AsFd, mark: Option<u32>) -> io::Result<()> {
+    sockopt_io(
+        setsockopt(socket, sockopt::IpTransparent, &true),
+        "IP_TRANSPARENT",
+    )?;
+    if let Some(mark) = mark {
+        sockopt_io(setsockopt(socket, sockopt::Mark, &mark), "SO_MARK")?;
+    }
+    Ok(())
+}
+
+fn sockopt_io(r: nix::Result<()>, what: &str) -> io::Result<()> {
+    r.map_err(|e| {
+        io::Error::new(
+            io::Error::from(e).kind(),
+            format!("setsockopt {what}: {e} (TPROXY mode needs CAP_NET_ADMIN)"),
+        )
+    })
+}
+
+/// A transparent listener on `addr` (TPROXY mode's inbound listener: iptables' TPROXY target
+/// hands connections only to transparent sockets).
+pub fn bind_transparent(addr: SocketAddr) -> io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    transparent(&socket, None)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
 async fn connect(
     upstream: SocketAddr,
     source: Option<IpAddr>,
+    mark: Option<u32>,
     timeout: Duration,
 ) -> io::Result<TcpStream> {
     let socket = if upstream.is_ipv4() {
@@ -34,6 +73,9 @@ async fn connect(
     } else {
         TcpSocket::new_v6()?
     };
+    if mark.is_some() {
+        transparent(&socket, mark)?;
+    }
     if let Some(ip) = source {
         socket.bind(SocketAddr::new(ip, 0))?;
     }
@@ -46,14 +88,16 @@ async fn connect(
     }
 }
 
-/// Forwards `client` to `upstream`, binding `source` first when given.
+/// Forwards `client` to `upstream`, binding `source` first when given (transparent and marked
+/// with `mark`, TPROXY mode).
 pub async fn forward(
     mut client: TcpStream,
     upstream: SocketAddr,
     source: Option<IpAddr>,
+    mark: Option<u32>,
     timeout: Duration,
 ) -> Outcome {
-    let mut server = match connect(upstream, source, timeout).await {
+    let mut server = match connect(upstream, source, mark, timeout).await {
         Ok(s) => s,
         Err(e) => return Outcome::ConnectFailed(e),
     };

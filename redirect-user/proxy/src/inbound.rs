@@ -1,5 +1,6 @@
 //! virtualInbound (15006): original destination port -> `inbound|<port>||`, forwarded to the
-//! application at the original destination from 127.0.0.6 (so capture lets it through).
+//! application at the original destination from 127.0.0.6 (so capture lets it through), or in
+//! TPROXY mode from the client's own address (transparent and marked).
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use tokio::net::TcpStream;
@@ -42,15 +43,25 @@ pub fn route(stream: &TcpStream, local: SocketAddr, shared: &Shared) -> Result<R
             reason: "original destination is the inbound listener; refusing to loop".into(),
         });
     }
-    let source = if dst.is_ipv4() {
-        shared.inbound_source
-    } else {
-        INBOUND_SOURCE_V6
+    let source = match shared.tproxy_mark {
+        // TPROXY: from the client's own address, as Envoy's original_src connects.
+        Some(_) => stream
+            .peer_addr()
+            .map_err(|e| NoRoute {
+                orig_dst: Some(orig_dst),
+                reason: format!("getpeername: {e}"),
+            })?
+            .ip()
+            // A dual-stack listener reports IPv4 clients as ::ffff:a.b.c.d.
+            .to_canonical(),
+        None if dst.is_ipv4() => shared.inbound_source,
+        None => INBOUND_SOURCE_V6,
     };
     Ok(Route {
         orig_dst,
         cluster: Cluster::Inbound { port: dst.port() },
         upstream: Some(dst),
         source: Some(source),
+        mark: shared.tproxy_mark,
     })
 }

@@ -29,6 +29,9 @@ pub struct Route {
     pub upstream: Option<SocketAddr>,
     /// Source address to bind for the upstream connect.
     pub source: Option<IpAddr>,
+    /// TPROXY mode: the upstream socket is transparent (its source is not the pod's) and
+    /// carries this mark.
+    pub mark: Option<u32>,
 }
 
 /// Why a connection has no route.
@@ -123,7 +126,8 @@ async fn handle(
                 }
                 Some(upstream) => {
                     record.upstream = upstream.to_string();
-                    match forward(stream, upstream, r.source, shared.connect_timeout).await {
+                    match forward(stream, upstream, r.source, r.mark, shared.connect_timeout).await
+                    {
                         Outcome::Done(up, down) => {
                             (record.bytes_up, record.bytes_down) = (up, down)
                         }

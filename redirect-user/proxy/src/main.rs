@@ -101,6 +101,14 @@ struct Args {
     /// root is the configured proxy uid, which is almost always a mistake.
     #[arg(long)]
     allow_root: bool,
+    /// TPROXY mode (Istio's interceptionMode TPROXY): the inbound listener is transparent and
+    /// each inbound connection reaches the application from the client's own address
+    /// (IP_TRANSPARENT, this socket mark; Envoy's original_src; Istio marks 1337), so the
+    /// application sees who called. Needs CAP_NET_ADMIN: run it as Istio runs istio-proxy in a
+    /// TPROXY pod, uid 0 and gid 1337 (the capture bypasses it by gid):
+    ///   setpriv --regid 1337 --clear-groups redirect-proxy --tproxy-mark 1337
+    #[arg(long, value_name = "MARK", verbatim_doc_comment)]
+    tproxy_mark: Option<u32>,
 }
 
 fn parse_static(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
@@ -144,7 +152,8 @@ async fn bind(flag: &str, addr: SocketAddr) -> anyhow::Result<TcpListener> {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
-    if nix::unistd::geteuid().is_root() && !args.allow_root {
+    // TPROXY mode runs as root by design (Istio: uid 0, gid 1337), bypassed by its gid.
+    if nix::unistd::geteuid().is_root() && !args.allow_root && args.tproxy_mark.is_none() {
         bail!("refusing to run as root: run as the proxy uid (e.g. `setpriv --reuid 1337 --regid 1337 --clear-groups redirect-proxy`) or pass --allow-root");
     }
     let mut registry = match &args.registry {
@@ -163,7 +172,17 @@ fn run(args: Args) -> anyhow::Result<()> {
         let inbound_l = if args.no_inbound {
             None
         } else {
-            Some(bind("--inbound", args.inbound).await?)
+            Some(match args.tproxy_mark {
+                None => bind("--inbound", args.inbound).await?,
+                Some(_) => {
+                    redirect_proxy::forward::bind_transparent(args.inbound).with_context(|| {
+                        format!(
+                            "binding --inbound on {} as a transparent listener (--tproxy-mark)",
+                            args.inbound
+                        )
+                    })?
+                }
+            })
         };
         let admins = [
             (bind("--readiness", args.readiness).await?, Role::Readiness),
@@ -193,6 +212,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             args.bpf_metrics_file.clone(),
         );
         shared.statics = args.statics.clone();
+        shared.tproxy_mark = args.tproxy_mark;
         let shared = Arc::new(shared);
         for (l, _) in statics {
             tokio::spawn(listener::serve(

@@ -37,6 +37,7 @@ pub fn route(stream: &TcpStream, local: SocketAddr, shared: &Shared) -> Result<R
         cluster,
         upstream,
         source: None,
+        mark: None,
     })
 }
 
@@ -67,5 +68,6 @@ pub fn route_static(
         },
         upstream: Some(upstream),
         source: None,
+        mark: None,
     })
 }

@@ -36,6 +36,9 @@ pub struct Shared {
     pub bpf_metrics_file: Option<PathBuf>,
     /// Static listeners (`--static LISTEN=UPSTREAM`): listener address -> upstream.
     pub statics: Vec<(std::net::SocketAddr, std::net::SocketAddr)>,
+    /// TPROXY mode: inbound connections reach the application from the client's address,
+    /// transparent, with this socket mark.
+    pub tproxy_mark: Option<u32>,
     drain_tx: watch::Sender<bool>,
 }
 
@@ -65,6 +68,7 @@ impl Shared {
             app_metrics,
             bpf_metrics_file,
             statics: Vec::new(),
+            tproxy_mark: None,
             drain_tx: watch::channel(false).0,
         }
     }

@@ -72,6 +72,7 @@ mod sandbox_netns;
 mod spoofed_sources;
 mod stock_conflists;
 mod tenancy;
+mod tproxy;
 mod untaint;
 mod upgrade;
 mod validate;

@@ -194,10 +194,14 @@ pub(crate) struct Meshed<'h> {
 
 impl<'h> Meshed<'h> {
     pub(crate) fn new(host: &'h CniHost) -> Self {
+        Self::with_ids(host, [runtime_id(1), runtime_id(2), runtime_id(3)])
+    }
+
+    /// [`Self::new`] with the runtime ids of the sandbox, the proxy and the app containers.
+    pub(crate) fn with_ids(host: &'h CniHost, ids: [String; 3]) -> Self {
         let node = Node::new();
         let api = PodServer::start(&node.dir.join("api"));
         let uid = pod_uid();
-        let ids = [runtime_id(1), runtime_id(2), runtime_id(3)];
         let pod = host.sandbox("shop", "web-1", &uid);
         let world = host.world_listener();
         let cgroups = PodCgroups::new(&node, &pod.netns, &uid, [&ids[0], &ids[1], &ids[2]]);

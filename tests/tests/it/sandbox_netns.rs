@@ -14,35 +14,55 @@ use serde_json::json;
 
 use crate::reconcile::{lands, runtime_id, wait_for, Meshed};
 
-/// A container directory of the pod whose name comes first in the pod directory's listing
-/// (the order in which the reconcile met the pod's processes), with its runtime id.
-fn first_listed(pod: &Cgroup) -> (String, Cgroup) {
-    for salt in 100..400 {
-        let id = runtime_id(salt);
-        let cg = pod
-            .child(&format!("cri-containerd-{id}.scope"))
-            .expect("cgroup");
-        let first = std::fs::read_dir(pod.path())
-            .expect("the pod's directory")
-            .flatten()
-            .find(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .map(|e| e.path());
-        if first.as_deref() == Some(cg.path()) {
-            return (id, cg);
-        }
-    }
-    panic!("no container directory name came first in 300 tries");
+/// Four runtime ids, the first of which a cgroup directory listing shows before the others:
+/// the decoy's, then the sandbox's, the proxy's and the app's. kernfs lists a directory in the
+/// order of its entries' name hashes, which depend on the name alone, so the order met in a
+/// scratch directory is the order the pod's directory will show (whatever names come out).
+fn decoy_listed_first() -> (String, [String; 3]) {
+    let scratch = Cgroup::new("rsbx").expect("a scratch cgroup");
+    let ids: Vec<String> = (100..104).map(runtime_id).collect();
+    let dirs: Vec<Cgroup> = ids
+        .iter()
+        .map(|id| scratch.child(&container_dir(id)).expect("cgroup"))
+        .collect();
+    let first = std::fs::read_dir(scratch.path())
+        .expect("the scratch directory")
+        .flatten()
+        .find(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name())
+        .expect("four directories listed");
+    drop(dirs);
+    let (decoy, rest): (Vec<String>, Vec<String>) = ids
+        .into_iter()
+        .partition(|id| std::ffi::OsStr::new(&container_dir(id)) == first);
+    let rest: [String; 3] = rest.try_into().expect("three others");
+    (decoy.into_iter().next().expect("the first listed"), rest)
+}
+
+fn container_dir(id: &str) -> String {
+    format!("cri-containerd-{id}.scope")
 }
 
 #[test]
 fn an_app_processs_own_namespace_holding_the_pod_address_is_never_enrolled() {
     privileged!(redirect_tests::cni::plugins_missing());
     let host = CniHost::new();
-    let m = Meshed::new(&host);
+    let (evil, ids) = decoy_listed_first();
+    let m = Meshed::with_ids(&host, ids);
     let (node, pod) = (&m.node, &m.pod);
     // The decoy: a namespace of the app's own (no runtime names it), made by a process of the
     // app's container, with the pod's address.
-    let (evil, evil_cg) = first_listed(&m.cgroups.pod);
+    let evil_cg = m
+        .cgroups
+        .pod
+        .child(&container_dir(&evil))
+        .expect("the decoy's container directory");
+    let first = std::fs::read_dir(m.cgroups.pod.path())
+        .expect("the pod's directory")
+        .flatten()
+        .find(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path());
+    assert_eq!(first.as_deref(), Some(evil_cg.path()), "listed first");
     let script = format!(
         "ip link add d0 type veth peer name d1 && ip addr add {}/32 dev d0 && ip link set d0 up && echo ready && exec sleep 600",
         pod.ip()

@@ -42,8 +42,15 @@ pub fn decide<L: Lookups>(p: &InboundPolicy, conn: &InboundConn, lk: &L) -> Verd
     // made inside the pod counts (sock_ops recorded it): the ingress ifindex cannot tell (local
     // traffic reports the device owning the address, not lo), and a SYN from the wire may
     // claim any of these sources; without the record it is captured like any other.
+    // In TPROXY mode the source does not matter: the proxy's transparent hop comes from the
+    // client's address (and is marked), and the mangle chain returns for every connection
+    // that arrives on lo unless the proxy's own identity marked it 1338 (which the nat OUTPUT
+    // chain already sent to the inbound port: connect4's `inbound_redirect_local`).
     let passthrough = is_passthrough(conn.family, &conn.remote);
-    if (passthrough || is_loopback(conn.family, &conn.remote) || lk.remote_is_own(conn))
+    if (passthrough
+        || p.has(INBOUND_TPROXY)
+        || is_loopback(conn.family, &conn.remote)
+        || lk.remote_is_own(conn))
         && lk.local_connect(conn)
     {
         return Verdict::Pass(if passthrough {

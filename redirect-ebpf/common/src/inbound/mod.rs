@@ -12,6 +12,12 @@ pub const INBOUND_ALL_PORTS: u16 = 1;
 /// [`InboundPolicy::flags`]: with no listener, let connections reach the application.
 pub const INBOUND_NO_LISTENER_PASSTHROUGH: u16 = 2;
 
+/// [`InboundPolicy::flags`]: TPROXY mode (`-m TPROXY`). Every connection made inside the
+/// pod is left alone, whatever its source: the proxy's transparent connection to the
+/// application comes from the client's address (Istio's mangle `ISTIO_INBOUND`: `-m mark
+/// --mark 1337 -j RETURN`, `-i lo -m mark ! --mark 1338 -j RETURN`).
+pub const INBOUND_TPROXY: u16 = 4;
+
 /// [`InboundConn::ifindex`] when the arrival interface is not known: the sk_lookup program
 /// for kernels without `ingress_ifindex` (before 5.17). The kernel numbers interfaces from 1,
 /// so no interface rule (`-c`, `-k`) ever matches it; policies with such rules are refused by

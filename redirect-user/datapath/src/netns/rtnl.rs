@@ -8,7 +8,8 @@ use std::{
 };
 
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR,
+    NLM_F_REQUEST,
 };
 use netlink_packet_route::{
     address::{AddressAttribute, AddressMessage},
@@ -43,24 +44,28 @@ impl RouteSocket {
         })
     }
 
-    /// Sends one dump request and collects its answers up to `NLMSG_DONE`; a dump the kernel
-    /// marks inconsistent (`NLM_F_DUMP_INTR`: changed meanwhile) is an `Interrupted` error.
-    pub fn dump(
-        &self,
-        request: RouteNetlinkMessage,
-        what: &'static str,
-    ) -> io::Result<Vec<RouteNetlinkMessage>> {
+    /// Sends `request` with `flags` (beyond `NLM_F_REQUEST`); returns its sequence number.
+    fn send(&self, request: RouteNetlinkMessage, flags: u16) -> io::Result<u32> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let mut header = NetlinkHeader::default();
-        header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        header.flags = NLM_F_REQUEST | flags;
         header.sequence_number = seq;
         let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(request));
         packet.finalize();
         let mut buf = vec![0; packet.buffer_len()];
         packet.serialize(&mut buf);
         self.socket.send(&buf, 0)?;
-        let mut out = Vec::new();
-        let mut torn = false;
+        Ok(seq)
+    }
+
+    /// Reads the kernel's answers to request `seq`, each given to `on` (answers to another
+    /// request are skipped), until `on` returns the result.
+    fn answers<T>(
+        &self,
+        seq: u32,
+        what: &str,
+        mut on: impl FnMut(NetlinkMessage<RouteNetlinkMessage>) -> Option<io::Result<T>>,
+    ) -> io::Result<T> {
         loop {
             let (datagram, from) = self.socket.recv_from_full()?;
             if from.port_number() != 0 {
@@ -75,21 +80,8 @@ impl RouteSocket {
                 })?;
                 let len = msg.header.length as usize;
                 if msg.header.sequence_number == seq {
-                    torn |= msg.header.flags & NLM_F_DUMP_INTR != 0;
-                    match msg.payload {
-                        NetlinkPayload::Done(_) if torn => {
-                            return Err(io::Error::new(
-                                io::ErrorKind::Interrupted,
-                                format!("{what}: the tables changed during the dump"),
-                            ))
-                        }
-                        NetlinkPayload::Done(_) => return Ok(out),
-                        NetlinkPayload::Error(e) if e.code.is_some() => {
-                            let err = e.to_io();
-                            return Err(io::Error::new(err.kind(), format!("{what}: {err}")));
-                        }
-                        NetlinkPayload::InnerMessage(m) => out.push(m),
-                        _ => {}
+                    if let Some(done) = on(msg) {
+                        return done;
                     }
                 }
                 if len == 0 {
@@ -98,6 +90,53 @@ impl RouteSocket {
                 offset += (len + 3) & !3;
             }
         }
+    }
+
+    /// Sends one dump request and collects its answers up to `NLMSG_DONE`; a dump the kernel
+    /// marks inconsistent (`NLM_F_DUMP_INTR`: changed meanwhile) is an `Interrupted` error.
+    pub fn dump(
+        &self,
+        request: RouteNetlinkMessage,
+        what: &'static str,
+    ) -> io::Result<Vec<RouteNetlinkMessage>> {
+        let seq = self.send(request, NLM_F_DUMP)?;
+        let mut out = Vec::new();
+        let mut torn = false;
+        self.answers(seq, what, |msg| {
+            torn |= msg.header.flags & NLM_F_DUMP_INTR != 0;
+            match msg.payload {
+                NetlinkPayload::Done(_) if torn => Some(Err(io::Error::new(
+                    io::ErrorKind::Interrupted,
+                    format!("{what}: the tables changed during the dump"),
+                ))),
+                NetlinkPayload::Done(_) => Some(Ok(std::mem::take(&mut out))),
+                NetlinkPayload::Error(e) if e.code.is_some() => {
+                    let err = e.to_io();
+                    Some(Err(io::Error::new(err.kind(), format!("{what}: {err}"))))
+                }
+                NetlinkPayload::InnerMessage(m) => {
+                    out.push(m);
+                    None
+                }
+                _ => None,
+            }
+        })
+    }
+
+    /// Sends one change (`RTM_NEW*` / `RTM_DEL*`, `flags` beyond `NLM_F_REQUEST | NLM_F_ACK`)
+    /// and waits for the kernel's acknowledgement; its error is returned with `what`.
+    pub fn change(&self, request: RouteNetlinkMessage, flags: u16, what: &str) -> io::Result<()> {
+        let seq = self.send(request, NLM_F_ACK | flags)?;
+        self.answers(seq, what, |msg| match msg.payload {
+            NetlinkPayload::Error(e) => Some(match e.code {
+                None => Ok(()),
+                Some(_) => {
+                    let err = e.to_io();
+                    Err(io::Error::new(err.kind(), format!("{what}: {err}")))
+                }
+            }),
+            _ => None,
+        })
     }
 
     /// The namespace's own addresses, loopback, unspecified and `::6` excluded, sorted: `::6` is the

@@ -9,6 +9,8 @@ use std::os::fd::AsFd as _;
 use redirect_common::map_names;
 use redirect_policy::{kernel::inbound as inbound_kernel, Policy};
 
+use crate::netns::tproxy::TproxyRouting;
+
 use super::{
     entries::{seed_proxy_listeners, write_ifaces},
     index::{Index, Owned},
@@ -209,7 +211,16 @@ impl NodeDatapath {
             phases.mark("sk_lookup");
             inbound::adopt_listeners(&mut self.maps, &spec, ns)?;
             phases.mark("adopt");
+            if spec.tproxy {
+                ns.install_tproxy(TproxyRouting::ISTIO)?;
+                phases.mark("tproxy_routing");
+            } else if ns.has_tproxy() {
+                ns.remove_tproxy()?;
+            }
         } else {
+            if ns.has_tproxy() {
+                ns.remove_tproxy()?;
+            }
             inbound::remove_inbound_keys(&mut self.maps, cookie, &old.inbound_ports)?;
             phases.mark("inbound");
             // With no inbound policy the program passes every lookup: the link is how the

@@ -285,6 +285,13 @@ impl NodeDatapath {
     /// Removes everything stored for namespace `cookie` (which may no longer exist; `shown`
     /// only names it in logs and errors). The datapath itself stays.
     pub fn remove_policy(&mut self, cookie: NetnsCookie, shown: &Path) -> Result<()> {
+        // TPROXY's routing lives in the namespace: removed while it is there (a namespace that
+        // is gone took it along).
+        if let Ok(ns) = NetnsHandle::open(shown) {
+            if ns.cookie() == cookie && ns.has_tproxy() {
+                ns.remove_tproxy()?;
+            }
+        }
         outbound::remove(&mut self.maps, cookie)?;
         self.detach_sk_lookup(cookie)?;
         inbound::remove_inbound(&mut self.maps, cookie)?;

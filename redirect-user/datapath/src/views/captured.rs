@@ -19,6 +19,8 @@ pub struct Captured {
     pub netns_ino: u64,
     /// Whether it has an inbound policy (`NETNS_INBOUND`).
     pub inbound: bool,
+    /// Whether its inbound policy is TPROXY mode's (`-m TPROXY`).
+    pub tproxy: bool,
     /// Whether its proxy listens on the outbound port.
     pub proxy_listening: bool,
 }
@@ -35,6 +37,7 @@ pub fn captured(store: &mut dyn MapStore) -> Result<Vec<Captured>> {
                 cookie,
                 netns_ino: p.netns_ino,
                 inbound: false,
+                tproxy: false,
                 proxy_listening: false,
             })
             .collect();
@@ -42,7 +45,9 @@ pub fn captured(store: &mut dyn MapStore) -> Result<Vec<Captured>> {
     {
         let inbound = hash::<NetnsCookie, InboundPolicy>(store, map_names::NETNS_INBOUND)?;
         for c in &mut out {
-            c.inbound = inbound.get(&c.cookie, 0).is_ok();
+            let policy = inbound.get(&c.cookie, 0).ok();
+            c.inbound = policy.is_some();
+            c.tproxy = policy.is_some_and(|p| p.flags & redirect_common::INBOUND_TPROXY != 0);
         }
     }
     let listeners = hash::<NetnsCookie, u64>(store, map_names::PROXY_LISTENERS)?;

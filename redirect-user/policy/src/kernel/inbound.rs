@@ -8,7 +8,7 @@ use std::path::Path;
 
 use redirect_common::{
     InboundPolicy, IFACE_EXCLUDED, IFACE_KUBEVIRT, INBOUND_ALL_PORTS,
-    INBOUND_NO_LISTENER_PASSTHROUGH, PORT_EXCLUDED, PORT_INCLUDED,
+    INBOUND_NO_LISTENER_PASSTHROUGH, INBOUND_TPROXY, PORT_EXCLUDED, PORT_INCLUDED,
 };
 
 use crate::inbound_spec::{InboundPorts as SpecPorts, InboundSpec, NoListener};
@@ -46,6 +46,7 @@ pub fn spec_of(policy: &Policy, netns_path: &Path) -> Option<InboundSpec> {
         inbound_port: policy.inbound_capture_port,
         tunnel_port: policy.tunnel_port,
         no_listener: NoListener::Refuse,
+        tproxy: policy.mode == crate::Mode::Tproxy,
     })
 }
 
@@ -96,6 +97,9 @@ pub fn policy_of(spec: &InboundSpec) -> InboundPolicy {
     }
     if spec.no_listener == NoListener::Passthrough {
         flags |= INBOUND_NO_LISTENER_PASSTHROUGH;
+    }
+    if spec.tproxy {
+        flags |= INBOUND_TPROXY;
     }
     InboundPolicy {
         inbound_port: spec.inbound_port,
@@ -184,6 +188,7 @@ mod tests {
             inbound_port: 15006,
             tunnel_port: 15008,
             no_listener: NoListener::Refuse,
+            tproxy: false,
         };
         assert_eq!(
             port_entries(&spec),

@@ -83,6 +83,7 @@ fn valid_spec() -> impl Strategy<Value = InboundSpec> {
                 } else {
                     NoListener::Refuse
                 },
+                tproxy: false,
             },
         )
 }

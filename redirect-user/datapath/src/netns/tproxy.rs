@@ -1,0 +1,182 @@
+//! TPROXY mode's policy routing inside a pod's namespace. The proxy connects to the
+//! application from the client's own address (`IP_TRANSPARENT`, marked as Envoy's original_src
+//! marks it); the application's replies go to that address, which is not the pod's. Three
+//! things, made with the enrollment and removed with it, keep them in the pod:
+//! - `net.ipv4.tcp_fwmark_accept = 1` (it covers IPv6 too): a connection accepted from a marked
+//!   SYN carries the SYN's mark, from its SYN-ACK on, where Istio restores it with CONNMARK;
+//! - `ip rule fwmark MARK lookup TABLE` and `ip route local default dev lo table TABLE`, IPv4 and
+//!   IPv6, as istio-iptables adds them: a marked reply is delivered locally, to the proxy's
+//!   transparent socket, instead of leaving for the client.
+//!
+//! Rules and routes carry protocol [`PROTOCOL`] (`ip rule` shows `proto 114`), which is how
+//! removal finds them whatever mark and table they name. Nothing else in the pod changes: an
+//! application's own sockets have no mark, and a SYN from outside the pod arrives unmarked.
+use std::io;
+
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_route::{
+    route::{RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType},
+    rule::{RuleAction, RuleAttribute, RuleHeader, RuleMessage},
+    AddressFamily, RouteNetlinkMessage,
+};
+
+use super::{rtnl::RouteSocket, NetnsHandle};
+use crate::error::Result;
+
+/// The routing protocol number of our rules and routes.
+pub const PROTOCOL: u8 = 114;
+/// The namespace's sysctl that hands a SYN's mark to the accepted connection.
+const FWMARK_ACCEPT: &str = "/proc/sys/net/ipv4/tcp_fwmark_accept";
+/// The loopback interface's index, the same in every namespace.
+const LOOPBACK_IFINDEX: u32 = 1;
+
+/// The mark the proxy's transparent connections carry and the table their replies are looked
+/// up in (istio-iptables `-t` and `-r`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TproxyRouting {
+    /// The mark (`-t`, 1337).
+    pub mark: u32,
+    /// The table (`-r`, 133).
+    pub table: u32,
+}
+
+impl TproxyRouting {
+    /// istio-iptables' defaults: mark 1337, table 133.
+    pub const ISTIO: Self = Self {
+        mark: 1337,
+        table: 133,
+    };
+}
+
+fn rule(family: AddressFamily, r: TproxyRouting) -> RuleMessage {
+    let mut m = RuleMessage::default();
+    m.header = RuleHeader {
+        family,
+        table: u8::try_from(r.table).unwrap_or(0),
+        action: RuleAction::ToTable,
+        ..RuleHeader::default()
+    };
+    m.attributes = vec![
+        RuleAttribute::FwMark(r.mark),
+        RuleAttribute::FwMask(u32::MAX),
+        RuleAttribute::Table(r.table),
+        RuleAttribute::Protocol(RouteProtocol::Other(PROTOCOL)),
+    ];
+    m
+}
+
+fn route(family: AddressFamily, r: TproxyRouting) -> RouteMessage {
+    let mut m = RouteMessage::default();
+    m.header = RouteHeader {
+        address_family: family,
+        table: u8::try_from(r.table).unwrap_or(0),
+        protocol: RouteProtocol::Other(PROTOCOL),
+        scope: RouteScope::Host,
+        kind: RouteType::Local,
+        ..RouteHeader::default()
+    };
+    m.attributes = vec![
+        RouteAttribute::Table(r.table),
+        RouteAttribute::Oif(LOOPBACK_IFINDEX),
+    ];
+    m
+}
+
+/// Adds, tolerating what is already there (a re-apply).
+fn add(s: &RouteSocket, msg: RouteNetlinkMessage, what: &str) -> io::Result<bool> {
+    match s.change(msg, NLM_F_CREATE | NLM_F_EXCL, what) {
+        Ok(()) => Ok(true),
+        Err(e)
+            if e.raw_os_error() == Some(libc::EEXIST)
+                || e.kind() == io::ErrorKind::AlreadyExists =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn install(s: &RouteSocket, r: TproxyRouting) -> io::Result<()> {
+    for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+        let v6 = family == AddressFamily::Inet6;
+        let rule = add(
+            s,
+            RouteNetlinkMessage::NewRule(rule(family, r)),
+            "RTM_NEWRULE fwmark",
+        );
+        match rule {
+            // A kernel without IPv6: its IPv4 half is all there is.
+            Err(e) if v6 && e.raw_os_error() == Some(libc::EAFNOSUPPORT) => continue,
+            other => other?,
+        };
+        add(
+            s,
+            RouteNetlinkMessage::NewRoute(route(family, r)),
+            "RTM_NEWROUTE local default",
+        )?;
+    }
+    Ok(())
+}
+
+/// Deletes every rule and route of ours; returns whether there was any.
+fn remove(s: &RouteSocket) -> io::Result<bool> {
+    let ours = RouteProtocol::Other(PROTOCOL);
+    let mut found = false;
+    for msg in super::rtnl::retry_torn(|| {
+        s.dump(
+            RouteNetlinkMessage::GetRule(RuleMessage::default()),
+            "RTM_GETRULE dump",
+        )
+    })? {
+        if let RouteNetlinkMessage::NewRule(m) = msg {
+            if m.attributes.contains(&RuleAttribute::Protocol(ours)) {
+                found = true;
+                s.change(RouteNetlinkMessage::DelRule(m), 0, "RTM_DELRULE")?;
+            }
+        }
+    }
+    for msg in super::rtnl::retry_torn(|| {
+        s.dump(
+            RouteNetlinkMessage::GetRoute(RouteMessage::default()),
+            "RTM_GETROUTE dump",
+        )
+    })? {
+        if let RouteNetlinkMessage::NewRoute(m) = msg {
+            if m.header.protocol == ours {
+                found = true;
+                s.change(RouteNetlinkMessage::DelRoute(m), 0, "RTM_DELROUTE")?;
+            }
+        }
+    }
+    Ok(found)
+}
+
+impl NetnsHandle {
+    /// Installs TPROXY mode's routing in this namespace (see the module's documentation).
+    pub fn install_tproxy(&self, r: TproxyRouting) -> Result<()> {
+        self.with_route_socket(|s| install(s, r))?;
+        self.run(|| write_sysctl("1"))
+    }
+
+    /// Whether this namespace has TPROXY mode's routing of ours (its sysctl set): the cheap
+    /// check before [`Self::remove_tproxy`].
+    pub fn has_tproxy(&self) -> bool {
+        self.run(|| std::fs::read_to_string(FWMARK_ACCEPT))
+            .is_ok_and(|v| v.trim() == "1")
+    }
+
+    /// Removes TPROXY mode's routing from this namespace: our rules and routes, and the sysctl
+    /// back to the kernel's default (0) when there were any. Returns whether there were.
+    pub fn remove_tproxy(&self) -> Result<bool> {
+        let found = self.with_route_socket(remove)?;
+        if found {
+            self.run(|| write_sysctl("0"))?;
+        }
+        Ok(found)
+    }
+}
+
+fn write_sysctl(value: &str) -> io::Result<()> {
+    std::fs::write(FWMARK_ACCEPT, value)
+        .map_err(|e| io::Error::new(e.kind(), format!("writing {value} to {FWMARK_ACCEPT}: {e}")))
+}
