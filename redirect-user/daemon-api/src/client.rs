@@ -243,11 +243,18 @@ impl Client {
         let line = req
             .frame()
             .map_err(|e| io("encoding a request for")(e.into()))?;
-        crate::netns_fd::send(&stream, line.as_bytes(), fd).map_err(io("writing to"))?;
+        let sent = crate::netns_fd::send(&stream, line.as_bytes(), fd);
         let mut answer = String::new();
-        BufReader::new(&stream)
-            .read_line(&mut answer)
-            .map_err(io("reading the answer from"))?;
+        let read = BufReader::new(&stream).read_line(&mut answer);
+        match (sent, read) {
+            // A daemon that refuses a client at accept (its credentials) answers and closes
+            // before reading: the request's write may then fail (EPIPE) while the refusal is
+            // already waiting to be read. The refusal is the answer.
+            (Err(_), Ok(n)) if n > 0 => {}
+            (Err(e), _) => return Err(io("writing to")(e)),
+            (Ok(()), Err(e)) => return Err(io("reading the answer from")(e)),
+            (Ok(()), Ok(_)) => {}
+        }
         let op = req.op();
         let decode = |source| ClientError::Decode {
             op,
@@ -364,6 +371,27 @@ mod tests {
         t.join().expect("server");
         assert_eq!(e.to_string(), "pod x/y: no such pod");
         let _ = std::fs::remove_dir_all(socket.parent().expect("dir"));
+    }
+
+    /// A daemon refuses some clients at accept: it answers and closes before it reads. A
+    /// request too large for the socket's buffer then fails to write (EPIPE), and the
+    /// refusal waiting in the buffer is still what the client reports.
+    #[test]
+    fn a_refusal_sent_before_the_request_was_read_is_reported() {
+        let dir = std::env::temp_dir().join(redirect_testkit::unique_name("dapi"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let socket = dir.join("daemon.sock");
+        let listener = UnixListener::bind(&socket).expect("bind");
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().expect("accept");
+            s.write_all(b"{\"v\":2,\"ok\":false,\"error\":\"uid 65534: refused\"}\n")
+                .expect("write");
+        });
+        let many = vec!["x".repeat(1000); 4000];
+        let e = Client::new(&socket).pod_gc(many).expect_err("refused");
+        t.join().expect("server");
+        assert_eq!(e.to_string(), "uid 65534: refused", "{e:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
