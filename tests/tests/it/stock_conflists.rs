@@ -30,6 +30,9 @@ fn add_without_a_pod(plugin: &Path, list: &Value) -> Value {
         .expect("our entry last");
     conf["name"] = list["name"].clone();
     conf["cniVersion"] = version.into();
+    // Its log (cni.log) goes beside the daemon socket: in the test's own directory, never the
+    // node's /run/redirect/daemon.
+    conf["daemon_socket"] = json!(plugin.with_file_name("daemon.sock"));
     conf["prevResult"] = json!({
         "cniVersion": version,
         "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/cni-test"}],

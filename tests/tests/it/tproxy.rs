@@ -73,12 +73,11 @@ fn fwmark_accept(pod: &Netns) -> String {
             "netns",
             "exec",
             pod.name(),
-            "sysctl",
-            "-n",
-            "net.ipv4.tcp_fwmark_accept",
+            "cat",
+            "/proc/sys/net/ipv4/tcp_fwmark_accept",
         ])
         .output()
-        .expect("sysctl");
+        .expect("net.ipv4.tcp_fwmark_accept");
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
@@ -147,6 +146,47 @@ fn the_application_sees_the_clients_own_address_and_cleanup_removes_the_routing(
         "IPv6 table 133: {table6}"
     );
     assert_eq!(fwmark_accept(&w.pod), "1");
+
+    // explain names the mode for a client from the wire; list shows it.
+    let explain = Command::new(bin_path("redirect"))
+        .args(["explain", "--inbound", "--netns"])
+        .arg(w.pod.path())
+        .args([
+            "--src",
+            "192.0.2.10:40000",
+            "--dst",
+            &format!("{POD4}:8080"),
+            "--json",
+        ])
+        .arg("--bpffs")
+        .arg(&pins.0)
+        .output()
+        .expect("explain");
+    let explained: serde_json::Value =
+        serde_json::from_slice(&explain.stdout).unwrap_or_else(|e| {
+            panic!(
+                "explain --json: {e}: {}",
+                String::from_utf8_lossy(&explain.stderr)
+            )
+        });
+    assert_eq!(explained["outcome"], "proxy:15006", "{explained}");
+    assert!(
+        explained["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("TPROXY mode")),
+        "{explained}"
+    );
+    let list = Command::new(bin_path("redirect"))
+        .args(["list", "--json"])
+        .env("REDIRECT_BPFFS", &pins.0)
+        .env(
+            "REDIRECT_DAEMON_DIR",
+            std::env::temp_dir().join(redirect_testkit::unique_name("rtpd")),
+        )
+        .output()
+        .expect("list");
+    let listed: serde_json::Value = serde_json::from_slice(&list.stdout).expect("list --json");
+    assert_eq!(listed[0]["tproxy"], true, "{listed}");
 
     let _app = listen(
         &w.pod,

@@ -31,6 +31,8 @@ pub struct InboundQuery {
 /// Answers each lookup from values read once from the maps.
 struct Snapshot {
     own: bool,
+    /// The source is loopback or the passthrough source (127.0.0.6, ::6).
+    pod_side: bool,
     exempt: bool,
     rule: u8,
 }
@@ -40,9 +42,11 @@ impl Lookups for Snapshot {
         self.own
     }
     /// A passthrough, loopback or own-address source is explained as the pod's own connect
-    /// (sock_ops records those; a SYN from the wire claiming one is steered like any other).
+    /// (sock_ops records those; a SYN from the wire claiming one is steered like any other);
+    /// any other source as a client from the wire (in TPROXY mode the proxy's transparent hop
+    /// also comes from a client's address, but inside the pod).
     fn local_connect(&self, _: &InboundConn) -> bool {
-        true
+        self.own || self.pod_side
     }
     fn exempt_interface(&self, _: &InboundConn) -> bool {
         self.exempt
@@ -121,7 +125,18 @@ pub fn explain_inbound(
         remote_port: q.src.port(),
         ifindex: q.ifindex,
     };
-    let verdict = decide(&policy, &conn, &Snapshot { own, exempt, rule });
+    let src = q.src.ip().to_canonical();
+    let pod_side = src.is_loopback()
+        || src == std::net::IpAddr::from([127, 0, 0, 6])
+        || src == std::net::IpAddr::from(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6));
+    let snapshot = Snapshot {
+        own,
+        pod_side,
+        exempt,
+        rule,
+    };
+    let verdict = decide(&policy, &conn, &snapshot);
+    let tproxy = policy.flags & redirect_common::INBOUND_TPROXY != 0;
     Ok(match verdict {
         Verdict::Ignore => Explained {
             outcome: "untouched".to_owned(),
@@ -140,10 +155,15 @@ pub fn explain_inbound(
         Verdict::Steer => Explained {
             outcome: format!("proxy:{}", policy.inbound_port),
             detail: Some(format!(
-                "while its listener is up, else {}",
+                "while its listener is up, else {}{}",
                 match without_listener(&policy) {
                     NoListener::Refuse => "refused (inbound_no_listener)",
                     NoListener::Passthrough => "passed to the application (inbound_no_listener)",
+                },
+                if tproxy {
+                    "; TPROXY mode: the proxy's transparent connection (from this client's address, mark 1337) reaches the application, which sees the client"
+                } else {
+                    ""
                 }
             )),
             counter: Counter::InboundSteered.name(),
