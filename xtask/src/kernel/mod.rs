@@ -22,9 +22,9 @@ use self::select::{area_tests, listed_tests, selection, TEST_BINARY};
 use crate::{build, setup, util};
 
 /// Test modules (of the one binary) run in each kernel unless `--kernel-tests` says otherwise: the outbound, inbound
-/// and daemon suites and TPROXY mode's routing whole, and the conformance cases for DNS (IPv4 and IPv6), inbound ports `*`,
+/// and daemon suites, TPROXY mode's routing and the accepted-sockets relay whole, and the conformance cases for DNS (IPv4 and IPv6), inbound ports `*`,
 /// owner groups with exclusions (IPv4 and IPv6 DNS) and an excluded interface. docs/developer.md lists it.
-pub const DEFAULT_TESTS: &str = "outbound,inbound,daemon,probe_fallback,tproxy,\
+pub const DEFAULT_TESTS: &str = "outbound,inbound,daemon,probe_fallback,tproxy,accepted_sockets,\
     conformance=dns_uid_gid+inbound_ports_wildcard+outbound_owner_groups_exclude+basic_exclude_nic";
 /// Host packages the guest is built from (qemu itself is extracted, see `emulator`).
 const PACKAGES: [&str; 2] = ["busybox-static", "xz-utils"];
