@@ -245,12 +245,15 @@ impl Client {
             .map_err(|e| io("encoding a request for")(e.into()))?;
         let sent = crate::netns_fd::send(&stream, line.as_bytes(), fd);
         let mut answer = String::new();
-        let read = BufReader::new(&stream).read_line(&mut answer);
+        let read = match &sent {
+            Err(e) if !peer_closed(e) => Ok(0),
+            _ => BufReader::new(&stream).read_line(&mut answer),
+        };
         match (sent, read) {
             // A daemon that refuses a client at accept (its credentials) answers and closes
             // before reading: the request's write may then fail (EPIPE) while the refusal is
             // already waiting to be read. The refusal is the answer.
-            (Err(_), Ok(n)) if n > 0 => {}
+            (Err(e), Ok(n)) if n > 0 && peer_closed(&e) => {}
             (Err(e), _) => return Err(io("writing to")(e)),
             (Ok(()), Err(e)) => return Err(io("reading the answer from")(e)),
             (Ok(()), Ok(_)) => {}
@@ -287,6 +290,14 @@ impl Client {
             }),
         }
     }
+}
+
+/// The daemon closed its end (after answering, perhaps): EPIPE or ECONNRESET.
+fn peer_closed(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+    )
 }
 
 /// Whether the process that answers on `stream` may be the daemon: root, and, where its pid

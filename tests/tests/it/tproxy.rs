@@ -127,8 +127,15 @@ fn the_application_sees_the_clients_own_address_and_cleanup_removes_the_routing(
         ]
         .map(str::to_owned),
     );
+    // Applied twice (a re-apply: the proxy container binding, a repair): one rule each.
+    redirect(&apply);
     redirect(&apply);
     let [rule4, rule6, table4, table6] = routing(&w.pod);
+    assert_eq!(
+        (rule4.lines().count(), rule6.lines().count()),
+        (1, 1),
+        "one rule per family after a re-apply: {rule4:?} {rule6:?}"
+    );
     assert!(
         rule4.contains("fwmark 0x539 lookup 133"),
         "IPv4 rule: {rule4}"
@@ -146,6 +153,26 @@ fn the_application_sees_the_clients_own_address_and_cleanup_removes_the_routing(
         "IPv6 table 133: {table6}"
     );
     assert_eq!(fwmark_accept(&w.pod), "1");
+    // A re-apply in REDIRECT mode takes the routing away; TPROXY again puts it back.
+    let redirect_mode: Vec<String> = apply
+        .iter()
+        .map(|a| {
+            if a == "TPROXY" {
+                "REDIRECT".to_owned()
+            } else {
+                a.clone()
+            }
+        })
+        .collect();
+    redirect(&redirect_mode);
+    assert_eq!(
+        routing(&w.pod),
+        [String::new(), String::new(), String::new(), String::new()],
+        "TPROXY routing left after a re-apply in REDIRECT mode"
+    );
+    assert_eq!(fwmark_accept(&w.pod), "0");
+    redirect(&apply);
+    assert_eq!(routing(&w.pod)[0].lines().count(), 1);
 
     // explain names the mode for a client from the wire; list shows it.
     let explain = Command::new(bin_path("redirect"))

@@ -355,6 +355,10 @@ impl Daemon {
                 removed: false,
             });
         };
+        // Through the namespace the enrollment holds: its recorded path may name another now.
+        if let Some(ns) = self.enrollments.get(&cookie).and_then(|f| f.ns.as_ref()) {
+            redirect_datapath::node::remove_tproxy_logged(ns);
+        }
         self.dp.remove_policy(cookie, &netns)?;
         self.enrollments.remove(&cookie);
         remove_enrollment(&self.opts.dir, cookie);

@@ -29,6 +29,10 @@ pub const PROTOCOL: u8 = 114;
 const FWMARK_ACCEPT: &str = "/proc/sys/net/ipv4/tcp_fwmark_accept";
 /// The loopback interface's index, the same in every namespace.
 const LOOPBACK_IFINDEX: u32 = 1;
+/// The rule's priority, the one `ip rule add` gives istio-iptables' rule in a fresh namespace.
+/// Given explicitly: the kernel's duplicate check compares priorities, so a re-apply finds the
+/// rule there (EEXIST) instead of adding another below it.
+const RULE_PRIORITY: u32 = 32765;
 
 /// The mark the proxy's transparent connections carry and the table their replies are looked
 /// up in (istio-iptables `-t` and `-r`).
@@ -61,6 +65,7 @@ fn rule(family: AddressFamily, r: TproxyRouting) -> RuleMessage {
         RuleAttribute::FwMask(u32::MAX),
         RuleAttribute::Table(r.table),
         RuleAttribute::Protocol(RouteProtocol::Other(PROTOCOL)),
+        RuleAttribute::Priority(RULE_PRIORITY),
     ];
     m
 }
@@ -96,44 +101,74 @@ fn add(s: &RouteSocket, msg: RouteNetlinkMessage, what: &str) -> io::Result<bool
     }
 }
 
+/// IPv6 is off here: no IPv6 in the kernel (EAFNOSUPPORT), or disabled on lo (EACCES).
+fn ipv6_off(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EAFNOSUPPORT | libc::EACCES))
+}
+
 fn install(s: &RouteSocket, r: TproxyRouting) -> io::Result<()> {
     for family in [AddressFamily::Inet, AddressFamily::Inet6] {
         let v6 = family == AddressFamily::Inet6;
-        let rule = add(
-            s,
-            RouteNetlinkMessage::NewRule(rule(family, r)),
-            "RTM_NEWRULE fwmark",
-        );
-        match rule {
-            // A kernel without IPv6: its IPv4 half is all there is.
-            Err(e) if v6 && e.raw_os_error() == Some(libc::EAFNOSUPPORT) => continue,
+        let rule_msg = || RouteNetlinkMessage::NewRule(rule(family, r));
+        match add(s, rule_msg(), "RTM_NEWRULE fwmark") {
+            // Without IPv6 its IPv4 half is all there is.
+            Err(e) if v6 && ipv6_off(&e) => continue,
             other => other?,
         };
-        add(
-            s,
-            RouteNetlinkMessage::NewRoute(route(family, r)),
-            "RTM_NEWROUTE local default",
-        )?;
+        let route_msg = RouteNetlinkMessage::NewRoute(route(family, r));
+        match add(s, route_msg, "RTM_NEWROUTE local default") {
+            Err(e) if v6 && ipv6_off(&e) => {
+                // IPv6 disabled on lo: no half of it stays.
+                gone(s.change(
+                    RouteNetlinkMessage::DelRule(rule(family, r)),
+                    0,
+                    "RTM_DELRULE",
+                ))?;
+            }
+            other => {
+                other?;
+            }
+        }
     }
     Ok(())
+}
+
+/// A delete that found nothing (another remover was first) is not an error.
+fn gone(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ESRCH) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// Our rules (protocol [`PROTOCOL`]) in the namespace.
+fn our_rules(s: &RouteSocket) -> io::Result<Vec<RuleMessage>> {
+    let ours = RuleAttribute::Protocol(RouteProtocol::Other(PROTOCOL));
+    Ok(super::rtnl::retry_torn(|| {
+        s.dump(
+            RouteNetlinkMessage::GetRule(RuleMessage::default()),
+            "RTM_GETRULE dump",
+        )
+    })?
+    .into_iter()
+    .filter_map(|msg| match msg {
+        RouteNetlinkMessage::NewRule(m) if m.attributes.contains(&ours) => Some(m),
+        _ => None,
+    })
+    .collect())
 }
 
 /// Deletes every rule and route of ours; returns whether there was any.
 fn remove(s: &RouteSocket) -> io::Result<bool> {
     let ours = RouteProtocol::Other(PROTOCOL);
     let mut found = false;
-    for msg in super::rtnl::retry_torn(|| {
-        s.dump(
-            RouteNetlinkMessage::GetRule(RuleMessage::default()),
-            "RTM_GETRULE dump",
-        )
-    })? {
-        if let RouteNetlinkMessage::NewRule(m) = msg {
-            if m.attributes.contains(&RuleAttribute::Protocol(ours)) {
-                found = true;
-                s.change(RouteNetlinkMessage::DelRule(m), 0, "RTM_DELRULE")?;
-            }
-        }
+    for m in our_rules(s)? {
+        found = true;
+        gone(s.change(RouteNetlinkMessage::DelRule(m), 0, "RTM_DELRULE"))?;
     }
     for msg in super::rtnl::retry_torn(|| {
         s.dump(
@@ -144,7 +179,7 @@ fn remove(s: &RouteSocket) -> io::Result<bool> {
         if let RouteNetlinkMessage::NewRoute(m) = msg {
             if m.header.protocol == ours {
                 found = true;
-                s.change(RouteNetlinkMessage::DelRoute(m), 0, "RTM_DELROUTE")?;
+                gone(s.change(RouteNetlinkMessage::DelRoute(m), 0, "RTM_DELROUTE"))?;
             }
         }
     }
@@ -153,20 +188,27 @@ fn remove(s: &RouteSocket) -> io::Result<bool> {
 
 impl NetnsHandle {
     /// Installs TPROXY mode's routing in this namespace (see the module's documentation).
+    /// A failure leaves nothing of it behind.
     pub fn install_tproxy(&self, r: TproxyRouting) -> Result<()> {
-        self.with_route_socket(|s| install(s, r))?;
-        self.run(|| write_sysctl("1"))
+        let installed = self
+            .with_route_socket(|s| install(s, r))
+            .and_then(|()| self.run(|| write_sysctl("1")));
+        if installed.is_err() {
+            let _ = self.with_route_socket(remove);
+        }
+        installed
     }
 
-    /// Whether this namespace has TPROXY mode's routing of ours (its sysctl set): the cheap
-    /// check before [`Self::remove_tproxy`].
+    /// Whether this namespace holds a rule of ours (one rule dump): the check before
+    /// [`Self::remove_tproxy`] on the paths that do not know whether the policy was TPROXY.
     pub fn has_tproxy(&self) -> bool {
-        self.run(|| std::fs::read_to_string(FWMARK_ACCEPT))
-            .is_ok_and(|v| v.trim() == "1")
+        self.with_route_socket(our_rules)
+            .is_ok_and(|rules| !rules.is_empty())
     }
 
     /// Removes TPROXY mode's routing from this namespace: our rules and routes, and the sysctl
-    /// back to the kernel's default (0) when there were any. Returns whether there were.
+    /// back to the kernel's default (0) when there were any (a value the pod had set itself
+    /// before is not remembered). Returns whether there were.
     pub fn remove_tproxy(&self) -> Result<bool> {
         let found = self.with_route_socket(remove)?;
         if found {

@@ -287,9 +287,10 @@ impl NodeDatapath {
     pub fn remove_policy(&mut self, cookie: NetnsCookie, shown: &Path) -> Result<()> {
         // TPROXY's routing lives in the namespace: removed while it is there (a namespace that
         // is gone took it along).
+        // Best effort: the maps go whatever happens there (the failure is logged).
         if let Ok(ns) = NetnsHandle::open(shown) {
-            if ns.cookie() == cookie && ns.has_tproxy() {
-                ns.remove_tproxy()?;
+            if ns.cookie() == cookie {
+                remove_tproxy_logged(&ns);
             }
         }
         outbound::remove(&mut self.maps, cookie)?;
@@ -437,4 +438,14 @@ pub fn ipv6_follows(policy: &Policy, addrs: &[std::net::IpAddr]) -> bool {
             std::net::IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) != 0xfe80,
             std::net::IpAddr::V4(_) => false,
         })
+}
+
+/// Removes TPROXY mode's routing from `ns` when it has any, logging (not returning) a failure:
+/// for removal paths that must go on whatever happens in the namespace.
+pub fn remove_tproxy_logged(ns: &NetnsHandle) {
+    if ns.has_tproxy() {
+        if let Err(e) = ns.remove_tproxy() {
+            tracing::warn!(netns = %ns.path().display(), error = %e, "removing TPROXY routing failed: left in the namespace");
+        }
+    }
 }
