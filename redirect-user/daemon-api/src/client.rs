@@ -331,11 +331,17 @@ mod tests {
     use super::*;
     use std::{io::Write as _, os::unix::net::UnixListener};
 
-    fn serve_once(answer: &'static str) -> (PathBuf, std::thread::JoinHandle<String>) {
+    /// A fake daemon's socket in a directory of the test's own.
+    fn fake_socket() -> (PathBuf, UnixListener) {
         let dir = std::env::temp_dir().join(redirect_testkit::unique_name("dapi"));
         std::fs::create_dir_all(&dir).expect("dir");
         let socket = dir.join("daemon.sock");
         let listener = UnixListener::bind(&socket).expect("bind");
+        (socket, listener)
+    }
+
+    fn serve_once(answer: &'static str) -> (PathBuf, std::thread::JoinHandle<String>) {
+        let (socket, listener) = fake_socket();
         let t = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().expect("accept");
             let mut line = String::new();
@@ -389,10 +395,7 @@ mod tests {
     /// refusal waiting in the buffer is still what the client reports.
     #[test]
     fn a_refusal_sent_before_the_request_was_read_is_reported() {
-        let dir = std::env::temp_dir().join(redirect_testkit::unique_name("dapi"));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let socket = dir.join("daemon.sock");
-        let listener = UnixListener::bind(&socket).expect("bind");
+        let (socket, listener) = fake_socket();
         let t = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().expect("accept");
             s.write_all(b"{\"v\":2,\"ok\":false,\"error\":\"uid 65534: refused\"}\n")
@@ -402,7 +405,7 @@ mod tests {
         let e = Client::new(&socket).pod_gc(many).expect_err("refused");
         t.join().expect("server");
         assert_eq!(e.to_string(), "uid 65534: refused", "{e:?}");
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(socket.parent().expect("dir"));
     }
 
     #[test]

@@ -6,8 +6,9 @@ use crate::{
     AF_INET,
 };
 
+/// `addr` is the proxy's passthrough source (127.0.0.6, `::6`).
 #[inline(always)]
-fn is_passthrough(family: u16, addr: &[u32; 4]) -> bool {
+pub fn is_passthrough(family: u16, addr: &[u32; 4]) -> bool {
     if family == AF_INET {
         addr[0] == PASSTHROUGH_V4
     } else {
@@ -15,8 +16,9 @@ fn is_passthrough(family: u16, addr: &[u32; 4]) -> bool {
     }
 }
 
+/// `addr` is loopback (127/8, `::1`).
 #[inline(always)]
-fn is_loopback(family: u16, addr: &[u32; 4]) -> bool {
+pub fn is_loopback(family: u16, addr: &[u32; 4]) -> bool {
     if family == AF_INET {
         addr[0].to_ne_bytes()[0] == 127
     } else {

@@ -47,6 +47,16 @@ pub fn write_inbound(
         .map_err(map_error("writing", map_names::NETNS_INBOUND))
 }
 
+/// Whether namespace `cookie`'s stored inbound policy is TPROXY mode's (a lookup: what an
+/// apply reads before it writes, to know whether the pod's TPROXY routing must go).
+pub fn is_tproxy(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<bool> {
+    Ok(
+        hash::<NetnsCookie, InboundPolicy>(store, map_names::NETNS_INBOUND)?
+            .get(&cookie, 0)
+            .is_ok_and(|p| p.flags & redirect_common::INBOUND_TPROXY != 0),
+    )
+}
+
 /// Removes namespace `cookie`'s inbound policy and port rules (its addresses stay: the
 /// outbound rules use them too).
 pub fn remove_inbound(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<()> {

@@ -200,7 +200,7 @@ impl NetnsHandle {
     }
 
     /// Whether this namespace holds a rule of ours (one rule dump): the check before
-    /// [`Self::remove_tproxy`] on the paths that do not know whether the policy was TPROXY.
+    /// [`Self::remove_tproxy`] on the removal paths, which trust the namespace over the maps.
     pub fn has_tproxy(&self) -> bool {
         self.with_route_socket(our_rules)
             .is_ok_and(|rules| !rules.is_empty())

@@ -201,6 +201,9 @@ impl NodeDatapath {
         };
         let spec = inbound_kernel::spec_of(policy, netns_path);
         let inbound = spec.is_some();
+        // The policy being replaced says whether the pod has TPROXY routing to take away: a
+        // map lookup, where asking the namespace would cost every apply a rule dump.
+        let was_tproxy = inbound::is_tproxy(&mut self.maps, cookie)?;
         if let Some(spec) = spec {
             // New rules first, stale ones after: a re-apply never leaves a moment without one.
             inbound::write_inbound(&mut self.maps, &spec, cookie)?;
@@ -214,11 +217,11 @@ impl NodeDatapath {
             if spec.tproxy {
                 ns.install_tproxy(TproxyRouting::ISTIO)?;
                 phases.mark("tproxy_routing");
-            } else if ns.has_tproxy() {
+            } else if was_tproxy {
                 ns.remove_tproxy()?;
             }
         } else {
-            if ns.has_tproxy() {
+            if was_tproxy {
                 ns.remove_tproxy()?;
             }
             inbound::remove_inbound_keys(&mut self.maps, cookie, &old.inbound_ports)?;

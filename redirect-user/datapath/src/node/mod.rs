@@ -286,8 +286,7 @@ impl NodeDatapath {
     /// only names it in logs and errors). The datapath itself stays.
     pub fn remove_policy(&mut self, cookie: NetnsCookie, shown: &Path) -> Result<()> {
         // TPROXY's routing lives in the namespace: removed while it is there (a namespace that
-        // is gone took it along).
-        // Best effort: the maps go whatever happens there (the failure is logged).
+        // is gone took it along), best effort: the maps go whatever happens there.
         if let Ok(ns) = NetnsHandle::open(shown) {
             if ns.cookie() == cookie {
                 remove_tproxy_logged(&ns);

@@ -5,7 +5,10 @@ use redirect_common::NetnsCookie;
 use std::net::SocketAddr;
 
 use redirect_common::{
-    inbound::{decide, without_listener, InboundConn, Lookups, NoListener, Verdict},
+    inbound::{
+        decide, is_loopback, is_passthrough, without_listener, InboundConn, Lookups, NoListener,
+        Verdict,
+    },
     map_names,
     types::family_words,
     AddrKey, Counter, IfKey, InboundPolicy, PortKey,
@@ -125,10 +128,7 @@ pub fn explain_inbound(
         remote_port: q.src.port(),
         ifindex: q.ifindex,
     };
-    let src = q.src.ip().to_canonical();
-    let pod_side = src.is_loopback()
-        || src == std::net::IpAddr::from([127, 0, 0, 6])
-        || src == std::net::IpAddr::from(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6));
+    let pod_side = is_loopback(family, &remote) || is_passthrough(family, &remote);
     let snapshot = Snapshot {
         own,
         pod_side,
