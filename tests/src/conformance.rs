@@ -25,7 +25,7 @@ pub struct Case {
     pub dns: Vec<String>,
     /// The pod is dual-stack.
     pub ipv6: bool,
-    /// TPROXY rows are not part of the suite (see the test's docs).
+    /// A TPROXY row (`-m TPROXY`): Istio's policy routing and a transparent proxy join it.
     pub tproxy: bool,
 }
 

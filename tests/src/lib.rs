@@ -17,6 +17,7 @@ pub mod place;
 pub mod podman;
 pub mod procs;
 pub mod server;
+pub mod tproxy_pod;
 pub mod trace;
 pub mod world;
 

@@ -109,6 +109,8 @@ counters! {
         "A captured connect went to the proxy without a TRACKED hand-off: its namespace already has its quota of connections whose proxy side has not completed the handshake.";
     LocalQuota = 33, "local_quota", "(redirect) the pod's connect to itself could not be recorded (--quota-handshakes or LOCAL_CONNECTS full): sk_lookup captures it",
         "A connect inside the pod to one of its own addresses could not be recorded in LOCAL_CONNECTS (its namespace has its quota of such connects in handshake, or the map is full): sk_lookup steers it to the proxy instead of exempting it (fail closed).";
+    TproxyLocal = 34, "tproxy_local", "mangle: OUTPUT ! -d 127.0.0.1/32 -p tcp -o lo -m owner --uid-owner|--gid-owner <-u|-g> -j MARK --set-mark 1338; PREROUTING ISTIO_TPROXY -j TPROXY --on-port <-z>",
+        "TPROXY mode: the proxy's own connect (its uid or gid, not marked 1337, not from 127.0.0.6) to an address of its pod that nat left alone: sent to the inbound port, its address kept.";
 }
 
 impl Counter {

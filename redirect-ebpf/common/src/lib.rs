@@ -20,6 +20,8 @@ mod inbound_tests;
 mod outbound_owner_tests;
 #[cfg(test)]
 mod outbound_tests;
+#[cfg(test)]
+mod outbound_tproxy_tests;
 
 /// Names of the maps in the BPF object, as user space looks them up.
 pub mod map_names {

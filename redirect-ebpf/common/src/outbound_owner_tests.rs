@@ -23,6 +23,9 @@ impl Lookups for Lo {
     fn port_rule(&self, _: &Conn) -> u8 {
         0
     }
+    fn tproxy_takes(&self, _: &Conn) -> bool {
+        false
+    }
 }
 
 /// The triplets, literally: `-o lo ! -d LOOP -p tcp ! --dport TUNNEL[,53] -m owner X -j
@@ -121,6 +124,7 @@ fn owner_rules_match_the_triplets_written_out() {
                         gid,
                         passthrough_src: false,
                         in_proxy_cgroup: place,
+                        tproxy_marked: false,
                     };
                     let want = triplets(&p, &c, on_lo, loopback_dst)
                         .unwrap_or_else(|| decide(&rest, &c, &Lo));

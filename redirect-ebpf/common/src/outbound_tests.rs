@@ -34,6 +34,9 @@ impl Lookups for Fake {
             .find(|(p, _)| *p == c.dport)
             .map_or(0, |(_, b)| *b)
     }
+    fn tproxy_takes(&self, _: &Conn) -> bool {
+        false
+    }
 }
 
 fn v4(a: [u8; 4]) -> u32 {
@@ -66,6 +69,7 @@ fn conn(uid: u32, gid: u32, dst: [u8; 4], dport: u16) -> Conn {
         gid,
         passthrough_src: false,
         in_proxy_cgroup: false,
+        tproxy_marked: false,
     }
 }
 

@@ -12,9 +12,10 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use redirect_common::{
+    inbound::tproxy_takes,
     outbound::{
-        decide, proxy_id_elsewhere, when_proxy_down, CidrKey, Conn, Lookups, OutboundPolicy,
-        Verdict, OUT_PROXY_CGROUP,
+        decide, keeps_address, proxy_id_elsewhere, when_proxy_down, CidrKey, Conn, Lookups,
+        OutboundPolicy, Verdict, OUT_PROXY_CGROUP,
     },
     sock,
     types::PASSTHROUGH_V4,
@@ -22,8 +23,8 @@ use redirect_common::{
 };
 
 use crate::maps::{
-    count, count_ns, tracing_on, NETNS_OUTBOUND, OUT_EXCLUDE, OUT_INCLUDE, OUT_PORTS, OUT_ROUTES,
-    POD_ADDRS, SOCK_STATE, TRACE,
+    count, count_ns, tracing_on, INBOUND_PORTS, NETNS_OUTBOUND, OUT_EXCLUDE, OUT_INCLUDE,
+    OUT_PORTS, OUT_ROUTES, POD_ADDRS, SOCK_STATE, TRACE,
 };
 use crate::readiness::proxy_listens;
 
@@ -90,6 +91,16 @@ impl Lookups for Maps {
         let key = Key::new(PortKey::BITS, PortKey::new(self.key, conn.dport));
         OUT_PORTS.get(key).copied().unwrap_or(0)
     }
+
+    #[inline(always)]
+    fn tproxy_takes(&self, conn: &Conn) -> bool {
+        let Some(inbound) = crate::inbound::policy_of(self.netns) else {
+            return false;
+        };
+        let key = Key::new(PortKey::BITS, PortKey::new(self.netns, conn.dport));
+        let rule = INBOUND_PORTS.get(key).copied().unwrap_or(0);
+        tproxy_takes(&inbound, conn.dport, rule)
+    }
 }
 
 /// The calling task's uid, gid and whether it runs in the policy's proxy cgroup (false when
@@ -118,13 +129,25 @@ pub struct Dest {
     pub port: u16,
     /// The socket is bound to 127.0.0.6 / ::6.
     pub passthrough_src: bool,
+    /// The socket carries the TPROXY mark (read for TCP only).
+    pub tproxy_marked: bool,
+}
+
+/// Where a redirected connect goes: the port, and whether the address stays (TPROXY mode's
+/// inbound port, [`keeps_address`]) or becomes loopback.
+#[derive(Clone, Copy)]
+pub struct Target {
+    /// Host-order port.
+    pub port: u16,
+    /// Keep the destination address; only the port changes.
+    pub keep_addr: bool,
 }
 
 /// Decides for `dst`; when redirecting, records the original destination in the socket's own
 /// storage (read by sock_ops, getpeername and recvmsg). Returns the counter and, when
-/// redirecting, the host-order port on loopback to rewrite to.
+/// redirecting, where to rewrite to.
 #[inline(always)]
-pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
+pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<Target>) {
     // SAFETY: bpf_get_netns_cookie accepts a sock_addr context.
     let netns = unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
     let Some((policy, key)) = policy_of(netns) else {
@@ -140,6 +163,7 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
         gid,
         passthrough_src: dst.passthrough_src,
         in_proxy_cgroup,
+        tproxy_marked: dst.tproxy_marked,
     };
     if proxy_id_elsewhere(policy, &conn) {
         count(Counter::ProxyIdElsewhere);
@@ -181,7 +205,11 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<u16>) {
     if tracing_on() {
         trace(netns, &conn, counter, port);
     }
-    (counter, port)
+    let target = port.map(|port| Target {
+        port,
+        keep_addr: keeps_address(policy, port),
+    });
+    (counter, target)
 }
 
 /// [`decide`] as a BPF global function: the verifier checks it once per program for any

@@ -1,5 +1,6 @@
 //! `cgroup/connect4`: captures outbound IPv4 connects (TCP, and connected UDP for DNS) and
-//! rewrites them to the proxy's port on 127.0.0.1.
+//! rewrites them to the proxy's port on 127.0.0.1 (TPROXY mode's inbound port: on the same
+//! address).
 use aya_ebpf::{macros::cgroup_sock_addr, programs::SockAddrContext};
 use redirect_common::Counter;
 
@@ -20,9 +21,15 @@ pub fn redirect_connect4(ctx: SockAddrContext) -> i32 {
 /// sockets are all UDP: `UDP` says so as a constant, and the TCP rules fold away).
 #[inline(never)]
 pub(crate) fn capture4<const UDP: bool>(ctx: &SockAddrContext) -> Counter {
-    let (counter, port) = decide_for(ctx, &dest4(ctx, UDP));
-    if let Some(port) = port {
-        set_user4(ctx, LOCALHOST_NET, port.to_be());
+    let dst = dest4(ctx, UDP);
+    let (counter, target) = decide_for(ctx, &dst);
+    if let Some(t) = target {
+        let ip = if t.keep_addr {
+            dst.addr[0]
+        } else {
+            LOCALHOST_NET
+        };
+        set_user4(ctx, ip, t.port.to_be());
     }
     counter
 }

@@ -30,9 +30,14 @@ pub(crate) fn capture6<const UDP: bool>(ctx: &SockAddrContext) -> Counter {
 #[inline(never)]
 fn capture6_family<const UDP: bool, const MAPPED: bool>(ctx: &SockAddrContext) -> Counter {
     let dst = dest6(ctx, UDP, MAPPED);
-    let (counter, port) = decide_for(ctx, &dst);
-    if let Some(port) = port {
-        set_user6(ctx, loopback6(dst.family), port.to_be());
+    let (counter, target) = decide_for(ctx, &dst);
+    if let Some(t) = target {
+        let ip = if t.keep_addr {
+            user6(ctx).0
+        } else {
+            loopback6(dst.family)
+        };
+        set_user6(ctx, ip, t.port.to_be());
     }
     counter
 }

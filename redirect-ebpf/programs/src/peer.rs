@@ -43,14 +43,16 @@ fn original(ctx: &SockAddrContext, port: u16, which: Ports) -> Option<OrigDst> {
     sock::redirected_to(unsafe { &*state })
 }
 
+/// A redirected socket's peer is loopback, or (getpeername only: TPROXY mode's inbound port
+/// keeps the address) its original address on a capture port.
 #[inline(always)]
 fn restore4(ctx: &SockAddrContext, which: Ports) {
     let (ip, port) = user4(ctx);
-    if ip != LOCALHOST_NET {
+    if ip != LOCALHOST_NET && which == Ports::Dns {
         return;
     }
     if let Some(orig) = original(ctx, u16::from_be(port), which) {
-        if orig.family == AF_INET {
+        if orig.family == AF_INET && (ip == LOCALHOST_NET || ip == orig.addr[0]) {
             set_user4(ctx, orig.addr[0], orig.port.raw());
             count(Counter::PeerRestored);
         }
@@ -62,7 +64,8 @@ fn restore6(ctx: &SockAddrContext, which: Ports) {
     let (ip, port) = user6(ctx);
     let mapped = is_mapped(&ip);
     let family = if mapped { AF_INET } else { AF_INET6 };
-    if ip != loopback6(family) {
+    let loopback = ip == loopback6(family);
+    if !loopback && which == Ports::Dns {
         return;
     }
     let Some(orig) = original(ctx, u16::from_be(port), which) else {
@@ -76,6 +79,9 @@ fn restore6(ctx: &SockAddrContext, which: Ports) {
     } else {
         orig.addr
     };
+    if !loopback && ip != addr {
+        return;
+    }
     set_user6(ctx, addr, orig.port.raw());
     count(Counter::PeerRestored);
 }

@@ -160,7 +160,8 @@ fn watch_close(ctx: &SockOpsContext) {
 /// socket connects to loopback, never to one of its pod's addresses, so the socket's storage
 /// is read first and the address lookup is left to the others. A socket that connects again
 /// after a redirected attempt failed keeps its mark, so the mark counts only for a connect
-/// to loopback (where the capture hooks sent it).
+/// where the capture hooks sent it: loopback, or (TPROXY mode's inbound port) its original
+/// address on another port.
 fn on_connect(ctx: &SockOpsContext) {
     let redirected = sock_state(ctx, false).and_then(|state| {
         // SAFETY: the socket's own storage, valid for the program run; its callbacks run
@@ -169,8 +170,10 @@ fn on_connect(ctx: &SockOpsContext) {
         sock::redirected_to(state).map(|orig| (state, orig))
     });
     let key = key_as_client(ctx);
-    let Some((state, orig)) = redirected.filter(|_| is_loopback(key.family, &key.server_addr))
-    else {
+    let Some((state, orig)) = redirected.filter(|(_, orig)| {
+        is_loopback(key.family, &key.server_addr)
+            || (key.server_addr == orig.addr && key.server_port != orig.port.host())
+    }) else {
         local::on_connect(ctx);
         return;
     };

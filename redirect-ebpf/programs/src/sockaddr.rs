@@ -4,7 +4,7 @@
 use aya_ebpf::{bindings::bpf_sock_addr, programs::SockAddrContext};
 
 use crate::capture::{is_passthrough_v4, Dest, FAMILY_V4};
-use redirect_common::AF_INET6;
+use redirect_common::{outbound::TPROXY_MARK, AF_INET6};
 
 pub use redirect_common::types::IPPROTO_TCP;
 /// 127.0.0.1 as a network-order word.
@@ -126,6 +126,16 @@ pub fn bound_src6(ctx: &SockAddrContext) -> [u32; 4] {
     }
 }
 
+/// The socket carries the TPROXY mark (the proxy's transparent hop, `SO_MARK` 1337).
+#[inline(always)]
+pub fn tproxy_marked(ctx: &SockAddrContext) -> bool {
+    // SAFETY: as in `bound_src4`; `mark` is readable.
+    unsafe {
+        let sk = (*sa(ctx)).__bindgen_anon_1.sk;
+        rd(&raw const (*sk).mark) == TPROXY_MARK
+    }
+}
+
 /// True for a v4-mapped address.
 #[inline(always)]
 pub fn is_mapped(ip: &[u32; 4]) -> bool {
@@ -148,6 +158,7 @@ pub fn dest4(ctx: &SockAddrContext, udp: bool) -> Dest {
         addr: [ip, 0, 0, 0],
         port,
         passthrough_src: is_passthrough_v4(bound_src4(ctx)),
+        tproxy_marked: !udp && tproxy_marked(ctx),
     }
 }
 
@@ -165,6 +176,7 @@ pub fn dest6(ctx: &SockAddrContext, udp: bool, mapped: bool) -> Dest {
             addr: [ip[3], 0, 0, 0],
             port,
             passthrough_src: is_mapped(&src) && is_passthrough_v4(src[3]),
+            tproxy_marked: !udp && tproxy_marked(ctx),
         }
     } else {
         Dest {
@@ -173,6 +185,7 @@ pub fn dest6(ctx: &SockAddrContext, udp: bool, mapped: bool) -> Dest {
             addr: ip,
             port,
             passthrough_src: src[0] == 0 && src[1] == 0 && src[2] == 0 && src[3] == V6_SIX,
+            tproxy_marked: !udp && tproxy_marked(ctx),
         }
     }
 }

@@ -192,13 +192,21 @@ fn unspecified(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-/// Runs one probe: the peer it talked to (if known) and the reply or error.
-fn run(kind: &Kind, timeout: Duration) -> (Option<SocketAddr>, io::Result<String>) {
+/// One probe's run: the peer it talked to and its own address (if known), and the reply or
+/// error.
+type Run = (Option<SocketAddr>, Option<SocketAddr>, io::Result<String>);
+
+/// Runs one probe.
+fn run(kind: &Kind, timeout: Duration) -> Run {
     let mut buf = [0u8; 2048];
     match *kind {
         Kind::Tcp { src, dst } => match tcp_connect(src, dst, timeout) {
-            Ok(stream) => (stream.peer_addr().ok(), tcp_exchange(&stream, timeout)),
-            Err(e) => (None, Err(e)),
+            Ok(stream) => (
+                stream.peer_addr().ok(),
+                stream.local_addr().ok(),
+                tcp_exchange(&stream, timeout),
+            ),
+            Err(e) => (None, None, Err(e)),
         },
         Kind::Udp(dst) => {
             let mut peer = None;
@@ -211,7 +219,7 @@ fn run(kind: &Kind, timeout: Duration) -> (Option<SocketAddr>, io::Result<String
                 let n = sock.recv(&mut buf)?;
                 Ok(first_line(&buf[..n]))
             })();
-            (peer, result)
+            (peer, None, result)
         }
         Kind::Udps(dst) => {
             let mut peer = None;
@@ -223,7 +231,7 @@ fn run(kind: &Kind, timeout: Duration) -> (Option<SocketAddr>, io::Result<String
                 peer = Some(from);
                 Ok(first_line(&buf[..n]))
             })();
-            (peer, result)
+            (peer, None, result)
         }
     }
 }
@@ -234,7 +242,7 @@ fn main() -> anyhow::Result<()> {
     let timeout = Duration::from_millis(args.timeout_ms);
     let mut out = io::stdout().lock();
     for probe in &args.probes {
-        let (peer, result) = run(&probe.kind, timeout);
+        let (peer, local, result) = run(&probe.kind, timeout);
         let landing = match &result {
             Ok(reply) => {
                 serde_json::from_str::<Landing>(reply).map_err(|_| format!("bad-reply:{reply}"))
@@ -247,6 +255,7 @@ fn main() -> anyhow::Result<()> {
             peer: peer.map(fold_v4_mapped),
             error: landing.as_ref().err().cloned(),
             landing: landing.ok(),
+            local: local.map(fold_v4_mapped),
         };
         writeln!(out, "{}", serde_json::to_string(&line)?).context("print result")?;
         out.flush().context("flush stdout")?;

@@ -49,6 +49,9 @@ pub struct ProbeResult {
     pub peer: Option<SocketAddr>,
     /// Why it failed: `refused`, `timeout`, `unreachable`, `reset`, `bad-reply`, `other:...`.
     pub error: Option<String>,
+    /// The client's own address (TCP, once connected).
+    #[serde(default)]
+    pub local: Option<SocketAddr>,
 }
 
 impl ProbeResult {

@@ -1,20 +1,22 @@
-//! Differential conformance against istio-iptables: every non-TPROXY row of Istio's
-//! capture-cases.tsv is loaded twice, as its golden iptables rules (iptables-restore) in one pod
-//! and as `redirect istio-iptables` with the same arguments in an identical pod, and the same
-//! matrix of real connections must reach the same listener with the same original destination.
+//! Differential conformance against istio-iptables: every row of Istio's capture-cases.tsv is
+//! loaded twice, as its golden iptables rules (iptables-restore) in one pod and as `redirect
+//! istio-iptables` with the same arguments in an identical pod, and the same matrix of real
+//! connections must reach the same listener with the same original destination.
 //!
-//! TPROXY rows (`inbound-ports-tproxy`, `inbound-ports-wildcard-tproxy`, `tproxy`) are left out:
-//! their inbound path is mangle-table TPROXY with policy routing, which needs a transparent
-//! (IP_TRANSPARENT) proxy listener our probe does not emulate; their outbound nat rules are
-//! byte-identical to the REDIRECT rows', which the suite covers.
+//! TPROXY rows (`inbound-ports-tproxy`, `inbound-ports-wildcard-tproxy`, `tproxy`) also get
+//! Istio's policy routing beside the golden (`ip rule fwmark 1337 lookup 133`, a local table),
+//! and 15006 is `redirect-proxy --tproxy-mark 1337` run as Istio runs istio-proxy there (uid 0,
+//! gid 1337) on both sides: it forwards to the original destination transparently, from the
+//! client's address, so each connection the application answers also says which peer it saw
+//! and whether the proxy stood between; that identity is probed as well.
 use std::{collections::BTreeMap, process::Command};
 
-use redirect_testkit::{Cgroup, Child};
+use redirect_testkit::{probe::ProbeResult, Cgroup, Child};
 use redirect_tests::{
     bin_path,
     conformance::{cases, golden, listen, probe, Case, World, POD4, POD6, WORLD4, WORLD6},
     node::Pins,
-    wait_detached,
+    tproxy_pod, wait_detached,
 };
 
 /// Ports the pod's own application listens on (local destinations and inbound targets).
@@ -35,6 +37,9 @@ fn last_list(args: &[String], flag: &str) -> Vec<u32> {
 /// (label, uid, gid): the application, each proxy uid, each proxy gid, each owner group.
 fn identities(case: &Case) -> Vec<(String, u32, u32)> {
     let mut ids = vec![("app".to_owned(), 1000, 1000)];
+    if case.tproxy {
+        ids.push(("istio-proxy uid 0 gid 1337".to_owned(), 0, 1337));
+    }
     for u in last_list(&case.args, "-u") {
         ids.push((format!("uid {u}"), u, 1000));
     }
@@ -119,9 +124,15 @@ fn inbound_probes(ipv6: bool) -> Vec<String> {
 struct Listeners(#[allow(dead_code)] Vec<Child>);
 
 /// The proxy runs as the case's first proxy uid and gid, as istio-proxy does: its DNS replies
-/// must match the conntrack zone the raw-table rules give them.
+/// must match the conntrack zone the raw-table rules give them. In TPROXY rows 15006 is
+/// `redirect-proxy --tproxy-mark` ([`tproxy_pod::inbound_proxy`]).
 fn start_listeners(w: &World, cgroup: Option<&std::path::Path>, case: &Case) -> Listeners {
     let any = |port: u16| format!("[::]:{port}");
+    let proxy_tcp = if case.tproxy {
+        vec![any(15001), any(15053)]
+    } else {
+        vec![any(15001), any(15006), any(15053)]
+    };
     let proxy_id = (
         last_list(&case.args, "-u").first().copied().unwrap_or(1337),
         last_list(&case.args, "-g").first().copied().unwrap_or(1337),
@@ -131,7 +142,7 @@ fn start_listeners(w: &World, cgroup: Option<&std::path::Path>, case: &Case) -> 
         cgroup,
         Some(proxy_id),
         "proxy",
-        &[any(15001), any(15006), any(15053)],
+        &proxy_tcp,
         // Bound to loopback like istio-agent's DNS proxy, so replies leave from the address
         // REDIRECT sent the query to (a wildcard socket would answer from ::127.0.0.53, which
         // conntrack cannot match to the redirected query).
@@ -160,7 +171,11 @@ fn start_listeners(w: &World, cgroup: Option<&std::path::Path>, case: &Case) -> 
         &world_tcp,
         &["192.0.2.10:53".to_owned()],
     );
-    Listeners(vec![proxy, app, world])
+    let mut all = vec![proxy, app, world];
+    if case.tproxy {
+        all.push(tproxy_pod::inbound_proxy(&w.pod, cgroup));
+    }
+    Listeners(all)
 }
 
 fn redirect(case: &Case, args: &[String]) -> std::process::Output {
@@ -178,10 +193,6 @@ fn run_case(name: &str) {
         .into_iter()
         .find(|c| c.name == name)
         .unwrap_or_else(|| panic!("no case {name}"));
-    assert!(
-        !case.tproxy,
-        "{name}: TPROXY rows are not part of the suite"
-    );
     let (v4, v6) = golden(&case);
 
     // Reference: the golden rules.
@@ -194,6 +205,16 @@ fn run_case(name: &str) {
             .restore("ip6tables-restore", v6)
             .expect("load the golden (IPv6)");
     }
+    if case.tproxy {
+        tproxy_pod::istio_routing(&ipt.pod, case.ipv6);
+    }
+    let outcome = |r: &ProbeResult| {
+        if case.tproxy {
+            tproxy_pod::outcome(r)
+        } else {
+            r.outcome()
+        }
+    };
 
     // Ours: the same arguments, through the pinned datapath in a cgroup of the test's own.
     let ours = World::new("rce", case.ipv6);
@@ -232,7 +253,7 @@ fn run_case(name: &str) {
         let got = probe(&ours.pod, Some(cgroup.path()), Some((uid, gid)), &probes);
         for ((p, w), g) in probes.iter().zip(&want).zip(&got) {
             compared += 1;
-            let (w, g) = (w.outcome(), g.outcome());
+            let (w, g) = (outcome(w), outcome(g));
             if w != g {
                 mismatches.insert(format!("{label} {p}"), (w, g));
             }
@@ -243,7 +264,7 @@ fn run_case(name: &str) {
     let got = probe(&ours.world, None, None, &inbound);
     for ((p, w), g) in inbound.iter().zip(&want).zip(&got) {
         compared += 1;
-        let (w, g) = (w.outcome(), g.outcome());
+        let (w, g) = (outcome(w), outcome(g));
         if w != g {
             mismatches.insert(format!("inbound {p}"), (w, g));
         }
@@ -292,19 +313,12 @@ macro_rules! conformance {
             }
         )*
 
-        /// Every non-TPROXY row of capture-cases.tsv has a test above.
+        /// Every row of capture-cases.tsv has a test above.
         #[test]
-        fn every_non_tproxy_case_is_covered() {
+        fn every_case_is_covered() {
             let covered = [$($case),*];
             for c in cases() {
-                assert_eq!(
-                    covered.contains(&c.name.as_str()),
-                    !c.tproxy,
-                    "{}: tproxy={} but covered={}",
-                    c.name,
-                    c.tproxy,
-                    covered.contains(&c.name.as_str())
-                );
+                assert!(covered.contains(&c.name.as_str()), "{}: no test", c.name);
             }
         }
     };
@@ -335,4 +349,7 @@ conformance! {
     ipv6_dns_uid_gid => "ipv6-dns-uid-gid",
     ipv6_dns_outbound_owner_groups => "ipv6-dns-outbound-owner-groups",
     ipv6_dns_outbound_owner_groups_exclude => "ipv6-dns-outbound-owner-groups-exclude",
+    inbound_ports_tproxy => "inbound-ports-tproxy",
+    inbound_ports_wildcard_tproxy => "inbound-ports-wildcard-tproxy",
+    tproxy => "tproxy",
 }

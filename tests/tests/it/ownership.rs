@@ -23,7 +23,8 @@ fn a_layout_v0_datapath_is_refused_naming_both_versions() {
     let args = ["istio-iptables", "--netns", &netns, "--cgroup", &cgroup];
     node.ok(&[&args[..], &["-u", "1337", "-i", "*"]].concat());
     let status = node.ok(&["status"]);
-    assert!(status.contains("(layout v5)"), "{status}");
+    let v = redirect_datapath::node::layout::LAYOUT_VERSION;
+    assert!(status.contains(&format!("(layout v{v})")), "{status}");
     assert!(status.contains("owner: the CLI"), "{status}");
     assert!(
         status.contains(&format!("attached at cgroup {cgroup}")),
@@ -39,7 +40,9 @@ fn a_layout_v0_datapath_is_refused_naming_both_versions() {
         assert!(!out.status.success(), "{out:?}");
         let e = stderr(&out);
         assert!(
-            e.contains("has layout v0, this redirect reads and writes layout v5"),
+            e.contains(&format!(
+                "has layout v0, this redirect reads and writes layout v{v}"
+            )),
             "{e}"
         );
         assert!(e.contains("redirect uninstall"), "{e}");

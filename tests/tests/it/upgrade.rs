@@ -1,6 +1,6 @@
 //! Upgrading a pinned datapath in place (hardening finding 12): `redirect upgrade` of the next
 //! layout (v6, built from this tree by `cargo xtask test` with a wider `COUNTERS` map, see
-//! `xtask build-next-layout`) takes over this build's v5 datapath while an application connects in a
+//! `xtask build-next-layout`) takes over this build's datapath while an application connects in a
 //! loop: every connection before, during and after is captured with its original destination.
 //! What it cannot carry over it refuses, changing nothing.
 use std::{
@@ -18,6 +18,11 @@ use redirect_tests::{
 };
 
 const SERVICE: &str = "192.0.2.10:80";
+/// This build's layout, and the next build's (one more).
+const LAYOUT: u32 = redirect_datapath::node::layout::LAYOUT_VERSION;
+const NEXT: u32 = LAYOUT + 1;
+/// This build's `COUNTERS` slots (the next layout's map has one more).
+const SLOTS: u64 = redirect_common::Counter::COUNT as u64;
 
 /// The next layout's `redirect` (xtask builds it beside the real one).
 fn next_redirect() -> PathBuf {
@@ -154,7 +159,7 @@ fn the_next_layout_takes_over_in_place_while_an_application_keeps_connecting() {
     let out = upgrade(&next, &pins.0, &[]);
     let said = ok(&out, "redirect upgrade (next layout)");
     assert!(
-        said.contains("layout v5") && said.contains("-> layout v6"),
+        said.contains(&format!("layout v{LAYOUT}")) && said.contains(&format!("-> layout v{NEXT}")),
         "{said}"
     );
     assert!(
@@ -172,7 +177,7 @@ fn the_next_layout_takes_over_in_place_while_an_application_keeps_connecting() {
         after.iter().all(|id| !before.contains(id)),
         "every link runs a new program: before {before:?}, after {after:?}"
     );
-    assert_eq!(map_max_entries(&pins.0, "COUNTERS"), 35);
+    assert_eq!(map_max_entries(&pins.0, "COUNTERS"), SLOTS + 1);
     let check = upgrade(&next, &pins.0, &["--check"]);
     assert!(check.status.success(), "up to date after the upgrade");
     // This build no longer reads it, and says what to do.
@@ -183,7 +188,10 @@ fn the_next_layout_takes_over_in_place_while_an_application_keeps_connecting() {
         &["-u", "1337", "-i", "*"],
     );
     let err = String::from_utf8_lossy(&old.stderr);
-    assert!(!old.status.success() && err.contains("layout v6"), "{err}");
+    assert!(
+        !old.status.success() && err.contains(&format!("layout v{NEXT}")),
+        "{err}"
+    );
 
     // The next build's cleanup unpins everything.
     let out = Command::new(&next)
@@ -248,7 +256,7 @@ fn an_upgrade_it_cannot_carry_is_refused_and_changes_nothing() {
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "refused: {err}");
     assert!(
-        err.contains("layout v2") && err.contains("layout v6"),
+        err.contains("layout v2") && err.contains(&format!("layout v{NEXT}")),
         "{err}"
     );
     assert_eq!(
@@ -256,7 +264,11 @@ fn an_upgrade_it_cannot_carry_is_refused_and_changes_nothing() {
         before,
         "nothing changed"
     );
-    assert_eq!(map_max_entries(&pins.0, "COUNTERS"), 34, "no map replaced");
+    assert_eq!(
+        map_max_entries(&pins.0, "COUNTERS"),
+        SLOTS,
+        "no map replaced"
+    );
     assert!(!pins.0.join("staged").exists(), "no staging left behind");
     drop(pins);
     wait_detached(cgroup.path());

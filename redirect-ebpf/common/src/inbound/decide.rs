@@ -66,22 +66,40 @@ pub fn decide<L: Lookups>(p: &InboundPolicy, conn: &InboundConn, lk: &L) -> Verd
     if conn.ifindex != IFINDEX_UNKNOWN && lk.exempt_interface(conn) {
         return Verdict::Pass(Counter::InboundInterface);
     }
-    // ISTIO_INBOUND -p tcp --dport <-e> -j RETURN
-    if conn.local_port == p.tunnel_port {
+    // ISTIO_INBOUND -p tcp --dport <-e> -j RETURN (nat's chain: TPROXY mode's mangle chain
+    // has no such rule, so the tunnel port is captured there like any other)
+    if conn.local_port == p.tunnel_port && !p.has(INBOUND_TPROXY) {
         return Verdict::Pass(Counter::InboundExcludedPort);
     }
     let rule = lk.port_rule(conn);
-    // ISTIO_INBOUND -p tcp --dport <-d> -j RETURN (only with -b '*')
+    match port_verdict(p, rule) {
+        Some(c) => Verdict::Pass(c),
+        // ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports <-z> (TPROXY: ISTIO_TPROXY)
+        None => Verdict::Steer,
+    }
+}
+
+/// The port rules of `ISTIO_INBOUND` for a port whose `INBOUND_PORTS` bits are `rule`: the
+/// counter of the rule that returns, or `None` when the port is captured.
+/// `--dport <-d> -j RETURN` (only with -b '*'); then -b '*': `-p tcp -j ISTIO_IN_REDIRECT`,
+/// -b list: `-p tcp --dport <port> -j ISTIO_IN_REDIRECT`, one per port.
+#[inline(always)]
+fn port_verdict(p: &InboundPolicy, rule: u8) -> Option<Counter> {
     if rule == PORT_EXCLUDED {
-        return Verdict::Pass(Counter::InboundExcludedPort);
+        return Some(Counter::InboundExcludedPort);
     }
-    // -b '*': ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT;
-    // -b list: ISTIO_INBOUND -p tcp --dport <port> -j ISTIO_IN_REDIRECT, one per port.
     if !p.has(INBOUND_ALL_PORTS) && rule != PORT_INCLUDED {
-        return Verdict::Pass(Counter::InboundNotInList);
+        return Some(Counter::InboundNotInList);
     }
-    // ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports <-z>
-    Verdict::Steer
+    None
+}
+
+/// TPROXY mode: whether `ISTIO_INBOUND`'s port rules send a connection to `port` (whose
+/// `INBOUND_PORTS` bits are `rule`) to the inbound port, as they do for the proxy's own connect
+/// to its pod once the mangle `OUTPUT` chain marked it 1338 (never the inbound port itself).
+#[inline(always)]
+pub fn tproxy_takes(p: &InboundPolicy, port: u16, rule: u8) -> bool {
+    p.has(INBOUND_TPROXY) && port != p.inbound_port && port_verdict(p, rule).is_none()
 }
 
 /// What a [`Verdict::Steer`] connection gets when the proxy has no inbound listener (counted

@@ -128,4 +128,4 @@ pub enum NoListener {
 }
 
 mod decide;
-pub use decide::{decide, is_loopback, is_passthrough, without_listener};
+pub use decide::{decide, is_loopback, is_passthrough, tproxy_takes, without_listener};

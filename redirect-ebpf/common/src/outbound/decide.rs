@@ -1,5 +1,6 @@
-//! istio-iptables' nat `OUTPUT` chain as one function, rule by rule, plus the two rules of ours
-//! layered on it (the proxy's cgroup, the proxy not listening yet).
+//! istio-iptables' nat `OUTPUT` chain as one function, rule by rule, TPROXY mode's mangle rule
+//! for the proxy's own connects, and the two rules of ours layered on them (the proxy's
+//! cgroup, the proxy not listening yet).
 use super::*;
 use crate::{types::PASSTHROUGH_V6, Counter, AF_INET, AF_INET6};
 
@@ -9,6 +10,17 @@ use crate::{types::PASSTHROUGH_V6, Counter, AF_INET, AF_INET6};
 pub fn is_loopback(family: u16, dst: &[u32; 4]) -> bool {
     if family == AF_INET {
         dst[0].to_ne_bytes()[0] == 127 || dst[0] == 0
+    } else {
+        dst[0] | dst[1] | dst[2] == 0 && (dst[3] == u32::from_be(1) || dst[3] == 0)
+    }
+}
+
+/// `-d 127.0.0.1/32` / `-d ::1/128` as the mangle rules write it (the unspecified address is
+/// routed there), whatever the loopback CIDR.
+#[inline(always)]
+fn is_localhost(family: u16, dst: &[u32; 4]) -> bool {
+    if family == AF_INET {
+        dst[0] == u32::from_ne_bytes([127, 0, 0, 1]) || dst[0] == 0
     } else {
         dst[0] | dst[1] | dst[2] == 0 && (dst[3] == u32::from_be(1) || dst[3] == 0)
     }
@@ -155,19 +167,60 @@ pub fn proxy_id_elsewhere(p: &OutboundPolicy, conn: &Conn) -> bool {
     p.has(OUT_PROXY_CGROUP) && !conn.in_proxy_cgroup && is_proxy(p, conn.uid, conn.gid, true)
 }
 
-/// Evaluates istio-iptables' `OUTPUT` chain (nat table, REDIRECT mode) for `conn`.
+/// Evaluates istio-iptables' `OUTPUT` chains for `conn`: nat's, and in TPROXY mode the
+/// mangle rule that sends the proxy's own connects to its pod to the inbound port.
 #[inline(always)]
 pub fn decide<L: Lookups>(p: &OutboundPolicy, conn: &Conn, lk: &L) -> Verdict {
-    let v6 = conn.family == AF_INET6;
     if !p.has(OUT_ENABLED) {
         return Verdict::Pass(Counter::NoPolicy);
     }
-    if v6 && !p.has(OUT_IPV6) {
+    if conn.family == AF_INET6 && !p.has(OUT_IPV6) {
         return Verdict::Pass(Counter::Ipv6Untouched);
     }
     let on_lo = is_loopback(conn.family, &conn.dst)
         || is_passthrough_v6(conn.family, &conn.dst)
         || lk.is_own_addr(conn);
+    let v = nat(p, conn, lk, on_lo);
+    if p.has(OUT_TPROXY) && is_tproxy_local(p, conn, on_lo, v) && lk.tproxy_takes(conn) {
+        Verdict::Redirect(p.inbound_port, Counter::TproxyLocal)
+    } else {
+        v
+    }
+}
+
+/// TPROXY mode's mangle table for a connect nat left alone (`v`): `OUTPUT -p tcp -o lo -m mark
+/// --mark 1337 -j RETURN`, then `! -d 127.0.0.1/32 -p tcp -o lo -m owner --uid-owner U` (each
+/// `-u`, then `--gid-owner G` each `-g`) `-j MARK --set-mark 1338`; on lo's way in,
+/// `ISTIO_INBOUND` returns for mark 1337, for `-s 127.0.0.6/32` and for any mark but 1338,
+/// and `ISTIO_TPROXY ! -d 127.0.0.1/32` sends the rest, on the ports inbound capture takes
+/// (the caller's [`Lookups::tproxy_takes`]), to the inbound port. So the proxy's plain connect
+/// to its own pod lands on 15006 (as uid 0 / gid 1337 in a TPROXY pod nat lets it through),
+/// while its transparent hop to the application (marked 1337) does not.
+#[inline(always)]
+fn is_tproxy_local(p: &OutboundPolicy, conn: &Conn, on_lo: bool, v: Verdict) -> bool {
+    matches!(v, Verdict::Pass(_))
+        && on_lo
+        && conn.tcp
+        && !conn.tproxy_marked
+        && !conn.passthrough_src
+        && !is_localhost(conn.family, &conn.dst)
+        && is_proxy(p, conn.uid, conn.gid, conn.in_proxy_cgroup)
+}
+
+/// Whether a redirect of `conn` to `port` keeps the destination address (only the port
+/// changes): in TPROXY mode, a connect sent to the inbound port, which TPROXY delivers with its
+/// address intact (and nat's REDIRECT from the proxy's own pod address leaves the source as the
+/// pod's, which the proxy's transparent hop then uses).
+#[inline(always)]
+pub fn keeps_address(p: &OutboundPolicy, port: u16) -> bool {
+    p.has(OUT_TPROXY) && port == p.inbound_port
+}
+
+/// istio-iptables' nat `OUTPUT` / `ISTIO_OUTPUT` chain, rule by rule (`on_lo`: the destination
+/// leaves through lo).
+#[inline(always)]
+fn nat<L: Lookups>(p: &OutboundPolicy, conn: &Conn, lk: &L, on_lo: bool) -> Verdict {
+    let v6 = conn.family == AF_INET6;
     // OUTPUT -o <excluded nic> -j RETURN
     if !on_lo && p.has(OUT_HAS_EXCLUDED_NIC) && lk.via_excluded_nic(conn) {
         return Verdict::Pass(Counter::ExcludedInterface);

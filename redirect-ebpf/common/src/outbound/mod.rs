@@ -43,6 +43,13 @@ pub const OUT_PROXY_CGROUP: u32 = 1 << 12;
 /// [`OutboundPolicy::flags`]: while nothing listens on the outbound port (the app started
 /// before its proxy), leave outbound connects alone instead of sending them to a closed port.
 pub const OUT_NO_PROXY_PASSTHROUGH: u32 = 1 << 13;
+/// [`OutboundPolicy::flags`]: TPROXY mode (`-m TPROXY`): the mangle chain's rule for the
+/// proxy's own connects to its pod ([`Counter::TproxyLocal`]) applies, and a connect sent to
+/// the inbound port keeps its address (only the port changes), as TPROXY keeps it.
+pub const OUT_TPROXY: u32 = 1 << 14;
+/// The mark of the proxy's transparent connections in TPROXY mode (`--tproxy-mark`, Istio's
+/// 1337): the mangle chain returns for them (`-o lo -m mark --mark 1337 -j RETURN`).
+pub const TPROXY_MARK: u32 = 1337;
 
 /// Port-rule bits of the outbound port set (`-o` / `-q`).
 pub const OUT_PORT_EXCLUDE: u8 = 1;
@@ -196,6 +203,8 @@ pub struct Conn {
     pub passthrough_src: bool,
     /// The caller runs inside the policy's proxy cgroup (only read with [`OUT_PROXY_CGROUP`]).
     pub in_proxy_cgroup: bool,
+    /// The socket carries [`TPROXY_MARK`] (only read with [`OUT_TPROXY`]).
+    pub tproxy_marked: bool,
 }
 
 /// What the kernel would look up for a connection; lazily, in the order the rules need them.
@@ -210,6 +219,9 @@ pub trait Lookups {
     fn included_cidr(&self, conn: &Conn) -> bool;
     /// `OUT_PORT_*` bits of the destination port.
     fn port_rule(&self, conn: &Conn) -> u8;
+    /// TPROXY mode: the namespace's inbound capture takes the destination port
+    /// ([`crate::inbound::tproxy_takes`] with its `NETNS_INBOUND` policy and port rules).
+    fn tproxy_takes(&self, conn: &Conn) -> bool;
 }
 
 /// The decision for one connection.
@@ -217,7 +229,8 @@ pub trait Lookups {
 pub enum Verdict {
     /// Untouched; the counter names the rule that returned.
     Pass(Counter),
-    /// Rewritten to the loopback address on `port`; the counter names the rule.
+    /// Rewritten to the loopback address on `port` (in TPROXY mode, a redirect to the inbound
+    /// port keeps the address); the counter names the rule.
     Redirect(u16, Counter),
 }
 
@@ -240,7 +253,9 @@ impl Verdict {
 }
 
 mod decide;
-pub use decide::{decide, is_loopback, is_proxy, proxy_id_elsewhere, when_proxy_down};
+pub use decide::{
+    decide, is_loopback, is_proxy, keeps_address, proxy_id_elsewhere, when_proxy_down,
+};
 
 #[cfg(test)]
 mod word_tests {

@@ -24,24 +24,26 @@ use crate::{
 /// never in `POD_ADDRS`, `COUNTERS` one slot wider (`local_quota`); v5: `OUT_PORTS` and
 /// `INBOUND_PORTS` are LPM tries of full-length keys (memory for the rules written, not for
 /// every pod's full quota), the connection maps sized from `--max-connections` (a longer
-/// `DIR/sizing` record; an older one keeps its sizes).
+/// `DIR/sizing` record; an older one keeps its sizes); v6: `COUNTERS` one slot wider
+/// (`tproxy_local`).
 #[cfg(not(feature = "layout-next"))]
-pub const LAYOUT_VERSION: u32 = 5;
-/// The layouts this build upgrades in place (`redirect upgrade`, a daemon starting): v4, whose
+pub const LAYOUT_VERSION: u32 = 6;
+/// The layouts this build upgrades in place (`redirect upgrade`, a daemon starting): v5, whose
+/// `COUNTERS` is widened and copied; v4, whose
 /// port hashes are carried into the new tries key by key, and v3, which v4 already upgraded
 /// (two new maps, `COUNTERS` widened and copied); the new sock_ops, which records a pod's own
 /// connects, is in place before the sk_lookup that needs the records. Not v2, whose
 /// per-socket state (`SOCK_STATE`) had another format, so a connection caught between two
 /// link updates would lose its original destination.
 #[cfg(not(feature = "layout-next"))]
-pub const UPGRADES_FROM: &[u32] = &[3, 4];
+pub const UPGRADES_FROM: &[u32] = &[3, 4, 5];
 /// The next layout, built only for the upgrade test (`cargo xtask test` builds it from this
-/// tree): v6 = v5 with a wider `COUNTERS` map, a changed map definition to carry over.
+/// tree): v7 = v6 with a wider `COUNTERS` map, a changed map definition to carry over.
 #[cfg(feature = "layout-next")]
-pub const LAYOUT_VERSION: u32 = 6;
-/// See the v5 build: v6 upgrades v5 in place.
+pub const LAYOUT_VERSION: u32 = 7;
+/// See the v6 build: v7 upgrades v6 in place.
 #[cfg(feature = "layout-next")]
-pub const UPGRADES_FROM: &[u32] = &[5];
+pub const UPGRADES_FROM: &[u32] = &[6];
 /// Name of the record's pin and of the map in the kernel.
 pub const PIN: &str = "layout";
 const MAGIC: u64 = 0x7265_6469_7265_6374; // "redirect"

@@ -5,6 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use aya::maps::lpm_trie::Key;
 use redirect_common::{
+    inbound::{tproxy_takes, InboundPolicy},
     map_names,
     outbound::{decide, when_proxy_down, CidrKey, Conn, Lookups, OutboundPolicy, Verdict},
     types::family_words,
@@ -54,6 +55,7 @@ struct Snapshot {
     exclude: bool,
     include: bool,
     ports: u8,
+    tproxy_takes: bool,
 }
 
 impl Lookups for Snapshot {
@@ -71,6 +73,9 @@ impl Lookups for Snapshot {
     }
     fn port_rule(&self, _: &Conn) -> u8 {
         self.ports
+    }
+    fn tproxy_takes(&self, _: &Conn) -> bool {
+        self.tproxy_takes
     }
 }
 
@@ -147,6 +152,17 @@ pub fn explain(store: &mut dyn MapStore, cookie: NetnsCookie, q: &Query<'_>) -> 
     let ports = crate::maps::store::ports(store, map_names::OUT_PORTS)?
         .get(&PortKey::new(key.get(), dst.port()))
         .unwrap_or(0);
+    let tproxy_takes = match hash::<NetnsCookie, InboundPolicy>(store, map_names::NETNS_INBOUND)?
+        .get(&cookie, 0)
+    {
+        Ok(inbound) => {
+            let rule = crate::maps::store::ports(store, map_names::INBOUND_PORTS)?
+                .get(&PortKey::new(cookie.get(), dst.port()))
+                .unwrap_or(0);
+            tproxy_takes(&inbound, dst.port(), rule)
+        }
+        Err(_) => false,
+    };
     let passthrough_src = src.is_some_and(|s| {
         s == IpAddr::from([127, 0, 0, 6])
             || s == IpAddr::from(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6))
@@ -165,6 +181,8 @@ pub fn explain(store: &mut dyn MapStore, cookie: NetnsCookie, q: &Query<'_>) -> 
             }
             _ => false,
         },
+        // A socket mark cannot be asked for: explain answers for an unmarked socket.
+        tproxy_marked: false,
     };
     let verdict = decide(
         &policy,
@@ -175,6 +193,7 @@ pub fn explain(store: &mut dyn MapStore, cookie: NetnsCookie, q: &Query<'_>) -> 
             exclude,
             include,
             ports,
+            tproxy_takes,
         },
     );
     let proxy_up = hash::<NetnsCookie, u64>(store, map_names::PROXY_LISTENERS)?

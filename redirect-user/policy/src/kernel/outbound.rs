@@ -8,7 +8,7 @@ use redirect_common::{
         OutboundPolicy, OUT_DNS, OUT_DNS_ALL, OUT_ENABLED, OUT_GROUPS_EXCLUDE, OUT_GROUPS_INCLUDE,
         OUT_HAS_EXCLUDED_NIC, OUT_HAS_PORTS, OUT_INCLUDE_ALL_V4, OUT_INCLUDE_ALL_V6, OUT_IPV6,
         OUT_NO_LO_RETURN_V4, OUT_NO_LO_RETURN_V6, OUT_NO_PROXY_PASSTHROUGH, OUT_PORT_EXCLUDE,
-        OUT_PORT_INCLUDE, OUT_PROXY_CGROUP,
+        OUT_PORT_INCLUDE, OUT_PROXY_CGROUP, OUT_TPROXY,
     },
     types::addr_words as words,
 };
@@ -161,6 +161,9 @@ pub fn compile(
     };
     if p.no_proxy == crate::NoProxy::Passthrough {
         k.flags |= OUT_NO_PROXY_PASSTHROUGH;
+    }
+    if p.mode == crate::Mode::Tproxy {
+        k.flags |= OUT_TPROXY;
     }
     let bound = match (&p.proxy_cgroup, proxy_cgroup) {
         (Some(_), Some(cg)) => Some(cg),
