@@ -73,15 +73,7 @@ pub fn inbound_proxy(pod: &Netns, cgroup: Option<&Path>) -> Child {
 
 /// [`ProbeResult::outcome`] plus, when the application answered a TCP probe, the peer address
 /// it saw and whether a proxy hop stood between (its peer is not the client's own address).
-///
-/// A timeout and a reset are one outcome here: the proxy's own connect to its pod on port 53
-/// loops through 15006 under Istio's rules as under ours (nat's gid rule has no port 53
-/// exemption, so every hop is sent back to the proxy), and which hop gives up first, with a
-/// timeout or a reset, is timing on either side.
 pub fn outcome(r: &ProbeResult) -> String {
-    if !r.ok && matches!(r.error.as_deref(), Some("timeout" | "reset")) {
-        return "failed:timeout-or-reset".to_owned();
-    }
     let base = r.outcome();
     match (&r.landing, r.local) {
         (Some(l), Some(local)) if l.at.starts_with("app/") => {

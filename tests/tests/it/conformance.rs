@@ -120,6 +120,20 @@ fn inbound_probes(ipv6: bool) -> Vec<String> {
     p
 }
 
+/// The outbound probes `(uid, gid)` runs. In TPROXY rows a proxy identity's TCP connect to
+/// the pod's own DNS address on port 53 loops through 15006 under Istio's rules as under ours
+/// (nat's gid rule has no port-53 exemption, so the proxy's every hop is sent back to it): the
+/// loop only ends when the proxy runs out of sockets, which would fail every later probe on
+/// either side. Those probes are left out for those identities.
+fn probes_for(case: &Case, uid: u32, gid: u32, all: &[String]) -> Vec<String> {
+    let proxy =
+        last_list(&case.args, "-u").contains(&uid) || last_list(&case.args, "-g").contains(&gid);
+    all.iter()
+        .filter(|p| !(case.tproxy && proxy && p.starts_with("tcp:") && p.contains("127.0.0.53")))
+        .cloned()
+        .collect()
+}
+
 /// Listeners of one pod and its world; killed on drop (the field only keeps them alive).
 struct Listeners(#[allow(dead_code)] Vec<Child>);
 
@@ -247,8 +261,9 @@ fn run_case(name: &str) {
 
     let mut compared = 0;
     let mut mismatches: BTreeMap<String, (String, String)> = BTreeMap::new();
-    let probes = outbound_probes(case.ipv6);
+    let all_probes = outbound_probes(case.ipv6);
     for (label, uid, gid) in identities(&case) {
+        let probes = probes_for(&case, uid, gid, &all_probes);
         let want = probe(&ipt.pod, None, Some((uid, gid)), &probes);
         let got = probe(&ours.pod, Some(cgroup.path()), Some((uid, gid)), &probes);
         for ((p, w), g) in probes.iter().zip(&want).zip(&got) {
