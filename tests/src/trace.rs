@@ -1,6 +1,6 @@
 //! `redirect trace --json` as the tests read it: started on a node until its stream is on, then
 //! its first decisions as JSON objects.
-use std::time::Duration;
+use std::{process::Command, time::Duration};
 
 use redirect_testkit::{eventually, Child};
 use serde_json::Value;
@@ -10,9 +10,13 @@ use crate::node::Node;
 /// A running `redirect trace --netns NETNS --count COUNT --json` whose stream is switched on.
 pub fn start(node: &Node, netns: &str, count: usize) -> Child {
     let count = count.to_string();
-    let mut c = node.cmd(&["trace", "--netns", netns, "--count", &count, "--json"]);
-    c.env("RUST_LOG", "warn");
-    let mut trace = Child::spawn("redirect trace", c).expect("start redirect trace");
+    spawn(node.cmd(&["trace", "--netns", netns, "--count", &count, "--json"]))
+}
+
+/// `cmd` (a `redirect trace ... --json`) started and waited for until its stream is on.
+pub fn spawn(mut cmd: Command) -> Child {
+    cmd.env("RUST_LOG", "warn");
+    let mut trace = Child::spawn("redirect trace", cmd).expect("start redirect trace");
     // It says so on stderr once the stream is switched on.
     trace
         .wait_stderr_line("the stream switched on", Duration::from_secs(10), |l| {

@@ -321,6 +321,16 @@ pub enum Command {
         /// The caller's cgroup (matters when the policy binds the proxy to its cgroup).
         #[arg(long, conflicts_with = "inbound", value_name = "PATH", value_parser = parse_cgroup)]
         cgroup: Option<PathBuf>,
+        /// The socket's mark (SO_MARK). In TPROXY mode 1337 is the proxy's transparent hop,
+        /// which goes straight to the application; unmarked, the proxy's connect to its own pod
+        /// goes to the inbound port (Istio's mark 1338).
+        #[arg(
+            long,
+            conflicts_with = "inbound",
+            value_name = "MARK",
+            default_value_t = 0
+        )]
+        mark: u32,
         /// Pin directory [default: /sys/fs/bpf/redirect, or $REDIRECT_BPFFS].
         #[arg(long, value_name = "DIR")]
         bpffs: Option<PathBuf>,

@@ -237,6 +237,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             udp,
             src,
             cgroup,
+            mark,
             bpffs,
             json,
             ..
@@ -256,6 +257,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 tcp: !udp,
                 src,
                 cgroup: cgroup.as_deref(),
+                mark,
                 bpffs,
                 json,
             })

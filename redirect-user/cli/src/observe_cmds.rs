@@ -29,6 +29,8 @@ pub struct ExplainOptions<'a> {
     pub src: Option<IpAddr>,
     /// The caller's cgroup, if any.
     pub cgroup: Option<&'a Path>,
+    /// The socket's mark (0: none).
+    pub mark: u32,
     /// The pin directory (default: the node's).
     pub bpffs: Option<PathBuf>,
     /// JSON instead of prose.
@@ -45,6 +47,7 @@ pub fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
         tcp,
         src,
         cgroup,
+        mark,
         bpffs,
         json,
     } = opts;
@@ -62,6 +65,7 @@ pub fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
         tcp,
         src,
         caller_cgroup: cgroup,
+        mark,
     };
     let e = explain::explain(dp.maps(), cookie, &query)?;
     if json {
@@ -74,6 +78,7 @@ pub fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
                 "uid": uid,
                 "gid": gid,
                 "cgroup": cgroup.map(|c| c.display().to_string()),
+                "mark": mark,
             },
             "protocol": if tcp { "tcp" } else { "udp" },
             "bound": src.map(|s| s.to_string()),
@@ -83,12 +88,18 @@ pub fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
             "counter": e.counter,
             "rule": e.rule,
             "own_policy": e.own_policy,
+            "tproxy": e.tproxy,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!(
-            "{} {dst} from uid {uid} gid {gid} in {}: {} ({}; rule: {}){}",
+            "{} {dst} from uid {uid} gid {gid}{} in {}: {} ({}; rule: {}){}{}",
             if tcp { "TCP" } else { "UDP" },
+            if mark == 0 {
+                String::new()
+            } else {
+                format!(" mark {mark}")
+            },
             path.display(),
             e.shown(),
             e.counter,
@@ -97,7 +108,8 @@ pub fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
                 ""
             } else {
                 " [the namespace has no policy of its own]"
-            }
+            },
+            mode_note(e.tproxy)
         );
     }
     Ok(())
@@ -145,19 +157,31 @@ pub fn explain_inbound(
             "detail": e.detail,
             "counter": e.counter,
             "rule": e.rule,
+            "tproxy": e.tproxy,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!(
-            "TCP {src} -> {dst}{} arriving in {}: {} ({}; rule: {})",
+            "TCP {src} -> {dst}{} arriving in {}: {} ({}; rule: {}){}",
             iface.map(|i| format!(" on {i}")).unwrap_or_default(),
             path.display(),
             e.shown(),
             e.counter,
-            e.rule
+            e.rule,
+            mode_note(e.tproxy)
         );
     }
     Ok(())
+}
+
+/// What the text views add for a namespace in TPROXY mode (REDIRECT mode, the default, says
+/// nothing).
+fn mode_note(tproxy: bool) -> &'static str {
+    if tproxy {
+        " [TPROXY mode]"
+    } else {
+        ""
+    }
 }
 
 fn open_pinned(bpffs: Option<PathBuf>) -> anyhow::Result<NodeDatapath> {
@@ -347,9 +371,14 @@ pub fn trace(
             }
             seen += 1;
             let path = labels.path(d.netns);
+            // Read when the decision is shown (a re-apply may change it): `None` once the
+            // namespace's policy is gone.
+            let tproxy =
+                redirect_datapath::views::captured::tproxy_mode(dp.maps(), d.netns).unwrap_or(None);
             if json {
                 // One shape: `netns` is the namespace's path (null when nothing names it),
-                // `cookie` beside it, then the decision's own keys.
+                // `cookie` beside it, then the decision's own keys, then the mode when the
+                // namespace still has a policy.
                 let mut v = serde_json::json!({
                     "netns": path.map(|p| p.display().to_string()),
                     "cookie": d.netns.get(),
@@ -358,6 +387,9 @@ pub fn trace(
                     (v.as_object_mut(), serde_json::to_value(&d)?)
                 {
                     o.extend(rest);
+                    if let Some(t) = tproxy {
+                        o.insert("tproxy".into(), t.into());
+                    }
                 }
                 println!("{}", serde_json::to_string(&v)?);
             } else {
@@ -370,8 +402,13 @@ pub fn trace(
                     (None, Some(src)) => format!("inbound from {src}"),
                     (None, None) => "inbound".to_owned(),
                 };
+                let mode = match tproxy {
+                    Some(true) => " mode=TPROXY",
+                    Some(false) => " mode=REDIRECT",
+                    None => "",
+                };
                 println!(
-                    "{who} netns={ns} cookie={} {} {} -> {} ({}: {})",
+                    "{who} netns={ns} cookie={}{mode} {} {} -> {} ({}: {})",
                     d.netns, d.protocol, d.dst, d.outcome, d.counter, d.rule
                 );
             }

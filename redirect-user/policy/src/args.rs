@@ -201,6 +201,25 @@ pub fn parse_invocation(
     convert::invocation(&values, ignored, env, sys)
 }
 
+/// TPROXY mode's mark and route table: the kernel programs match Istio's mark (1337) and the
+/// policy routing uses Istio's table (133), so another value would half-apply (the rule made,
+/// the mark never matched); it is refused instead of ignored.
+fn fixed_default(flag: &Flag, value: &str) -> Result<(), PolicyError> {
+    let default = match flag.short {
+        Some('t') => "1337",
+        Some('r') => "133",
+        _ => return Ok(()),
+    };
+    if value.trim() == default {
+        return Ok(());
+    }
+    Err(PolicyError::Invalid {
+        flag: flag.label(),
+        value: value.to_owned(),
+        reason: format!("is not Istio's default {default}, the only value supported (TPROXY mode's mark 1337 and route table 133 are built in): leave the flag out or pass {default}"),
+    })
+}
+
 /// Walk argv: the last CLI value of each flag, and the ignored flags as given.
 fn scan(args: &[String]) -> Result<(HashMap<Key, Raw>, Vec<String>), PolicyError> {
     let mut cli = HashMap::new();
@@ -264,6 +283,7 @@ fn scan(args: &[String]) -> Result<(HashMap<Key, Raw>, Vec<String>), PolicyError
             }
         };
         if flag.key == Key::Ignored {
+            fixed_default(flag, &value)?;
             ignored.push(given);
         } else {
             let origin = flag.label();

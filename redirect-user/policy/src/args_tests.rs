@@ -97,6 +97,21 @@ fn bool_flag_forms() {
 }
 
 #[test]
+fn tproxy_mark_and_table_other_than_istios_defaults_are_refused_naming_the_value() {
+    let e = error(&["-m", "TPROXY", "-t", "1338"], &[]);
+    assert!(
+        e.starts_with("-t/--istio-inbound-tproxy-mark: \"1338\" is not Istio's default 1337"),
+        "{e}"
+    );
+    let e = error(&["--istio-inbound-tproxy-route-table=200"], &[]);
+    assert!(
+        e.starts_with("-r/--istio-inbound-tproxy-route-table: \"200\" is not Istio's default 133"),
+        "{e}"
+    );
+    assert!(run(&["-t", "1337", "-r", "133"], &[], &Stub::default()).is_ok());
+}
+
+#[test]
 fn ours_and_ignored_flags() {
     let inv = run(
         &[

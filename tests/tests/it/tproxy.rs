@@ -214,6 +214,41 @@ fn the_application_sees_the_clients_own_address_and_cleanup_removes_the_routing(
         .expect("list");
     let listed: serde_json::Value = serde_json::from_slice(&list.stdout).expect("list --json");
     assert_eq!(listed[0]["tproxy"], true, "{listed}");
+    // explain names the mode for a connect too, and takes the socket's mark: the proxy's
+    // plain connect to its pod (uid 0, gid 1337, as Istio runs it here) goes to 15006 with its
+    // address kept (Istio's mark 1338); its transparent hop, marked 1337, is left alone.
+    let explain_out = |mark: &str| -> serde_json::Value {
+        let out = Command::new(bin_path("redirect"))
+            .args(["explain", "--netns"])
+            .arg(w.pod.path())
+            .args([
+                "--uid",
+                "0",
+                "--gid",
+                "1337",
+                "--dst",
+                &format!("{POD4}:8080"),
+            ])
+            .args(["--mark", mark, "--json", "--bpffs"])
+            .arg(&pins.0)
+            .output()
+            .expect("explain");
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "explain --json: {e}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    };
+    let plain = explain_out("0");
+    assert_eq!(
+        (&plain["outcome"], &plain["counter"], &plain["tproxy"]),
+        (&"proxy:15006".into(), &"tproxy_local".into(), &true.into()),
+        "{plain}"
+    );
+    let hop = explain_out("1337");
+    assert_eq!(hop["outcome"], "untouched", "{hop}");
+    assert_eq!(hop["caller"]["mark"], 1337, "{hop}");
 
     let _app = listen(
         &w.pod,
@@ -224,6 +259,18 @@ fn the_application_sees_the_clients_own_address_and_cleanup_removes_the_routing(
         &[],
     );
     let proxy = tproxy_proxy(&w.pod, &cgroup);
+    // trace shows the mode of every decision it streams for the namespace.
+    let mut traced = Command::new(bin_path("redirect"));
+    traced
+        .args(["trace", "--netns"])
+        .arg(w.pod.path())
+        .args(["--count", "2", "--json", "--bpffs"])
+        .arg(&pins.0)
+        .env(
+            "REDIRECT_DAEMON_DIR",
+            std::env::temp_dir().join(redirect_testkit::unique_name("rtpd")),
+        );
+    let trace = redirect_tests::trace::spawn(traced);
     let probes = [
         format!("tcpsrc:192.0.2.10:{POD4}:8080"),
         format!("tcp:[{POD6}]:8080"),
@@ -252,6 +299,9 @@ fn the_application_sees_the_clients_own_address_and_cleanup_removes_the_routing(
             client,
             "{p}: the application saw another peer than the client: {r:?}"
         );
+    }
+    for event in redirect_tests::trace::events(&trace, 2) {
+        assert_eq!(event["tproxy"], true, "trace --json: {event}");
     }
     // Through the proxy, each with its original destination (a record is written when the
     // connection has ended both ways).

@@ -57,6 +57,23 @@ pub fn captured(store: &mut dyn MapStore) -> Result<Vec<Captured>> {
     Ok(out)
 }
 
+/// Whether namespace `cookie` is captured in TPROXY mode (`-m TPROXY`: its outbound policy's
+/// TPROXY step, or its inbound policy's), `None` when the kernel holds no policy for it.
+pub fn tproxy_mode(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<Option<bool>> {
+    let outbound = hash::<NetnsCookie, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?
+        .get(&cookie, 0)
+        .ok()
+        .map(|p| p.flags & redirect_common::outbound::OUT_TPROXY != 0);
+    let inbound = hash::<NetnsCookie, InboundPolicy>(store, map_names::NETNS_INBOUND)?
+        .get(&cookie, 0)
+        .ok()
+        .map(|p| p.flags & redirect_common::INBOUND_TPROXY != 0);
+    Ok(match (outbound, inbound) {
+        (None, None) => None,
+        (o, i) => Some(o.unwrap_or(false) || i.unwrap_or(false)),
+    })
+}
+
 /// Names for namespaces: netns cookie -> path, from what records say first, then from the
 /// namespace's inode as the machine names it now (`netns::names`). A namespace nothing names
 /// is shown as "path unknown" with its cookie.

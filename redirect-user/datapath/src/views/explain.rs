@@ -7,7 +7,9 @@ use aya::maps::lpm_trie::Key;
 use redirect_common::{
     inbound::{tproxy_takes, InboundPolicy},
     map_names,
-    outbound::{decide, when_proxy_down, CidrKey, Conn, Lookups, OutboundPolicy, Verdict},
+    outbound::{
+        decide, when_proxy_down, CidrKey, Conn, Lookups, OutboundPolicy, Verdict, TPROXY_MARK,
+    },
     types::family_words,
     AddrKey, Counter, PortKey,
 };
@@ -35,6 +37,8 @@ pub struct Explained {
     pub rule: &'static str,
     /// Whether the namespace has a policy of its own (else the default of `attach`, or none).
     pub own_policy: bool,
+    /// Whether the namespace's inbound capture is TPROXY mode's (`-m TPROXY`).
+    pub tproxy: bool,
 }
 
 impl Explained {
@@ -107,6 +111,9 @@ pub struct Query<'a> {
     pub src: Option<IpAddr>,
     /// The caller's cgroup, if known.
     pub caller_cgroup: Option<&'a std::path::Path>,
+    /// The socket's mark (`SO_MARK`, 0 for none): [`TPROXY_MARK`] is TPROXY mode's proxy's
+    /// transparent hop, which the TPROXY mangle step leaves alone.
+    pub mark: u32,
 }
 
 /// Explains `q` in namespace `cookie`.
@@ -118,6 +125,7 @@ pub fn explain(store: &mut dyn MapStore, cookie: NetnsCookie, q: &Query<'_>) -> 
         tcp,
         src,
         caller_cgroup,
+        mark,
     } = q.clone();
     let (family, addr) = family_words(dst.ip());
     let (policy, key) = {
@@ -152,16 +160,18 @@ pub fn explain(store: &mut dyn MapStore, cookie: NetnsCookie, q: &Query<'_>) -> 
     let ports = crate::maps::store::ports(store, map_names::OUT_PORTS)?
         .get(&PortKey::new(key.get(), dst.port()))
         .unwrap_or(0);
-    let tproxy_takes = match hash::<NetnsCookie, InboundPolicy>(store, map_names::NETNS_INBOUND)?
+    let inbound = hash::<NetnsCookie, InboundPolicy>(store, map_names::NETNS_INBOUND)?
         .get(&cookie, 0)
-    {
-        Ok(inbound) => {
+        .ok();
+    let tproxy = super::captured::tproxy_mode(store, cookie)?.unwrap_or(false);
+    let tproxy_takes = match inbound {
+        Some(inbound) => {
             let rule = crate::maps::store::ports(store, map_names::INBOUND_PORTS)?
                 .get(&PortKey::new(cookie.get(), dst.port()))
                 .unwrap_or(0);
             tproxy_takes(&inbound, dst.port(), rule)
         }
-        Err(_) => false,
+        None => false,
     };
     let passthrough_src = src.is_some_and(|s| {
         s == IpAddr::from([127, 0, 0, 6])
@@ -181,8 +191,7 @@ pub fn explain(store: &mut dyn MapStore, cookie: NetnsCookie, q: &Query<'_>) -> 
             }
             _ => false,
         },
-        // A socket mark cannot be asked for: explain answers for an unmarked socket.
-        tproxy_marked: false,
+        tproxy_marked: mark == TPROXY_MARK,
     };
     let verdict = decide(
         &policy,
@@ -223,5 +232,6 @@ pub fn explain(store: &mut dyn MapStore, cookie: NetnsCookie, q: &Query<'_>) -> 
         counter: counter.name(),
         rule: counter.rule(),
         own_policy: key == cookie && key != 0,
+        tproxy,
     })
 }

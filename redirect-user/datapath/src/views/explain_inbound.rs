@@ -59,13 +59,14 @@ impl Lookups for Snapshot {
     }
 }
 
-fn untouched(counter: Counter, why: &'static str) -> Explained {
+fn untouched(counter: Counter, why: &'static str, tproxy: bool) -> Explained {
     Explained {
         outcome: "untouched".to_owned(),
         detail: None,
         counter: counter.name(),
         rule: why,
         own_policy: false,
+        tproxy,
     }
 }
 
@@ -89,18 +90,22 @@ pub fn explain_inbound(
             )
             .ok())
     };
+    let policy = hash::<NetnsCookie, InboundPolicy>(store, map_names::NETNS_INBOUND)?
+        .get(&cookie, 0)
+        .ok();
+    let tproxy = policy.is_some_and(|p| p.flags & redirect_common::INBOUND_TPROXY != 0);
     if owner_of(store, local)? != Some(cookie.get()) {
         return Ok(untouched(
             Counter::NoPolicy,
             "the destination is not an address of this namespace (sk_lookup finds the pod by its addresses)",
+            tproxy,
         ));
     }
-    let Ok(policy) =
-        hash::<NetnsCookie, InboundPolicy>(store, map_names::NETNS_INBOUND)?.get(&cookie, 0)
-    else {
+    let Some(policy) = policy else {
         return Ok(untouched(
             Counter::NoPolicy,
             "no inbound capture for this namespace (empty -b)",
+            false,
         ));
     };
     let own = owner_of(store, remote)? == Some(cookie.get());
@@ -136,7 +141,6 @@ pub fn explain_inbound(
         rule,
     };
     let verdict = decide(&policy, &conn, &snapshot);
-    let tproxy = policy.flags & redirect_common::INBOUND_TPROXY != 0;
     Ok(match verdict {
         Verdict::Ignore => Explained {
             outcome: "untouched".to_owned(),
@@ -144,6 +148,7 @@ pub fn explain_inbound(
             counter: "-",
             rule: "the proxy's own inbound port: its listener takes it directly",
             own_policy: true,
+            tproxy,
         },
         Verdict::Pass(c) => Explained {
             outcome: "untouched".to_owned(),
@@ -151,6 +156,7 @@ pub fn explain_inbound(
             counter: c.name(),
             rule: c.rule(),
             own_policy: true,
+            tproxy,
         },
         Verdict::Steer => Explained {
             outcome: format!("proxy:{}", policy.inbound_port),
@@ -169,6 +175,7 @@ pub fn explain_inbound(
             counter: Counter::InboundSteered.name(),
             rule: Counter::InboundSteered.rule(),
             own_policy: true,
+            tproxy,
         },
     })
 }

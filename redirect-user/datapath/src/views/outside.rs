@@ -111,6 +111,8 @@ pub fn outside_capture(
             tcp: true,
             src: Some(connection.local.ip()),
             caller_cgroup: None,
+            // The socket's mark is not read here; the application's sockets carry none.
+            mark: 0,
         };
         let now = explain(store, ns.cookie(), &q)?.outcome;
         if now != "untouched" {
