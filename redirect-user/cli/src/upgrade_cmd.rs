@@ -54,7 +54,7 @@ pub fn upgrade(bpffs: Option<PathBuf>, check: bool) -> anyhow::Result<()> {
                 .map(|(m, n)| format!("{m} ({n} entries)"))
                 .collect();
             println!(
-                "upgraded {} in place: layout v{} build {:016x} -> layout v{} build {:016x}; {} links and {} namespaces' sk_lookup given the new programs; {} maps kept with their state; recreated and carried over: {}; new: {}",
+                "upgraded {} in place: layout v{} build {:016x} -> layout v{} build {:016x}; {} links and {} namespaces' sk_lookup given the new programs; {} maps kept with their state; recreated and carried over: {}; new: {}; policies of older builds completed: {}",
                 dir.display(),
                 u.from.0,
                 u.from.1,
@@ -64,7 +64,8 @@ pub fn upgrade(bpffs: Option<PathBuf>, check: bool) -> anyhow::Result<()> {
                 u.namespaces,
                 u.kept.len(),
                 if carried.is_empty() { "none".to_owned() } else { carried.join(", ") },
-                if u.created.is_empty() { "none".to_owned() } else { u.created.join(", ") }
+                if u.created.is_empty() { "none".to_owned() } else { u.created.join(", ") },
+                u.completed
             );
         }
     }

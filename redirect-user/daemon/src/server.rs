@@ -99,7 +99,7 @@ impl Daemon {
             // A new daemon is how a node is upgraded: it takes the pinned datapath over in
             // place (no capture gap), or refuses to start naming the layout it cannot take.
             if let Some(u) = NodeDatapath::upgrade(&opts.bpffs)? {
-                tracing::info!(dir = %opts.bpffs.display(), from = u.from.0, to = u.to.0, links = u.links, namespaces = u.namespaces, carried = %redirect_policy::shown::Comma(&u.carried.iter().map(|(m, n)| format!("{m}:{n}")).collect::<Vec<_>>()), "upgraded the pinned datapath in place");
+                tracing::info!(dir = %opts.bpffs.display(), from = u.from.0, to = u.to.0, links = u.links, namespaces = u.namespaces, completed = u.completed, carried = %redirect_policy::shown::Comma(&u.carried.iter().map(|(m, n)| format!("{m}:{n}")).collect::<Vec<_>>()), "upgraded the pinned datapath in place");
             }
         }
         let node::Opened {

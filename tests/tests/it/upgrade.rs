@@ -194,7 +194,12 @@ fn the_next_layout_takes_over_in_place_while_an_application_keeps_connecting() {
     );
 
     // The next build's cleanup unpins everything.
-    let out = Command::new(&next)
+    cleanup_with(&next, &pins, &cgroup, &pod);
+}
+
+/// The next build's cleanup of `pod`, which unpins everything.
+fn cleanup_with(next: &Path, pins: &Pins, cgroup: &Cgroup, pod: &Netns) {
+    let out = Command::new(next)
         .arg("istio-iptables")
         .arg("--bpffs")
         .arg(&pins.0)
@@ -337,4 +342,90 @@ fn a_new_daemon_upgrades_the_datapath_it_adopts_and_keeps_every_enrollment() {
     );
     captured_connections(&pod, node.cgroup.path(), 10);
     new.terminate(Duration::from_secs(10));
+}
+
+/// The pinned `NETNS_OUTBOUND` entries as (key bytes, value bytes), read with bpftool.
+fn outbound_entries(pins: &Path) -> Vec<(Vec<String>, Vec<u8>)> {
+    let shown = Command::new("bpftool")
+        .args(["-j", "map", "dump", "pinned"])
+        .arg(pins.join("maps").join("NETNS_OUTBOUND"))
+        .output()
+        .expect("bpftool dump");
+    let json: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("bpftool json");
+    let hex = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .expect("bytes")
+            .iter()
+            .map(|b| b.as_str().expect("hex byte").to_owned())
+            .collect()
+    };
+    json.as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| {
+            let value = hex(&e["value"])
+                .iter()
+                .map(|b| u8::from_str_radix(b.trim_start_matches("0x"), 16).expect("hex"))
+                .collect();
+            (hex(&e["key"]), value)
+        })
+        .collect()
+}
+
+/// The `OUT_*` flags of a policy's bytes.
+fn flags(value: &[u8]) -> u32 {
+    let at = std::mem::offset_of!(redirect_common::outbound::OutboundPolicy, flags);
+    u32::from_le_bytes(value[at..at + 4].try_into().expect("four bytes"))
+}
+
+#[test]
+fn an_upgrade_completes_the_tproxy_step_of_an_older_builds_policy() {
+    privileged!();
+    let next = next_redirect();
+    let (pins, cgroup) = (Pins::new(), Cgroup::new("rupt").expect("cgroup"));
+    let pod = Netns::new("ruptp").expect("netns");
+    let args = ["-u", "1337", "-m", "TPROXY", "-b", "*", "-i", "*"];
+    ok(
+        &istio_iptables(&pins.0, cgroup.path(), &pod.path(), &args),
+        "enroll in TPROXY mode with this build",
+    );
+    let tproxy = redirect_common::outbound::OUT_TPROXY;
+    let entries = outbound_entries(&pins.0);
+    assert_eq!(entries.len(), 1, "one policy");
+    let (key, value) = &entries[0];
+    assert_ne!(
+        flags(value) & tproxy,
+        0,
+        "this build writes the TPROXY step"
+    );
+    // As a build before layout v6 wrote it: the same policy without the flag.
+    let at = std::mem::offset_of!(redirect_common::outbound::OutboundPolicy, flags);
+    let mut old = value.clone();
+    old[at..at + 4].copy_from_slice(&(flags(value) & !tproxy).to_le_bytes());
+    let status = Command::new("bpftool")
+        .args(["map", "update", "pinned"])
+        .arg(pins.0.join("maps").join("NETNS_OUTBOUND"))
+        .arg("key")
+        .args(key)
+        .args(["value", "hex"])
+        .args(old.iter().map(|b| format!("{b:02x}")))
+        .status()
+        .expect("bpftool update");
+    assert!(status.success(), "bpftool map update");
+    assert_eq!(flags(&outbound_entries(&pins.0)[0].1) & tproxy, 0);
+
+    let said = ok(
+        &upgrade(&next, &pins.0, &[]),
+        "redirect upgrade (next layout)",
+    );
+    assert!(
+        said.contains("policies of older builds completed: 1"),
+        "{said}"
+    );
+    assert_ne!(
+        flags(&outbound_entries(&pins.0)[0].1) & tproxy,
+        0,
+        "the upgrade completes the policy"
+    );
+    cleanup_with(&next, &pins, &cgroup, &pod);
 }

@@ -15,6 +15,7 @@ pub mod needs;
 mod pins;
 pub mod sizing;
 pub mod upgrade;
+mod upgrade_policies;
 
 use redirect_common::NetnsCookie;
 use std::{

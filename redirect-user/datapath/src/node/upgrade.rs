@@ -45,6 +45,9 @@ pub struct Upgraded {
     pub links: usize,
     /// Namespaces whose sk_lookup link got the new program (those already gone are skipped).
     pub namespaces: usize,
+    /// Policies of older builds completed with what this build derives from them
+    /// (`upgrade_policies`: a TPROXY namespace's `OUT_TPROXY`).
+    pub completed: usize,
 }
 
 /// Whether the datapath at `dir` runs another build's programs that this build can take over
@@ -115,8 +118,16 @@ impl NodeDatapath {
         std::fs::create_dir_all(&staging).map_err(pin_err("creating", &staging))?;
         let result = Self::upgrade_staged(dir, &staging, &record, object, &quotas);
         let _ = std::fs::remove_dir_all(&staging);
-        let done = result?;
-        tracing::info!(dir = %dir.display(), from = done.from.0, to = done.to.0, kept = %redirect_policy::shown::Comma(&done.kept), carried = %redirect_policy::shown::Comma(&done.carried.iter().map(|(m, n)| format!("{m}:{n}")).collect::<Vec<_>>()), links = done.links, namespaces = done.namespaces, "node datapath upgraded in place");
+        let mut done = result?;
+        // The programs run this build now; a policy they would read differently is completed
+        // (a failure leaves it to its next apply, as before this step existed).
+        match super::upgrade_policies::complete(dir) {
+            Ok(n) => done.completed = n,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "completing the policies of older builds failed: each is completed at its next apply")
+            }
+        }
+        tracing::info!(completed = done.completed, dir = %dir.display(), from = done.from.0, to = done.to.0, kept = %redirect_policy::shown::Comma(&done.kept), carried = %redirect_policy::shown::Comma(&done.carried.iter().map(|(m, n)| format!("{m}:{n}")).collect::<Vec<_>>()), links = done.links, namespaces = done.namespaces, "node datapath upgraded in place");
         Ok(Some(done))
     }
 
@@ -182,6 +193,7 @@ impl NodeDatapath {
             created,
             links: links.len(),
             namespaces: netns.len() - skipped,
+            completed: 0,
         })
     }
 }
