@@ -70,7 +70,7 @@ enum Task {
         #[arg(long, default_value = "target/bench")]
         out: std::path::PathBuf,
         /// Run only these workloads (comma-separated: cps, keepalive, bulk, churn, rules, load,
-        /// enroll, cni, namespaces), e.g. `--only cni` to study enrollment alone. Such a report
+        /// enroll, cni, boot, namespaces, cri), e.g. `--only cni` to study enrollment alone. Such a report
         /// is for investigation, not for BENCHMARKS.md: the published run is the whole set.
         #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = bench::WORKLOADS)]
         only: Vec<String>,

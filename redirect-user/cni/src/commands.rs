@@ -9,19 +9,27 @@ use serde_json::{json, Value};
 use crate::{
     conf::{cni_args, NetConf, SUPPORTED_VERSIONS},
     error::{CniError, Code},
+    phases::{cpu_us, Phases},
 };
 
-/// Carries out `command`; `Some(text)` is printed on stdout.
-pub fn run(command: &str, stdin: &[u8], version: &str) -> Result<Option<String>, CniError> {
+/// Carries out `command`; `Some(text)` is printed on stdout. `phases` times an ADD.
+pub fn run(
+    command: &str,
+    stdin: &[u8],
+    version: &str,
+    phases: &mut Phases,
+) -> Result<Option<String>, CniError> {
     if command == "VERSION" {
         return Ok(Some(
             json!({"cniVersion": version, "supportedVersions": SUPPORTED_VERSIONS}).to_string(),
         ));
     }
     let conf = NetConf::parse_for(stdin, command)?;
+    phases.mark("conf");
     crate::log::init(&conf.daemon_socket, &conf.log_level);
+    phases.mark("log");
     match command {
-        "ADD" => add(&conf).map(Some),
+        "ADD" => add(&conf, phases).map(Some),
         "DEL" => del(&conf).map(|()| None),
         "CHECK" => check(&conf).map(|()| None),
         "STATUS" => status(&conf).map(|()| None),
@@ -132,7 +140,7 @@ fn daemon_dir(conf: &NetConf) -> DaemonDir {
     DaemonDir::new(conf.daemon_socket.parent().unwrap_or(&conf.daemon_socket))
 }
 
-fn add(conf: &NetConf) -> Result<String, CniError> {
+fn add(conf: &NetConf, phases: &mut Phases) -> Result<String, CniError> {
     let Some(pod) = pod() else {
         tracing::info!(
             "no K8S_POD_NAMESPACE/K8S_POD_NAME in CNI_ARGS: not a Kubernetes pod, passed through"
@@ -145,6 +153,7 @@ fn add(conf: &NetConf) -> Result<String, CniError> {
     }
     let netns = open_netns()?;
     let ips = conf.prev_ips()?;
+    phases.mark("netns");
     let what = format!("{pod} not captured");
     let r = match client(conf).pod_add(pod.clone(), &netns, ips) {
         Ok(r) => r,
@@ -158,7 +167,16 @@ fn add(conf: &NetConf) -> Result<String, CniError> {
             return Err(err);
         }
     };
-    tracing::info!(%pod, message = %r.message, "ADD done");
+    phases.mark("call");
+    // The phases last: a reader takes them up to the line's end.
+    tracing::info!(
+        %pod,
+        answer = %r.message,
+        main_us = phases.main_us() as u64,
+        cpu_us = cpu_us().unwrap_or(0),
+        phases = %phases.field(),
+        "ADD done"
+    );
     pass_through(conf)
 }
 

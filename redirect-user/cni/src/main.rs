@@ -7,6 +7,7 @@ mod conf;
 mod conf_tests;
 mod error;
 mod log;
+mod phases;
 
 use std::io::Read as _;
 
@@ -27,6 +28,7 @@ K8S_POD_NAME, K8S_POD_UID), CNI_PATH; REDIRECT_DAEMON_DIR (the daemon's socket d
 ";
 
 fn main() {
+    let mut phases = phases::Phases::start();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help") {
         let text = format!(
@@ -49,6 +51,7 @@ fn main() {
     }
     let mut stdin = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut stdin);
+    phases.mark("read");
     let version = serde_json::from_slice::<serde_json::Value>(&stdin)
         .ok()
         .and_then(|v| {
@@ -58,7 +61,7 @@ fn main() {
         })
         .filter(|v| conf::SUPPORTED_VERSIONS.contains(&v.as_str()))
         .unwrap_or_else(|| "1.1.0".into());
-    match commands::run(&command, &stdin, &version) {
+    match commands::run(&command, &stdin, &version, &mut phases) {
         Ok(Some(out)) => println!("{out}"),
         Ok(None) => {}
         Err(e) => {

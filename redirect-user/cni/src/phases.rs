@@ -76,7 +76,10 @@ mod tests {
                 (k, v.parse().expect("microseconds"))
             })
             .collect();
-        assert_eq!(parts.iter().map(|p| p.0).collect::<Vec<_>>(), ["read", "call"]);
+        assert_eq!(
+            parts.iter().map(|p| p.0).collect::<Vec<_>>(),
+            ["read", "call"]
+        );
         assert!(parts[1].1 >= 2_000, "{field}");
         assert!(parts.iter().map(|p| p.1).sum::<u128>() <= p.main_us());
         assert!(super::cpu_us().is_some_and(|us| us >= 2_000));

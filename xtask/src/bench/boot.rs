@@ -5,14 +5,7 @@
 //! namespaces (istio-cni's path), released the same way. Each pod's time runs from the common
 //! release to its own ADD's exit (the last one is when the node's last pod is captured); every
 //! pod is then checked to be captured with a real connect.
-use std::{
-    io::Write as _,
-    process::{Command, Stdio},
-    sync::{Arc, Barrier},
-    time::Instant,
-};
-
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use serde_json::{json, Value};
 
 use super::{
@@ -46,25 +39,10 @@ impl Bench {
                 .iter()
                 .map(|p| self.capture_cmd(mode, p, "ADD"))
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            // Every ADD thread and this one: released together, timed from the release.
-            let start = Arc::new(Barrier::new(cmds.len() + 1));
-            let handles: Vec<_> = cmds
-                .into_iter()
-                .map(|(mut cmd, input)| {
-                    let start = Arc::clone(&start);
-                    std::thread::spawn(move || {
-                        start.wait();
-                        run_to_exit(&mut cmd, &input)
-                    })
-                })
-                .collect();
-            start.wait();
-            let released = Instant::now();
-            for (i, h) in handles.into_iter().enumerate() {
-                let exited = h
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("a boot ADD thread panicked"))?
-                    .with_context(|| format!("{} ADD of pod {i} of {pods}", mode.name()))?;
+            let (released, runs) = super::cni::at_once(cmds)?;
+            for (i, run) in runs.into_iter().enumerate() {
+                let (_, exited) =
+                    run.with_context(|| format!("{} ADD of pod {i} of {pods}", mode.name()))?;
                 let ms = exited.saturating_duration_since(released).as_secs_f64() * 1000.0;
                 self.samples.push(Sample::new(
                     WORKLOAD,
@@ -114,27 +92,4 @@ impl Bench {
         }
         vec![("boot".to_owned(), Value::Object(out))]
     }
-}
-
-/// Runs `cmd` with `input` on stdin to its exit; the instant it exited. Fails unless it exits
-/// 0.
-fn run_to_exit(cmd: &mut Command, input: &str) -> anyhow::Result<Instant> {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().context("spawn")?;
-    child
-        .stdin
-        .take()
-        .context("stdin")?
-        .write_all(input.as_bytes())?;
-    let out = child.wait_with_output()?;
-    let exited = Instant::now();
-    if !out.status.success() {
-        bail!(
-            "exit {}: {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout).trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(exited)
 }

@@ -29,7 +29,7 @@ pub(super) const NODE: &str = "bench-node";
 const TARGET: &str = "198.19.255.254:80";
 
 /// One pod of the workload: a netns with an address and the proxy's stand-in listening.
-struct CniPod {
+pub(super) struct CniPod {
     _detector: Child,
     ns: Netns,
     cg: Option<Cgroup>,
@@ -40,7 +40,7 @@ struct CniPod {
 impl Bench {
     /// A new pod namespace for `mode` with address `198.19.X.Y/16` on `eth0`, a veth whose peer
     /// stays in the namespace (nothing answers there).
-    fn cni_pod(&mut self, mode: Mode, index: usize) -> anyhow::Result<CniPod> {
+    pub(super) fn cni_pod(&mut self, mode: Mode, index: usize) -> anyhow::Result<CniPod> {
         let ns = scene::netns("rbp-")?;
         let ip = format!("198.19.{}.{}", index / 250, index % 250 + 1);
         for args in [
@@ -76,7 +76,7 @@ impl Bench {
     }
 
     /// The command that captures `pod` in `mode`, and what it reads on stdin.
-    fn capture_cmd(
+    pub(super) fn capture_cmd(
         &self,
         mode: Mode,
         pod: &CniPod,
@@ -87,14 +87,26 @@ impl Bench {
             cmd.stdin(Stdio::piped());
             return Ok((cmd, scene::sidecar_rules(&self.golden, &[])));
         }
+        self.plugin_cmd(&self.plugin, pod, command)
+    }
+
+    /// `plugin` run for `pod` as a runtime runs it, and what it reads on stdin.
+    fn plugin_cmd(
+        &self,
+        plugin: &std::path::Path,
+        pod: &CniPod,
+        command: &str,
+    ) -> anyhow::Result<(Command, String)> {
         let node = self.cni.as_ref().context("CNI node")?;
+        // `log_level` as `install-cni` writes it: the plugin's line per ADD (with its phases)
+        // is part of what a node pays.
         let conf = json!({
             "cniVersion": "1.0.0", "name": "bench", "type": "redirect-cni",
-            "daemon_socket": node.node.dir.join("daemon.sock"), "log_level": "warn",
+            "daemon_socket": node.node.dir.join("daemon.sock"), "log_level": "info",
             "exclude_namespaces": ["kube-system"],
             "prevResult": {"cniVersion": "1.0.0", "ips": [{"address": format!("{}/16", pod.ip)}]},
         });
-        let mut cmd = Command::new(self.bin.join("redirect-cni"));
+        let mut cmd = Command::new(plugin);
         cmd.env_clear()
             .env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", format!("sandbox-{}", pod.name))
@@ -113,7 +125,7 @@ impl Bench {
     }
 
     /// Checks `pod` is captured: a connect from it lands on its proxy's stand-in.
-    fn assert_captured(&self, mode: Mode, pod: &CniPod) -> anyhow::Result<()> {
+    pub(super) fn assert_captured(&self, mode: Mode, pod: &CniPod) -> anyhow::Result<()> {
         let mut cmd = Command::new(self.bin.join("probe-load"));
         cmd.arg("--netns").arg(pod.ns.path());
         if let Some(cg) = &pod.cg {
@@ -201,7 +213,7 @@ impl Bench {
     }
 
     /// Unenrolls an eBPF pod (CNI DEL, not timed).
-    fn cni_del(&self, mode: Mode, pod: &CniPod) -> anyhow::Result<()> {
+    pub(super) fn cni_del(&self, mode: Mode, pod: &CniPod) -> anyhow::Result<()> {
         if mode == Mode::Ebpf {
             let (mut cmd, conf) = self.capture_cmd(mode, pod, "DEL")?;
             timed(&mut cmd, &conf).context("CNI DEL")?;
@@ -225,6 +237,10 @@ impl Bench {
                 let pod = self.cni_pod(mode, i)?;
                 let (mut cmd, input) = self.capture_cmd(mode, &pod, "ADD")?;
                 let ms = timed(&mut cmd, &input).with_context(|| format!("{} ADD", mode.name()))?;
+                if mode == Mode::Ebpf {
+                    let node = self.cni.as_mut().context("CNI node")?;
+                    node.exec_ms.push((pod.name.clone(), ms));
+                }
                 self.assert_captured(mode, &pod)?;
                 self.cni_del(mode, &pod)?;
                 let sample = Sample::new(
@@ -237,6 +253,25 @@ impl Bench {
                     false,
                 );
                 self.samples.push(sample);
+            }
+            // The same plugin built as this build's other binaries are (glibc, dynamically
+            // linked), where the run execs the image's static one: what the link costs.
+            let dynamic = self.bin.join("redirect-cni");
+            if self.plugin != dynamic {
+                let pod = self.cni_pod(Mode::Ebpf, i)?;
+                let (mut cmd, input) = self.plugin_cmd(&dynamic, &pod, "ADD")?;
+                let ms = timed(&mut cmd, &input).context("ADD of the dynamic plugin")?;
+                self.assert_captured(Mode::Ebpf, &pod)?;
+                self.cni_del(Mode::Ebpf, &pod)?;
+                self.samples.push(Sample::new(
+                    "cni-add",
+                    "one at a time",
+                    "ebpf: plugin linked dynamically",
+                    round * serial + i,
+                    ms,
+                    "ms",
+                    false,
+                ));
             }
             // The floor of any exec-based path: one exec of a program that does nothing.
             let ms = timed(Command::new("true").stdin(Stdio::piped()), "")?;
@@ -285,21 +320,10 @@ impl Bench {
                 .iter()
                 .map(|p| self.capture_cmd(mode, p, "ADD"))
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            let start = Arc::new(Barrier::new(cmds.len()));
-            let handles: Vec<_> = cmds
-                .into_iter()
-                .map(|(mut cmd, input)| {
-                    let start = Arc::clone(&start);
-                    std::thread::spawn(move || {
-                        start.wait();
-                        timed(&mut cmd, &input)
-                    })
-                })
-                .collect();
-            for (i, h) in handles.into_iter().enumerate() {
-                let ms = h
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("an ADD thread panicked"))??;
+            let (_, runs) = at_once(cmds)?;
+            for (i, run) in runs.into_iter().enumerate() {
+                let (spawned, exited) = run.with_context(|| format!("{} ADD", mode.name()))?;
+                let ms = exited.saturating_duration_since(spawned).as_secs_f64() * 1000.0;
                 let variant = format!("{parallel} at once");
                 self.samples.push(Sample::new(
                     "cni-add",
@@ -322,8 +346,15 @@ impl Bench {
 
 /// Runs `cmd` with `input` on stdin; milliseconds from spawn to exit. Fails unless it exits 0.
 fn timed(cmd: &mut Command, input: &str) -> anyhow::Result<f64> {
+    let (spawned, exited) = run_to_exit(cmd, input)?;
+    Ok(exited.saturating_duration_since(spawned).as_secs_f64() * 1000.0)
+}
+
+/// Runs `cmd` with `input` on stdin to its exit: the instants it was spawned and it exited.
+/// Fails unless it exits 0.
+fn run_to_exit(cmd: &mut Command, input: &str) -> anyhow::Result<(Instant, Instant)> {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let t0 = Instant::now();
+    let spawned = Instant::now();
     let mut child = cmd.spawn().context("spawn")?;
     child
         .stdin
@@ -331,7 +362,7 @@ fn timed(cmd: &mut Command, input: &str) -> anyhow::Result<f64> {
         .context("stdin")?
         .write_all(input.as_bytes())?;
     let out = child.wait_with_output()?;
-    let ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let exited = Instant::now();
     if !out.status.success() {
         bail!(
             "exit {}: {}{}",
@@ -340,5 +371,37 @@ fn timed(cmd: &mut Command, input: &str) -> anyhow::Result<f64> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    Ok(ms)
+    Ok((spawned, exited))
+}
+
+/// Runs every command at once, one thread each, released together (as a kubelet starts
+/// pods): the instant of the release, and each command's spawn and exit instants, in order.
+pub(super) type Runs = Vec<anyhow::Result<(Instant, Instant)>>;
+
+/// See [`Runs`].
+pub(super) fn at_once(cmds: Vec<(Command, String)>) -> anyhow::Result<(Instant, Runs)> {
+    let start = Arc::new(Barrier::new(cmds.len()));
+    let handles: Vec<_> = cmds
+        .into_iter()
+        .map(|(mut cmd, input)| {
+            let start = Arc::clone(&start);
+            std::thread::spawn(move || {
+                start.wait();
+                // Each thread's own view of the release: the first to run after the barrier
+                // opens defines it (on a busy machine some are scheduled much later).
+                let woke = Instant::now();
+                (woke, run_to_exit(&mut cmd, &input))
+            })
+        })
+        .collect();
+    let mut released: Option<Instant> = None;
+    let mut runs = Vec::new();
+    for h in handles {
+        let (woke, run) = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a thread running a command panicked"))?;
+        released = Some(released.map_or(woke, |r| r.min(woke)));
+        runs.push(run);
+    }
+    Ok((released.unwrap_or_else(Instant::now), runs))
 }

@@ -16,6 +16,9 @@ pub(super) struct CniNode {
     _api: Child,
     pub(super) node: Node,
     pub(super) next: usize,
+    /// Each exec'd ADD one at a time: the pod's name and milliseconds from spawn to exit (the
+    /// plugin's phase table joins them to its log lines).
+    pub(super) exec_ms: Vec<(String, f64)>,
 }
 
 impl Bench {
@@ -52,6 +55,7 @@ impl Bench {
                 _api: api,
                 node,
                 next: 0,
+                exec_ms: Vec::new(),
             });
         }
         self.cni.as_mut().context("CNI node")

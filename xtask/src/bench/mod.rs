@@ -1,11 +1,13 @@
 //! `cargo xtask bench`: direct, explicit proxy, eBPF and Istio's iptables (legacy and nft), side
 //! by side in one process tree, interleaved rounds, reported as medians and per-round ratios.
+mod boot;
 mod cni;
 mod cni_node;
 mod cri;
 mod floor;
 mod footprint;
 mod phases;
+mod plugin_phases;
 mod pods;
 mod report;
 pub use report::check;
@@ -58,6 +60,8 @@ struct Params {
     /// CNI ADDs one at a time per mode and round, and how many at once.
     cni_serial: usize,
     cni_parallel: usize,
+    /// A node's boot: pods whose ADDs are released at once, and rounds.
+    boot: (usize, usize),
     /// Sandboxes through containerd's CRI one at a time per mode and round, how many at once,
     /// and rounds.
     cri: (usize, usize, usize),
@@ -79,6 +83,7 @@ impl Params {
                 rule_counts: vec![0, 100, 1000, 10_000],
                 cni_serial: 20,
                 cni_parallel: 20,
+                boot: (110, 2),
                 cri: (10, 20, 3),
                 namespaces: 100,
                 churn: 1_000_000,
@@ -93,6 +98,7 @@ impl Params {
                 rule_counts: vec![0, 100, 1000, 10_000],
                 cni_serial: 10,
                 cni_parallel: 20,
+                boot: (110, 1),
                 cri: (5, 20, 1),
                 namespaces: 100,
                 churn: 100_000,
@@ -107,6 +113,7 @@ impl Params {
                 rule_counts: vec![0, 100],
                 cni_serial: 2,
                 cni_parallel: 4,
+                boot: (8, 1),
                 cri: (1, 2, 1),
                 namespaces: 10,
                 churn: 2_000,
@@ -127,6 +134,9 @@ struct Pod {
 
 struct Bench {
     bin: PathBuf,
+    /// The CNI plugin the ADDs exec: in a release run the image's static binary, the one
+    /// `install-cni` puts on a node; in the seconds-long run this build's own.
+    plugin: PathBuf,
     golden: String,
     state_dir: PathBuf,
     id: u32,
@@ -208,7 +218,7 @@ fn environment(
 }
 
 /// The workloads `--only` can name, in the order a run takes them.
-pub const WORKLOADS: [&str; 10] = [
+pub const WORKLOADS: [&str; 11] = [
     "cps",
     "keepalive",
     "bulk",
@@ -217,9 +227,15 @@ pub const WORKLOADS: [&str; 10] = [
     "load",
     "enroll",
     "cni",
+    boot::WORKLOAD,
     "namespaces",
     "cri",
 ];
+
+/// Whether a run execs the CNI plugin (the CNI ADD and boot workloads).
+fn want_plugin(want: &dyn Fn(&str) -> bool) -> bool {
+    want("cni") || want(boot::WORKLOAD)
+}
 
 /// Runs the benchmark of `size` (only the workloads in `only`, when it names any) and writes
 /// the report into `out`.
@@ -234,6 +250,14 @@ pub fn run(size: Size, out: &Path, only: &[String]) -> anyhow::Result<()> {
     let release = size != Size::Tiny;
     build::build_bins(release)?;
     let bin = util::target_dir().join(if release { "release" } else { "debug" });
+    let plugin = if release && want_plugin(&want) {
+        crate::image::musl::build()?
+            .into_iter()
+            .find(|p| p.ends_with("redirect-cni"))
+            .context("the image's binaries hold no redirect-cni")?
+    } else {
+        bin.join("redirect-cni")
+    };
     let golden_path =
         redirect_testkit::reference::dir().join("capture-golden/inbound-ports-wildcard.golden");
     let golden = std::fs::read_to_string(&golden_path)
@@ -248,6 +272,7 @@ pub fn run(size: Size, out: &Path, only: &[String]) -> anyhow::Result<()> {
     let app_server = scene::spawn("app server", server, "listening")?;
     let mut b = Bench {
         bin,
+        plugin,
         golden,
         state_dir: scratch.join("state"),
         id,
@@ -345,13 +370,28 @@ pub fn run(size: Size, out: &Path, only: &[String]) -> anyhow::Result<()> {
                 ));
             }
         }
-        let pods = p.rounds * (2 * p.cni_serial + p.cni_parallel) + 1;
+        // The pod names the CNI node's apiserver serves: every eBPF pod of both workloads (one
+        // at a time: the plugin's, the dynamically linked plugin's and the socket's; then those
+        // at once, and the boot's).
+        let (boot_pods, boot_rounds) = p.boot;
+        let pods = p.rounds * (3 * p.cni_serial + p.cni_parallel) + boot_pods * boot_rounds + 1;
         if want("cni") {
             for round in 0..p.rounds {
                 progress(&format!("CNI ADD round {}/{}", round + 1, p.rounds))?;
                 b.cni_round(round, p.cni_serial, p.cni_parallel, pods)?;
             }
             b.enrollment_phases()?;
+            b.plugin_phases()?;
+        }
+        if want(boot::WORKLOAD) {
+            for round in 0..boot_rounds {
+                progress(&format!(
+                    "a node's boot: {boot_pods} ADDs at once, round {}/{boot_rounds}",
+                    round + 1
+                ))?;
+                b.boot_round(round, boot_pods, pods)?;
+            }
+            memory.extend(b.boot_summary());
         }
         if want("namespaces") {
             memory.extend(b.namespaces_workload(&p)?);

@@ -9,14 +9,14 @@ use super::{stats::Sample, Bench};
 const WORKLOAD: &str = "enrollment phases";
 const VARIANT: &str = "the daemon's own account of each CNI ADD";
 
-/// The daemon thread's own CPU time in a `pod enrolled` line (`cpu_us=`, before `phases`).
-fn cpu_of(line: &str) -> Option<u64> {
-    let (_, rest) = line.split_once(" cpu_us=")?;
+/// The number after ` key=` in a log line (`cpu_us=`: the thread's own CPU time).
+pub(super) fn field_of(line: &str, key: &str) -> Option<u64> {
+    let (_, rest) = line.split_once(&format!(" {key}="))?;
     rest.split_whitespace().next()?.parse().ok()
 }
 
-/// The `name=us` pairs of a `pod enrolled` line's `phases` field (the line's last field).
-fn phases_of(line: &str) -> Vec<(&str, u64)> {
+/// The `name=us` pairs of a log line's `phases` field (the line's last field).
+pub(super) fn phases_of(line: &str) -> Vec<(&str, u64)> {
     let Some((_, rest)) = line.split_once(" phases=") else {
         return Vec::new();
     };
@@ -41,7 +41,7 @@ impl Bench {
             let total: u64 = phases.iter().map(|(_, us)| us).sum();
             // Of the total, what the daemon's thread ran, and what it waited (for a CPU, a
             // lock, I/O): a slow ADD says whether it worked longer or was kept from working.
-            let cpu = cpu_of(line)
+            let cpu = field_of(line, "cpu_us")
                 .map(|cpu| [("cpu", cpu), ("off-cpu", total.saturating_sub(cpu))])
                 .into_iter()
                 .flatten();
@@ -81,7 +81,10 @@ mod tests {
         );
         assert!(phases_of("pod enrolled us=3").is_empty());
         assert_eq!(phases_of("x phases=a=1 b=oops c=2"), [("a", 1)]);
-        assert_eq!(super::cpu_of(line), None);
-        assert_eq!(super::cpu_of("us=30 cpu_us=21 phases=a=1"), Some(21));
+        assert_eq!(super::field_of(line, "cpu_us"), None);
+        assert_eq!(
+            super::field_of("us=30 cpu_us=21 phases=a=1", "cpu_us"),
+            Some(21)
+        );
     }
 }

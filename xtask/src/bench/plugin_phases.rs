@@ -8,7 +8,11 @@ use std::collections::HashMap;
 
 use anyhow::Context as _;
 
-use super::{stats::Sample, Bench};
+use super::{
+    phases::{field_of, phases_of},
+    stats::Sample,
+    Bench,
+};
 
 const WORKLOAD: &str = "plugin phases";
 const VARIANT: &str = "redirect-cni's own account of each exec'd ADD, one at a time";
@@ -18,25 +22,6 @@ fn pod_of(line: &str) -> Option<&str> {
     let (_, rest) = line.split_once(" pod=pod ")?;
     let (_, name) = rest.split_whitespace().next()?.split_once('/')?;
     Some(name)
-}
-
-/// The number after ` key=` in `line`.
-fn field_of(line: &str, key: &str) -> Option<u64> {
-    let (_, rest) = line.split_once(&format!(" {key}="))?;
-    rest.split_whitespace().next()?.parse().ok()
-}
-
-/// The `name=us` pairs of the line's `phases` field (its last).
-fn phases_of(line: &str) -> Vec<(&str, u64)> {
-    let Some((_, rest)) = line.split_once(" phases=") else {
-        return Vec::new();
-    };
-    rest.split_whitespace()
-        .map_while(|kv| {
-            let (name, us) = kv.split_once('=')?;
-            Some((name, us.parse().ok()?))
-        })
-        .collect()
 }
 
 impl Bench {
@@ -102,7 +87,13 @@ mod tests {
         assert_eq!(super::field_of(line, "cpu_us"), Some(1400));
         assert_eq!(
             super::phases_of(line),
-            [("read", 20), ("conf", 31), ("log", 60), ("netns", 12), ("call", 690)]
+            [
+                ("read", 20),
+                ("conf", 31),
+                ("log", 60),
+                ("netns", 12),
+                ("call", 690)
+            ]
         );
         assert_eq!(super::pod_of("ADD done answer=x"), None);
     }

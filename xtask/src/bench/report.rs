@@ -319,6 +319,7 @@ pub fn check(out: &Path) -> anyhow::Result<usize> {
         "rules",
         "enroll",
         "cni-add",
+        super::boot::WORKLOAD,
         "load",
         "namespaces",
         super::cri::WORKLOAD,
