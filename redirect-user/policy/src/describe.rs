@@ -1,5 +1,5 @@
 //! Human-readable lines for a resolved [`Policy`] (`--dry-run`, status).
-use crate::{Cidrs, InboundPorts, OwnerGroups, Policy};
+use crate::{Cidrs, InboundPorts, Mode, OwnerGroups, Policy};
 
 fn list<T: std::fmt::Display>(v: &[T]) -> String {
     if v.is_empty() {
@@ -55,7 +55,13 @@ pub fn policy_lines(p: &Policy, ipv6: bool) -> Vec<String> {
         format!("tunnel port (-e)       {}", p.tunnel_port),
         format!("proxy uids (-u)        {}", list(&p.proxy_uids)),
         format!("proxy gids (-g)        {}", list(&p.proxy_gids)),
-        format!("mode (-m)              {:?} (capture is the same)", p.mode),
+        format!(
+            "mode (-m)              {}",
+            match p.mode {
+                Mode::Redirect => "REDIRECT (inbound: the application sees the proxy as its peer)",
+                Mode::Tproxy => "TPROXY (inbound: the application sees the client's own address; the pod gets the fwmark 1337 rule and local table 133)",
+            }
+        ),
         format!("include CIDRs (-i)     {include}"),
         format!("exclude CIDRs (-x)     {}", list(&p.exclude_cidrs)),
         format!("include ports (-q)     {}", list(&p.include_ports)),
