@@ -36,7 +36,7 @@ on the command line wins over the environment, which wins over --cluster-env):
   -e, --inbound-tunnel-port PORT         tunnel port, never captured [{e}]  INBOUND_TUNNEL_PORT
   -u, --proxy-uid UIDS|NAMES             proxy uids, never captured [ENVOY_USER's (istio-proxy) or 1337]  PROXY_UID
   -g, --proxy-gid GIDS|NAMES             proxy gids [same as -u]         PROXY_GID
-  -m, --istio-inbound-interception-mode  REDIRECT or TPROXY (same capture; no mangle rules needed)
+  -m, --istio-inbound-interception-mode  REDIRECT, or TPROXY (the app sees the client's address)
   -b, --istio-inbound-ports PORTS|*      inbound ports captured; empty: none  ISTIO_INBOUND_PORTS
   -d, --istio-local-exclude-ports PORTS  inbound ports never captured (with -b *)  ISTIO_LOCAL_EXCLUDE_PORTS
   -i, --istio-service-cidr CIDRS|*       outbound CIDRs captured; empty: none  ISTIO_SERVICE_CIDR
@@ -47,6 +47,7 @@ on the command line wins over the environment, which wins over --cluster-env):
   -k, --kube-virt-interfaces NICS        accepted (KubeVirt inbound redirect is not applied)
       --redirect-dns                     DNS (UDP/TCP 53) to the pod's resolv.conf servers -> 15053
       --capture-all-dns                  with --redirect-dns: DNS to any server
+  -t, -r                                 TPROXY's mark and route table: Istio's 1337 and 133 only
       --drop-invalid, --dual-stack, --run-validation, --log_* ...  accepted
   ISTIO_OUTBOUND_OWNER_GROUPS / _EXCLUDE, ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR: as istio-iptables.
 
