@@ -4,12 +4,9 @@ use redirect_common::NetnsCookie;
 use std::{
     collections::BTreeMap,
     fs::File,
-    os::unix::net::{UnixListener, UnixStream},
+    os::unix::net::UnixListener,
     path::PathBuf,
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -26,20 +23,18 @@ mod receive;
 mod reconcile;
 mod reply;
 mod resolver;
+mod serve;
 
 use self::followed::{gone, Followed};
 pub use crate::files::{enrolled_names, enrollments, forget_direct, record_direct};
 use crate::{
-    decode::decode_request,
     error::{Error, Result},
     files::{
         bind, enrollment_dir, read_enrollments, remove_enrollment, single_instance, take_ownership,
         write_enrollment,
     },
 };
-use redirect_daemon_api::{
-    answer, Answer, DaemonDir, Enrolled, Listed, Request, Status, Unenrolled, Uninstalled,
-};
+use redirect_daemon_api::{Answer, Enrolled, Listed, Request, Status, Unenrolled, Uninstalled};
 use redirect_datapath::{
     netns,
     node::{self, NodeAttach, NodeDatapath},
@@ -344,169 +339,5 @@ impl Daemon {
         }
         phases.mark("reconcile");
         tracing::debug!(enrolled = self.enrollments.len(), us = phases.total_us(), %phases, "tick");
-    }
-
-    /// Serves until `stop` is set or an uninstall completes. The pins stay (capture goes on)
-    /// unless uninstalled.
-    pub fn run(mut self, stop: &AtomicBool) -> Result<()> {
-        self.listener
-            .set_nonblocking(true)
-            .map_err(|e| Error::io("configuring", DaemonDir::new(&self.opts.dir).socket(), e))?;
-        let mut last_tick = Instant::now();
-        while !stop.load(Ordering::Relaxed) && !self.uninstalled {
-            // Woken by a connection at once (no polling interval on the pod-start path), else
-            // at the next tick or stop check.
-            let until_tick = TICK.saturating_sub(last_tick.elapsed());
-            let (connection, resolved) = self.wait_readable(until_tick.min(STOP_CHECK));
-            if resolved {
-                for done in self.resolver.drain() {
-                    self.finish(done);
-                }
-            }
-            if connection {
-                match self.listener.accept() {
-                    Ok((stream, _)) => self.serve(stream),
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => tracing::warn!(error = %e, "accept"),
-                }
-            }
-            if last_tick.elapsed() >= TICK {
-                self.tick();
-                last_tick = Instant::now();
-            }
-        }
-        let dir = DaemonDir::new(&self.opts.dir);
-        let _ = std::fs::remove_file(dir.socket());
-        if self.uninstalled {
-            let _ = std::fs::remove_file(dir.lock());
-        }
-        tracing::info!(
-            uninstalled = self.uninstalled,
-            "daemon stopped; capture stays pinned unless uninstalled"
-        );
-        Ok(())
-    }
-
-    /// Whether the socket has a connection waiting, and whether a resolver thread handed a
-    /// request back, within `timeout`.
-    fn wait_readable(&self, timeout: Duration) -> (bool, bool) {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        use std::os::fd::AsFd as _;
-        let mut fds = [
-            PollFd::new(self.listener.as_fd(), PollFlags::POLLIN),
-            PollFd::new(self.resolver.wake_fd(), PollFlags::POLLIN),
-        ];
-        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
-        if !matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0) {
-            return (false, false);
-        }
-        let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
-        (ready(&fds[0]), ready(&fds[1]))
-    }
-
-    /// Counts an ADD answered with an error (`redirect_cni_add_refused_total`).
-    fn count_refused<T>(&self, op: &str, result: &std::result::Result<T, String>) {
-        if op == "pod_add" && result.is_err() {
-            if let Err(e) = redirect_daemon_api::cni_failures::increment_refused(&self.opts.dir) {
-                tracing::warn!(error = %e, "counting a refused ADD");
-            }
-        }
-    }
-
-    /// Answers a request whose pod a resolver thread read, unless its client hung up.
-    fn finish(&mut self, done: resolver::Done) {
-        let op = done.req.op();
-        if resolver::hung_up(&done.stream) {
-            tracing::warn!(
-                op,
-                "the client hung up while its pod was read: request dropped"
-            );
-            return;
-        }
-        let handled = self.handle_with(done.req, done.fd, Some(done.found));
-        let retry = handled.as_ref().is_err_and(Error::retryable);
-        let result = handled.map_err(|e| e.to_string());
-        self.count_refused(op, &result);
-        reply::send(done.stream, answer::frame_retry(&result, retry));
-        tracing::debug!(
-            op,
-            ok = result.is_ok(),
-            "request served after reading its pod"
-        );
-    }
-
-    /// The pod a pod request names, when it must be read from the apiserver (not in the
-    /// watch's cache): such requests go to a resolver thread.
-    fn needs_get(
-        &self,
-        req: &Request,
-    ) -> Option<(Arc<crate::apiserver::Kube>, redirect_daemon_api::PodRef)> {
-        let pod = match req {
-            Request::PodAdd { pod, .. } | Request::PodCheck { pod, .. } => pod,
-            _ => return None,
-        };
-        let kube = self.kube.as_ref()?;
-        kube.needs_get(pod).then(|| (Arc::clone(kube), pod.clone()))
-    }
-
-    fn serve(&mut self, stream: UnixStream) {
-        let peer = match peer::check(&stream) {
-            Ok(peer) => peer,
-            Err(refused) => {
-                tracing::warn!(%refused, "connection refused");
-                reply::send(stream, answer::frame(&Err(refused)));
-                return;
-            }
-        };
-        let mut phases = redirect_datapath::phases::Phases::start();
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-        let request =
-            receive::receive(&stream).and_then(|r| decode_request(&r.line).map(|req| (req, r.fd)));
-        phases.mark("read");
-        let (op, result, retry) = match request {
-            Ok((req, fd)) => {
-                let op = req.op();
-                let allowed = if peer::changes(&req) {
-                    peer.may_change(op)
-                } else {
-                    Ok(())
-                };
-                if let Err(refused) = allowed {
-                    tracing::warn!(op, %refused, "request refused");
-                    let refused = Err(refused);
-                    self.count_refused(op, &refused);
-                    reply::send(stream, answer::frame(&refused));
-                    return;
-                }
-                if let Some((kube, pod)) = self.needs_get(&req) {
-                    match self.resolver.spawn(kube, pod, (stream, req, fd)) {
-                        Ok(()) => return,
-                        Err(stream) => {
-                            let busy = Err(format!(
-                                "the daemon is reading {} pods from the apiserver already: retry (fail closed)",
-                                self.resolver.in_flight()
-                            ));
-                            self.count_refused(op, &busy);
-                            reply::send(stream, answer::frame_retry(&busy, true));
-                            tracing::warn!(op, "pod request refused: every resolver is busy");
-                            return;
-                        }
-                    }
-                }
-                let handled = self.handle(req, fd);
-                let retry = handled.as_ref().is_err_and(Error::retryable);
-                (op, handled.map_err(|e| e.to_string()), retry)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "bad request refused");
-                ("bad", Err(format!("bad request: {e}")), false)
-            }
-        };
-        phases.mark("handle");
-        self.count_refused(op, &result);
-        reply::send(stream, answer::frame_retry(&result, retry));
-        phases.mark("reply");
-        tracing::debug!(op, ok = result.is_ok(), elapsed_us = phases.total_us(), %phases, "request served");
     }
 }
