@@ -17,6 +17,8 @@ pub use types::{NetnsCookie, PortBe};
 #[cfg(test)]
 mod inbound_tests;
 #[cfg(test)]
+mod outbound_fake;
+#[cfg(test)]
 mod outbound_owner_tests;
 #[cfg(test)]
 mod outbound_tests;

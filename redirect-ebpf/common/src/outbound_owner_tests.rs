@@ -1,32 +1,16 @@
 //! The owner rules of `decide` against istio-iptables' `ISTIO_OUTPUT` owner triplets written
 //! out rule by rule (one triplet per `-u`, then per `-g`, each rule tried in order), over every
 //! combination of short owner lists, callers, destinations, protocols, ports and flags.
-use crate::{outbound::*, Counter, AF_INET};
+use crate::{
+    outbound::*,
+    outbound_fake::{OnePod, POD},
+    Counter, AF_INET,
+};
 
-struct Lo;
+/// The pod, with no inbound capture (TPROXY's mangle rule takes nothing).
+const NO_INBOUND: OnePod = OnePod { inbound_but: None };
 
-const OWN: u32 = u32::from_ne_bytes([10, 200, 0, 2]);
-
-impl Lookups for Lo {
-    fn is_own_addr(&self, c: &Conn) -> bool {
-        c.dst[0] == OWN
-    }
-    fn via_excluded_nic(&self, _: &Conn) -> bool {
-        false
-    }
-    fn excluded_cidr(&self, _: &Conn) -> bool {
-        false
-    }
-    fn included_cidr(&self, _: &Conn) -> bool {
-        false
-    }
-    fn port_rule(&self, _: &Conn) -> u8 {
-        0
-    }
-    fn tproxy_takes(&self, _: &Conn) -> bool {
-        false
-    }
-}
+const OWN: u32 = u32::from_ne_bytes(POD);
 
 /// The triplets, literally: `-o lo ! -d LOOP -p tcp ! --dport TUNNEL[,53] -m owner X -j
 /// ISTIO_IN_REDIRECT`, `-o lo [-p tcp ! --dport 53] -m owner ! X -j RETURN` (unless
@@ -127,8 +111,8 @@ fn owner_rules_match_the_triplets_written_out() {
                         tproxy_marked: false,
                     };
                     let want = triplets(&p, &c, on_lo, loopback_dst)
-                        .unwrap_or_else(|| decide(&rest, &c, &Lo));
-                    assert_eq!(decide(&p, &c, &Lo), want, "{p:?} {c:?}");
+                        .unwrap_or_else(|| decide(&rest, &c, &NO_INBOUND));
+                    assert_eq!(decide(&p, &c, &NO_INBOUND), want, "{p:?} {c:?}");
                     checked += 1;
                 }
             }

@@ -1,32 +1,15 @@
 //! Unit tests of TPROXY mode's mangle rule in the outbound decision (no kernel): the proxy's
 //! own connects to its pod, by uid and by gid, marked and unmarked, against the tproxy golden.
-use crate::{outbound::*, Counter, AF_INET};
+use crate::{
+    outbound::*,
+    outbound_fake::{OnePod, POD},
+    Counter, AF_INET,
+};
 
 /// The pod owns POD; its inbound capture takes every port but 9000 (`-b '*' -d 9000`).
-struct Pod;
-
-const POD: [u8; 4] = [10, 200, 0, 2];
-
-impl Lookups for Pod {
-    fn is_own_addr(&self, c: &Conn) -> bool {
-        c.family == AF_INET && c.dst[0] == u32::from_ne_bytes(POD)
-    }
-    fn via_excluded_nic(&self, _: &Conn) -> bool {
-        false
-    }
-    fn excluded_cidr(&self, _: &Conn) -> bool {
-        false
-    }
-    fn included_cidr(&self, _: &Conn) -> bool {
-        false
-    }
-    fn port_rule(&self, _: &Conn) -> u8 {
-        0
-    }
-    fn tproxy_takes(&self, c: &Conn) -> bool {
-        c.dport != 9000
-    }
-}
+const THE_POD: OnePod = OnePod {
+    inbound_but: Some(9000),
+};
 
 /// The `tproxy` golden's arguments: -m TPROXY -u 1337 -g 1337 -i '*'.
 fn tproxy() -> OutboundPolicy {
@@ -56,7 +39,7 @@ fn conn(uid: u32, gid: u32, dst: [u8; 4], dport: u16) -> Conn {
 #[test]
 fn the_proxys_plain_connect_to_its_pod_lands_on_the_inbound_port() {
     let p = tproxy();
-    let d = |c: Conn| decide(&p, &c, &Pod);
+    let d = |c: Conn| decide(&p, &c, &THE_POD);
     let mangle = Verdict::Redirect(15006, Counter::TproxyLocal);
     // Istio runs the proxy as uid 0, gid 1337 in a TPROXY pod: nat's `-o lo ! --uid-owner
     // 1337 -j RETURN` lets it through, the mangle rule marks it 1338 and TPROXY takes it,
@@ -98,7 +81,7 @@ fn the_proxys_plain_connect_to_its_pod_lands_on_the_inbound_port() {
 #[test]
 fn the_transparent_hop_and_the_passthrough_source_are_left_alone() {
     let p = tproxy();
-    let d = |c: Conn| decide(&p, &c, &Pod);
+    let d = |c: Conn| decide(&p, &c, &THE_POD);
     let mut hop = conn(0, 1337, POD, 8000);
     hop.tproxy_marked = true;
     assert_eq!(d(hop), Verdict::Pass(Counter::Loopback));
@@ -118,11 +101,11 @@ fn redirect_mode_has_no_mangle_rule_and_keeps_loopback_rewrites() {
     p.flags &= !OUT_TPROXY;
     assert!(!keeps_address(&p, 15006));
     assert_eq!(
-        decide(&p, &conn(0, 1337, POD, 8000), &Pod),
+        decide(&p, &conn(0, 1337, POD, 8000), &THE_POD),
         Verdict::Pass(Counter::Loopback)
     );
     assert_eq!(
-        decide(&p, &conn(1337, 0, POD, 15008), &Pod),
+        decide(&p, &conn(1337, 0, POD, 15008), &THE_POD),
         Verdict::Pass(Counter::BypassUid)
     );
 }
