@@ -123,7 +123,7 @@ pub fn markdown(report: &Report) -> String {
         .iter()
         .partition(|(k, _)| k.starts_with(floor::PREFIX));
     if !floor.is_empty() {
-        out.push_str("\n## The capture's floor\n\nWhat the hooks' own run time over the churn (`bpf_stats`) allows against the explicit hop of this run: at full concurrency conn/s scales with 1 / CPU per connection, at c=1 with 1 / latency.\n\n| what | value |\n|---|---|\n");
+        out.push_str("\n## The capture's floor\n\nWhat the hooks' own run time over the churn (`bpf_stats`) allows against the explicit hop of this run, and what the capture's whole cost allows (eBPF's CPU per connection over explicit's in the same rounds): at full concurrency conn/s scales with 1 / CPU per connection, at c=1 with 1 / latency. `bpf_stats` times the programs' instructions only; the kernel's work around each run and the release of socket storage lie outside it, so its floor is an upper bound.\n\n| what | value |\n|---|---|\n");
         for (k, v) in floor {
             let _ = writeln!(out, "| {} | {v} |", &k[floor::PREFIX.len()..]);
         }
