@@ -243,16 +243,8 @@ impl Bench {
                 }
                 self.assert_captured(mode, &pod)?;
                 self.cni_del(mode, &pod)?;
-                let sample = Sample::new(
-                    "cni-add",
-                    "one at a time",
-                    mode.name(),
-                    round * serial + i,
-                    ms,
-                    "ms",
-                    false,
-                );
-                self.samples.push(sample);
+                self.samples
+                    .push(one_at_a_time(mode.name(), round * serial + i, ms));
             }
             // The same plugin built as this build's other binaries are (glibc, dynamically
             // linked), where the run execs the image's static one: what the link costs.
@@ -263,54 +255,32 @@ impl Bench {
                 let ms = timed(&mut cmd, &input).context("ADD of the dynamic plugin")?;
                 self.assert_captured(Mode::Ebpf, &pod)?;
                 self.cni_del(Mode::Ebpf, &pod)?;
-                self.samples.push(Sample::new(
-                    "cni-add",
-                    "one at a time",
+                self.samples.push(one_at_a_time(
                     "ebpf: plugin linked dynamically",
                     round * serial + i,
                     ms,
-                    "ms",
-                    false,
                 ));
             }
             // The floor of any exec-based path: one exec of a program that does nothing.
             let ms = timed(Command::new("true").stdin(Stdio::piped()), "")?;
-            self.samples.push(Sample::new(
-                "cni-add",
-                "one at a time",
-                "floor: exec of true",
-                round * serial + i,
-                ms,
-                "ms",
-                false,
-            ));
+            self.samples
+                .push(one_at_a_time("floor: exec of true", round * serial + i, ms));
             // The floor of the socket path: a request the daemon answers with no work, after
             // the same kind of idle gap as the ADD below (the iptables modes' pods ran since
             // the daemon's last request; here the next pod is built).
             let ms = self.socket_status()?;
-            self.samples.push(Sample::new(
-                "cni-add",
-                "one at a time",
+            self.samples.push(one_at_a_time(
                 "floor: daemon socket, status",
                 round * serial + i,
                 ms,
-                "ms",
-                false,
             ));
             // The daemon's part alone: the same request on its socket, no exec.
             let pod = self.cni_pod(Mode::Ebpf, i)?;
             let ms = self.socket_add(&pod)?;
             self.assert_captured(Mode::Ebpf, &pod)?;
             self.cni_del(Mode::Ebpf, &pod)?;
-            self.samples.push(Sample::new(
-                "cni-add",
-                "one at a time",
-                "ebpf: daemon socket",
-                round * serial + i,
-                ms,
-                "ms",
-                false,
-            ));
+            self.samples
+                .push(one_at_a_time("ebpf: daemon socket", round * serial + i, ms));
         }
         for mode in modes {
             let pods: Vec<CniPod> = (0..parallel)
@@ -404,4 +374,9 @@ pub(super) fn at_once(cmds: Vec<(Command, String)>) -> anyhow::Result<(Instant, 
         runs.push(run);
     }
     Ok((released.unwrap_or_else(Instant::now), runs))
+}
+
+/// A sample of the CNI ADD one at a time: `mode`'s `ms` for pod `index` of the run.
+fn one_at_a_time(mode: &str, index: usize, ms: f64) -> Sample {
+    Sample::new("cni-add", "one at a time", mode, index, ms, "ms", false)
 }

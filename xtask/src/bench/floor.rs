@@ -130,6 +130,13 @@ fn round3(v: f64) -> f64 {
 mod tests {
     use super::*;
 
+    /// The floor entry of `m` whose name starts with `k`.
+    fn entry(m: &BTreeMap<String, Value>, k: &str) -> Option<f64> {
+        m.iter()
+            .find(|(key, _)| key.starts_with(&format!("{PREFIX}{k}")))
+            .and_then(|(_, v)| v.as_f64())
+    }
+
     fn cps(variant: &str, round: usize, value: f64, cpu: f64) -> Sample {
         mode_cps("explicit", variant, round, value, cpu)
     }
@@ -158,11 +165,7 @@ mod tests {
         );
         m.insert(HOOKS_NS.into(), Value::from(5000.0));
         floor(&samples, 16, &mut m);
-        let get = |k: &str| {
-            m.iter()
-                .find(|(key, _)| key.starts_with(&format!("{PREFIX}{k}")))
-                .and_then(|(_, v)| v.as_f64())
-        };
+        let get = |k: &str| entry(&m, k);
         assert_eq!(get("the hooks' own time"), Some(5.0));
         assert_eq!(get("CPU per 1,000"), Some(5.0));
         // 195 / (195 + 5)
@@ -190,11 +193,7 @@ mod tests {
         let mut m = BTreeMap::new();
         m.insert(HOOKS_NS.into(), Value::from(4000.0));
         floor(&samples, 16, &mut m);
-        let get = |k: &str| {
-            m.iter()
-                .find(|(key, _)| key.starts_with(&format!("{PREFIX}{k}")))
-                .and_then(|(_, v)| v.as_f64())
-        };
+        let get = |k: &str| entry(&m, k);
         // Differences 8, 10, 4: median 8 us, over explicit's median of 195 us.
         assert_eq!(
             get("the capture's whole CPU per connection at c=16"),
