@@ -4,6 +4,7 @@ mod build;
 mod demo;
 mod image;
 mod kernel;
+mod kube;
 mod setup;
 mod test;
 mod util;
@@ -25,6 +26,9 @@ enum Task {
     /// Install what building and testing need: Debian packages (llvm-N-dev matching nightly's
     /// LLVM, iproute2, bpftool, curl), rust-src for nightly and bpf-linker. Idempotent.
     Setup,
+    /// Build (once, cached outside the repository) or find Kubernetes v1.20.2 and etcd from
+    /// Debian bookworm's packages (`setup` does it too); prints where the binaries are.
+    Kube,
     /// Build the BPF object (nightly, -Z build-std=core, bpfel-unknown-none, with BTF).
     BuildEbpf,
     /// Build the upgrade test's `redirect` of the next layout (this build's + 1, from this tree) into
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Setup => setup::setup(),
+        Task::Kube => kube::show(),
         Task::BuildEbpf => setup::setup().and_then(|()| build::build_ebpf()),
         Task::BuildNextLayout => build::build_ebpf().and_then(|()| build::build_next_layout()),
         Task::Image { tag } => image::image(tag),

@@ -171,7 +171,7 @@ pub fn setup() -> anyhow::Result<()> {
             )
         })?;
     }
-    Ok(())
+    crate::kube::ensure()
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ pub fn test(extra: &[String]) -> anyhow::Result<()> {
     let mut cmd = util::cargo(None);
     cmd.args(["test", "--workspace", "--exclude", "redirect-ebpf"])
         .env("REDIRECT_EBPF_OBJECT", util::ebpf_object())
+        .env("REDIRECT_KUBE_BIN", crate::kube::bin_dir())
         .args(extra);
     if let Some(image) = image {
         let next = crate::image::next::for_tests()?;
