@@ -12,6 +12,7 @@ pub(crate) mod proc_tcp;
 pub mod routes;
 pub(crate) mod rtnl;
 pub(crate) mod sockdiag;
+pub(crate) mod sysctl;
 pub mod tproxy;
 use std::{
     fs::File,

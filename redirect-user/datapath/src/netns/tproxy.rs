@@ -8,6 +8,10 @@
 //!   IPv6, as istio-iptables adds them: a marked reply is delivered locally, to the proxy's
 //!   transparent socket, instead of leaving for the client.
 //!
+//! The sysctl is written through `netns::sysctl`, which still writes it where `/proc/sys` is
+//! mounted read-only, as container runtimes mount it in the node daemon's non-privileged
+//! container (issue 45).
+//!
 //! Rules and routes carry protocol [`PROTOCOL`] (`ip rule` shows `proto 114`), which is how
 //! removal finds them whatever mark and table they name. Nothing else in the pod changes: an
 //! application's own sockets have no mark, and a SYN from outside the pod arrives unmarked.
@@ -25,8 +29,9 @@ use crate::error::Result;
 
 /// The routing protocol number of our rules and routes.
 pub const PROTOCOL: u8 = 114;
-/// The namespace's sysctl that hands a SYN's mark to the accepted connection.
-const FWMARK_ACCEPT: &str = "/proc/sys/net/ipv4/tcp_fwmark_accept";
+/// The namespace's sysctl that hands a SYN's mark to the accepted connection (its path below
+/// `/proc/sys`).
+const FWMARK_ACCEPT: &str = "net/ipv4/tcp_fwmark_accept";
 /// The loopback interface's index, the same in every namespace.
 const LOOPBACK_IFINDEX: u32 = 1;
 /// The rule's priority, the one `ip rule add` gives istio-iptables' rule in a fresh namespace.
@@ -218,7 +223,8 @@ impl NetnsHandle {
     }
 }
 
+/// Sets the namespace's `tcp_fwmark_accept`; run by a thread inside it (`NetnsHandle::run`),
+/// read-only `/proc/sys` included.
 fn write_sysctl(value: &str) -> io::Result<()> {
-    std::fs::write(FWMARK_ACCEPT, value)
-        .map_err(|e| io::Error::new(e.kind(), format!("writing {value} to {FWMARK_ACCEPT}: {e}")))
+    super::sysctl::write(FWMARK_ACCEPT, value)
 }
