@@ -21,7 +21,7 @@ redirect istio-iptables: drop-in for istio-init's istio-iptables, backed by eBPF
 
 Usage: redirect istio-iptables [ISTIO-IPTABLES FLAGS] [--netns NAME|PATH] [--cgroup PATH]
                                [--bpffs DIR] [--cluster-env FILE] [--dns-servers LIST]
-                               [--cleanup-only] [--dry-run]
+                               [--cleanup-only] [--dry-run] [--run-validation]
 
 Applies the capture policy to the network namespace it runs in (or --netns) and exits;
 capture stays active. The first use on a node loads the programs, attaches them at the
@@ -48,7 +48,14 @@ on the command line wins over the environment, which wins over --cluster-env):
       --redirect-dns                     DNS (UDP/TCP 53) to the pod's resolv.conf servers -> 15053
       --capture-all-dns                  with --redirect-dns: DNS to any server
   -t, -r                                 TPROXY's mark and route table: Istio's 1337 and 133 only
-      --drop-invalid, --dual-stack, --run-validation, --log_* ...  accepted
+      --run-validation                   apply nothing; check capture as istio-validation does:
+                                         listen on 127.0.0.1:<-p> and :<-z> ([::1] for an IPv6
+                                         pod), dial 127.0.0.6:<probe port> ([::6]) once a second;
+                                         pass when it arrives with that original destination,
+                                         else exit 126 after the timeout. Run it as the proxy uid
+      --iptables-probe-port PORT         the port --run-validation dials [{probe_port}]  IPTABLES_PROBE_PORT
+      --probe-timeout DURATION           how long --run-validation tries (5s, 1500ms) [{probe_timeout:?}]  PROBE_TIMEOUT
+      --drop-invalid, --dual-stack, --log_* ...  accepted
   ISTIO_OUTBOUND_OWNER_GROUPS / _EXCLUDE, ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR: as istio-iptables.
 
 Names and DNS servers come from the target namespace's files: this process's own /etc when
@@ -83,6 +90,7 @@ Examples:
   redirect istio-iptables -p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x \"\" -b '*' -d 15090,15021,15020
   redirect istio-iptables --netns pod1 --dry-run -i 10.0.0.0/8 --redirect-dns
   redirect istio-iptables --netns pod1 --cleanup-only
+  redirect istio-iptables -p 15001 -z 15006 -u 1337 --run-validation --skip-rule-apply
 ",
         max_pods = q.max_pods,
         ports = q.ports,
@@ -96,6 +104,8 @@ Examples:
         z = istio.inbound_capture_port,
         e = istio.tunnel_port,
         bpffs = redirect_datapath::node::DEFAULT_DIR,
+        probe_port = redirect_policy::DEFAULT_PROBE_PORT,
+        probe_timeout = redirect_policy::DEFAULT_PROBE_TIMEOUT,
     )
 }
 
@@ -153,6 +163,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     crate::missing_inputs::say_notes(&inv);
     for flag in &inv.ignored {
         tracing::debug!(flag = %flag, "accepted and ignored");
+    }
+    if inv.run_validation {
+        return validate(&inv);
     }
     let ns = netns::resolve(inv.netns.as_deref());
     let dir = inv
@@ -236,6 +249,21 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         inv.policy.proxy_port,
     );
     Ok(())
+}
+
+/// `--run-validation`: istio-validation's check, nothing applied; a failure exits with
+/// istio-iptables' code for it (126).
+fn validate(inv: &Invocation) -> anyhow::Result<()> {
+    match crate::validation::run(inv)? {
+        crate::validation::Verdict::Passed(listener, orig) => {
+            println!("validation passed: the probe arrived at {listener} with original destination {orig}: capture is in place");
+            Ok(())
+        }
+        crate::validation::Verdict::Failed(why) => {
+            eprintln!("error: {why}");
+            std::process::exit(crate::validation::FAILED_EXIT)
+        }
+    }
 }
 
 /// The resolved policy and istio-iptables' rules in two columns.

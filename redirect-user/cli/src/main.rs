@@ -21,6 +21,7 @@ mod pod_policy_cmd;
 mod sizing_args;
 mod status_cmd;
 mod upgrade_cmd;
+mod validation;
 mod vm_cmd;
 mod writer;
 
@@ -61,12 +62,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// The subcommand's name when it needs root: every command but `istio-iptables --dry-run` and
-/// `--help` reads or writes the datapath's maps, pins, links or the root-only daemon socket.
+/// The subcommand's name when it needs root: every command but `istio-iptables --dry-run`,
+/// `--run-validation` (istio-validation's check, run as the proxy's uid) and `--help` reads
+/// or writes the datapath's maps, pins, links or the root-only daemon socket.
 fn needs_root(cmd: &Command) -> Option<&'static str> {
     Some(match cmd {
         Command::IstioIptables { args } => {
-            let harmless = ["--dry-run", "-h", "--help"];
+            let harmless = ["--dry-run", "--run-validation", "-h", "--help"];
             if args.iter().any(|a| harmless.contains(&a.as_str())) {
                 return None;
             }

@@ -29,6 +29,8 @@ pub(super) enum Key {
     DualStack,
     CleanupOnly,
     RunValidation,
+    ProbePort,
+    ProbeTimeout,
     NetworkNamespace,
     Netns,
     Cgroup,
@@ -108,6 +110,8 @@ const FLAGS: &[Flag] = &[
     f(None, "dual-stack", B, Some("DUAL_STACK"), Some("ISTIO_DUAL_STACK"), Key::DualStack),
     f(None, "cleanup-only", B, Some("CLEANUP_ONLY"), None, Key::CleanupOnly),
     f(None, "run-validation", B, Some("RUN_VALIDATION"), None, Key::RunValidation),
+    f(None, "iptables-probe-port", V, Some("IPTABLES_PROBE_PORT"), None, Key::ProbePort),
+    f(None, "probe-timeout", V, Some("PROBE_TIMEOUT"), None, Key::ProbeTimeout),
     f(None, "network-namespace", V, Some("NETWORK_NAMESPACE"), None, Key::NetworkNamespace),
     // Ours.
     f(None, "netns", V, None, None, Key::Netns),
@@ -117,11 +121,9 @@ const FLAGS: &[Flag] = &[
     f(None, "bpffs", V, None, None, Key::Bpffs),
     f(None, "cluster-env", V, None, None, Key::ClusterEnv),
     f(None, "dns-servers", V, None, None, Key::DnsServers),
-    // Accepted, no effect here: TPROXY routing, validation, apply mechanics, logging.
+    // Accepted, no effect here: TPROXY routing, apply mechanics, logging.
     f(Some('t'), "istio-inbound-tproxy-mark", V, None, None, Key::Ignored),
     f(Some('r'), "istio-inbound-tproxy-route-table", V, None, None, Key::Ignored),
-    f(None, "iptables-probe-port", V, None, None, Key::Ignored),
-    f(None, "probe-timeout", V, None, None, Key::Ignored),
     f(None, "iptables-trace-logging", B, None, None, Key::Ignored),
     f(None, "cni-mode", B, None, None, Key::Ignored),
     f(None, "reconcile", B, None, None, Key::Ignored),

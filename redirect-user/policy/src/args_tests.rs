@@ -1,6 +1,6 @@
 //! Tests of istio-iptables argument and env parsing: syntax, precedence, defaults.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, time::Duration};
 
 use super::test_support::*;
 use super::*;
@@ -126,9 +126,6 @@ fn ours_and_ignored_flags() {
             "1337",
             "--istio-inbound-tproxy-route-table=133",
             "--log_as_json",
-            "--probe-timeout",
-            "5s",
-            "--iptables-probe-port=15002",
             "--reconcile",
             "--log_caller",
             "default",
@@ -150,8 +147,6 @@ fn ours_and_ignored_flags() {
             "-t 1337",
             "--istio-inbound-tproxy-route-table=133",
             "--log_as_json",
-            "--probe-timeout 5s",
-            "--iptables-probe-port=15002",
             "--reconcile",
             "--log_caller default",
         ]
@@ -163,6 +158,47 @@ fn ours_and_ignored_flags() {
     )
     .unwrap();
     assert_eq!(inv.netns.as_deref(), Some("/var/run/netns/x"));
+}
+
+#[test]
+fn validation_probe_port_and_timeout() {
+    let sys = Stub::default();
+    let inv = run(&["--run-validation"], &[], &sys).unwrap();
+    assert_eq!(
+        (inv.probe_port, inv.probe_timeout),
+        (15002, Duration::from_secs(5))
+    );
+    let inv = run(
+        &["--iptables-probe-port", "16002", "--probe-timeout=1500ms"],
+        &[],
+        &sys,
+    )
+    .unwrap();
+    assert_eq!(
+        (inv.probe_port, inv.probe_timeout),
+        (16002, Duration::from_millis(1500))
+    );
+    assert!(inv.ignored.is_empty(), "{:?}", inv.ignored);
+    let env = [("IPTABLES_PROBE_PORT", "17002"), ("PROBE_TIMEOUT", "1m")];
+    let inv = run(&[], &env, &sys).unwrap();
+    assert_eq!(
+        (inv.probe_port, inv.probe_timeout),
+        (17002, Duration::from_secs(60))
+    );
+    assert_eq!(
+        error(&["--probe-timeout", "5"], &[]),
+        "--probe-timeout: \"5\" is not a duration (a number with a unit: 5s, 1500ms, 1m30s)"
+    );
+    let e = error(&[], &[("PROBE_TIMEOUT", "-1s")]);
+    assert!(
+        e.starts_with("--probe-timeout ($PROBE_TIMEOUT): \"-1s\""),
+        "{e}"
+    );
+    let e = error(&["--iptables-probe-port=0"], &[]);
+    assert!(
+        e.starts_with("--iptables-probe-port: \"0\" is not a port"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -12,7 +12,8 @@ use super::lookup::NotLookedUp;
 use super::validate::{interface_problem, loopback_problem};
 use super::{
     Cidrs, EnvSource, InboundPorts, Invocation, Mode, NoProxy, OwnerGroups, Policy, PolicyError,
-    SystemLookup, DEFAULT_IPV4_LOOPBACK_CIDR, MAX_OWNER_IDS,
+    SystemLookup, DEFAULT_IPV4_LOOPBACK_CIDR, DEFAULT_PROBE_PORT, DEFAULT_PROBE_TIMEOUT,
+    MAX_OWNER_IDS,
 };
 
 type Result<T> = std::result::Result<T, PolicyError>;
@@ -119,6 +120,10 @@ pub(super) fn invocation(
         bpffs: path_of(Key::Bpffs),
         cluster_env: path_of(Key::ClusterEnv),
         run_validation: bool_of(Key::RunValidation)?,
+        probe_port: port_or(Key::ProbePort, DEFAULT_PROBE_PORT)?,
+        probe_timeout: v
+            .get(Key::ProbeTimeout)
+            .map_or(Ok(DEFAULT_PROBE_TIMEOUT), probe_timeout)?,
         ignored,
         notes: Vec::new(),
     };
@@ -224,6 +229,17 @@ pub(super) fn too_many(flag: &str, value: &str, n: usize, what: &str) -> Result<
         ));
     }
     Ok(())
+}
+
+/// `--probe-timeout`: a Go duration as istio-iptables' flag takes it, not negative.
+fn probe_timeout(raw: &Raw) -> Result<std::time::Duration> {
+    super::args_duration::go_duration(&raw.value).ok_or_else(|| {
+        bad(
+            raw,
+            &raw.value,
+            "is not a duration (a number with a unit: 5s, 1500ms, 1m30s)",
+        )
+    })
 }
 
 fn boolean(raw: &Raw) -> Result<bool> {

@@ -6,6 +6,7 @@
 //! apply for a policy, which the conformance suite compares with Istio's goldens.
 
 mod args;
+mod args_duration;
 mod convert;
 pub mod describe;
 mod env;
@@ -49,6 +50,12 @@ pub use rules::iptables_restore_text;
 
 /// Most uids, gids or owner groups a policy may list (the eBPF datapath's fixed-size arrays).
 pub const MAX_OWNER_IDS: usize = redirect_common::outbound::MAX_OWNERS;
+
+/// istio-iptables' default `--iptables-probe-port`.
+pub const DEFAULT_PROBE_PORT: u16 = 15002;
+
+/// istio-iptables' default `--probe-timeout`.
+pub const DEFAULT_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// istio's default `ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR`.
 pub const DEFAULT_IPV4_LOOPBACK_CIDR: Ipv4Net =
@@ -273,8 +280,15 @@ pub struct Invocation {
     pub bpffs: Option<PathBuf>,
     /// Ours: `--cluster-env FILE` (read by the caller and layered under the env).
     pub cluster_env: Option<PathBuf>,
-    /// `--run-validation`: accepted.
+    /// `--run-validation`: check that capture works as istio-validation does (listen on the
+    /// proxy's ports, dial the probe port), applying nothing.
     pub run_validation: bool,
+    /// `--iptables-probe-port` / `IPTABLES_PROBE_PORT`: the port the validation dials
+    /// (Istio's default 15002).
+    pub probe_port: u16,
+    /// `--probe-timeout` / `PROBE_TIMEOUT` (a Go duration: `5s`, `1500ms`): how long the
+    /// validation tries before it fails (Istio's default 5 s).
+    pub probe_timeout: std::time::Duration,
     /// Accepted but ignored flags, one entry per flag as given (`-t 1337`, `--log_as_json`).
     pub ignored: Vec<String>,
     /// Where values no flag gave came from, for the command's output (`proxy uid 1337:

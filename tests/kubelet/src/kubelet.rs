@@ -2,8 +2,10 @@
 //! (hostPath directories made, `RunPodSandbox`, then `CreateContainer` + `StartContainer` of
 //! each container in order; `StopPodSandbox` + `RemovePodSandbox` to remove it), runs exec
 //! readiness probes by `ExecSync`, and reports the pod's status as the kubelet would write it
-//! to the API server (container ids, pod IP). Native sidecars (init containers with
-//! `restartPolicy: Always`) start before the containers; other init containers are not run.
+//! to the API server (container ids, pod IP). Init containers run first, in order: one that
+//! runs to completion must exit 0 before the next starts, a native sidecar (`restartPolicy:
+//! Always`) keeps running; [`Kubelet::run_reporting`] hands each status change on as the
+//! kubelet writes it to the API server ([`crate::status`]).
 use std::{collections::HashMap, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
@@ -15,6 +17,7 @@ use crate::{
     cri::{Cri, CriError},
     node::CriNode,
     pod::{self, Override},
+    status::{self, State},
 };
 
 /// A pod the runtime runs.
@@ -157,8 +160,26 @@ impl<'n> Kubelet<'n> {
         pod: &Pod,
         overrides: &HashMap<String, Override>,
     ) -> Result<RunningPod, StartError> {
+        self.run_reporting(pod, overrides, &|_| {})
+    }
+
+    /// [`Kubelet::run`], handing `report` the Pod with its status ([`crate::status::object`])
+    /// at each change the kubelet writes to the API server: the sandbox made (every container
+    /// waiting), each container started, each init container exited.
+    pub fn run_reporting(
+        &self,
+        pod: &Pod,
+        overrides: &HashMap<String, Override>,
+        report: &dyn Fn(Value),
+    ) -> Result<RunningPod, StartError> {
         let spec = pod.spec.as_ref().context("the pod has no spec")?;
         let mut running = self.run_sandbox(pod)?;
+        let mut states: HashMap<String, State> = HashMap::new();
+        let host_ip = self.node.info.host_ip.clone();
+        let publish = |states: &HashMap<String, State>, ip: &str| {
+            report(status::object(pod, &host_ip, ip, states));
+        };
+        publish(&states, &running.ip);
         if let Err(e) = self.project_token(&running) {
             let _ = self.remove(&running);
             return Err(StartError::Other(e));
@@ -200,11 +221,18 @@ impl<'n> Kubelet<'n> {
                     .cri()
                     .create_container(&sandbox, &cc, &running.config)?;
                 self.cri().start_container(&id)?;
+                states.insert(c.name.clone(), State::Running(id.clone()));
+                publish(&states, &running.ip);
                 Ok((id, cc))
             })
             .and_then(|(id, cc)| {
                 if to_complete {
-                    self.wait_completed(&running, &c.name, &id)?;
+                    let code = self.wait_exit(&c.name, &id);
+                    if let Ok(code) = code {
+                        states.insert(c.name.clone(), State::Exited(id.clone(), code));
+                        publish(&states, &running.ip);
+                    }
+                    self.completed(&running, &c.name, code)?;
                 }
                 Ok((id, cc))
             });
@@ -222,25 +250,36 @@ impl<'n> Kubelet<'n> {
         Ok(running)
     }
 
-    /// Waits until init container `name` (`id`) exits; an exit other than 0 is an error with
-    /// its log.
-    fn wait_completed(&self, pod: &RunningPod, name: &str, id: &str) -> Result<(), StartError> {
+    /// Waits until init container `name` (`id`) exits: its exit code.
+    fn wait_exit(&self, name: &str, id: &str) -> Result<i32, StartError> {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
             match self.cri().container_exit(id)? {
-                Some(0) => return Ok(()),
-                Some(code) => {
-                    let log = self.logs(pod, name);
-                    return Err(StartError::Other(anyhow::anyhow!(
-                        "init container {name} exited {code}: {log}"
-                    )));
-                }
+                Some(code) => return Ok(code),
                 None if std::time::Instant::now() > deadline => {
                     return Err(StartError::Other(anyhow::anyhow!(
                         "init container {name} still runs after 60 s"
                     )));
                 }
                 None => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// An init container's exit: 0 passes, another is an error with its log.
+    fn completed(
+        &self,
+        pod: &RunningPod,
+        name: &str,
+        code: Result<i32, StartError>,
+    ) -> Result<(), StartError> {
+        match code? {
+            0 => Ok(()),
+            code => {
+                let log = self.logs(pod, name);
+                Err(StartError::Other(anyhow::anyhow!(
+                    "init container {name} exited {code}: {log}"
+                )))
             }
         }
     }

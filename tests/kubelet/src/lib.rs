@@ -12,6 +12,7 @@ pub mod pod;
 mod pod_tests;
 pub mod quantity;
 pub mod service_account;
+pub mod status;
 
 pub use cri::{Cri, CriError};
 pub use kubelet::{Kubelet, RunningPod, StartError};
