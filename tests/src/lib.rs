@@ -4,6 +4,7 @@
 pub mod abuse;
 pub mod apiserver;
 pub mod apiserver_tls;
+pub mod cluster;
 pub mod cni;
 pub mod conformance;
 pub mod env;
@@ -17,6 +18,7 @@ pub mod place;
 pub mod podman;
 pub mod procs;
 pub mod server;
+pub mod tokens;
 pub mod tproxy_pod;
 pub mod trace;
 pub mod world;

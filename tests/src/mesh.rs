@@ -9,8 +9,6 @@
 //! world without a record in its pod's proxy access log escaped capture.
 use std::{
     collections::HashMap,
-    io::{BufRead as _, BufReader, Write as _},
-    net::TcpListener,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::Duration,
@@ -20,9 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use redirect_kubelet::{
     images, pod, service_account::ApiAccess, CriNode, Kubelet, Override, RunningPod, StartError,
 };
-use redirect_testkit::{
-    eventually, netns::in_netns, privileged_or_skip, runs_or_skip, unique_name,
-};
+use redirect_testkit::{eventually, privileged_or_skip, runs_or_skip, unique_name};
 use serde_json::Value;
 
 use crate::{
@@ -130,22 +126,12 @@ impl MeshNode {
     /// [`MeshNode::start_daemonset`] with both containers from `image` in place of the
     /// DaemonSet's (a rollout to another image).
     pub fn start_daemonset_from(&mut self, image: Option<&str>) {
-        let cgroup = self.node.cgroup.path().display().to_string();
-        let append = [
-            "--cgroup",
-            &cgroup,
-            "--proxy-cgroup",
-            &cgroup,
-            "--pod-cgroup-root",
-            &cgroup,
-            "--pod-get-attempts",
-            "3",
-            "--pod-get-interval-ms",
-            "100",
-        ];
+        let mut append = node_cgroup_args(self.node.cgroup.path());
+        append
+            .extend(["--pod-get-attempts", "3", "--pod-get-interval-ms", "100"].map(str::to_owned));
         let daemon = Override {
             image: image.map(str::to_owned),
-            append_args: append.map(str::to_owned).to_vec(),
+            append_args: append,
             ..Override::default()
         };
         let install = Override {
@@ -271,6 +257,21 @@ impl MeshNode {
         self.kubelet().run(&pod, &overrides)
     }
 
+    /// Runs `pod` (with `overrides`) as [`Kubelet::run`] does, writing its status to the
+    /// apiserver at each change as the kubelet writes it: its GET and the watch (`MODIFIED`)
+    /// see each container's state (`Kubelet::run_reporting`).
+    pub fn run_reported(
+        &self,
+        pod: &Pod,
+        overrides: &HashMap<String, Override>,
+    ) -> Result<RunningPod, StartError> {
+        let report = |object: Value| {
+            self.api.put(&object);
+            self.api.event("MODIFIED", &object);
+        };
+        self.kubelet().run_reporting(pod, overrides, &report)
+    }
+
     /// The sandbox of meshed pod `name` alone (`RunPodSandbox`: the network, our ADD).
     pub fn run_sandbox(&self, name: &str) -> Result<RunningPod, StartError> {
         let (pod, _) = self.meshed(name, "1");
@@ -330,6 +331,16 @@ impl MeshNode {
     }
 }
 
+/// The daemon's arguments that make a test's node a node: its cgroup `cgroup` in place of the
+/// machine's root, for the attachment, the proxy cgroup and the kubelet's pod root.
+pub fn node_cgroup_args(cgroup: &Path) -> Vec<String> {
+    let cgroup = cgroup.display().to_string();
+    ["--cgroup", "--proxy-cgroup", "--pod-cgroup-root"]
+        .into_iter()
+        .flat_map(|flag| [flag.to_owned(), cgroup.clone()])
+        .collect()
+}
+
 /// The DaemonSet's pod template, as the DaemonSet controller makes a pod of it.
 pub fn daemonset_pod() -> Pod {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/daemonset.yaml");
@@ -340,23 +351,5 @@ pub fn daemonset_pod() -> Pod {
 
 /// A listener at the node's side of the pods' network: every connection's first line.
 fn world(node: &CriNode) -> Arc<Mutex<Vec<String>>> {
-    let listener = in_netns(&node.netns.path(), || {
-        TcpListener::bind(("0.0.0.0", WORLD_PORT))
-    })
-    .expect("enter the node's netns")
-    .expect("bind the world listener");
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let s = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().flatten() {
-            let s = Arc::clone(&s);
-            std::thread::spawn(move || {
-                let mut line = String::new();
-                let _ = BufReader::new(&stream).read_line(&mut line);
-                let _ = stream.write_all(b"world\n");
-                s.lock().expect("seen").push(line.trim().to_owned());
-            });
-        }
-    });
-    seen
+    crate::tokens::listen(&node.netns.path(), WORLD_PORT).expect("the world listener")
 }

@@ -38,8 +38,9 @@ pub struct CriNode {
 }
 
 /// The shell that makes containerd's mount namespace and starts it (run by `unshare
-/// --mount --propagation slave`, so nothing of it reaches the machine's mounts).
-fn boot_script(dir: &Path) -> String {
+/// --mount --propagation slave`, so nothing of it reaches the machine's mounts); `extra`
+/// runs before containerd starts (more mounts of a node's own).
+pub fn boot_script(dir: &Path, extra: &str) -> String {
     let d = dir.display();
     let (bin, conf) = (config::CNI_BIN_DIR, config::CNI_CONF_DIR);
     format!(
@@ -48,31 +49,111 @@ fn boot_script(dir: &Path) -> String {
          mount -t tmpfs -o mode=0755 tmpfs /opt\nmkdir -p {bin}\n\
          mount --bind {d}/opt-cni-bin {bin}\nmount --bind {d}/etc-cni-net.d {conf}\n\
          mount -t bpf bpf /sys/fs/bpf\nmkdir -p /var/lib/cni\nmount -t tmpfs tmpfs /var/lib/cni\n\
-         mount --make-rshared /\n\
+         {extra}mount --make-rshared /\n\
          exec containerd --config {d}/config.toml\n"
     )
+}
+
+/// Starts `containerd` in the network namespace `netns` and a mount namespace of its own made
+/// by `script` (run by `unshare --mount --propagation slave`, so nothing of it reaches the
+/// machine's mounts), its stderr appended to `log`; it and the shims it starts live in
+/// `cgroup`'s `runtime` child.
+pub fn start_containerd(
+    netns: &Netns,
+    cgroup: &Cgroup,
+    script: &str,
+    log: &Path,
+) -> anyhow::Result<Child> {
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net={}", netns.path().display()))
+        .args([
+            "unshare",
+            "--mount",
+            "--propagation",
+            "slave",
+            "--",
+            "sh",
+            "-ec",
+        ])
+        .arg(script);
+    let child = Spawn::new("containerd")
+        .terminate_on_drop(Duration::from_secs(10))
+        .stderr_to(log)
+        .start(cmd)?;
+    into_runtime_cgroup(cgroup, child.pid())?;
+    Ok(child)
+}
+
+/// Moves process `pid` into `cgroup`'s `runtime` child (made when missing).
+pub fn into_runtime_cgroup(cgroup: &Cgroup, pid: u32) -> anyhow::Result<()> {
+    let runtime = cgroup.path().join("runtime");
+    let _ = std::fs::create_dir(&runtime);
+    std::fs::write(runtime.join("cgroup.procs"), pid.to_string())
+        .context("moving a node process into the node's runtime cgroup")
+}
+
+/// `ctr images import` of the OCI archive `archive` into the CRI's image namespace of the
+/// containerd at `socket`.
+pub fn ctr_import(socket: &Path, archive: &Path) -> anyhow::Result<()> {
+    let out = Command::new("ctr")
+        .arg("--address")
+        .arg(socket)
+        .args(["--namespace", "k8s.io", "images", "import"])
+        .arg(archive)
+        .output()
+        .context("starting ctr (containerd's package)")?;
+    ensure!(
+        out.status.success(),
+        "ctr images import {}: {}",
+        archive.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// Kills everything in `cgroup` at once (`cgroup.kill`), reaps `children` and waits until the
+/// cgroup is empty: a node's power cut.
+pub fn kill_all(cgroup: &Cgroup, children: Vec<Child>) {
+    let _ = std::fs::write(cgroup.path().join("cgroup.kill"), "1");
+    for mut child in children {
+        let _ = child.wait_exit(Duration::from_secs(10));
+    }
+    let events = cgroup.path().join("cgroup.events");
+    let _ = redirect_testkit::until(
+        "the node's processes to exit",
+        Duration::from_secs(20),
+        || std::fs::read_to_string(&events).is_ok_and(|e| e.contains("populated 0")),
+    );
+}
+
+/// Makes a node's directory `dir`: its CNI directories (Debian's bridge, host-local and
+/// loopback linked into the bin one), `ipam`, the directories `more`, and containerd's
+/// `config.toml` for state under `dir`.
+pub fn prepare_dir(dir: &Path, more: &[&str]) -> anyhow::Result<()> {
+    for sub in ["opt-cni-bin", "etc-cni-net.d", "ipam"].iter().chain(more) {
+        std::fs::create_dir_all(dir.join(sub))
+            .with_context(|| format!("mkdir {}", dir.join(sub).display()))?;
+    }
+    std::fs::write(dir.join("config.toml"), config::containerd_toml(dir))
+        .context("writing containerd's config.toml")?;
+    for plugin in ["bridge", "host-local", "loopback"] {
+        let from = Path::new("/usr/lib/cni").join(plugin);
+        ensure!(
+            from.exists(),
+            "{} is missing (containernetworking-plugins; cargo xtask setup installs it)",
+            from.display()
+        );
+        std::os::unix::fs::symlink(&from, dir.join("opt-cni-bin").join(plugin))
+            .with_context(|| format!("linking {}", from.display()))?;
+    }
+    Ok(())
 }
 
 impl CriNode {
     /// Makes the node `name` and boots it (containerd running, the CRI answering).
     pub fn new(name: &str) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(unique_name("rcri"));
-        for sub in ["opt-cni-bin", "etc-cni-net.d", "logs", "pods", "ipam"] {
-            std::fs::create_dir_all(dir.join(sub))
-                .with_context(|| format!("mkdir {}", dir.join(sub).display()))?;
-        }
-        std::fs::write(dir.join("config.toml"), config::containerd_toml(&dir))
-            .context("writing containerd's config.toml")?;
-        for plugin in ["bridge", "host-local", "loopback"] {
-            let from = Path::new("/usr/lib/cni").join(plugin);
-            ensure!(
-                from.exists(),
-                "{} is missing (containernetworking-plugins; cargo xtask setup installs it)",
-                from.display()
-            );
-            std::os::unix::fs::symlink(&from, dir.join("opt-cni-bin").join(plugin))
-                .with_context(|| format!("linking {}", from.display()))?;
-        }
+        prepare_dir(&dir, &["logs", "pods"])?;
         let netns = Netns::new("rnode")?;
         let cgroup = Cgroup::new("rkube")?;
         let root = cgroup
@@ -104,28 +185,8 @@ impl CriNode {
 
     /// Starts containerd (a fresh mount namespace: empty `/run` and bpffs) and waits for its CRI.
     pub fn boot(&mut self) -> anyhow::Result<()> {
-        let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--net={}", self.netns.path().display()))
-            .args([
-                "unshare",
-                "--mount",
-                "--propagation",
-                "slave",
-                "--",
-                "sh",
-                "-ec",
-            ])
-            .arg(boot_script(&self.dir));
         let log = self.dir.join("containerd.log");
-        let child = Spawn::new("containerd")
-            .terminate_on_drop(Duration::from_secs(10))
-            .stderr_to(&log)
-            .start(cmd)?;
-        // containerd and the shims it starts live in the node's `runtime` cgroup.
-        let runtime = self.cgroup.path().join("runtime");
-        let _ = std::fs::create_dir(&runtime);
-        std::fs::write(runtime.join("cgroup.procs"), child.pid().to_string())
-            .context("moving containerd into the node's runtime cgroup")?;
+        let child = start_containerd(&self.netns, &self.cgroup, &boot_script(&self.dir, ""), &log)?;
         self.containerd = Some(child);
         let socket = self.socket();
         let cri = eventually("containerd's CRI", Duration::from_secs(30), || {
@@ -181,20 +242,7 @@ impl CriNode {
 
     /// `ctr images import` of the OCI archive `archive` into the CRI's image namespace.
     pub fn import(&self, archive: &Path) -> anyhow::Result<()> {
-        let out = Command::new("ctr")
-            .arg("--address")
-            .arg(self.socket())
-            .args(["--namespace", "k8s.io", "images", "import"])
-            .arg(archive)
-            .output()
-            .context("starting ctr (containerd's package)")?;
-        ensure!(
-            out.status.success(),
-            "ctr images import {}: {}",
-            archive.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(())
+        ctr_import(&self.socket(), archive)
     }
 
     /// Stops and removes every sandbox, as a node drained of its pods; errors are reported,
@@ -216,16 +264,7 @@ impl CriNode {
     /// network namespaces goes with them; containerd's root (images, sandbox records) stays.
     pub fn power_off(&mut self) {
         self.cri = None;
-        let _ = std::fs::write(self.cgroup.path().join("cgroup.kill"), "1");
-        if let Some(mut c) = self.containerd.take() {
-            let _ = c.wait_exit(Duration::from_secs(10));
-        }
-        let events = self.cgroup.path().join("cgroup.events");
-        let _ = redirect_testkit::until(
-            "the node's processes to exit",
-            Duration::from_secs(10),
-            || std::fs::read_to_string(&events).is_ok_and(|e| e.contains("populated 0")),
-        );
+        kill_all(&self.cgroup, self.containerd.take().into_iter().collect());
     }
 }
 

@@ -1,0 +1,70 @@
+//! A real cluster (kube-apiserver, controllers and kubelet 1.20.2 on containerd; see
+//! `redirect_tests::cluster`) installed as deploy/README.md says: `kubectl apply` of rbac.yaml
+//! and daemonset.yaml. The DaemonSet controller makes the daemon's pod, the scheduler places
+//! it on the tainted node, the kubelet runs it and its probes make it Ready; then Istio-injected
+//! pods (istio-cni's form: `istio-validation` before `istio-proxy`) of a Deployment of 3 are
+//! started by the kubelet through containerd, which calls our plugin.
+use redirect_tests::cluster::{
+    checks::{assert_installed, inbound, validation_passed},
+    ops::{name_of, world, DAEMON_USER},
+    parts_or_skip,
+    workloads::Injected,
+    Cluster,
+};
+
+#[test]
+fn kubectl_apply_installs_the_daemonset_and_istio_injected_pods_are_captured() {
+    let Some(parts) = parts_or_skip(redirect_testkit::test_path!()) else {
+        return;
+    };
+    let cluster = Cluster::start(&parts).expect("the cluster");
+    let reached = world(&cluster).expect("the world listener");
+    assert!(
+        cluster
+            .taints()
+            .iter()
+            .any(|t| t == "redirect.dev/not-ready"),
+        "the kubelet registers the node with the readiness taint"
+    );
+    cluster
+        .install()
+        .expect("kubectl apply of deploy/kubernetes");
+    assert_installed(&cluster);
+
+    let mut w = Injected::new("hello", 3, &parts.image, 3);
+    w.dns_capture = true;
+    let times = cluster.time_to_ready(&w).expect("the injected Deployment");
+    eprintln!(
+        "cluster: apply to Ready with our entry: {times:?} (median {:?})",
+        times[times.len() / 2]
+    );
+    let pods = cluster
+        .ready_pods("hello", 3)
+        .expect("the injected Deployment");
+    let listed = cluster.listed().expect("redirect list");
+    for pod in &pods {
+        validation_passed(&cluster, pod);
+        let name = name_of(pod);
+        cluster.assert_proxied(&reached, &name, 3);
+        let seen = inbound(&cluster, pod);
+        assert_eq!(
+            seen, "127.0.0.6",
+            "{name}: the application's peer behind the proxy"
+        );
+        let ip = pod["status"]["podIP"].as_str().expect("podIP");
+        let entry = listed
+            .iter()
+            .find(|e| {
+                e["addrs"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|x| x == ip))
+            })
+            .unwrap_or_else(|| panic!("{name} ({ip}) not in redirect list: {listed:?}"));
+        assert_eq!(entry["writer"], "cni", "{entry}");
+    }
+    let forbidden = cluster.forbidden(DAEMON_USER);
+    assert!(
+        forbidden.is_empty(),
+        "requests of the DaemonSet refused by RBAC: {forbidden:?}"
+    );
+}
