@@ -3,6 +3,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod blackhole;
+pub mod control_plane;
 pub mod forward;
 pub mod inbound;
 pub mod listener;

@@ -109,6 +109,14 @@ struct Args {
     ///   setpriv --regid 1337 --clear-groups redirect-proxy --tproxy-mark 1337
     #[arg(long, value_name = "MARK", verbatim_doc_comment)]
     tproxy_mark: Option<u32>,
+    /// Connect to this address (the control plane, e.g. istiod:15012) before opening any
+    /// listener, once a second until it answers, as Envoy waits for its first xDS answer:
+    /// the proxy never forwards before its own connections leave the pod uncaptured.
+    #[arg(long, value_name = "ADDR")]
+    control_plane: Option<SocketAddr>,
+    /// How long --control-plane is tried before the proxy gives up (exit 1).
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    control_plane_timeout: u64,
 }
 
 fn parse_static(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
@@ -168,6 +176,12 @@ fn run(args: Args) -> anyhow::Result<()> {
         .build()
         .context("starting the tokio runtime")?;
     runtime.block_on(async move {
+        if let Some(addr) = args.control_plane {
+            let timeout = Duration::from_secs(args.control_plane_timeout);
+            redirect_proxy::control_plane::wait_reachable(addr, timeout)
+                .await
+                .context("--control-plane")?;
+        }
         let outbound_l = bind("--outbound", args.outbound).await?;
         let inbound_l = if args.no_inbound {
             None

@@ -238,12 +238,15 @@ pub fn injected(w: &Injected) -> anyhow::Result<Value> {
     proxy["image"] = w.image.clone().into();
     proxy["imagePullPolicy"] = "Never".into();
     proxy["command"] = json!(["redirect-proxy"]);
-    proxy["args"] = if w.tproxy {
+    // The world stands for istiod: like Envoy, the proxy opens its listeners once its
+    // control plane answered.
+    let mut args = vec!["--log-format".to_owned(), "json".to_owned()];
+    args.extend(["--control-plane".to_owned(), format!("{GATEWAY}:{WORLD_PORT}")]);
+    if w.tproxy {
         // Envoy's original_src: the upstream from the client's address, marked 1337.
-        json!(["--log-format", "json", "--tproxy-mark", "1337"])
-    } else {
-        json!(["--log-format", "json"])
-    };
+        args.extend(["--tproxy-mark".to_owned(), "1337".to_owned()]);
+    }
+    proxy["args"] = json!(args);
     if w.dns_capture {
         if let Some(env) = proxy["env"].as_array_mut() {
             env.push(json!({"name": "ISTIO_META_DNS_CAPTURE", "value": "true"}));
