@@ -193,9 +193,14 @@ impl Cluster {
 
     /// How often the kubelet restarted `container` of `pod` (namespace `shop`).
     pub fn restarts(&self, pod: &str, container: &str) -> u64 {
+        self.restarts_in("shop", pod, container)
+    }
+
+    /// How often the kubelet restarted `container` of `pod` in namespace `ns`.
+    pub fn restarts_in(&self, ns: &str, pod: &str, container: &str) -> u64 {
         let object = self
             .kubectl
-            .get(&["pod", "-n", "shop", pod])
+            .get(&["pod", "-n", ns, pod])
             .unwrap_or_default();
         object["status"]["containerStatuses"]
             .as_array()

@@ -62,6 +62,21 @@ fn kubectl_apply_installs_the_daemonset_and_istio_injected_pods_are_captured() {
             .unwrap_or_else(|| panic!("{name} ({ip}) not in redirect list: {listed:?}"));
         assert_eq!(entry["writer"], "cni", "{entry}");
     }
+    // What an operator sees (README's Kubernetes section shows a run's).
+    for args in [
+        &["get", "pods", "-A", "-o", "wide"][..],
+        &["get", "nodes"][..],
+    ] {
+        eprintln!(
+            "$ kubectl {}\n{}",
+            args.join(" "),
+            cluster.kubectl.run(args).unwrap_or_default()
+        );
+    }
+    eprintln!(
+        "$ redirect list\n{}",
+        cluster.redirect(&["list"]).unwrap_or_default()
+    );
     let forbidden = cluster.forbidden(DAEMON_USER);
     assert!(
         forbidden.is_empty(),

@@ -239,8 +239,28 @@ fn the_daemons_life_driven_by_kubernetes_keeps_every_pod_captured() {
     );
     cluster.assert_proxied(&reached, &name, 40);
 
-    // A node reboot: the pod's sandbox comes back only once the daemon serves its ADD.
+    // A node reboot: the pod's sandbox comes back only once the daemon serves its ADD. The
+    // pods' statuses still say Ready from before: wait for the kubelet's restarts.
+    let daemon = name_of(&again);
+    let before = (
+        cluster.restarts_in("istio-system", &daemon, "redirect"),
+        cluster.restarts(&name, "hello"),
+    );
     cluster.reboot().expect("the reboot");
+    eventually(
+        "the node's pods started again",
+        Duration::from_secs(240),
+        || {
+            let now = (
+                cluster.restarts_in("istio-system", &daemon, "redirect"),
+                cluster.restarts(&name, "hello"),
+            );
+            (now.0 > before.0 && now.1 > before.1)
+                .then_some(())
+                .ok_or_else(|| format!("restarts {before:?} -> {now:?}"))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", cluster.describe("shop")));
     cluster
         .daemon_pod_ready()
         .expect("the daemon after the reboot");
