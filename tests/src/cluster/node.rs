@@ -250,6 +250,11 @@ impl Node {
                 "--pod-infra-container-image={}",
                 config::PAUSE_IMAGE
             ))
+            // Dead containers and their logs kept for the test's life (the proxy's records).
+            .args([
+                "--maximum-dead-containers-per-container=100",
+                "--minimum-container-ttl-duration=1h",
+            ])
             .arg("--v=2");
         let child = Spawn::new("kubelet")
             .terminate_on_drop(Duration::from_secs(10))

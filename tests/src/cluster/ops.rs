@@ -175,19 +175,37 @@ impl Cluster {
             .unwrap_or_else(|e| format!("{e:#}"))
     }
 
-    /// The access records of `pod`'s proxy in `direction` (`outbound`, `inbound`): its
-    /// running container's and, when the kubelet restarted it, the previous one's.
+    /// The access records of `pod`'s proxy in `direction` (`outbound`, `inbound`), of every
+    /// istio-proxy container the pod has run: the kubelet's log files of each attempt
+    /// (`/var/log/pods/shop_POD_UID/istio-proxy/N.log` on the node, kept across restarts and
+    /// reboots; `kubectl logs` shows only the last two).
     pub fn proxied(&self, pod: &str, direction: &str) -> Vec<Value> {
-        let previous = self
-            .kubectl
-            .run(&["logs", "-n", "shop", pod, "-c", "istio-proxy", "--previous"])
-            .unwrap_or_default();
-        let current = self.logs("shop", pod, "istio-proxy");
-        previous
-            .lines()
-            .chain(current.lines())
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["kind"] == "access" && v["direction"] == direction)
+        let dirs = std::fs::read_dir(self.node.dir.join("var-log/pods"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("shop_{pod}_"))
+            })
+            .map(|e| e.path().join("istio-proxy"));
+        let mut files: Vec<_> = dirs
+            .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+            .map(|e| e.path())
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(f).ok())
+            .flat_map(|text| {
+                text.lines()
+                    // CRI log lines: TIME STREAM TAG MESSAGE.
+                    .filter_map(|l| l.splitn(4, ' ').nth(3))
+                    .filter_map(|m| serde_json::from_str::<Value>(m).ok())
+                    .filter(|v| v["kind"] == "access" && v["direction"] == direction)
+                    .collect::<Vec<_>>()
+            })
             .collect()
     }
 
@@ -292,7 +310,12 @@ impl Cluster {
                 }
             },
         )
-        .unwrap_or_else(|e| panic!("{e}\n{}", self.logs("shop", pod, "istio-proxy")));
+        .unwrap_or_else(|e| {
+            let current = self.logs("shop", pod, "istio-proxy");
+            let world = reached.lock().map(|r| r.join(" ")).unwrap_or_default();
+            let records = self.proxied(pod, "outbound");
+            panic!("{e}\nthe world: {world}\nrecords: {records:?}\nkubectl logs:\n{current}")
+        });
         for r in &records {
             assert_eq!(r["orig_dst"], format!("{GATEWAY}:{WORLD_PORT}"), "{r}");
         }

@@ -241,7 +241,10 @@ pub fn injected(w: &Injected) -> anyhow::Result<Value> {
     // The world stands for istiod: like Envoy, the proxy opens its listeners once its
     // control plane answered.
     let mut args = vec!["--log-format".to_owned(), "json".to_owned()];
-    args.extend(["--control-plane".to_owned(), format!("{GATEWAY}:{WORLD_PORT}")]);
+    args.extend([
+        "--control-plane".to_owned(),
+        format!("{GATEWAY}:{WORLD_PORT}"),
+    ]);
     if w.tproxy {
         // Envoy's original_src: the upstream from the client's address, marked 1337.
         args.extend(["--tproxy-mark".to_owned(), "1337".to_owned()]);

@@ -6,6 +6,7 @@
 //! started by the kubelet through containerd, which calls our plugin.
 use redirect_tests::cluster::{
     checks::{assert_installed, inbound, validation_passed},
+    node::CLUSTER_DNS,
     ops::{name_of, world, DAEMON_USER},
     parts_or_skip,
     workloads::Injected,
@@ -61,6 +62,14 @@ fn kubectl_apply_installs_the_daemonset_and_istio_injected_pods_are_captured() {
             })
             .unwrap_or_else(|| panic!("{name} ({ip}) not in redirect list: {listed:?}"));
         assert_eq!(entry["writer"], "cni", "{entry}");
+        // DNS capture on: the cluster DNS address the daemon read from the kube-dns Service.
+        assert_eq!(entry["policy"]["redirect_dns"], true, "{entry}");
+        assert!(
+            entry["policy"]["dns_servers"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|s| s == CLUSTER_DNS)),
+            "{name}: DNS servers: {entry}"
+        );
     }
     // What an operator sees (README's Kubernetes section shows a run's).
     for args in [
