@@ -107,6 +107,7 @@ fn owner_rules_match_the_triplets_written_out() {
                         uid,
                         gid,
                         passthrough_src: false,
+                        bound: false,
                         in_proxy_cgroup: place,
                         tproxy_marked: false,
                     };

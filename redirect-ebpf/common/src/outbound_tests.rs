@@ -68,6 +68,7 @@ fn conn(uid: u32, gid: u32, dst: [u8; 4], dport: u16) -> Conn {
         uid,
         gid,
         passthrough_src: false,
+        bound: false,
         in_proxy_cgroup: false,
         tproxy_marked: false,
     }

@@ -31,6 +31,7 @@ fn conn(uid: u32, gid: u32, dst: [u8; 4], dport: u16) -> Conn {
         uid,
         gid,
         passthrough_src: false,
+        bound: false,
         in_proxy_cgroup: false,
         tproxy_marked: false,
     }
@@ -93,13 +94,71 @@ fn the_transparent_hop_and_the_passthrough_source_are_left_alone() {
     assert_eq!(d(udp), Verdict::Pass(Counter::Loopback));
 }
 
+/// Where `conn`'s verdict sends it under `p` (`bound`: the socket has a source address).
+fn sent(p: &OutboundPolicy, conn: &Conn, bound: bool) -> Option<Target> {
+    let conn = Conn { bound, ..*conn };
+    target(p, decide(p, &conn, &THE_POD), &conn)
+}
+
+const fn at(port: u16, keep_addr: bool, bind_dst: bool) -> Option<Target> {
+    Some(Target {
+        port,
+        keep_addr,
+        bind_dst,
+    })
+}
+
+#[test]
+fn istio_validations_dial_goes_to_loopback_where_its_plain_listener_takes_it() {
+    // Issue 45: istio-validation (uid 1337, bound to 127.0.0.1) dials 127.0.0.6:15002 and
+    // listens on 127.0.0.1:15006 only. Istio's nat REDIRECT sends it to 127.0.0.1:15006 in
+    // TPROXY mode too (its mangle step never sees 127.0.0.1), so it goes to loopback; an
+    // address kept (127.0.0.6:15006) reaches no listener.
+    let p = tproxy();
+    let probe = conn(1337, 1337, [127, 0, 0, 6], 15002);
+    assert_eq!(
+        decide(&p, &probe, &THE_POD),
+        Verdict::Redirect(15006, Counter::InboundRedirectLocal)
+    );
+    assert_eq!(sent(&p, &probe, true), at(15006, false, false));
+    assert_eq!(sent(&p, &probe, false), at(15006, false, false));
+    // To the pod's own address: loopback too, from that address when the socket is unbound
+    // (the source the route chose, which REDIRECT keeps), else from its own.
+    let to_pod = conn(1337, 1337, POD, 15002);
+    assert_eq!(sent(&p, &to_pod, false), at(15006, false, true));
+    assert_eq!(sent(&p, &to_pod, true), at(15006, false, false));
+    // The mangle step (nat let it through): TPROXY keeps the address, and the source with it.
+    assert_eq!(
+        sent(&p, &conn(0, 1337, POD, 8000), false),
+        at(15006, true, false)
+    );
+    assert_eq!(
+        sent(&p, &conn(0, 1337, [127, 0, 0, 6], 8000), false),
+        at(15006, true, false)
+    );
+    // Outbound capture and untouched connects as before.
+    assert_eq!(
+        sent(&p, &conn(1000, 1000, [198, 18, 0, 2], 80), false),
+        at(15001, false, false)
+    );
+    assert_eq!(sent(&p, &conn(1000, 1000, POD, 8000), false), None);
+    // IPv6's dial, [::6] from a socket bound to ::1: to [::1]; ::6 is loopback's, never bound.
+    let mut v6 = p;
+    v6.flags |= OUT_IPV6;
+    let mut six = conn(1337, 1337, [0, 0, 0, 0], 15002);
+    (six.family, six.dst) = (crate::AF_INET6, crate::types::PASSTHROUGH_V6);
+    assert_eq!(sent(&v6, &six, true), at(15006, false, false));
+    assert_eq!(sent(&v6, &six, false), at(15006, false, false));
+}
+
 #[test]
 fn redirect_mode_has_no_mangle_rule_and_keeps_loopback_rewrites() {
     let mut p = tproxy();
-    assert!(keeps_address(&p, 15006));
-    assert!(!keeps_address(&p, 15001));
     p.flags &= !OUT_TPROXY;
-    assert!(!keeps_address(&p, 15006));
+    assert_eq!(
+        sent(&p, &conn(1337, 1337, POD, 8000), false),
+        at(15006, false, false)
+    );
     assert_eq!(
         decide(&p, &conn(0, 1337, POD, 8000), &THE_POD),
         Verdict::Pass(Counter::Loopback)

@@ -14,8 +14,8 @@ use aya_log_ebpf::debug;
 use redirect_common::{
     inbound::tproxy_takes,
     outbound::{
-        decide, keeps_address, proxy_id_elsewhere, when_proxy_down, CidrKey, Conn, Lookups,
-        OutboundPolicy, Verdict, OUT_PROXY_CGROUP,
+        decide, proxy_id_elsewhere, target, when_proxy_down, CidrKey, Conn, Lookups,
+        OutboundPolicy, Target, Verdict, OUT_PROXY_CGROUP,
     },
     sock,
     types::PASSTHROUGH_V4,
@@ -129,23 +129,15 @@ pub struct Dest {
     pub port: u16,
     /// The socket is bound to 127.0.0.6 / ::6.
     pub passthrough_src: bool,
+    /// The socket has a source address already (bound to one, or to 127.0.0.6 / ::6).
+    pub bound: bool,
     /// The socket carries the TPROXY mark (read for TCP only).
     pub tproxy_marked: bool,
 }
 
-/// Where a redirected connect goes: the port, and whether the address stays (TPROXY mode's
-/// inbound port, [`keeps_address`]) or becomes loopback.
-#[derive(Clone, Copy)]
-pub struct Target {
-    /// Host-order port.
-    pub port: u16,
-    /// Keep the destination address; only the port changes.
-    pub keep_addr: bool,
-}
-
 /// Decides for `dst`; when redirecting, records the original destination in the socket's own
 /// storage (read by sock_ops, getpeername and recvmsg). Returns the counter and, when
-/// redirecting, where to rewrite to.
+/// redirecting, where to rewrite to ([`target`]).
 #[inline(always)]
 pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<Target>) {
     // SAFETY: bpf_get_netns_cookie accepts a sock_addr context.
@@ -162,6 +154,7 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<Target>
         uid,
         gid,
         passthrough_src: dst.passthrough_src,
+        bound: dst.bound,
         in_proxy_cgroup,
         tproxy_marked: dst.tproxy_marked,
     };
@@ -174,6 +167,7 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<Target>
     let up = !matches!(verdict, Verdict::Redirect(p, _) if p == policy.proxy_port)
         || proxy_listens(netns);
     let verdict = when_proxy_down(policy, verdict, key != 0, up);
+    let to = target(policy, verdict, &conn);
     let (counter, port) = match verdict {
         Verdict::Pass(c) => (c, None),
         Verdict::Redirect(port, c) => {
@@ -205,11 +199,7 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<Target>
     if tracing_on() {
         trace(netns, &conn, counter, port);
     }
-    let target = port.map(|port| Target {
-        port,
-        keep_addr: keeps_address(policy, port),
-    });
-    (counter, target)
+    (counter, to)
 }
 
 /// [`decide`] as a BPF global function: the verifier checks it once per program for any

@@ -1,12 +1,13 @@
 //! `cgroup/connect6`: captures outbound IPv6 connects (native, following the namespace's IPv6
-//! policy, and v4-mapped destinations of dual-stack sockets, following its IPv4 policy).
+//! policy, and v4-mapped destinations of dual-stack sockets, following its IPv4 policy), as
+//! connect4 does.
 use aya_ebpf::{macros::cgroup_sock_addr, programs::SockAddrContext};
 use redirect_common::Counter;
 
 use crate::{
     capture::decide_for,
     maps::count,
-    sockaddr::{dest6, is_mapped, loopback6, set_user6, user6},
+    sockaddr::{bind6, dest6, is_mapped, loopback6, set_user6, user6},
 };
 
 #[cgroup_sock_addr(connect6)]
@@ -32,6 +33,10 @@ fn capture6_family<const UDP: bool, const MAPPED: bool>(ctx: &SockAddrContext) -
     let dst = dest6(ctx, UDP, MAPPED);
     let (counter, target) = decide_for(ctx, &dst);
     if let Some(t) = target {
+        // As in connect4: sendmsg6 (`UDP`) never binds.
+        if !UDP && t.bind_dst {
+            bind6(ctx, user6(ctx).0);
+        }
         let ip = if t.keep_addr {
             user6(ctx).0
         } else {

@@ -1,7 +1,11 @@
 //! Field access to the `bpf_sock_addr` context shared by the connect, sendmsg, recvmsg and
 //! getpeername hooks. Every access is a volatile 4-byte load or store at a constant offset,
 //! which is what the verifier accepts (LLVM would otherwise merge neighbouring fields).
-use aya_ebpf::{bindings::bpf_sock_addr, programs::SockAddrContext};
+use aya_ebpf::{
+    bindings::{bpf_sock_addr, sockaddr},
+    helpers::generated::bpf_bind,
+    programs::SockAddrContext,
+};
 
 use crate::capture::{is_passthrough_v4, Dest, FAMILY_V4};
 use redirect_common::{outbound::TPROXY_MARK, AF_INET6};
@@ -152,12 +156,14 @@ fn is_tcp(ctx: &SockAddrContext, udp: bool) -> bool {
 #[inline(always)]
 pub fn dest4(ctx: &SockAddrContext, udp: bool) -> Dest {
     let (ip, port) = user4(ctx);
+    let src = bound_src4(ctx);
     Dest {
         family: FAMILY_V4,
         tcp: is_tcp(ctx, udp),
         addr: [ip, 0, 0, 0],
         port,
-        passthrough_src: is_passthrough_v4(bound_src4(ctx)),
+        passthrough_src: is_passthrough_v4(src),
+        bound: src != 0,
         tproxy_marked: !udp && tproxy_marked(ctx),
     }
 }
@@ -169,6 +175,7 @@ pub fn dest6(ctx: &SockAddrContext, udp: bool, mapped: bool) -> Dest {
     let (ip, port) = user6(ctx);
     let src = bound_src6(ctx);
     let tcp = is_tcp(ctx, udp);
+    let bound = src[0] | src[1] | src[2] | src[3] != 0;
     if mapped {
         Dest {
             family: FAMILY_V4,
@@ -176,6 +183,7 @@ pub fn dest6(ctx: &SockAddrContext, udp: bool, mapped: bool) -> Dest {
             addr: [ip[3], 0, 0, 0],
             port,
             passthrough_src: is_mapped(&src) && is_passthrough_v4(src[3]),
+            bound,
             tproxy_marked: !udp && tproxy_marked(ctx),
         }
     } else {
@@ -185,6 +193,7 @@ pub fn dest6(ctx: &SockAddrContext, udp: bool, mapped: bool) -> Dest {
             addr: ip,
             port,
             passthrough_src: src[0] == 0 && src[1] == 0 && src[2] == 0 && src[3] == V6_SIX,
+            bound,
             tproxy_marked: !udp && tproxy_marked(ctx),
         }
     }
@@ -197,5 +206,66 @@ pub fn loopback6(family: u16) -> [u32; 4] {
         [0, 0, 0, V6_ONE]
     } else {
         [0, 0, MAPPED_WORD, LOCALHOST_NET]
+    }
+}
+
+/// `struct sockaddr_in`, as `bpf_bind` reads it.
+#[repr(C)]
+struct SockaddrIn {
+    family: u16,
+    port: u16,
+    addr: u32,
+    zero: [u8; 8],
+}
+
+/// `struct sockaddr_in6`, as `bpf_bind` reads it.
+#[repr(C)]
+struct SockaddrIn6 {
+    family: u16,
+    port: u16,
+    flowinfo: u32,
+    addr: [u32; 4],
+    scope_id: u32,
+}
+
+/// Binds the connecting socket to `ip` (network order) with port 0: the kernel picks the port
+/// at connect, as with `IP_BIND_ADDRESS_NO_PORT`. connect4 only (`bpf_bind`); the kernel's
+/// refusal is left to the caller, whose connect then leaves from the route's source.
+#[inline(always)]
+pub fn bind4(ctx: &SockAddrContext, ip: u32) -> bool {
+    let mut addr = SockaddrIn {
+        family: FAMILY_V4,
+        port: 0,
+        addr: ip,
+        zero: [0; 8],
+    };
+    // SAFETY: the helper reads `size_of::<SockaddrIn>()` bytes of the initialised stack value;
+    // the context is connect4's.
+    unsafe {
+        bpf_bind(
+            sa(ctx),
+            (&raw mut addr).cast::<sockaddr>(),
+            core::mem::size_of::<SockaddrIn>() as i32,
+        ) == 0
+    }
+}
+
+/// [`bind4`] for an IPv6 socket (connect6): `ip` native or v4-mapped, network-order words.
+#[inline(always)]
+pub fn bind6(ctx: &SockAddrContext, ip: [u32; 4]) -> bool {
+    let mut addr = SockaddrIn6 {
+        family: AF_INET6,
+        port: 0,
+        flowinfo: 0,
+        addr: ip,
+        scope_id: 0,
+    };
+    // SAFETY: as in `bind4`.
+    unsafe {
+        bpf_bind(
+            sa(ctx),
+            (&raw mut addr).cast::<sockaddr>(),
+            core::mem::size_of::<SockaddrIn6>() as i32,
+        ) == 0
     }
 }

@@ -8,7 +8,9 @@
 //! and 15006 is `redirect-proxy --tproxy-mark 1337` run as Istio runs istio-proxy there (uid 0,
 //! gid 1337) on both sides: it forwards to the original destination transparently, from the
 //! client's address, so each connection the application answers also says which peer it saw
-//! and whether the proxy stood between; that identity is probed as well.
+//! and whether the proxy stood between; that identity is probed as well. Their pods then run
+//! istio-validation's check as Istio's validator makes it (uid 1337, plain listeners on
+//! 127.0.0.1:15001 and :15006, the dial to 127.0.0.6:15002 and its variants).
 use std::{collections::BTreeMap, process::Command};
 
 use redirect_testkit::{probe::ProbeResult, Cgroup, Child};
@@ -256,8 +258,10 @@ fn run_case(name: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let _ipt_listeners = start_listeners(&ipt, None, &case);
-    let _our_listeners = start_listeners(&ours, Some(cgroup.path()), &case);
+    let listeners = (
+        start_listeners(&ipt, None, &case),
+        start_listeners(&ours, Some(cgroup.path()), &case),
+    );
 
     let mut compared = 0;
     let mut mismatches: BTreeMap<String, (String, String)> = BTreeMap::new();
@@ -282,6 +286,17 @@ fn run_case(name: &str) {
         let (w, g) = (outcome(w), outcome(g));
         if w != g {
             mismatches.insert(format!("inbound {p}"), (w, g));
+        }
+    }
+    // istio-validation's check (issue 45), with its own plain listeners on loopback in place
+    // of the pod's.
+    drop(listeners);
+    if case.tproxy {
+        for [p, w, g] in tproxy_pod::validation(&ipt, &ours, cgroup.path(), case.ipv6) {
+            compared += 1;
+            if w != g {
+                mismatches.insert(format!("istio-validation {p}"), (w, g));
+            }
         }
     }
 

@@ -80,6 +80,7 @@ mod stock_conflists;
 mod tenancy;
 mod tproxy;
 mod tproxy_readonly_proc;
+mod tproxy_validation;
 mod untaint;
 mod upgrade;
 mod validate;

@@ -207,15 +207,6 @@ fn is_tproxy_local(p: &OutboundPolicy, conn: &Conn, on_lo: bool, v: Verdict) -> 
         && is_proxy(p, conn.uid, conn.gid, conn.in_proxy_cgroup)
 }
 
-/// Whether a redirect of `conn` to `port` keeps the destination address (only the port
-/// changes): in TPROXY mode, a connect sent to the inbound port, which TPROXY delivers with its
-/// address intact (and nat's REDIRECT from the proxy's own pod address leaves the source as the
-/// pod's, which the proxy's transparent hop then uses).
-#[inline(always)]
-pub fn keeps_address(p: &OutboundPolicy, port: u16) -> bool {
-    p.has(OUT_TPROXY) && port == p.inbound_port
-}
-
 /// istio-iptables' nat `OUTPUT` / `ISTIO_OUTPUT` chain, rule by rule (`on_lo`: the destination
 /// leaves through lo).
 #[inline(always)]

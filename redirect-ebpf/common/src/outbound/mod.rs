@@ -44,8 +44,9 @@ pub const OUT_PROXY_CGROUP: u32 = 1 << 12;
 /// before its proxy), leave outbound connects alone instead of sending them to a closed port.
 pub const OUT_NO_PROXY_PASSTHROUGH: u32 = 1 << 13;
 /// [`OutboundPolicy::flags`]: TPROXY mode (`-m TPROXY`): the mangle chain's rule for the
-/// proxy's own connects to its pod ([`Counter::TproxyLocal`]) applies, and a connect sent to
-/// the inbound port keeps its address (only the port changes), as TPROXY keeps it.
+/// proxy's own connects to its pod ([`Counter::TproxyLocal`]) applies, and keeps its address
+/// (only the port changes), as TPROXY keeps it; nat's redirect of the proxy's connects to its
+/// pod keeps their source ([`target`]).
 pub const OUT_TPROXY: u32 = 1 << 14;
 /// The mark of the proxy's transparent connections in TPROXY mode (`--tproxy-mark`, Istio's
 /// 1337): the mangle chain returns for them (`-o lo -m mark --mark 1337 -j RETURN`).
@@ -201,6 +202,8 @@ pub struct Conn {
     pub gid: u32,
     /// The socket is bound to the proxy's passthrough source (127.0.0.6 / ::6).
     pub passthrough_src: bool,
+    /// The socket has a source address already (bound); else the kernel picks one by route.
+    pub bound: bool,
     /// The caller runs inside the policy's proxy cgroup (only read with [`OUT_PROXY_CGROUP`]).
     pub in_proxy_cgroup: bool,
     /// The socket carries [`TPROXY_MARK`] (only read with [`OUT_TPROXY`]).
@@ -229,8 +232,8 @@ pub trait Lookups {
 pub enum Verdict {
     /// Untouched; the counter names the rule that returned.
     Pass(Counter),
-    /// Rewritten to the loopback address on `port` (in TPROXY mode, a redirect to the inbound
-    /// port keeps the address); the counter names the rule.
+    /// Rewritten to the loopback address on `port` (TPROXY mode's mangle step keeps the
+    /// address: [`target`]); the counter names the rule.
     Redirect(u16, Counter),
 }
 
@@ -253,9 +256,9 @@ impl Verdict {
 }
 
 mod decide;
-pub use decide::{
-    decide, is_loopback, is_proxy, keeps_address, proxy_id_elsewhere, when_proxy_down,
-};
+mod target;
+pub use decide::{decide, is_loopback, is_proxy, proxy_id_elsewhere, when_proxy_down};
+pub use target::{target, Target};
 
 #[cfg(test)]
 mod word_tests {

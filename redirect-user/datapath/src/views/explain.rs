@@ -1,5 +1,6 @@
 //! `redirect explain`: what the kernel would do with one connection in one namespace, and why,
-//! from the same `outbound::decide` the BPF programs run, fed from the pinned maps.
+//! from the same `outbound::decide` and `outbound::target` the BPF programs run, fed from the
+//! pinned maps.
 use redirect_common::NetnsCookie;
 use std::net::{IpAddr, SocketAddr};
 
@@ -8,7 +9,8 @@ use redirect_common::{
     inbound::{tproxy_takes, InboundPolicy},
     map_names,
     outbound::{
-        decide, when_proxy_down, CidrKey, Conn, Lookups, OutboundPolicy, Verdict, TPROXY_MARK,
+        decide, target, when_proxy_down, CidrKey, Conn, Lookups, OutboundPolicy, Target, Verdict,
+        TPROXY_MARK,
     },
     types::family_words,
     AddrKey, Counter, PortKey,
@@ -27,7 +29,8 @@ pub struct Explained {
     /// `dns:15053`, `untouched`, or `refused` (the proxy does not listen yet, `--no-proxy
     /// refuse`).
     pub outcome: String,
-    /// What qualifies the outcome, when something does (`nothing listens on proxy:15001`;
+    /// What qualifies the outcome, when something does (`nothing listens on proxy:15001`; in
+    /// TPROXY mode, the address a redirect goes to and, when it binds one, its source;
     /// inbound: what happens while the proxy's listener is down).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -185,6 +188,7 @@ pub fn explain(store: &mut dyn MapStore, cookie: NetnsCookie, q: &Query<'_>) -> 
         uid,
         gid,
         passthrough_src,
+        bound: src.is_some(),
         in_proxy_cgroup: match caller_cgroup {
             Some(path) if policy.proxy_cgroup != 0 => {
                 ancestor_id(path, policy.proxy_cgroup_level)? == policy.proxy_cgroup
@@ -209,6 +213,7 @@ pub fn explain(store: &mut dyn MapStore, cookie: NetnsCookie, q: &Query<'_>) -> 
         .get(&cookie, 0)
         .is_ok_and(|n| n > 0);
     let verdict = when_proxy_down(&policy, verdict, key == cookie && key != 0, proxy_up);
+    let to = target(&policy, verdict, &conn);
     let (outcome, detail, counter) = match verdict {
         Verdict::Pass(c) => ("untouched".to_owned(), None, c),
         // Sent to the closed outbound port: the application's connect is refused.
@@ -223,7 +228,8 @@ pub fn explain(store: &mut dyn MapStore, cookie: NetnsCookie, q: &Query<'_>) -> 
             } else {
                 "proxy"
             };
-            (format!("{who}:{port}"), None, c)
+            let at = to.filter(|_| tproxy).map(|t| landing(t, dst.ip()));
+            (format!("{who}:{port}"), at, c)
         }
     };
     Ok(Explained {
@@ -234,4 +240,28 @@ pub fn explain(store: &mut dyn MapStore, cookie: NetnsCookie, q: &Query<'_>) -> 
         own_policy: key == cookie && key != 0,
         tproxy,
     })
+}
+
+/// Where a TPROXY namespace's redirect of a connect to `dst` lands, as connect4/6 rewrite it
+/// ([`Target`]): the address it keeps, or loopback (IPv4 or IPv6 as `dst`), from `dst` when the
+/// socket is bound to it first.
+fn landing(t: Target, dst: IpAddr) -> String {
+    let dst = dst.to_canonical();
+    if t.keep_addr {
+        return format!(
+            "at {}, its address kept (TPROXY)",
+            SocketAddr::new(dst, t.port)
+        );
+    }
+    let lo: IpAddr = if dst.is_ipv4() {
+        std::net::Ipv4Addr::LOCALHOST.into()
+    } else {
+        std::net::Ipv6Addr::LOCALHOST.into()
+    };
+    let at = SocketAddr::new(lo, t.port);
+    if t.bind_dst {
+        format!("at {at}, from {dst} (the source the route chose, kept)")
+    } else {
+        format!("at {at}")
+    }
 }
