@@ -21,6 +21,7 @@ pub mod server;
 pub mod tokens;
 pub mod tproxy_pod;
 pub mod trace;
+pub mod validation;
 pub mod world;
 
 pub use env::bin_path;

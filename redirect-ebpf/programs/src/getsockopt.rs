@@ -6,34 +6,16 @@
 use aya_ebpf::{bindings::bpf_sockopt, macros::cgroup_sockopt, programs::SockoptContext};
 use redirect_common::{sock, types::V4_MAPPED_WORD, Counter, OrigDst, AF_INET, AF_INET6};
 
-use crate::maps::{count, sock_state_of};
+use crate::{
+    maps::{count, sock_state_of},
+    sockaddr_in::{SockaddrIn, SockaddrIn6},
+};
 
 const SOL_IP: i32 = 0;
 const SOL_IPV6: i32 = 41;
 /// `SO_ORIGINAL_DST` and `IP6T_SO_ORIGINAL_DST` share the number 80.
 const ORIGINAL_DST: i32 = 80;
 const PAGE_SIZE: i32 = 4096;
-
-/// `struct sockaddr_in`.
-#[repr(C)]
-struct SockaddrIn {
-    family: u16,
-    port: u16,
-    addr: u32,
-    zero: [u8; 8],
-}
-
-/// `struct sockaddr_in6`.
-#[repr(C)]
-struct SockaddrIn6 {
-    family: u16,
-    port: u16,
-    flowinfo: u32,
-    addr: [u32; 4],
-    scope_id: u32,
-}
-const _: () = assert!(core::mem::size_of::<SockaddrIn>() == 16);
-const _: () = assert!(core::mem::size_of::<SockaddrIn6>() == 28);
 
 #[cgroup_sockopt(getsockopt)]
 pub fn redirect_getsockopt(ctx: SockoptContext) -> i32 {

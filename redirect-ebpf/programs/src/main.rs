@@ -19,6 +19,7 @@ mod sendmsg;
 mod sk_lookup;
 mod sock_ops;
 mod sockaddr;
+mod sockaddr_in;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -7,7 +7,10 @@ use aya_ebpf::{
     programs::SockAddrContext,
 };
 
-use crate::capture::{is_passthrough_v4, Dest, FAMILY_V4};
+use crate::{
+    capture::{is_passthrough_v4, Dest, FAMILY_V4},
+    sockaddr_in::{SockaddrIn, SockaddrIn6},
+};
 use redirect_common::{outbound::TPROXY_MARK, AF_INET6};
 
 pub use redirect_common::types::IPPROTO_TCP;
@@ -207,25 +210,6 @@ pub fn loopback6(family: u16) -> [u32; 4] {
     } else {
         [0, 0, MAPPED_WORD, LOCALHOST_NET]
     }
-}
-
-/// `struct sockaddr_in`, as `bpf_bind` reads it.
-#[repr(C)]
-struct SockaddrIn {
-    family: u16,
-    port: u16,
-    addr: u32,
-    zero: [u8; 8],
-}
-
-/// `struct sockaddr_in6`, as `bpf_bind` reads it.
-#[repr(C)]
-struct SockaddrIn6 {
-    family: u16,
-    port: u16,
-    flowinfo: u32,
-    addr: [u32; 4],
-    scope_id: u32,
 }
 
 /// Binds the connecting socket to `ip` (network order) with port 0: the kernel picks the port

@@ -5,57 +5,20 @@
 //! 127.0.0.1:15006 with that original destination), and fails within its `--probe-timeout`,
 //! with istio-iptables' exit code 126 and the reason, in one that is not captured.
 use std::{
-    process::{Command, Output},
+    process::Output,
     time::{Duration, Instant},
 };
 
 use redirect_testkit::{privileged, wait::scaled};
-use redirect_tests::{bin_path, conformance::World, node::Node};
+use redirect_tests::{conformance::World, node::Node};
 
 /// istio-iptables' flags in Istio's injected pods (hello.yaml's istio-init).
-const FLAGS: &[&str] = &[
-    "-p",
-    "15001",
-    "-z",
-    "15006",
-    "-u",
-    "1337",
-    "-m",
-    "REDIRECT",
-    "-i",
-    "*",
-    "-x",
-    "",
-    "-b",
-    "*",
-    "-d",
-    "15090,15021,15020",
-];
+const FLAGS: &[&str] = &redirect_tests::validation::istio_flags("REDIRECT");
 
 /// The validation of `w`'s pod as istio-validation runs it: uid and gid 1337, in the pod's
 /// namespace (and the node's cgroup, where the programs are attached).
 fn validation(node: &Node, w: &World, timeout: &str) -> Output {
-    Command::new(bin_path("redirect"))
-        .arg("exec")
-        .arg("--cgroup")
-        .arg(node.cgroup.path())
-        .args(["--", "ip", "netns", "exec", w.pod.name()])
-        .args([
-            "setpriv",
-            "--reuid",
-            "1337",
-            "--regid",
-            "1337",
-            "--clear-groups",
-        ])
-        .arg("--")
-        .arg(bin_path("redirect"))
-        .arg("istio-iptables")
-        .args(FLAGS)
-        .args(["--run-validation", "--skip-rule-apply"])
-        .args(["--probe-timeout", timeout])
-        .output()
-        .expect("run the validation")
+    redirect_tests::validation::run(node.cgroup.path(), w.pod.name(), FLAGS, timeout)
 }
 
 fn text(out: &Output) -> (String, String) {

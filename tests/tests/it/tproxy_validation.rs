@@ -5,63 +5,21 @@
 //! TPROXY mode too, where the validator's plain listener takes it. Before, the redirect kept
 //! the address (127.0.0.6:15006, where nothing listens) and every TPROXY pod stayed in Init.
 //! `explain` says where the kernel sends it.
-use std::process::{Command, Output};
+use std::process::Output;
 
 use redirect_testkit::privileged;
 use redirect_tests::{
-    bin_path,
     conformance::{World, POD4},
     node::Node,
 };
 
 /// The injector's flags in TPROXY mode (`sidecar.istio.io/interceptionMode: TPROXY`).
-const FLAGS: &[&str] = &[
-    "-p",
-    "15001",
-    "-z",
-    "15006",
-    "-u",
-    "1337",
-    "-m",
-    "TPROXY",
-    "-i",
-    "*",
-    "-x",
-    "",
-    "-b",
-    "*",
-    "-d",
-    "15090,15021,15020",
-];
+const FLAGS: &[&str] = &redirect_tests::validation::istio_flags("TPROXY");
 
 /// The validation of `w`'s pod as istio-validation runs it: uid and gid 1337, in the pod's
 /// namespace and the node's cgroup (where the programs are attached).
 fn validation(node: &Node, w: &World) -> Output {
-    Command::new(bin_path("redirect"))
-        .arg("exec")
-        .arg("--cgroup")
-        .arg(node.cgroup.path())
-        .args(["--", "ip", "netns", "exec", w.pod.name()])
-        .args([
-            "setpriv",
-            "--reuid",
-            "1337",
-            "--regid",
-            "1337",
-            "--clear-groups",
-            "--",
-        ])
-        .arg(bin_path("redirect"))
-        .arg("istio-iptables")
-        .args(FLAGS)
-        .args([
-            "--run-validation",
-            "--skip-rule-apply",
-            "--probe-timeout",
-            "5s",
-        ])
-        .output()
-        .expect("run the validation")
+    redirect_tests::validation::run(node.cgroup.path(), w.pod.name(), FLAGS, "5s")
 }
 
 /// `redirect explain --json` for uid and gid 1337 in `w`'s pod: `dst`, from a socket bound
