@@ -111,6 +111,9 @@ pub struct Injected {
     /// Istio's TPROXY injection (`hello-tproxy.yaml.injected`: `-m TPROXY`, istio-proxy as
     /// uid 0 with NET_ADMIN) with the `sidecar.istio.io/interceptionMode: TPROXY` annotation.
     pub tproxy: bool,
+    /// No istio-validation container (it cannot pass where nothing captures): the workload
+    /// whose start is timed with and without our entry.
+    pub no_validation: bool,
 }
 
 impl Injected {
@@ -125,6 +128,7 @@ impl Injected {
             connections,
             imposter: false,
             tproxy: false,
+            no_validation: false,
         }
     }
 }
@@ -255,7 +259,11 @@ pub fn injected(w: &Injected) -> anyhow::Result<Value> {
             env.push(json!({"name": "ISTIO_META_DNS_CAPTURE", "value": "true"}));
         }
     }
-    spec["initContainers"] = json!([init]);
+    spec["initContainers"] = if w.no_validation {
+        json!([])
+    } else {
+        json!([init])
+    };
     let mut containers = vec![app(w.connections)];
     if w.imposter {
         containers.push(imposter(w.connections));

@@ -275,6 +275,12 @@ fn the_daemons_life_driven_by_kubernetes_keeps_every_pod_captured() {
     );
     cluster.assert_proxied(&reached, &name, 80);
 
+    // The same workload started with our entry in the chain, then (below) without it, for
+    // the closing figures (no istio-validation: without capture it cannot pass).
+    let mut timed = Injected::new("timed-a", 3, &parts.image, 0);
+    timed.no_validation = true;
+    let with = cluster.time_to_ready(&timed).expect("timed with our entry");
+
     // kubectl delete daemonset: our entry and plugin leave the node.
     kubectl(
         &cluster,
@@ -301,12 +307,13 @@ fn the_daemons_life_driven_by_kubernetes_keeps_every_pod_captured() {
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    // The same workload's start without our entry in the chain, for the closing figures.
-    let times = cluster
-        .time_to_ready(&Injected::new("bare", 3, &parts.image, 0))
-        .expect("a Deployment without our entry");
+    timed.name = "timed-b".into();
+    let without = cluster
+        .time_to_ready(&timed)
+        .expect("timed without our entry");
     eprintln!(
-        "cluster: apply to Ready without our entry: {times:?} (median {:?})",
-        times[times.len() / 2]
+        "cluster: apply to Ready with our entry {with:?} (median {:?}), without {without:?} (median {:?})",
+        with[with.len() / 2],
+        without[without.len() / 2]
     );
 }
