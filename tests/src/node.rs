@@ -104,6 +104,22 @@ impl Default for Pins {
 }
 
 impl Pins {
+    /// The CLI's arguments that apply to the namespace `netns` with the programs attached at
+    /// `cgroup` and pinned here, and no DNS servers read from the pod's files.
+    pub fn cli_args(&self, netns: &Path, cgroup: &Path) -> Vec<String> {
+        [
+            "--netns".into(),
+            netns.display().to_string(),
+            "--cgroup".into(),
+            cgroup.display().to_string(),
+            "--bpffs".into(),
+            self.0.display().to_string(),
+            "--dns-servers".into(),
+            String::new(),
+        ]
+        .into()
+    }
+
     /// A unique directory under /sys/fs/bpf (not created: the first apply creates it).
     pub fn new() -> Self {
         Self(PathBuf::from("/sys/fs/bpf").join(unique_name("rib")))

@@ -108,17 +108,7 @@ fn the_application_sees_the_clients_own_address_and_cleanup_removes_the_routing(
     let w = World::new("rtp", true);
     let cgroup = Cgroup::new("rtpc").expect("cgroup");
     let pins = Pins::new();
-    let base: Vec<String> = [
-        "--netns".into(),
-        w.pod.path().display().to_string(),
-        "--cgroup".into(),
-        cgroup.path().display().to_string(),
-        "--bpffs".into(),
-        pins.0.display().to_string(),
-        "--dns-servers".into(),
-        String::new(),
-    ]
-    .into();
+    let base = pins.cli_args(&w.pod.path(), cgroup.path());
     let before = fwmark_accept(&w.pod);
     let mut apply = base.clone();
     apply.extend(

@@ -85,17 +85,7 @@ fn tproxy_sets_and_clears_the_pods_fwmark_accept_with_proc_sys_read_only() {
     let pod = Netns::new("rtro").expect("netns");
     let cgroup = Cgroup::new("rtroc").expect("cgroup");
     let pins = Pins::new();
-    let base: Vec<String> = [
-        "--netns".into(),
-        pod.path().display().to_string(),
-        "--cgroup".into(),
-        cgroup.path().display().to_string(),
-        "--bpffs".into(),
-        pins.0.display().to_string(),
-        "--dns-servers".into(),
-        String::new(),
-    ]
-    .into();
+    let base = pins.cli_args(&pod.path(), cgroup.path());
     let host_before = host_fwmark_accept();
     assert_eq!(fwmark_accept(&pod), "0", "a new namespace's default");
 
