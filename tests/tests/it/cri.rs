@@ -6,7 +6,8 @@
 //! arguments read from `deploy/kubernetes/daemonset.yaml`; its install-cni container puts our
 //! entry into the primary conflist. containerd chooses the namespace paths
 //! (`/var/run/netns/cni-...`), the CNI_ARGS and the timing of every ADD and DEL. The apiserver is
-//! the recorded-object server (no kube-apiserver can be installed here) in the node's network.
+//! the recorded-object server in the node's network (a real kube-apiserver and kubelet 1.20:
+//! `cluster_*.rs`).
 //! What the test adds to the DaemonSet's arguments only makes the test's node a node: its
 //! cgroup in place of the machine's root (`--cgroup`, `--proxy-cgroup`, `--pod-cgroup-root`),
 //! the recorded server's kubeconfig in place of in-cluster credentials, and short pod-GET
