@@ -1,9 +1,17 @@
-//! Who is at the other end of the daemon's socket, as the kernel recorded it at connect
-//! (`SO_PEERCRED`): its uid and pid, and the effective capabilities of that pid. The daemon
-//! asks it of its clients (changing capture needs CAP_NET_ADMIN); its clients ask it of the
-//! daemon (whatever answers at the socket's path must be root holding CAP_NET_ADMIN, so a
-//! process that took the path over cannot answer a CNI ADD as if it had enrolled the pod).
-use std::os::unix::net::UnixStream;
+//! Who is at the other end of the daemon's socket, as the kernel recorded it at connect: its
+//! uid and pid (`SO_PEERCRED`), a pidfd of it (`SO_PEERPIDFD`, Linux 6.5), and whether it holds
+//! CAP_NET_ADMIN in the judge's own user namespace. The daemon asks it of its clients
+//! (changing capture needs CAP_NET_ADMIN); its clients ask it of the daemon (whatever answers
+//! at the socket's path must be root holding CAP_NET_ADMIN, so a process that took the path
+//! over cannot answer a CNI ADD as if it had enrolled the pod).
+//!
+//! A capability counts only in the judge's user namespace: any process may make a user
+//! namespace of its own (`unshare -Ur`) and holds every capability inside it, while
+//! `SO_PEERCRED` still says uid 0. So a peer in another user namespace holds nothing here.
+//! The capabilities and the namespace are read from `/proc/PID`; where the kernel gives a
+//! pidfd, the peer is checked to be still there after the reads, so a pid reused meanwhile
+//! (the peer exited and was reaped) is never what was judged.
+use std::os::{fd::AsFd as _, unix::fs::MetadataExt as _, unix::net::UnixStream};
 
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
@@ -30,4 +38,124 @@ pub fn effective_caps(pid: i32) -> std::io::Result<u64> {
 #[must_use]
 pub fn holds(caps: u64, cap: u32) -> bool {
     caps & (1 << cap) != 0
+}
+
+/// The user namespace of `pid` (`/proc/PID/ns/user`: device and inode), `self` for this
+/// process.
+fn user_ns(pid: &str) -> std::io::Result<(u64, u64)> {
+    let m = std::fs::metadata(format!("/proc/{pid}/ns/user"))?;
+    Ok((m.dev(), m.ino()))
+}
+
+/// What a peer may do, judged in this process's user namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// Holds CAP_NET_ADMIN in this user namespace.
+    NetAdmin,
+    /// Runs in this user namespace without CAP_NET_ADMIN.
+    NoNetAdmin,
+    /// Runs in a user namespace of its own: its capabilities count there, not here.
+    OtherUserNamespace,
+    /// Not visible in this PID namespace (`SO_PEERCRED` pid 0).
+    NotVisible,
+    /// Exited (and its pid may be another process's) before it was judged.
+    Gone,
+    /// Its `/proc` entries could not be read (the reason).
+    Unreadable(String),
+}
+
+/// A peer: uid, pid, and what it may do.
+#[derive(Debug, Clone)]
+pub struct PeerProcess {
+    /// Its uid (as this user namespace sees it).
+    pub uid: u32,
+    /// Its pid (0 when not visible).
+    pub pid: i32,
+    /// What it may do here.
+    pub standing: Standing,
+    /// Whether a pidfd held it while it was judged (Linux 6.5 and later).
+    pub held_by_pidfd: bool,
+}
+
+/// Judges the peer of `stream` now: its credentials, and CAP_NET_ADMIN in this user namespace.
+pub fn judge(stream: &UnixStream) -> std::io::Result<PeerProcess> {
+    let (uid, pid) = credentials(stream)?;
+    if pid <= 0 {
+        return Ok(PeerProcess {
+            uid,
+            pid,
+            standing: Standing::NotVisible,
+            held_by_pidfd: false,
+        });
+    }
+    let pidfd = redirect_sys::peer::peer_pidfd(stream.as_fd())?;
+    let mut standing = read_standing(pid);
+    if let Some(pidfd) = &pidfd {
+        if !redirect_sys::peer::still_there(pidfd.as_fd())? {
+            standing = Standing::Gone;
+        }
+    }
+    Ok(PeerProcess {
+        uid,
+        pid,
+        standing,
+        held_by_pidfd: pidfd.is_some(),
+    })
+}
+
+fn read_standing(pid: i32) -> Standing {
+    let theirs = match user_ns(&pid.to_string()) {
+        Ok(ns) => ns,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Standing::Gone,
+        Err(e) => {
+            return Standing::Unreadable(format!("its user namespace (/proc/{pid}/ns/user): {e}"))
+        }
+    };
+    match user_ns("self") {
+        Ok(mine) if mine == theirs => {}
+        Ok(_) => return Standing::OtherUserNamespace,
+        Err(e) => return Standing::Unreadable(format!("this process's user namespace: {e}")),
+    }
+    match effective_caps(pid) {
+        Ok(caps) if holds(caps, CAP_NET_ADMIN) => Standing::NetAdmin,
+        Ok(_) => Standing::NoNetAdmin,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Standing::Gone,
+        Err(e) => Standing::Unreadable(format!("its capabilities (/proc/{pid}/status): {e}")),
+    }
+}
+
+impl Standing {
+    /// Why a peer of this standing may not change capture; `None` for [`Standing::NetAdmin`].
+    #[must_use]
+    pub fn why_not(&self, pid: i32) -> Option<String> {
+        Some(match self {
+            Self::NetAdmin => return None,
+            Self::NoNetAdmin => format!("its process (pid {pid}) runs as root without CAP_NET_ADMIN"),
+            Self::OtherUserNamespace => format!(
+                "its process (pid {pid}) runs in a user namespace of its own, where capabilities count for nothing here"
+            ),
+            Self::NotVisible => "its process is not visible in this PID namespace".to_owned(),
+            Self::Gone => format!("its process (pid {pid}) exited before it could be judged"),
+            Self::Unreadable(why) => format!("reading {why} failed"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_judged_in_its_own_user_namespace() {
+        let (a, _b) = UnixStream::pair().expect("pair");
+        let peer = judge(&a).expect("judged");
+        assert_eq!(peer.pid, i32::try_from(std::process::id()).expect("pid"));
+        let caps = effective_caps(peer.pid).expect("caps");
+        let want = if holds(caps, CAP_NET_ADMIN) {
+            Standing::NetAdmin
+        } else {
+            Standing::NoNetAdmin
+        };
+        assert_eq!(peer.standing, want);
+    }
 }

@@ -90,6 +90,13 @@ pub enum Error {
         /// The path the runtime named.
         netns: PathBuf,
     },
+    /// `enroll` (or `istio-iptables` through the daemon) named the host's own network
+    /// namespace, by whatever path: only `redirect vm`, made to capture a VM's host, may.
+    #[error("{} is the host's network namespace (the daemon's, or init's), not a pod's: refused (capturing the node's own traffic would send its connects to a proxy port nothing listens on; to capture a VM's host, run `redirect vm`)", netns.display())]
+    EnrollHostNetns {
+        /// The path the client named.
+        netns: PathBuf,
+    },
     /// The namespace does not hold an address the primary plugin gave the pod.
     #[error("{pod}: the netns {} does not hold {missing} from prevResult (it holds {held:?})", netns.display())]
     MissingAddress {

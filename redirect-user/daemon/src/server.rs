@@ -13,6 +13,7 @@ use std::{
 mod datapath;
 mod followed;
 mod gone;
+mod intake;
 mod netns_in;
 mod outside;
 mod peer;
@@ -89,6 +90,9 @@ impl Daemon {
         redirect_datapath::load::preflight::require_root()?;
         private_dir::make_private(&opts.dir)?;
         let lock = single_instance(&opts.dir)?;
+        if let Some((mount, mode)) = node::open_to_all(&opts.bpffs) {
+            tracing::warn!(mount = %mount.display(), mode = format!("{mode:o}"), fix = format!("mount -t bpf -o mode=700 bpf {}", mount.display()), "any user may create entries in the bpf filesystem holding the pins: another user could make the pin directory or the lock before the daemon (it then refuses to start, naming them)");
+        }
         let guard = node::lock(&opts.bpffs)?;
         if NodeDatapath::exists(&opts.bpffs) {
             // A new daemon is how a node is upgraded: it takes the pinned datapath over in

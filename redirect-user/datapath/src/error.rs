@@ -150,6 +150,19 @@ pub enum Error {
         /// Its parent, which must be a bpffs mount.
         mount: PathBuf,
     },
+    /// The lock directory or the pin directory was made by another user, or others may write
+    /// it (a bpffs of mode 1777 lets any user create entries beside the pins).
+    #[error("{} is owned by uid {uid} with mode {mode:o}, where only root may write: refused, as another user could hold the datapath's lock or change its pins; remove it as root (`rm -r {}`) and mount the bpf filesystem so only root may create entries there (`mount -t bpf -o mode=700 bpf {}`)", path.display(), path.display(), mount.display())]
+    NotRootsOwn {
+        /// The directory.
+        path: PathBuf,
+        /// Its owner.
+        uid: u32,
+        /// Its permission bits.
+        mode: u32,
+        /// The bpffs it is in.
+        mount: PathBuf,
+    },
     /// A bpffs operation on the pinned datapath failed.
     #[error("{op} {path}")]
     Pin {

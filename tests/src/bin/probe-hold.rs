@@ -4,7 +4,9 @@
 //! line every `--every-ms`, printing each answer's `Landing` line; when the connection ends
 //! (reset, closed) it prints `ended: WHY` and connects again, as a pooled client does.
 //! `answer-unix --path P --line TEXT` answers every line of every connection to the unix
-//! socket `P` with `TEXT` (a process posing as the daemon at its socket's path).
+//! socket `P` with `TEXT` (a process posing as the daemon at its socket's path);
+//! `ask-unix --path P --line TEXT` sends `TEXT` on one connection to `P` and prints the answer
+//! line (a client of the daemon judged as whatever process runs it).
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
@@ -42,6 +44,15 @@ enum Role {
         #[arg(long)]
         path: std::path::PathBuf,
         /// The answer.
+        #[arg(long)]
+        line: String,
+    },
+    /// Send `line` on one connection to the unix socket `path`; print the answer.
+    AskUnix {
+        /// The socket's path.
+        #[arg(long)]
+        path: std::path::PathBuf,
+        /// The request line.
         #[arg(long)]
         line: String,
     },
@@ -125,6 +136,16 @@ fn main() -> anyhow::Result<()> {
                     let _ = (&stream).write_all(format!("{line}\n").as_bytes());
                 }
             }
+            Ok(())
+        }
+        Role::AskUnix { path, line } => {
+            let stream = std::os::unix::net::UnixStream::connect(&path)
+                .with_context(|| format!("connect {}", path.display()))?;
+            stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+            (&stream).write_all(format!("{line}\n").as_bytes())?;
+            let mut answer = String::new();
+            BufReader::new(&stream).read_line(&mut answer)?;
+            println!("{}", answer.trim_end());
             Ok(())
         }
         Role::Connect {

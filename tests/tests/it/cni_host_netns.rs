@@ -49,3 +49,52 @@ fn an_add_naming_the_hosts_namespace_is_refused_and_nothing_is_enrolled() {
     assert!(ran.ok(), "the pod's own ADD: {}", ran.text());
     assert_eq!(listed().len(), 1);
 }
+
+/// `enroll` refuses the host's namespace too (issue 46, finding 5), by inode whatever path
+/// names it: this process's (the daemon's own), a bind mount of it elsewhere, and
+/// `/proc/1/ns/net` where it can be opened. Enrolling it
+/// would send the node's own connects to a proxy port nothing listens on. Nothing is listed.
+#[test]
+fn enroll_refuses_the_hosts_namespace_by_any_path() {
+    privileged!();
+    let node = Node::new();
+    let _daemon = node.daemon();
+    let bound = std::env::temp_dir().join(unique_name("rhostns"));
+    std::fs::write(&bound, b"").expect("a mount point");
+    let this = format!("/proc/{}/ns/net", std::process::id());
+    nix::mount::mount(
+        Some(std::path::Path::new(&this)),
+        &bound,
+        None::<&str>,
+        nix::mount::MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .expect("bind mount of the host's namespace");
+    // /proc/1's where this root may open it (not without CAP_SYS_PTRACE, as above).
+    let init = std::fs::File::open("/proc/1/ns/net")
+        .is_ok()
+        .then(|| "/proc/1/ns/net".to_owned());
+    let paths: Vec<String> = init
+        .into_iter()
+        .chain([this, bound.display().to_string()])
+        .collect();
+    let outcomes: Vec<(String, std::process::Output)> = paths
+        .iter()
+        .map(|p| {
+            let out = node.run(&["enroll", "--netns", p, "--istio-args", "-u 1337 -i '*'"]);
+            (p.clone(), out)
+        })
+        .collect();
+    let listed: Vec<Value> =
+        serde_json::from_str(&node.ok(&["list", "--json"])).expect("list --json");
+    let _ = nix::mount::umount2(&bound, nix::mount::MntFlags::MNT_DETACH);
+    let _ = std::fs::remove_file(&bound);
+    for (path, out) in outcomes {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("is the host's network namespace"),
+            "enroll --netns {path}: {out:?}"
+        );
+    }
+    assert_eq!(listed, Vec::<Value>::new(), "the host's namespace enrolled");
+}

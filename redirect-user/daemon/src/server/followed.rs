@@ -289,6 +289,12 @@ impl Daemon {
             }
             other => other?,
         };
+        // By inode, whatever path names it (/proc/1/ns/net, a bind mount, a descriptor).
+        if writer != Writer::Vm && super::pods::is_host(ns.cookie()) {
+            return Err(Error::EnrollHostNetns {
+                netns: netns.to_path_buf(),
+            });
+        }
         phases.mark("open");
         let was = self.enrollments.get(&ns.cookie()).map(|f| f.record.clone());
         let e = self.enroll_ns(

@@ -1,17 +1,19 @@
 //! Who may talk to the daemon: a peer of the daemon's own uid (root on a node), whatever the
-//! socket's file mode says; and only a peer holding CAP_NET_ADMIN, the capability iptables
-//! needs to change a pod's rules, may change what is captured. The mode is the first guard;
-//! the peer's credentials, which the kernel records at connect and a client cannot forge, are
-//! the second: a widened directory, or a container whose root is not the host's (a user
-//! namespace), still gets nothing, and a root container that mounts the host's /run with the
-//! runtime's default capabilities (no NET_ADMIN) may read (`list`, `status`, CNI CHECK) but
-//! not enroll, unenroll, uninstall, nor send CNI ADD, DEL or GC. The capabilities are read as
-//! soon as the connection is accepted, before its request: a peer's pid could be another
-//! process's by the time a slow request arrives.
+//! socket's file mode says; and only a peer holding CAP_NET_ADMIN in the daemon's own user
+//! namespace, the capability iptables needs to change a pod's rules, may change what is
+//! captured. The mode is the first guard; the peer's credentials, which the kernel records at
+//! connect and a client cannot forge, are the second: a widened directory, or a container
+//! whose root is not the host's, still gets nothing; a root container that mounts the host's
+//! /run with the runtime's default capabilities (no NET_ADMIN), or a process that made a user
+//! namespace of its own (`unshare -Ur`: every capability there, none on the node), may read
+//! (`list`, `status`, CNI CHECK) but not enroll, unenroll, uninstall, nor send CNI ADD, DEL or
+//! GC. The peer is judged as soon as its connection is accepted, before its request, through
+//! a pidfd where the kernel gives one (6.5 and later), so the process judged is the one that
+//! connected, never another given its pid later.
 use std::os::unix::net::UnixStream;
 
 use redirect_daemon_api::{
-    peer::{credentials, effective_caps, holds, CAP_NET_ADMIN},
+    peer::{judge, Standing},
     Request,
 };
 
@@ -21,29 +23,33 @@ pub struct Peer {
     may_change: Result<(), String>,
 }
 
-/// `Ok` when the peer of `stream` runs as the daemon's effective uid (its capabilities read
-/// now); else the refusal, naming the peer's uid and pid.
+/// `Ok` when the peer of `stream` runs as the daemon's effective uid (judged now); else the
+/// refusal, naming the peer's uid and pid.
 pub fn check(stream: &UnixStream) -> Result<Peer, String> {
     let me = nix::unistd::geteuid().as_raw();
-    let (uid, pid) = credentials(stream).map_err(|e| {
-        format!("reading the client's credentials (SO_PEERCRED) failed: {e}: refused")
+    let peer = judge(stream).map_err(|e| {
+        format!("judging the client (SO_PEERCRED, SO_PEERPIDFD) failed: {e}: refused")
     })?;
+    let (uid, pid) = (peer.uid, peer.pid);
     if uid != me {
         return Err(format!(
             "the daemon answers only uid {me} on its socket; this client runs as uid {uid} (pid {pid}): refused (run the command as root on the node)"
         ));
     }
-    let may_change = if pid <= 0 {
-        Err("this client's process is not visible in the daemon's PID namespace (run the daemon with the host's PID namespace, as the DaemonSet does)".to_owned())
-    } else {
-        match effective_caps(pid) {
-            Ok(caps) if holds(caps, CAP_NET_ADMIN) => Ok(()),
-            Ok(_) => Err(format!(
-                "this client (pid {pid}) runs as root without CAP_NET_ADMIN (as iptables needs); reads such as list and status need no capability"
-            )),
-            Err(e) => Err(format!("reading the capabilities of this client (pid {pid}): {e}")),
-        }
+    let may_change = match &peer.standing {
+        Standing::NetAdmin => Ok(()),
+        Standing::NotVisible => Err("this client's process is not visible in the daemon's PID namespace (run the daemon with the host's PID namespace, as the DaemonSet does)".to_owned()),
+        Standing::NoNetAdmin => Err(format!(
+            "this client (pid {pid}) runs as root without CAP_NET_ADMIN (as iptables needs); reads such as list and status need no capability"
+        )),
+        Standing::OtherUserNamespace => Err(format!(
+            "this client (pid {pid}) runs in a user namespace other than the daemon's, where its capabilities count for nothing on the node; reads such as list and status need no capability"
+        )),
+        other => Err(format!("this client: {}", other.why_not(pid).unwrap_or_default())),
     };
+    if may_change.is_err() && peer.standing != Standing::NoNetAdmin {
+        tracing::debug!(pid, standing = ?peer.standing, pidfd = peer.held_by_pidfd, "a client that may only read");
+    }
     Ok(Peer { may_change })
 }
 

@@ -387,7 +387,7 @@ impl Daemon {
 
 /// Whether `cookie` is the host's network namespace: the daemon's own (it runs on the host
 /// network) or init's (seen with hostPID). Neither is ever a pod's.
-fn is_host(cookie: NetnsCookie) -> bool {
+pub(super) fn is_host(cookie: NetnsCookie) -> bool {
     ["/proc/self/ns/net", "/proc/1/ns/net"].iter().any(|p| {
         redirect_datapath::netns::cookie(std::path::Path::new(p)).is_ok_and(|c| c == cookie)
     })

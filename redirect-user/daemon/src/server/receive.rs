@@ -1,11 +1,13 @@
 //! One request as it arrives on the socket: its line, and the namespace descriptor its first
-//! bytes carry (`SCM_RIGHTS`) when the client sent one.
+//! bytes carry (`SCM_RIGHTS`) when the client sent one, read whole before one deadline (a
+//! client that sends a byte at a time, or nothing, is cut off there).
 use std::{
-    io::{BufReader, Cursor, IoSliceMut, Read as _},
+    io::{BufReader, Cursor, IoSliceMut, Read},
     os::{
         fd::{FromRawFd as _, OwnedFd},
         unix::{io::AsRawFd as _, net::UnixStream},
     },
+    time::Instant,
 };
 
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
@@ -24,10 +26,12 @@ pub(super) struct Received {
     pub fd: Option<OwnedFd>,
 }
 
-/// Reads one request from `stream`: the first bytes with their ancillary data, the rest of the
-/// line as plain reads. More than one descriptor is refused (all of them closed).
-pub(super) fn receive(stream: &UnixStream) -> Result<Received, DecodeError> {
+/// Reads one request from `stream` before `deadline`: the first bytes with their ancillary
+/// data, the rest of the line as plain reads. More than one descriptor is refused (all of them
+/// closed); a request not whole by the deadline is a read error (timed out).
+pub(super) fn receive(stream: &UnixStream, deadline: Instant) -> Result<Received, DecodeError> {
     let mut first = vec![0u8; FIRST_READ];
+    until(stream, deadline).map_err(DecodeError::Read)?;
     let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
     let (n, fds, truncated) = loop {
         let mut iov = [IoSliceMut::new(&mut first)];
@@ -64,9 +68,31 @@ pub(super) fn receive(stream: &UnixStream) -> Result<Received, DecodeError> {
     let line = if first.contains(&b'\n') || n == 0 {
         read_frame(Cursor::new(first))?
     } else {
-        read_frame(Cursor::new(first).chain(BufReader::new(stream)))?
+        read_frame(Cursor::new(first).chain(BufReader::new(Deadline { stream, deadline })))?
     };
     Ok(Received { line, fd })
+}
+
+/// Sets `stream`'s read timeout to what is left before `deadline`; timed out when nothing is.
+fn until(stream: &UnixStream, deadline: Instant) -> std::io::Result<()> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(std::io::ErrorKind::TimedOut.into());
+    }
+    stream.set_read_timeout(Some(left))
+}
+
+/// `stream` read with every read bounded by what is left before one deadline.
+struct Deadline<'a> {
+    stream: &'a UnixStream,
+    deadline: Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        until(self.stream, self.deadline)?;
+        self.stream.read(buf)
+    }
 }
 
 #[cfg(test)]
@@ -75,6 +101,30 @@ mod tests {
     use std::io::{IoSlice, Write as _};
 
     use nix::sys::socket::{sendmsg, ControlMessage};
+
+    fn soon() -> Instant {
+        Instant::now() + std::time::Duration::from_secs(5)
+    }
+
+    #[test]
+    fn a_client_that_sends_a_byte_at_a_time_is_cut_off_at_the_deadline() {
+        let (mut a, b) = UnixStream::pair().expect("pair");
+        let writer = std::thread::spawn(move || {
+            for _ in 0..20 {
+                if a.write_all(b"x").is_err() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
+        let start = Instant::now();
+        let got = receive(&b, start + std::time::Duration::from_millis(500));
+        let took = start.elapsed();
+        drop(b);
+        writer.join().expect("writer");
+        assert!(matches!(got, Err(DecodeError::Read(_))), "{got:?}");
+        assert!(took < std::time::Duration::from_secs(2), "took {took:?}");
+    }
 
     fn send_with(stream: &UnixStream, bytes: &[u8], fds: &[std::os::fd::RawFd]) -> usize {
         sendmsg::<UnixAddr>(
@@ -97,7 +147,7 @@ mod tests {
             let sent = send_with(&a, &line, &[file.as_raw_fd()]);
             a.write_all(&line[sent..]).expect("the rest");
         });
-        let got = receive(&b).expect("received");
+        let got = receive(&b, soon()).expect("received");
         writer.join().expect("writer");
         assert_eq!(got.line.len(), FIRST_READ * 2);
         assert!(got.fd.is_some(), "the descriptor arrived");
@@ -107,7 +157,7 @@ mod tests {
     fn no_descriptor_is_none_and_two_are_refused() {
         let (mut a, b) = UnixStream::pair().expect("pair");
         a.write_all(b"{}\n").expect("write");
-        let got = receive(&b).expect("received");
+        let got = receive(&b, soon()).expect("received");
         assert_eq!((got.line.as_slice(), got.fd.is_none()), (&b"{}"[..], true));
         let (a, b) = UnixStream::pair().expect("pair");
         let (f1, f2) = (
@@ -115,6 +165,6 @@ mod tests {
             std::fs::File::open("/dev/null").expect("file"),
         );
         send_with(&a, b"{}\n", &[f1.as_raw_fd(), f2.as_raw_fd()]);
-        assert!(matches!(receive(&b), Err(DecodeError::Descriptors)));
+        assert!(matches!(receive(&b, soon()), Err(DecodeError::Descriptors)));
     }
 }

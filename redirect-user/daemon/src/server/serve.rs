@@ -1,7 +1,7 @@
-//! The daemon's socket loop: waits for a connection or a resolver's answer, checks the peer,
-//! reads and answers each request (handing pods unknown to the watch to a resolver thread).
+//! The daemon's serving loop: waits for a request read whole by the intake's threads or for
+//! a resolver's answer, and answers each (handing pods unknown to the watch to a resolver
+//! thread). Nothing here reads a client: a slow one holds only its own reader.
 use std::{
-    os::unix::net::UnixStream,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -11,35 +11,36 @@ use std::{
 
 use redirect_daemon_api::{answer, DaemonDir, Request};
 
-use super::{peer, receive, reply, resolver, Daemon, STOP_CHECK, TICK};
-use crate::{
-    decode::decode_request,
-    error::{Error, Result},
-};
+use super::{intake, peer, reply, resolver, Daemon, STOP_CHECK, TICK};
+use crate::error::{Error, Result};
 
 impl Daemon {
     /// Serves until `stop` is set or an uninstall completes. The pins stay (capture goes on)
     /// unless uninstalled.
     pub fn run(mut self, stop: &AtomicBool) -> Result<()> {
-        self.listener
-            .set_nonblocking(true)
-            .map_err(|e| Error::io("configuring", DaemonDir::new(&self.opts.dir).socket(), e))?;
+        let socket = DaemonDir::new(&self.opts.dir).socket();
+        let intake = self
+            .listener
+            .try_clone()
+            .and_then(intake::Intake::start)
+            .map_err(|e| Error::io("starting the accept thread of", &socket, e))?;
         let mut last_tick = Instant::now();
         while !stop.load(Ordering::Relaxed) && !self.uninstalled {
-            // Woken by a connection at once (no polling interval on the pod-start path), else
+            // Woken by a request at once (no polling interval on the pod-start path), else
             // at the next tick or stop check.
             let until_tick = TICK.saturating_sub(last_tick.elapsed());
-            let (connection, resolved) = self.wait_readable(until_tick.min(STOP_CHECK));
+            let (arrived, resolved) = self.wait_readable(&intake, until_tick.min(STOP_CHECK));
             if resolved {
                 for done in self.resolver.drain() {
                     self.finish(done);
                 }
             }
-            if connection {
-                match self.listener.accept() {
-                    Ok((stream, _)) => self.serve(stream),
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => tracing::warn!(error = %e, "accept"),
+            if arrived {
+                for request in intake.drain() {
+                    self.serve(request);
+                    if self.uninstalled {
+                        break;
+                    }
                 }
             }
             if last_tick.elapsed() >= TICK {
@@ -47,6 +48,11 @@ impl Daemon {
                 last_tick = Instant::now();
             }
         }
+        // Ends the accept thread (its accept fails with EINVAL).
+        let _ = nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&self.listener),
+            nix::sys::socket::Shutdown::Both,
+        );
         let dir = DaemonDir::new(&self.opts.dir);
         let _ = std::fs::remove_file(dir.socket());
         if self.uninstalled {
@@ -59,13 +65,12 @@ impl Daemon {
         Ok(())
     }
 
-    /// Whether the socket has a connection waiting, and whether a resolver thread handed a
-    /// request back, within `timeout`.
-    fn wait_readable(&self, timeout: Duration) -> (bool, bool) {
+    /// Whether a request was read whole, and whether a resolver thread handed a request
+    /// back, within `timeout`.
+    fn wait_readable(&self, intake: &intake::Intake, timeout: Duration) -> (bool, bool) {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        use std::os::fd::AsFd as _;
         let mut fds = [
-            PollFd::new(self.listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(intake.wake_fd(), PollFlags::POLLIN),
             PollFd::new(self.resolver.wake_fd(), PollFlags::POLLIN),
         ];
         let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
@@ -121,21 +126,14 @@ impl Daemon {
         kube.needs_get(pod).then(|| (Arc::clone(kube), pod.clone()))
     }
 
-    fn serve(&mut self, stream: UnixStream) {
-        let peer = match peer::check(&stream) {
-            Ok(peer) => peer,
-            Err(refused) => {
-                tracing::warn!(%refused, "connection refused");
-                reply::send(stream, answer::frame(&Err(refused)));
-                return;
-            }
-        };
+    fn serve(&mut self, arrived: intake::Arrived) {
+        let intake::Arrived {
+            stream,
+            peer,
+            request,
+            accepted,
+        } = arrived;
         let mut phases = redirect_datapath::phases::Phases::start();
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-        let request =
-            receive::receive(&stream).and_then(|r| decode_request(&r.line).map(|req| (req, r.fd)));
-        phases.mark("read");
         let (op, result, retry) = match request {
             Ok((req, fd)) => {
                 let op = req.op();
@@ -170,15 +168,15 @@ impl Daemon {
                 let retry = handled.as_ref().is_err_and(Error::retryable);
                 (op, handled.map_err(|e| e.to_string()), retry)
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "bad request refused");
-                ("bad", Err(format!("bad request: {e}")), false)
+            Err(refused) => {
+                tracing::warn!(%refused, "bad request refused");
+                ("bad", Err(refused), false)
             }
         };
         phases.mark("handle");
         self.count_refused(op, &result);
         reply::send(stream, answer::frame_retry(&result, retry));
         phases.mark("reply");
-        tracing::debug!(op, ok = result.is_ok(), elapsed_us = phases.total_us(), %phases, "request served");
+        tracing::debug!(op, ok = result.is_ok(), elapsed_us = phases.total_us(), since_accept_us = accepted.elapsed().as_micros(), %phases, "request served");
     }
 }

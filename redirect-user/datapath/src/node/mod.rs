@@ -10,6 +10,7 @@ mod claims;
 mod entries;
 mod index;
 pub mod layout;
+mod lock;
 mod lookup_key;
 pub mod needs;
 mod pins;
@@ -27,8 +28,9 @@ use std::{
 use aya::maps::{Map, MapData};
 use redirect_common::{map_names, prog_names};
 
+pub use self::lock::{lock, open_to_all, NodeLock};
 pub use self::lookup_key::SkLookupKey;
-pub use self::pins::{lock, remove_dir, NodeLock};
+pub use self::pins::remove_dir;
 use redirect_policy::Policy;
 
 use crate::{

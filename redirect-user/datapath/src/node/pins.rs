@@ -1,10 +1,6 @@
 //! Creating the pinned datapath (load, attach by bpf_link, pin) and the bpffs it lives on:
-//! mounting, locking, removing.
-use std::{
-    fs::File,
-    os::{fd::AsFd as _, unix::fs::MetadataExt as _},
-    path::{Path, PathBuf},
-};
+//! mounting and removing (the lock is `lock.rs`).
+use std::{os::fd::AsFd as _, path::Path};
 
 use aya::{Ebpf, EbpfLoader};
 use redirect_common::map_names;
@@ -36,7 +32,7 @@ fn is_bpffs(path: &Path) -> bool {
 /// Makes sure `dir`'s parent is a bpf filesystem. None is ever mounted here: one mounted by
 /// this process in a container's own mount namespace would be private to it, and a datapath
 /// pinned there would die with the container while looking applied.
-fn ensure_bpffs(dir: &Path) -> Result<()> {
+pub(super) fn ensure_bpffs(dir: &Path) -> Result<()> {
     let parent = dir.parent().unwrap_or(Path::new("/"));
     if is_bpffs(parent) {
         return Ok(());
@@ -149,62 +145,5 @@ pub fn remove_dir(dir: &Path) -> Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(pin_err("removing", dir)(e)),
-    }
-}
-
-/// Serialises changes to one pinned datapath (`redirect istio-iptables` runs, `vm`, the
-/// daemon): an exclusive flock on a lock directory of its own beside the pin directory, in the
-/// bpf filesystem every writer shares whatever its mount namespace (`NAME_lock`: bpffs refuses
-/// dots in names), so two datapaths on one host never wait on each other. The lock directory is
-/// removed when the lock is released, and a waiter that finds it replaced takes the new one:
-/// nothing is left behind. Refuses when the pin directory's parent is not a bpffs (see
-/// `ensure_bpffs`).
-pub fn lock(dir: &Path) -> Result<NodeLock> {
-    preflight::require_root()?;
-    ensure_bpffs(dir)?;
-    let name = dir
-        .file_name()
-        .map_or_else(|| "redirect".into(), |n| n.to_string_lossy().into_owned());
-    let path = dir
-        .parent()
-        .unwrap_or(Path::new("/"))
-        .join(format!("{name}_lock"));
-    loop {
-        match std::fs::create_dir(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(Error::io("creating the lock directory", &path, e)),
-        }
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            // Released and removed between the two calls: take the next one.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(Error::io("opening", &path, e)),
-        };
-        let held = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| Error::io("locking", &path, e.into()))?;
-        // Still the directory at the path (not one its last holder removed)?
-        let same = match (held.metadata(), std::fs::metadata(&path)) {
-            (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
-            _ => false,
-        };
-        if same {
-            return Ok(NodeLock { held, path });
-        }
-    }
-}
-
-/// The lock of one pinned datapath, released (and its directory removed) on drop.
-#[derive(Debug)]
-pub struct NodeLock {
-    held: nix::fcntl::Flock<File>,
-    path: PathBuf,
-}
-
-impl Drop for NodeLock {
-    fn drop(&mut self) {
-        // Removed while still held: a waiter then sees another inode at the path and retries.
-        let _ = std::fs::remove_dir(&self.path);
-        let _ = &self.held;
     }
 }
