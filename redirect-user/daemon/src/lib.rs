@@ -26,6 +26,8 @@ pub mod exclusions;
 mod files;
 pub mod metrics;
 pub mod pod_cache;
+#[cfg(test)]
+mod pod_cache_tests;
 pub mod pod_cgroups;
 pub mod repair;
 pub mod resolution;

@@ -1,6 +1,9 @@
-//! The pods of this node as the apiserver's watch (field selector `spec.nodeName`) last told
-//! them, each with its decision and policy (resolved by the watch thread as it arrives): ADD
-//! reads a pod here first and GETs it only when it is not cached yet.
+//! The pods of this node as the apiserver's watch (field selectors `spec.nodeName` and
+//! `status.phase`) last told them, each with its decision and policy (resolved by the watch
+//! thread as it arrives) and trimmed to the fields the daemon reads: ADD reads a pod here first
+//! and GETs it only when it is not cached yet. Completed pods (Succeeded or Failed) are not
+//! kept: they hold no sandbox to enroll, and a node's history of them, whole, outweighed its
+//! running pods.
 use std::{
     collections::{HashMap, HashSet, VecDeque},
     net::IpAddr,
@@ -39,6 +42,9 @@ enum Change {
     Apply((Key, Resolved)),
     InitApply((Key, Resolved)),
     Delete(Key, String),
+    /// A pod that completed: dropped (when the cache holds that uid), not remembered as
+    /// deleted.
+    Finished(Key, String),
     Init,
     InitDone,
 }
@@ -49,6 +55,19 @@ pub struct PodCache {
     state: Arc<Mutex<State>>,
     /// The cluster DNS address the pods' policies are resolved with.
     cluster_dns: Option<IpAddr>,
+}
+
+/// Whether `pod` completed (phase Succeeded or Failed, which are final): the kubelet has torn
+/// its sandbox down and makes none again, so there is nothing to enroll; a pod being deleted
+/// is not one (the watch's deletion says it).
+#[must_use]
+pub fn finished(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    matches!(phase, Some("Succeeded" | "Failed")) && pod.metadata.deletion_timestamp.is_none()
+}
+
+fn uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
 }
 
 fn key(pod: &Pod) -> Key {
@@ -70,16 +89,22 @@ impl PodCache {
 
     /// Applies one watch event. A re-list (`Init` .. `InitDone`) replaces the cache whole, so
     /// a pod deleted while the watch was down does not linger. A pod that arrives is resolved
-    /// here (its decision and policy), before the lock is taken: an ADD never waits for it.
+    /// and trimmed here, before the lock is taken: an ADD never waits for it. A completed pod
+    /// is dropped, whether it arrives as a change or (the watch's field selector leaves
+    /// completed pods out) as a deletion.
     pub fn apply(&self, event: Event<Pod>) {
-        let resolve = |pod: Pod| (key(&pod), Resolved::new(pod, self.cluster_dns));
+        let resolve = |pod: Pod| {
+            let k = key(&pod);
+            let before = self.get(&k.0, &k.1);
+            (k, Resolved::arrived(pod, self.cluster_dns, before.as_ref()))
+        };
         let change = match event {
+            Event::Apply(pod) | Event::InitApply(pod) | Event::Delete(pod) if finished(&pod) => {
+                Change::Finished(key(&pod), uid(&pod))
+            }
             Event::Apply(pod) => Change::Apply(resolve(pod)),
             Event::InitApply(pod) => Change::InitApply(resolve(pod)),
-            Event::Delete(pod) => {
-                let uid = pod.metadata.uid.clone().unwrap_or_default();
-                Change::Delete(key(&pod), uid)
-            }
+            Event::Delete(pod) => Change::Delete(key(&pod), uid(&pod)),
             Event::Init => Change::Init,
             Event::InitDone => Change::InitDone,
         };
@@ -101,6 +126,14 @@ impl PodCache {
                             s.deleted_set.remove(&old);
                         }
                     }
+                }
+            }
+            Change::Finished(k, uid) => {
+                let s = &mut *s;
+                let list = s.relist.as_mut().unwrap_or(&mut s.pods);
+                let same = |r: &Resolved| r.pod.metadata.uid.as_deref().unwrap_or_default() == uid;
+                if list.get(&k).is_some_and(same) {
+                    gone = list.remove(&k);
                 }
             }
             Change::Init => replaced = s.relist.replace(HashMap::new()),
@@ -177,61 +210,5 @@ impl PodCache {
                 Err(error) => tracing::warn!(%error, "watching this node's pods"),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pod(ns: &str, name: &str, uid: &str) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.namespace = Some(ns.into());
-        p.metadata.name = Some(name.into());
-        p.metadata.uid = Some(uid.into());
-        p
-    }
-
-    fn uid(cache: &PodCache, ns: &str, name: &str) -> Option<String> {
-        cache.get(ns, name).and_then(|p| p.pod.metadata.uid.clone())
-    }
-
-    #[tokio::test]
-    async fn a_recorded_watch_stream_fills_updates_and_empties_the_cache() {
-        let cache = PodCache::default();
-        let events = vec![
-            Ok(Event::Init),
-            Ok(Event::InitApply(pod("shop", "a", "1"))),
-            Ok(Event::InitApply(pod("shop", "b", "1"))),
-            Ok(Event::InitDone),
-            Ok(Event::Apply(pod("shop", "c", "1"))),
-            Ok(Event::Apply(pod("shop", "a", "2"))),
-            Ok(Event::Delete(pod("shop", "b", "1"))),
-        ];
-        cache.follow(futures::stream::iter(events)).await;
-        assert_eq!(cache.len(), 2);
-        assert_eq!(uid(&cache, "shop", "a").as_deref(), Some("2"));
-        assert_eq!(uid(&cache, "shop", "b"), None);
-        assert_eq!(uid(&cache, "shop", "c").as_deref(), Some("1"));
-        assert_eq!(uid(&cache, "other", "a"), None);
-        let (generation, pods) = cache.synced().expect("listed");
-        assert_eq!((generation, pods.len()), (7, 2));
-    }
-
-    #[tokio::test]
-    async fn a_relist_replaces_the_cache_whole() {
-        let cache = PodCache::default();
-        cache.apply(Event::Apply(pod("shop", "gone", "1")));
-        let events = vec![
-            Ok(Event::Init),
-            Ok(Event::InitApply(pod("shop", "kept", "1"))),
-        ];
-        cache.follow(futures::stream::iter(events)).await;
-        // Until InitDone the old view stands, and is not the node's whole set.
-        assert_eq!(uid(&cache, "shop", "gone").as_deref(), Some("1"));
-        assert!(cache.synced().is_none());
-        cache.apply(Event::InitDone);
-        assert_eq!(uid(&cache, "shop", "gone"), None);
-        assert_eq!(uid(&cache, "shop", "kept").as_deref(), Some("1"));
     }
 }

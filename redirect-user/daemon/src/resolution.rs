@@ -1,7 +1,13 @@
 //! A pod's capture decision and policy, computed once per version of the pod: by the watch
 //! thread when the pod arrives (or by the ADD that had to GET it), so a CNI ADD only looks
-//! them up instead of parsing the pod's annotations on the pod-start path.
-use std::{net::IpAddr, sync::Arc};
+//! them up instead of parsing the pod's annotations on the pod-start path. The pod is kept
+//! trimmed to the fields the daemon reads ([`redirect_k8s::trimmed`]): the watch's cache holds
+//! every pod of the node, and whole that was their managedFields, env and messages too.
+use std::{
+    hash::{DefaultHasher, Hash as _, Hasher as _},
+    net::IpAddr,
+    sync::Arc,
+};
 
 use k8s_openapi::api::core::v1::Pod;
 use redirect_k8s::{decide, Decision};
@@ -22,18 +28,6 @@ impl Resolution {
     #[must_use]
     pub fn of(pod: &Pod, cluster_dns: Option<IpAddr>) -> Self {
         let decision = decide(pod);
-        for unknown in redirect_k8s::unknown_keys(pod) {
-            let m = &pod.metadata;
-            if !first_time(m.uid.as_deref().unwrap_or(""), &unknown.key) {
-                continue;
-            }
-            tracing::warn!(
-                pod = %format!("{}/{}", m.namespace.as_deref().unwrap_or(""), m.name.as_deref().unwrap_or("")),
-                key = %unknown.key,
-                did_you_mean = unknown.did_you_mean.unwrap_or("-"),
-                "an annotation under Istio's sidecar prefixes that Istio does not define: nothing reads it"
-            );
-        }
         let policy = match decision {
             Decision::Meshed => {
                 Some(redirect_k8s::policy(pod, cluster_dns).map_err(|e| e.to_string()))
@@ -41,6 +35,42 @@ impl Resolution {
             Decision::Skipped { .. } => None,
         };
         Self { decision, policy }
+    }
+}
+
+/// What the unknown-annotation check reads of `pod`, as one number: its uid and its annotation
+/// keys under Istio's sidecar prefixes. The check (a did-you-mean against every key Istio
+/// defines) runs again only when this changes, not at every watch event of the pod.
+fn checked_keys(pod: &Pod) -> u64 {
+    let mut h = DefaultHasher::new();
+    pod.metadata.uid.hash(&mut h);
+    for key in redirect_k8s::checked_keys(pod) {
+        key.hash(&mut h);
+    }
+    h.finish()
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many times this thread ran the unknown-key check (the tests count them).
+    pub(crate) static UNKNOWN_CHECKS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Warns of `pod`'s annotations under Istio's sidecar prefixes that Istio does not define.
+fn warn_unknown(pod: &Pod) {
+    #[cfg(test)]
+    UNKNOWN_CHECKS.with(|c| c.set(c.get() + 1));
+    for unknown in redirect_k8s::unknown_keys(pod) {
+        let m = &pod.metadata;
+        if !first_time(m.uid.as_deref().unwrap_or(""), &unknown.key) {
+            continue;
+        }
+        tracing::warn!(
+            pod = %format!("{}/{}", m.namespace.as_deref().unwrap_or(""), m.name.as_deref().unwrap_or("")),
+            key = %unknown.key,
+            did_you_mean = unknown.did_you_mean.unwrap_or("-"),
+            "an annotation under Istio's sidecar prefixes that Istio does not define: nothing reads it"
+        );
     }
 }
 
@@ -59,23 +89,38 @@ fn first_time(uid: &str, key: &str) -> bool {
     seen.insert(format!("{uid}/{key}"))
 }
 
-/// A pod as the watch (or a GET) gave it, with its resolution; both shared, never copied.
+/// A pod as the watch (or a GET) gave it, trimmed, with its resolution; both shared, never
+/// copied.
 #[derive(Debug, Clone)]
 pub struct Resolved {
-    /// The pod.
+    /// The pod, with only the fields the daemon reads ([`redirect_k8s::trimmed`]).
     pub pod: Arc<Pod>,
-    /// Its decision and policy.
+    /// Its decision and policy (of the whole pod, which decides as the trimmed one does).
     pub resolution: Arc<Resolution>,
+    /// [`checked_keys`] of the whole pod.
+    checked: u64,
 }
 
 impl Resolved {
-    /// Resolves `pod` now.
+    /// Resolves `pod` now, checks its annotations for unknown keys, and trims it.
     #[must_use]
     pub fn new(pod: Pod, cluster_dns: Option<IpAddr>) -> Self {
+        Self::arrived(pod, cluster_dns, None)
+    }
+
+    /// [`Resolved::new`] for a new version of a pod of which `before` is the version the cache
+    /// holds: the unknown-key check runs only when the keys it reads (or the uid) changed.
+    #[must_use]
+    pub fn arrived(pod: Pod, cluster_dns: Option<IpAddr>, before: Option<&Resolved>) -> Self {
+        let checked = checked_keys(&pod);
+        if before.is_none_or(|b| b.checked != checked) {
+            warn_unknown(&pod);
+        }
         let resolution = Arc::new(Resolution::of(&pod, cluster_dns));
         Self {
-            pod: Arc::new(pod),
+            pod: Arc::new(redirect_k8s::trimmed(pod)),
             resolution,
+            checked,
         }
     }
 }

@@ -6,7 +6,9 @@
 //! a pod's policy means exactly what the same `redirect istio-iptables` arguments mean.
 //! [`manifest`] reads Pod and workload manifests, finds their istio-init arguments and
 //! rewrites them as Istio's injector emits them with istio-cni enabled ([`manifest::migrate`]);
-//! [`compare`] names where two policies differ. Nothing here talks to a cluster.
+//! [`compare`] names where two policies differ. [`trimmed`] cuts a pod down to the fields read
+//! here and by the node daemon, which caches every pod of its node. Nothing here talks to a
+//! cluster.
 
 mod annotations;
 mod binding;
@@ -18,6 +20,7 @@ pub mod manifest;
 pub mod migrate_text;
 mod pod;
 mod policy;
+mod trim;
 mod unknown_keys;
 
 #[cfg(test)]
@@ -28,6 +31,8 @@ mod decide_tests;
 mod manifest_tests;
 #[cfg(test)]
 mod test_pods;
+#[cfg(test)]
+mod trim_tests;
 
 pub use annotations::{
     EXCLUDE_INBOUND_PORTS, EXCLUDE_INTERFACES, EXCLUDE_OUTBOUND_IP_RANGES, EXCLUDE_OUTBOUND_PORTS,
@@ -39,4 +44,5 @@ pub use decide::{decide, Decision, Skip, DATAPLANE_MODE, INJECT, SIDECAR_STATUS}
 pub use error::Error;
 pub use k8s_openapi::api::core::v1::Pod;
 pub use policy::{istio_iptables_args, policy};
-pub use unknown_keys::{unknown_keys, UnknownKey};
+pub use trim::{trimmed, READ_ANNOTATIONS, READ_ENV, READ_LABELS};
+pub use unknown_keys::{checked_keys, unknown_keys, UnknownKey};

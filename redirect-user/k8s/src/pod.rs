@@ -7,8 +7,12 @@ pub(crate) const PROXY: &str = "istio-proxy";
 /// The iptables init container's name.
 pub(crate) const INIT: &str = "istio-init";
 
-/// A pod annotation.
+/// A pod annotation; one [`crate::trim::READ_ANNOTATIONS`] lists, or a trimmed pod lacks it.
 pub(crate) fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    debug_assert!(
+        crate::trim::READ_ANNOTATIONS.contains(&key),
+        "annotation {key} is read but not in trim::READ_ANNOTATIONS: trimmed pods would lack it"
+    );
     pod.metadata
         .annotations
         .as_ref()?
@@ -16,8 +20,12 @@ pub(crate) fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// A pod label.
+/// A pod label; one [`crate::trim::READ_LABELS`] lists, or a trimmed pod lacks it.
 pub(crate) fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    debug_assert!(
+        crate::trim::READ_LABELS.contains(&key),
+        "label {key} is read but not in trim::READ_LABELS: trimmed pods would lack it"
+    );
     pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
 
@@ -53,8 +61,13 @@ pub(crate) fn istio_init(pod: &Pod) -> Option<&Container> {
         .find(|c| c.name == INIT)
 }
 
-/// A literal env value of a container (`valueFrom` entries have none).
+/// A literal env value of a container (`valueFrom` entries have none); one
+/// [`crate::trim::READ_ENV`] lists, or a trimmed pod lacks it.
 pub(crate) fn env<'a>(c: &'a Container, name: &str) -> Option<&'a str> {
+    debug_assert!(
+        crate::trim::READ_ENV.contains(&name),
+        "env {name} is read but not in trim::READ_ENV: trimmed pods would lack it"
+    );
     c.env
         .as_deref()?
         .iter()

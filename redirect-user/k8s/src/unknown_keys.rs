@@ -72,15 +72,23 @@ impl std::fmt::Display for UnknownKey {
     }
 }
 
-/// The pod's annotation keys under Istio's sidecar prefixes that Istio does not define.
-pub fn unknown_keys(pod: &Pod) -> Vec<UnknownKey> {
-    let empty = BTreeMap::new();
-    let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+/// The pod's annotation keys under Istio's sidecar prefixes, in order: all that
+/// [`unknown_keys`] reads, so a caller can tell whether its answer can have changed.
+pub fn checked_keys(pod: &Pod) -> impl Iterator<Item = &str> {
+    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+    let annotations = pod.metadata.annotations.as_ref().unwrap_or(&EMPTY);
     annotations
         .keys()
-        .filter(|k| PREFIXES.iter().any(|p| k.starts_with(p)) && !KNOWN.contains(&k.as_str()))
+        .map(String::as_str)
+        .filter(|k| PREFIXES.iter().any(|p| k.starts_with(p)))
+}
+
+/// The pod's annotation keys under Istio's sidecar prefixes that Istio does not define.
+pub fn unknown_keys(pod: &Pod) -> Vec<UnknownKey> {
+    checked_keys(pod)
+        .filter(|k| !KNOWN.contains(k))
         .map(|k| UnknownKey {
-            key: k.clone(),
+            key: k.to_owned(),
             did_you_mean: closest(k),
         })
         .collect()

@@ -2,7 +2,10 @@
 //! pod is gone (not found, or another pod under its name). The GETs run on a thread of their
 //! own, never on the request thread (each may take the client's 5 s connect and 5 s read
 //! bounds, and a watch change starts them): their answers are applied at a later tick, to
-//! enrollments that still hold the same pod.
+//! enrollments that still hold the same pod. A completed pod is not listed either (the watch
+//! leaves completed pods out): its GET still finds it, so its enrollment, which its sandbox's
+//! DEL normally ends, is kept (capture held, not dropped on a guess) until the apiserver
+//! deletes the pod.
 use redirect_common::NetnsCookie;
 use std::sync::Arc;
 

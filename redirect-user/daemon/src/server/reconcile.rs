@@ -250,6 +250,28 @@ impl Daemon {
                 self.check_outside(cookie, true);
             }
         }
+        // An enrolled pod the watch no longer lists (completed, or deleted and being confirmed
+        // gone) whose bound container's cgroup is gone: its bypass closes as a listed pod's
+        // would, and the reconcile is not due again at every tick for it.
+        let unlisted: Vec<NetnsCookie> = self
+            .enrollments
+            .values()
+            .filter(|f| {
+                f.record
+                    .pod
+                    .as_ref()
+                    .is_some_and(|p| !listed.contains(p.uid.as_str()))
+                    && f.record
+                        .policy
+                        .proxy_cgroup
+                        .as_ref()
+                        .is_some_and(|d| !d.exists())
+            })
+            .map(|f| f.record.cookie)
+            .collect();
+        for cookie in unlisted {
+            self.bind_proxy(cookie, None);
+        }
         if missing.is_empty() && bound.is_empty() {
             return;
         }
