@@ -42,7 +42,7 @@ fn resolve(ns: &Netns, excluded: &[&str]) -> Resolved {
     let names: Vec<String> = excluded.iter().map(|s| (*s).to_owned()).collect();
     let handle =
         redirect_datapath::netns::NetnsHandle::open(&ns.path()).expect("open the namespace");
-    resolve_in(&handle, &names).expect("resolve_in")
+    resolve_in(&handle, &names, usize::MAX).expect("resolve_in")
 }
 
 #[test]

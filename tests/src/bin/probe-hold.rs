@@ -66,6 +66,9 @@ enum Role {
         /// Milliseconds between two lines.
         #[arg(long, default_value_t = 100)]
         every_ms: u64,
+        /// Descriptors (of /dev/null) to hold besides, as a process with many files does.
+        #[arg(long, default_value_t = 0)]
+        hold_fds: u64,
     },
 }
 
@@ -86,6 +89,23 @@ fn serve_conn(name: &str, tcp: SocketAddr, stream: &TcpStream) -> anyhow::Result
         (&*stream).write_all(line.as_bytes())?;
     }
     Ok(())
+}
+
+/// `n` descriptors of /dev/null, the open-files limit raised to fit them (the hard limit too
+/// only where it must: that needs CAP_SYS_RESOURCE).
+fn hold_files(n: u64) -> anyhow::Result<Vec<std::fs::File>> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let want = n + 64;
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft < want {
+        setrlimit(Resource::RLIMIT_NOFILE, want, hard.max(want))
+            .with_context(|| format!("RLIMIT_NOFILE {want} (hard limit {hard})"))?;
+    }
+    let null = std::fs::File::open("/dev/null")?;
+    (0..n).map(|_| null.try_clone().context("dup")).collect()
 }
 
 /// One connection's life: the answers printed; why it ended.
@@ -152,8 +172,12 @@ fn main() -> anyhow::Result<()> {
             place,
             dst,
             every_ms,
+            hold_fds,
         } => {
+            // Raised while still root: the limit stays when `place` drops privileges.
+            let held = hold_files(hold_fds)?;
             place.enter()?;
+            println!("holding {} descriptors", held.len());
             let every = Duration::from_millis(every_ms);
             loop {
                 println!("ended: {}", hold(dst, every));

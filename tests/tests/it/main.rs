@@ -38,6 +38,7 @@ mod explain_inbound;
 mod flooding;
 mod getsockopt;
 mod hostile_netlink;
+mod hostile_pod_costs;
 mod http_limits;
 mod image;
 mod inbound;

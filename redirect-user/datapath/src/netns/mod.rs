@@ -144,6 +144,12 @@ impl NetnsHandle {
         self.with_route_socket(RouteSocket::addresses)
     }
 
+    /// [`NetnsHandle::addresses`] from at most `cap` of the kernel's address messages, and
+    /// whether it held more.
+    pub fn addresses_at_most(&self, cap: usize) -> Result<(Vec<IpAddr>, bool)> {
+        self.with_route_socket(|s| s.addresses_at_most(cap))
+    }
+
     /// The index of each of `names` inside the namespace, `None` for a name it has no
     /// interface of.
     pub fn ifindexes(&self, names: &[String]) -> Result<Vec<Option<u32>>> {

@@ -18,6 +18,19 @@ use netlink_packet_route::{
 };
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
+/// The first type of a data message (below it: `NLMSG_NOOP`, `_ERROR`, `_DONE`, `_OVERRUN`).
+const NLMSG_MIN_TYPE: u16 = 16;
+
+/// A netlink message's length, type and sequence number, read from its header's bytes
+/// (native order); `None` when fewer than a header's 16 bytes are left.
+fn raw_header(bytes: &[u8]) -> Option<(usize, u16, u32)> {
+    let len = u32::from_ne_bytes(bytes.get(0..4)?.try_into().ok()?);
+    let kind = u16::from_ne_bytes(bytes.get(4..6)?.try_into().ok()?);
+    let seq = u32::from_ne_bytes(bytes.get(8..12)?.try_into().ok()?);
+    bytes.get(15)?;
+    Some((usize::try_from(len).ok()?, kind, seq))
+}
+
 /// `::6`, the proxy's IPv6 passthrough source.
 const PASSTHROUGH_V6: IpAddr = IpAddr::V6(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6));
 
@@ -59,11 +72,14 @@ impl RouteSocket {
     }
 
     /// Reads the kernel's answers to request `seq`, each given to `on` (answers to another
-    /// request are skipped), until `on` returns the result.
+    /// request are skipped), until `on` returns the result. A data message (not `NLMSG_ERROR`
+    /// or `NLMSG_DONE`) for which `skip` says so is stepped over by its header alone, never
+    /// decoded: what a dump holds past its cap costs only the copy.
     fn answers<T>(
         &self,
         seq: u32,
         what: &str,
+        mut skip: impl FnMut() -> bool,
         mut on: impl FnMut(NetlinkMessage<RouteNetlinkMessage>) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
         loop {
@@ -74,15 +90,22 @@ impl RouteSocket {
             }
             let mut offset = 0;
             while offset < datagram.len() {
+                if let Some((len, kind, their_seq)) = raw_header(&datagram[offset..]) {
+                    if their_seq != seq || (kind >= NLMSG_MIN_TYPE && skip()) {
+                        if len == 0 {
+                            break;
+                        }
+                        offset += (len + 3) & !3;
+                        continue;
+                    }
+                }
                 let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&datagram[offset..])
                     .map_err(|e| {
                     io::Error::other(format!("{what}: decoding an answer: {e}"))
                 })?;
                 let len = msg.header.length as usize;
-                if msg.header.sequence_number == seq {
-                    if let Some(done) = on(msg) {
-                        return done;
-                    }
+                if let Some(done) = on(msg) {
+                    return done;
                 }
                 if len == 0 {
                     break;
@@ -99,22 +122,45 @@ impl RouteSocket {
         request: RouteNetlinkMessage,
         what: &'static str,
     ) -> io::Result<Vec<RouteNetlinkMessage>> {
+        Ok(self.dump_at_most(request, what, usize::MAX)?.0)
+    }
+
+    /// [`RouteSocket::dump`] decoding at most `cap` answers; the rest is read to its end (the
+    /// socket serves the next dump) but not decoded. Returns the answers and whether any was
+    /// left out: what a namespace's owner can grow (its addresses, its routes) costs the
+    /// reader no more than the cap.
+    pub fn dump_at_most(
+        &self,
+        request: RouteNetlinkMessage,
+        what: &'static str,
+        cap: usize,
+    ) -> io::Result<(Vec<RouteNetlinkMessage>, bool)> {
         let seq = self.send(request, NLM_F_DUMP)?;
         let mut out = Vec::new();
         let mut torn = false;
-        self.answers(seq, what, |msg| {
+        let kept = std::cell::Cell::new(0usize);
+        let left_out = std::cell::Cell::new(false);
+        let skip = || {
+            let over = kept.get() >= cap;
+            if over {
+                left_out.set(true);
+            }
+            over
+        };
+        self.answers(seq, what, skip, |msg| {
             torn |= msg.header.flags & NLM_F_DUMP_INTR != 0;
             match msg.payload {
                 NetlinkPayload::Done(_) if torn => Some(Err(io::Error::new(
                     io::ErrorKind::Interrupted,
                     format!("{what}: the tables changed during the dump"),
                 ))),
-                NetlinkPayload::Done(_) => Some(Ok(std::mem::take(&mut out))),
+                NetlinkPayload::Done(_) => Some(Ok((std::mem::take(&mut out), left_out.get()))),
                 NetlinkPayload::Error(e) if e.code.is_some() => {
                     let err = e.to_io();
                     Some(Err(io::Error::new(err.kind(), format!("{what}: {err}"))))
                 }
                 NetlinkPayload::InnerMessage(m) => {
+                    kept.set(kept.get() + 1);
                     out.push(m);
                     None
                 }
@@ -127,16 +173,21 @@ impl RouteSocket {
     /// and waits for the kernel's acknowledgement; its error is returned with `what`.
     pub fn change(&self, request: RouteNetlinkMessage, flags: u16, what: &str) -> io::Result<()> {
         let seq = self.send(request, NLM_F_ACK | flags)?;
-        self.answers(seq, what, |msg| match msg.payload {
-            NetlinkPayload::Error(e) => Some(match e.code {
-                None => Ok(()),
-                Some(_) => {
-                    let err = e.to_io();
-                    Err(io::Error::new(err.kind(), format!("{what}: {err}")))
-                }
-            }),
-            _ => None,
-        })
+        self.answers(
+            seq,
+            what,
+            || false,
+            |msg| match msg.payload {
+                NetlinkPayload::Error(e) => Some(match e.code {
+                    None => Ok(()),
+                    Some(_) => {
+                        let err = e.to_io();
+                        Err(io::Error::new(err.kind(), format!("{what}: {err}")))
+                    }
+                }),
+                _ => None,
+            },
+        )
     }
 
     /// The namespace's own addresses, loopback, unspecified and `::6` excluded, sorted: `::6` is the
@@ -145,11 +196,18 @@ impl RouteSocket {
     /// local address where the kernel gives one (`IFA_LOCAL`: point-to-point links), as
     /// `getifaddrs` reports it.
     pub fn addresses(&self) -> io::Result<Vec<IpAddr>> {
+        Ok(self.addresses_at_most(usize::MAX)?.0)
+    }
+
+    /// [`RouteSocket::addresses`] from at most `cap` of the kernel's address messages, and
+    /// whether the namespace held more (a pod with NET_ADMIN adds what it likes).
+    pub fn addresses_at_most(&self, cap: usize) -> io::Result<(Vec<IpAddr>, bool)> {
         let mut out = Vec::new();
-        let answers = retry_torn(|| {
-            self.dump(
+        let (answers, left_out) = retry_torn(|| {
+            self.dump_at_most(
                 RouteNetlinkMessage::GetAddress(AddressMessage::default()),
                 "RTM_GETADDR dump",
+                cap,
             )
         })?;
         for msg in answers {
@@ -169,16 +227,15 @@ impl RouteSocket {
             };
             // Never loopback or unspecified: sock_ops relies on it to skip the local-connect
             // record of every connect to loopback (`tracking::may_hold_local_record`).
-            if !ip.is_loopback()
-                && !ip.is_unspecified()
-                && ip != PASSTHROUGH_V6
-                && !out.contains(&ip)
-            {
+            if !ip.is_loopback() && !ip.is_unspecified() && ip != PASSTHROUGH_V6 {
                 out.push(ip);
             }
         }
-        out.sort();
-        Ok(out)
+        // Sorted, then duplicates dropped: O(n log n) however many a pod with NET_ADMIN puts
+        // on its interfaces (a search per address was seconds at 60,000).
+        out.sort_unstable();
+        out.dedup();
+        Ok((out, left_out))
     }
 
     /// Every interface of the namespace: (index, name).

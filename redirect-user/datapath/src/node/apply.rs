@@ -64,7 +64,9 @@ impl NodeDatapath {
         let cookie = ns.cookie();
         let addrs = match addrs {
             Some(addrs) => addrs,
-            None => ns.addresses()?,
+            // Past four times the quota the namespace is refused below whatever else it holds:
+            // the rest is not decoded.
+            None => ns.addresses_at_most(self.quotas.addresses as usize * 4)?.0,
         };
         let (addrs, not_own) = super::claims::own_only(policy, addrs);
         if !not_own.is_empty() {
@@ -90,7 +92,7 @@ impl NodeDatapath {
         let routes = if policy.exclude_interfaces.is_empty() {
             Vec::new()
         } else {
-            routes::via_interfaces(ns, &policy.exclude_interfaces)?
+            routes::via_interfaces(ns, &policy.exclude_interfaces, self.quotas.read_cap())?
         };
         let mut compiled = outbound::compile(policy, ipv6, routes)?;
         compiled.policy.netns_ino = ns.inode();

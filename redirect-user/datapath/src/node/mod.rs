@@ -277,7 +277,12 @@ impl NodeDatapath {
     /// addresses changed. Returns the addresses now stored.
     pub fn refresh(&mut self, ns: &NetnsHandle, policy: &Policy) -> Result<Vec<std::net::IpAddr>> {
         let (netns_path, cookie) = (ns.path(), ns.cookie());
-        let (addrs, not_own) = claims::own_only(policy, ns.addresses()?);
+        let cap = self.quotas.addresses as usize * 4;
+        let (held, left_out) = ns.addresses_at_most(cap)?;
+        if left_out {
+            tracing::error!(netns = %netns_path.display(), read = cap, "the namespace holds more addresses than 4 x --quota-addresses: only the first ones are read");
+        }
+        let (addrs, not_own) = claims::own_only(policy, held);
         if !not_own.is_empty() {
             tracing::debug!(netns = %netns_path.display(), not_own = %redirect_policy::shown::Comma(&not_own), "addresses not the pod's own: left out");
         }
@@ -294,7 +299,15 @@ impl NodeDatapath {
             tracing::info!(netns = %netns_path.display(), addrs = %redirect_policy::shown::Comma(&addrs), "pod addresses changed");
         }
         if !policy.exclude_interfaces.is_empty() {
-            let routes = routes::resolve_in(ns, &policy.exclude_interfaces)?;
+            let mut routes =
+                routes::resolve_in(ns, &policy.exclude_interfaces, self.quotas.read_cap())?;
+            // The pod's own routes are its own to add: stored within --quota-routes, as at
+            // apply, the first ones kept (a route left out only captures more: fail closed).
+            let quota = self.quotas.routes as usize;
+            if routes.entries.len() > quota {
+                let left_out = routes.entries.split_off(quota).len();
+                tracing::error!(netns = %netns_path.display(), quota, left_out, "the namespace routes more via its excluded interfaces than --quota-routes: the first ones kept, the others captured");
+            }
             if addrs_changed || outbound::stored_routes(&mut self.maps, cookie)? != routes.entries {
                 routes::warn_doubts(netns_path, &routes);
                 tracing::info!(netns = %netns_path.display(), entries = routes.entries.len(), "routes changed: OUT_ROUTES recompiled");

@@ -7,7 +7,11 @@
 //! its owner's uid and gid; accepted connections (their local port listens), loopback ones
 //! (a captured connection is one to the proxy on loopback) and the proxy's own (its uid or
 //! gid) are not outbound connects of an application.
-use std::{collections::HashMap, net::IpAddr, os::unix::fs::MetadataExt as _};
+use std::{
+    collections::{HashMap, HashSet},
+    net::IpAddr,
+    os::unix::fs::MetadataExt as _,
+};
 
 use serde::Serialize;
 
@@ -30,14 +34,24 @@ pub struct Outside {
     pub now: String,
 }
 
-/// The processes running in the namespace whose nsfs inode is `netns`: their socket inodes,
-/// each with its pid and gid.
-fn owners(netns: u64) -> HashMap<u64, (u32, u32)> {
+/// Most descriptors read (`readlink`) in one search for owners: a pod's process holding a
+/// million costs the daemon this many, then the rest go unowned (judged by their uid alone).
+const FDS_READ: usize = 65_536;
+
+/// The processes running in the namespace whose nsfs inode is `netns` that hold one of the
+/// socket inodes `wanted`: each found inode with its pid and gid. The search stops once every
+/// one is found, or after [`FDS_READ`] descriptors: what a pod's processes hold (a million
+/// descriptors is its own to open) never sets the daemon's cost.
+fn owners(netns: u64, wanted: &HashSet<u64>) -> HashMap<u64, (u32, u32)> {
     let mut found = HashMap::new();
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return found;
     };
+    let mut budget = FDS_READ;
     for entry in procs.flatten() {
+        if found.len() == wanted.len() || budget == 0 {
+            break;
+        }
         let Some(pid) = entry
             .file_name()
             .to_str()
@@ -61,6 +75,10 @@ fn owners(netns: u64) -> HashMap<u64, (u32, u32)> {
             .flatten()
             .flatten()
         {
+            if budget == 0 || found.len() == wanted.len() {
+                break;
+            }
+            budget -= 1;
             let Ok(link) = std::fs::read_link(fd.path()) else {
                 continue;
             };
@@ -69,10 +87,13 @@ fn owners(netns: u64) -> HashMap<u64, (u32, u32)> {
                 .and_then(|l| l.strip_prefix("socket:["))
                 .and_then(|l| l.strip_suffix(']'))
                 .and_then(|n| n.parse::<u64>().ok());
-            if let Some(inode) = inode {
+            if let Some(inode) = inode.filter(|i| wanted.contains(i)) {
                 found.entry(inode).or_insert((pid, gid));
             }
         }
+    }
+    if budget == 0 && found.len() < wanted.len() {
+        tracing::warn!(netns, read = FDS_READ, unowned = wanted.len() - found.len(), "the namespace's processes hold more descriptors than one search reads: connections outside capture whose owner was not reached are judged by their uid alone");
     }
     found
 }
@@ -94,7 +115,8 @@ pub fn outside_capture(
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
-    let owners = owners(ns.inode());
+    let wanted: HashSet<u64> = candidates.iter().map(|c| c.inode).collect();
+    let owners = owners(ns.inode(), &wanted);
     let mut out = Vec::new();
     for connection in candidates {
         let (pid, gid) = match owners.get(&connection.inode) {

@@ -16,7 +16,7 @@ use crate::{error::Result, netns::NetnsHandle};
 /// Reads the namespace's routes and rules over its rtnetlink socket (no thread enters it) and
 /// resolves them for the interfaces `excluded` (names; one the namespace does not have
 /// excludes nothing).
-pub fn resolve_in(ns: &NetnsHandle, excluded: &[String]) -> Result<Resolved> {
+pub fn resolve_in(ns: &NetnsHandle, excluded: &[String], cap: usize) -> Result<Resolved> {
     let mut names: Vec<&str> = excluded.iter().map(String::as_str).collect();
     names.push("lo");
     ns.with_route_socket(|socket| {
@@ -26,15 +26,19 @@ pub fn resolve_in(ns: &NetnsHandle, excluded: &[String]) -> Result<Resolved> {
         if excluded.is_empty() {
             return Ok(Resolved::default());
         }
-        let tables = netlink::read(socket, lo)?;
+        let tables = netlink::read(socket, lo, cap)?;
         Ok(table::resolve(&tables, &excluded))
     })
 }
 
 /// The namespace's `OUT_ROUTES` entries (prefix, leaves through an excluded interface); a
 /// family whose routes cannot be emulated gets none (captured) and a warning.
-pub fn via_interfaces(ns: &NetnsHandle, excluded: &[String]) -> Result<Vec<(IpNet, bool)>> {
-    let resolved = resolve_in(ns, excluded)?;
+pub fn via_interfaces(
+    ns: &NetnsHandle,
+    excluded: &[String],
+    cap: usize,
+) -> Result<Vec<(IpNet, bool)>> {
+    let resolved = resolve_in(ns, excluded, cap)?;
     warn_doubts(ns.path(), &resolved);
     Ok(resolved.entries)
 }

@@ -21,19 +21,23 @@ use crate::netns::rtnl::{retry_torn, RouteSocket};
 /// Table id of `default`, looked up last by IPv4's default rules.
 const TABLE_DEFAULT: u32 = 253;
 
-/// The current namespace's routes and rules; `lo` is the loopback's ifindex (local delivery
-/// leaves by it, whatever device holds the address).
-pub(super) fn read(socket: &RouteSocket, lo: u32) -> io::Result<Tables> {
+/// The current namespace's routes (at most `cap` of them decoded: the rest makes
+/// [`Tables::left_out`] true) and rules; `lo` is the loopback's ifindex (local delivery leaves
+/// by it, whatever device holds the address).
+pub(super) fn read(socket: &RouteSocket, lo: u32, cap: usize) -> io::Result<Tables> {
     // The tables changed while they were dumped: read them again.
-    retry_torn(|| read_once(socket, lo))
+    retry_torn(|| read_once(socket, lo, cap))
 }
 
-fn read_once(socket: &RouteSocket, lo: u32) -> io::Result<Tables> {
+fn read_once(socket: &RouteSocket, lo: u32, cap: usize) -> io::Result<Tables> {
     let mut tables = Tables::default();
-    for msg in socket.dump(
+    let (routes, left_out) = socket.dump_at_most(
         RouteNetlinkMessage::GetRoute(RouteMessage::default()),
         "RTM_GETROUTE dump",
-    )? {
+        cap,
+    )?;
+    tables.left_out = left_out;
+    for msg in routes {
         if let RouteNetlinkMessage::NewRoute(m) = msg {
             tables.routes.extend(route_of(&m, lo));
         }

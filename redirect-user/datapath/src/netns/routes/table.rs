@@ -43,6 +43,9 @@ pub struct Tables {
     pub policy_rules_v4: bool,
     /// IPv6 has rules other than the default `local`, `main` lookups.
     pub policy_rules_v6: bool,
+    /// The namespace held more routes than were read: none can be trusted to be the
+    /// kernel's choice (a more specific route may be among those left out).
+    pub left_out: bool,
 }
 
 /// The `OUT_ROUTES` entries of a namespace and why a family was left captured.
@@ -69,6 +72,12 @@ pub fn resolve(tables: &Tables, excluded: &[u32]) -> Resolved {
         let via_excluded = |r: &Route| r.devices.iter().any(|d| excluded.contains(d));
         if !routes.iter().any(|r| via_excluded(r)) {
             continue; // nothing leaves through an excluded interface: no entry needed
+        }
+        if tables.left_out {
+            out.doubts.push(format!(
+                "{name}: more routes than the daemon reads for one namespace (its quotas x 4)"
+            ));
+            continue;
         }
         if let Some(why) = doubt(&routes, policy_rules, via_excluded) {
             out.doubts.push(format!("{name}: {why}"));

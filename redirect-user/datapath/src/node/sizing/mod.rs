@@ -95,6 +95,15 @@ impl Default for Quotas {
 }
 
 impl Quotas {
+    /// How many routes are read of one namespace (at apply, and each tick with `-c`): four
+    /// times what it may store, routes and addresses (each address adds local routes) alike.
+    /// A namespace that holds more has its excluded-interface routes left captured, and the
+    /// reading costs no more however many it adds.
+    #[must_use]
+    pub fn read_cap(&self) -> usize {
+        (self.routes as usize + self.addresses as usize * 2) * 4
+    }
+
     /// The default `--max-connections` of a node of `max_pods`: 16,384, or room for 16
     /// hand-offs per namespace when that is more.
     pub fn default_max_connections(max_pods: u32) -> u32 {
