@@ -255,15 +255,20 @@ pub fn unenroll(netns_name: &str) -> anyhow::Result<()> {
 /// Removes every pin, attachment and enrollment.
 pub fn uninstall(bpffs: Option<PathBuf>) -> anyhow::Result<()> {
     let dir = bpffs_or_default(bpffs);
+    let mut refused = None;
     if socket().exists() {
-        if let Ok(r) = client().uninstall() {
-            println!("{}", r.message);
-            return Ok(());
+        match client().uninstall() {
+            Ok(r) => {
+                println!("{}", r.message);
+                return Ok(());
+            }
+            Err(e) => refused = Some(e),
         }
     }
     if DaemonDir::from_env().running() {
+        let why = refused.map_or_else(String::new, |e| format!(" ({e})"));
         bail!(
-            "a redirect daemon is running ({}) but did not uninstall; stop it first, then run `redirect uninstall` again",
+            "a redirect daemon is running ({}) but did not uninstall{why}; stop it first, then run `redirect uninstall` again",
             daemon_dir().display()
         );
     }

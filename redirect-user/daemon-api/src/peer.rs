@@ -75,6 +75,8 @@ pub struct PeerProcess {
     pub standing: Standing,
     /// Whether a pidfd held it while it was judged (Linux 6.5 and later).
     pub held_by_pidfd: bool,
+    /// Its network namespace (`/proc/PID/ns/net`: device and inode), when it could be read.
+    pub net_ns: Option<(u64, u64)>,
 }
 
 /// Judges the peer of `stream` now: its credentials, and CAP_NET_ADMIN in this user namespace.
@@ -86,10 +88,14 @@ pub fn judge(stream: &UnixStream) -> std::io::Result<PeerProcess> {
             pid,
             standing: Standing::NotVisible,
             held_by_pidfd: false,
+            net_ns: None,
         });
     }
     let pidfd = redirect_sys::peer::peer_pidfd(stream.as_fd())?;
     let mut standing = read_standing(pid);
+    let net_ns = std::fs::metadata(format!("/proc/{pid}/ns/net"))
+        .ok()
+        .map(|m| (m.dev(), m.ino()));
     if let Some(pidfd) = &pidfd {
         if !redirect_sys::peer::still_there(pidfd.as_fd())? {
             standing = Standing::Gone;
@@ -100,6 +106,7 @@ pub fn judge(stream: &UnixStream) -> std::io::Result<PeerProcess> {
         pid,
         standing,
         held_by_pidfd: pidfd.is_some(),
+        net_ns,
     })
 }
 

@@ -66,6 +66,7 @@ mod outside_capture;
 mod ownership;
 mod parity;
 mod pod_cgroups_trust;
+mod pod_client;
 mod pod_files;
 mod pod_own_addresses;
 mod pod_policy;

@@ -21,6 +21,8 @@ use redirect_daemon_api::{
 #[derive(Debug, Clone)]
 pub struct Peer {
     may_change: Result<(), String>,
+    /// Its network namespace (device, inode), when it could be read.
+    net_ns: Option<(u64, u64)>,
 }
 
 /// `Ok` when the peer of `stream` runs as the daemon's effective uid (judged now); else the
@@ -50,7 +52,18 @@ pub fn check(stream: &UnixStream) -> Result<Peer, String> {
     if may_change.is_err() && peer.standing != Standing::NoNetAdmin {
         tracing::debug!(pid, standing = ?peer.standing, pidfd = peer.held_by_pidfd, "a client that may only read");
     }
-    Ok(Peer { may_change })
+    Ok(Peer {
+        may_change,
+        net_ns: peer.net_ns,
+    })
+}
+
+/// The daemon's own network namespace (device, inode).
+fn own_net_ns() -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self/ns/net")
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 /// Whether `req` changes what is captured (every request but the reads).
@@ -62,6 +75,51 @@ pub fn changes(req: &Request) -> bool {
 }
 
 impl Peer {
+    /// `Ok` when this peer may make request `req` (`fd`: the namespace descriptor that came
+    /// with it): reads always; changes only with CAP_NET_ADMIN (see [`Peer::may_change`]); and
+    /// a client inside another network namespace than the daemon's (a pod's: istio-init run
+    /// with this image) may enroll its own namespace and nothing else: neither another
+    /// namespace, nor unenroll, nor uninstall. CNI requests are judged as the runtime's.
+    pub fn may(&self, req: &Request, fd: Option<&std::os::fd::OwnedFd>) -> Result<(), String> {
+        if !changes(req) {
+            return Ok(());
+        }
+        let op = req.op();
+        self.may_change(op)?;
+        if self.net_ns.is_some() && self.net_ns == own_net_ns() {
+            return Ok(());
+        }
+        let refused = |what: &str| {
+            Err(format!(
+                "{op} from a client inside a pod's network namespace (not the node's): it may enroll its own namespace only, {what}: refused"
+            ))
+        };
+        match req {
+            Request::Enroll { netns, .. } => {
+                use std::os::unix::fs::MetadataExt as _;
+                let target = match fd {
+                    Some(fd) => fd
+                        .try_clone()
+                        .map(std::fs::File::from)
+                        .and_then(|f| f.metadata()),
+                    None => std::fs::metadata(netns),
+                }
+                .ok()
+                .map(|m| (m.dev(), m.ino()));
+                if target.is_some() && target == self.net_ns {
+                    Ok(())
+                } else {
+                    refused(&format!("and {} is another", netns.display()))
+                }
+            }
+            Request::PodAdd { .. }
+            | Request::PodDel { .. }
+            | Request::PodCheck { .. }
+            | Request::PodGc { .. } => Ok(()),
+            _ => refused("not change the node's other captures"),
+        }
+    }
+
     /// `Ok` when the peer held CAP_NET_ADMIN when it was accepted; else the refusal naming
     /// `op`.
     pub fn may_change(&self, op: &str) -> Result<(), String> {

@@ -11,7 +11,7 @@ use std::{
 
 use redirect_daemon_api::{answer, DaemonDir, Request};
 
-use super::{intake, peer, reply, resolver, Daemon, STOP_CHECK, TICK};
+use super::{intake, reply, resolver, Daemon, STOP_CHECK, TICK};
 use crate::error::{Error, Result};
 
 impl Daemon {
@@ -137,11 +137,7 @@ impl Daemon {
         let (op, result, retry) = match request {
             Ok((req, fd)) => {
                 let op = req.op();
-                let allowed = if peer::changes(&req) {
-                    peer.may_change(op)
-                } else {
-                    Ok(())
-                };
+                let allowed = peer.may(&req, fd.as_ref());
                 if let Err(refused) = allowed {
                     tracing::warn!(op, %refused, "request refused");
                     let refused = Err(refused);
