@@ -146,3 +146,38 @@ fn the_address_follower_keeps_a_pod_within_its_address_quota() {
     let again = addrs_of(&node, &w.pod.path());
     assert_eq!(again.len(), 8, "{again:?}");
 }
+
+/// A namespace with one link (`d0`, its peer `d1` inside too) holding `address` and nothing
+/// the kernel would add.
+fn holding(address: &str) -> Netns {
+    let ns = Netns::new("rcl").expect("netns");
+    let n = ns.name();
+    ip(&[
+        "-n", n, "link", "add", "d0", "type", "veth", "peer", "name", "d1",
+    ])
+    .expect("link");
+    for dev in ["d0", "d1"] {
+        ip(&["-n", n, "link", "set", dev, "addrgenmode", "none"]).expect("addrgenmode");
+    }
+    ip(&["-n", n, "addr", "add", address, "dev", "d0", "nodad"]).expect("address");
+    for dev in ["d0", "d1"] {
+        ip(&["-n", n, "link", "set", dev, "up"]).expect("link up");
+    }
+    ns
+}
+
+/// A link-local address is unique on its link only, and predictable (issue 46, finding 9): a
+/// pod with NET_ADMIN that put its neighbour's link-local address on its own interface first
+/// does not make the neighbour's enrollment fail; the neighbour enrolls without it.
+#[test]
+fn a_link_local_address_another_pod_took_first_does_not_refuse_a_new_pod() {
+    privileged!();
+    let node = Node::new();
+    let _daemon = node.daemon();
+    let (squatter, pod) = (holding("fe80::42/64"), holding("fe80::42/64"));
+    enroll(&node, &squatter.path());
+    assert_eq!(addrs_of(&node, &squatter.path()), ["fe80::42"]);
+    enroll(&node, &pod.path());
+    assert_eq!(addrs_of(&node, &pod.path()), Vec::<String>::new());
+    assert_eq!(addrs_of(&node, &squatter.path()), ["fe80::42"]);
+}

@@ -70,6 +70,7 @@ mod pod_client;
 mod pod_files;
 mod pod_own_addresses;
 mod pod_policy;
+mod pod_watch_quiet;
 mod policy_replace;
 mod port_tries;
 mod probe_fallback;

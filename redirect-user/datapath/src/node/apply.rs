@@ -84,7 +84,7 @@ impl NodeDatapath {
         // A new pod claiming a live neighbour's address is refused whole (below); one already
         // enrolled keeps its capture without that address.
         let addrs = if new {
-            addrs
+            self.without_taken_link_local(netns_path, cookie, addrs)?
         } else {
             self.without_taken(netns_path, cookie, addrs)?
         };

@@ -23,10 +23,6 @@ pub(super) fn own_only(
     let Some(own) = &policy.own_addresses else {
         return (addrs, Vec::new());
     };
-    let link_local = |ip: &IpAddr| match ip {
-        IpAddr::V4(v4) => v4.is_link_local(),
-        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
-    };
     let (mut kept, left): (Vec<IpAddr>, Vec<IpAddr>) = addrs
         .into_iter()
         .partition(|ip| own.contains(ip) || link_local(ip));
@@ -35,7 +31,35 @@ pub(super) fn own_only(
     (kept, left)
 }
 
+/// Whether `ip` is link-local (169.254/16, fe80::/10): unique on its link only, and
+/// predictable (derived from a MAC), so no proof that a namespace is the one it belongs to.
+fn link_local(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    }
+}
+
 impl NodeDatapath {
+    /// `addrs` of a namespace enrolled for the first time without the link-local ones another
+    /// enrolled namespace holds: a pod with NET_ADMIN that put its neighbour's predictable
+    /// link-local address on its own interface first must not make the neighbour's ADD fail.
+    /// (A routable address another holds still refuses the new one whole.)
+    pub(super) fn without_taken_link_local(
+        &mut self,
+        netns: &Path,
+        cookie: NetnsCookie,
+        addrs: Vec<IpAddr>,
+    ) -> Result<Vec<IpAddr>> {
+        let local: Vec<IpAddr> = addrs.iter().copied().filter(link_local).collect();
+        let kept = self.without_taken(netns, cookie, local)?;
+        // In their order: the pod's own first, as the quota keeps the first ones.
+        Ok(addrs
+            .into_iter()
+            .filter(|ip| !link_local(ip) || kept.contains(ip))
+            .collect())
+    }
+
     /// `addrs` without those `POD_ADDRS` records for another namespace than `cookie`.
     pub(super) fn without_taken(
         &mut self,
