@@ -148,6 +148,40 @@ impl Standing {
     }
 }
 
+/// Whether the process that answers on `stream` may be the daemon: root, and, where its pid
+/// is visible (this process's PID namespace: the node's, for the CNI plugin), holding
+/// CAP_NET_ADMIN in this process's user namespace, as the daemon does (privileged, or the
+/// DaemonSet's capabilities): a process that made a user namespace of its own holds every
+/// capability there and none here. A client that may not read the answering process's user
+/// namespace (root without CAP_SYS_PTRACE, which can only read) judges by its capabilities.
+pub(crate) fn is_the_daemon(stream: &UnixStream) -> Result<(), String> {
+    let peer = judge(stream).map_err(|e| format!("judging the answering process failed: {e}"))?;
+    let (uid, pid) = (peer.uid, peer.pid);
+    if uid != 0 {
+        return Err(format!(
+            "it runs as uid {uid} (pid {pid}), the daemon as root"
+        ));
+    }
+    match peer.standing {
+        Standing::NetAdmin => Ok(()),
+        // Another PID namespace (a client inside a pod): its uid is all there is to check.
+        Standing::NotVisible => Ok(()),
+        Standing::Unreadable(_) => match effective_caps(pid) {
+            Ok(caps) if holds(caps, CAP_NET_ADMIN) => Ok(()),
+            Ok(_) => Err(format!(
+                "its process (pid {pid}) runs as root without CAP_NET_ADMIN, which the daemon holds"
+            )),
+            Err(e) => Err(format!(
+                "reading the capabilities of its process (pid {pid}): {e}"
+            )),
+        },
+        other => Err(format!(
+            "{}, while the daemon holds CAP_NET_ADMIN on the node",
+            other.why_not(pid).unwrap_or_default()
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,7 @@ pub mod pod_cache;
 #[cfg(test)]
 mod pod_cache_tests;
 pub mod pod_cgroups;
+mod pod_watch;
 pub mod repair;
 pub mod resolution;
 pub mod server;
