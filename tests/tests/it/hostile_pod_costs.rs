@@ -118,28 +118,47 @@ fn a_pod_with_many_addresses_routes_and_descriptors_holds_no_request() {
             .chain((0..200).map(|i| format!("route add 10.90.{i}.0/24 dev h0"))),
     );
 
-    // Over several ticks of the daemon following all of it: each answer within a second.
-    let mut slowest = Duration::ZERO;
+    // Over several ticks of the daemon following all of it: answers within a second (the
+    // median; the slowest within two, as other tests load the machine), and other namespaces'
+    // enrollments too.
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let mut lists = Vec::new();
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(5) {
         let asked = Instant::now();
         node.ok(&["list", "--json"]);
-        slowest = slowest.max(asked.elapsed());
+        lists.push(asked.elapsed());
     }
-    let other = Netns::new("rhoth").expect("netns");
-    let asked = Instant::now();
-    node.ok(&[
-        "enroll",
-        "--netns",
-        &other.path().display().to_string(),
-        "--istio-args",
-        "-u 1337 -i '*'",
-    ]);
-    let enroll = asked.elapsed();
-    println!("with the hostile pod followed: list up to {slowest:?}, another enroll {enroll:?}");
+    let others: Vec<Netns> = (0..3)
+        .map(|_| Netns::new("rhoth").expect("netns"))
+        .collect();
+    let enrolls: Vec<Duration> = others
+        .iter()
+        .map(|other| {
+            let asked = Instant::now();
+            node.ok(&[
+                "enroll",
+                "--netns",
+                &other.path().display().to_string(),
+                "--istio-args",
+                "-u 1337 -i '*'",
+            ]);
+            asked.elapsed()
+        })
+        .collect();
+    let slowest = lists.iter().max().copied().unwrap_or_default();
+    let (list, enroll) = (median(lists), median(enrolls));
+    println!(
+        "with the hostile pod followed: list {list:?} (median), up to {slowest:?}; another enroll {enroll:?}"
+    );
     assert!(
-        slowest < Duration::from_secs(1) && enroll < Duration::from_secs(1),
-        "list took up to {slowest:?}, another namespace's enroll {enroll:?}"
+        list < Duration::from_secs(1)
+            && slowest < Duration::from_secs(2)
+            && enroll < Duration::from_secs(1),
+        "list took {list:?} (median), up to {slowest:?}; another namespace's enroll {enroll:?}"
     );
     drop(clients);
 }
