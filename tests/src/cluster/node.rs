@@ -114,29 +114,34 @@ impl Node {
         ip(&["-n", &ns, "link", "set", "node0p", "up"])?;
         ip(&["-n", &ns, "link", "set", "node0", "up"])?;
         // The Services' range routes to the node itself; kube-proxy's rule for the
-        // `kubernetes` Service (no kube-proxy exists here) sends its cluster IP to the apiserver.
+        // `kubernetes` Service (no kube-proxy exists here) sends its cluster IP to the apiserver,
+        // from the node's own processes (OUTPUT: the daemon, host network) and from pods
+        // (PREROUTING: the untaint controller, on the pod network), as kube-proxy's
+        // KUBE-SERVICES chain is jumped to from both.
         ip(&["-n", &ns, "route", "add", "10.96.0.0/16", "dev", "node0"])?;
-        let out = netns
-            .exec("iptables")
-            .args([
-                "-t",
-                "nat",
-                "-A",
-                "OUTPUT",
-                "-d",
-                KUBERNETES_SERVICE_IP,
-                "-p",
-                "tcp",
-            ])
-            .args(["--dport", "443", "-j", "DNAT", "--to-destination"])
-            .arg(format!("{NODE_IP}:{}", super::control_plane::API_PORT))
-            .output()
-            .context("iptables")?;
-        ensure!(
-            out.status.success(),
-            "iptables: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        for chain in ["OUTPUT", "PREROUTING"] {
+            let out = netns
+                .exec("iptables")
+                .args([
+                    "-t",
+                    "nat",
+                    "-A",
+                    chain,
+                    "-d",
+                    KUBERNETES_SERVICE_IP,
+                    "-p",
+                    "tcp",
+                ])
+                .args(["--dport", "443", "-j", "DNAT", "--to-destination"])
+                .arg(format!("{NODE_IP}:{}", super::control_plane::API_PORT))
+                .output()
+                .context("iptables")?;
+            ensure!(
+                out.status.success(),
+                "iptables -A {chain}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         let cgroup = Cgroup::new("rk8s")?;
         make_v1_dirs(&Self::cgroup_rel(&cgroup))?;
         let mut node = Self {
