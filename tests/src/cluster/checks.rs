@@ -32,7 +32,16 @@ pub fn assert_installed(cluster: &Cluster) {
                 .ok_or_else(|| format!("{taints:?}"))
         },
     )
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap_or_else(|e| {
+        let logs = cluster
+            .kubectl
+            .run(&["logs", "-n", "istio-system", "deployment/redirect-untaint"])
+            .unwrap_or_else(|e| format!("{e:#}"));
+        panic!(
+            "{e}\nthe untaint controller's log:\n{logs}\n{}",
+            cluster.describe("istio-system")
+        )
+    });
 }
 
 /// Every PATCH of a Node by `user` in the apiserver's audit log, as `CODE URI`.

@@ -91,9 +91,17 @@ impl Node {
     fn make(kube_bin: &Path, dir: &Path) -> anyhow::Result<Self> {
         let (name, dir) = (unique_name("rk8s-node"), dir.to_owned());
         prepare_dir(&dir, &["kubelet", "var-log"])?;
+        // Pods get a route to the `kubernetes` Service's cluster IP through their gateway (a
+        // real node's pods have a default route; these reach only their subnet otherwise), for
+        // in-cluster clients on the pod network such as the untaint controller.
+        let mut conflist: serde_json::Value =
+            serde_json::from_str(&config::bridge_conflist(&dir, "0.4.0", POD_SUBNET))
+                .context("the primary conflist")?;
+        conflist["plugins"][0]["ipam"]["routes"] =
+            serde_json::json!([{"dst": format!("{KUBERNETES_SERVICE_IP}/32")}]);
         std::fs::write(
             dir.join("etc-cni-net.d/10-podnet.conflist"),
-            config::bridge_conflist(&dir, "0.4.0", POD_SUBNET),
+            conflist.to_string(),
         )
         .context("the primary conflist")?;
         let netns = Netns::new("rk8s")?;
