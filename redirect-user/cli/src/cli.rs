@@ -362,6 +362,11 @@ pub enum Command {
     /// our entry at the end of the highest-priority conflist (after the primary plugin).
     #[command(name = "install-cni", after_long_help = crate::install_cni_cmd::HELP)]
     InstallCni(crate::install_cni_args::InstallCni),
+    /// Remove each node's readiness taint once that node's DaemonSet pod is Ready: the one
+    /// central holder of nodes patch (deploy/kubernetes/untaint-controller.yaml), so that no
+    /// node's daemon needs it.
+    #[command(name = "untaint-controller", after_long_help = crate::untaint_controller_cmd::HELP)]
+    UntaintController(crate::untaint_controller_cmd::UntaintController),
     /// Undo exactly what install-cni did (from its state file): our entry removed (the file
     /// restored byte for byte when nobody changed it since, a converted .conf brought back),
     /// the binary it copied removed; others' changes left alone; nothing installed is fine.

@@ -40,8 +40,10 @@ pub struct KubeArgs {
     pub pod_cgroup_root: Option<PathBuf>,
     /// Remove this taint (KEY:EFFECT, e.g. redirect.dev/not-ready:NoSchedule) from this node
     /// once the plugin entry is in --cni-conf-dir's conflist and the daemon serves ADDs
-    /// (with --node-name; RBAC: nodes get and patch). Put it on new nodes so that pods are
-    /// scheduled there only once they can be captured.
+    /// (with --node-name; RBAC: nodes get and patch, which the shipped rbac.yaml does not
+    /// grant: with it a compromised node could taint or relabel every Node). The shipped way
+    /// is `redirect untaint-controller`, one Deployment holding the only nodes patch; this
+    /// flag is for operators who grant the daemon nodes patch themselves.
     #[arg(long, value_name = "KEY:EFFECT", value_parser = redirect_daemon::untaint::parse_taint, requires = "node_name")]
     pub untaint: Option<redirect_daemon::untaint::Taint>,
     /// Where the runtime's conflists are, as the daemon sees them (for --untaint).

@@ -20,6 +20,7 @@ mod observe_cmds;
 mod pod_policy_cmd;
 mod sizing_args;
 mod status_cmd;
+mod untaint_controller_cmd;
 mod upgrade_cmd;
 mod validation;
 mod vm_cmd;
@@ -89,10 +90,12 @@ fn needs_root(cmd: &Command) -> Option<&'static str> {
         Command::Explain { .. } => "explain",
         Command::Status { .. } => "status",
         Command::Probe { .. } => "probe",
-        // Files only; a directory it may not write names itself in the error.
-        Command::PodPolicy { .. } | Command::InstallCni(_) | Command::UninstallCni(_) => {
-            return None
-        }
+        // Files only; a directory it may not write names itself in the error. The untaint
+        // controller talks to the apiserver only.
+        Command::PodPolicy { .. }
+        | Command::InstallCni(_)
+        | Command::UninstallCni(_)
+        | Command::UntaintController(_) => return None,
     })
 }
 
@@ -267,6 +270,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Probe { json, demo_missing } => probe(json, demo_missing),
         Command::InstallCni(args) => install_cni_cmd::run(&args),
         Command::UninstallCni(dirs) => install_cni_cmd::uninstall_cni(&dirs),
+        Command::UntaintController(args) => untaint_controller_cmd::run(&args),
         Command::PodPolicy {
             file,
             json,

@@ -16,6 +16,11 @@
 //!   `pod_cache` this node's pods from a watch; `resolution` each pod's decision and policy,
 //!   resolved as it arrives; `pod_cgroups` the kubelet's cgroup tree; `exclusions` the
 //!   plugin's exclusions, read from our conflist entry.
+//! - `node_taint` a node's readiness taint and its removal (GET, merge patch with the
+//!   resourceVersion, again on a conflict); `untaint_controller` the one-replica controller
+//!   that removes it once the node's DaemonSet pod is Ready (`ready_nodes` its view of the
+//!   pods), the only holder of nodes patch; `untaint` the daemon's own `--untaint`, for
+//!   operators who grant the daemon nodes patch themselves.
 //! - The socket's protocol, client and path rule are `redirect_daemon_api`'s.
 pub mod apiserver;
 pub mod cluster_dns;
@@ -25,17 +30,20 @@ pub mod error;
 pub mod exclusions;
 mod files;
 pub mod metrics;
+pub mod node_taint;
 pub mod pod_cache;
 #[cfg(test)]
 mod pod_cache_tests;
 pub mod pod_cgroups;
 mod pod_watch;
+pub mod ready_nodes;
 pub mod repair;
 pub mod resolution;
 pub mod server;
 pub mod state;
 pub mod still_wanted;
 pub mod untaint;
+pub mod untaint_controller;
 
 use std::path::PathBuf;
 

@@ -1,9 +1,11 @@
-//! The node readiness taint (istio-cni's untaint controller, built in): with `--untaint
-//! KEY:EFFECT`, once the daemon serves ADDs and the runtime's conflist holds our entry, the
-//! daemon removes that taint from its own Node, so pods are scheduled on a new node only once
-//! they can be captured there (the operator puts the taint on new nodes). The GET and PATCH run
-//! on a thread of their own; the PATCH is a merge patch of the node's taints without ours,
-//! carrying the resourceVersion read (a concurrent change of the node fails it: tried again).
+//! The daemon's own removal of its node's readiness taint (`--untaint KEY:EFFECT`), for
+//! operators who grant the daemon nodes patch themselves: the shipped manifests do not (a
+//! compromised node could then taint or relabel every Node), and run the untaint controller
+//! instead (`redirect untaint-controller`, [`crate::untaint_controller`], the one nodes patch
+//! grant). Once the daemon serves ADDs and the runtime's conflist holds our entry, it removes
+//! that taint from its own Node, so pods are scheduled on a new node only once they can be
+//! captured there. The GET and PATCH ([`crate::node_taint::remove`]) run on a thread of their
+//! own.
 use std::{
     path::PathBuf,
     sync::{
@@ -13,39 +15,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::core::v1::Node;
-use kube::{
-    api::{Patch, PatchParams},
-    Api, Client,
-};
+use kube::Client;
 
-/// A taint `KEY:EFFECT` (`redirect.dev/not-ready:NoSchedule`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Taint {
-    /// Its key.
-    pub key: String,
-    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
-    pub effect: String,
-}
-
-/// Parses `KEY:EFFECT`; the error names the value.
-pub fn parse_taint(text: &str) -> Result<Taint, String> {
-    let (key, effect) = text.rsplit_once(':').ok_or_else(|| {
-        format!("{text:?} is not KEY:EFFECT (e.g. redirect.dev/not-ready:NoSchedule)")
-    })?;
-    if key.is_empty() {
-        return Err(format!("{text:?} has no key"));
-    }
-    if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
-        return Err(format!(
-            "{text:?}: the effect {effect:?} is not NoSchedule, PreferNoSchedule or NoExecute"
-        ));
-    }
-    Ok(Taint {
-        key: key.to_owned(),
-        effect: effect.to_owned(),
-    })
-}
+pub use crate::node_taint::{parse_taint, Taint};
 
 /// What to untaint, and how far it got.
 #[derive(Debug)]
@@ -114,7 +86,7 @@ impl Untaint {
         running.store(true, Ordering::Relaxed);
         let rt = rt.clone();
         let spawned = std::thread::Builder::new().name("untaint".into()).spawn(move || {
-            match rt.block_on(remove(client, &node, &taint)) {
+            match rt.block_on(crate::node_taint::remove(client, &node, &taint)) {
                 Ok(true) => {
                     tracing::info!(node = %node, key = %taint.key, effect = %taint.effect, "the plugin entry is in place and ADDs are served: removed the readiness taint");
                     done.store(true, Ordering::Relaxed);
@@ -130,53 +102,6 @@ impl Untaint {
         if let Err(error) = spawned {
             self.running.store(false, Ordering::Relaxed);
             tracing::warn!(%error, "starting the untaint thread");
-        }
-    }
-}
-
-/// GETs the node and, when it carries `taint`, PATCHes its taints without it: whether it did.
-async fn remove(client: Client, node: &str, taint: &Taint) -> Result<bool, String> {
-    let api: Api<Node> = Api::all(client);
-    let found = api
-        .get(node)
-        .await
-        .map_err(|e| format!("GET Node {node}: {e}"))?;
-    let taints = found
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    let ours =
-        |t: &k8s_openapi::api::core::v1::Taint| t.key == taint.key && t.effect == taint.effect;
-    if !taints.iter().any(ours) {
-        return Ok(false);
-    }
-    let kept: Vec<_> = taints.into_iter().filter(|t| !ours(t)).collect();
-    let patch = serde_json::json!({
-        "metadata": {"resourceVersion": found.metadata.resource_version},
-        "spec": {"taints": kept},
-    });
-    api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| format!("PATCH Node {node}: {e}"))?;
-    Ok(true)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_taint_is_key_colon_effect() {
-        assert_eq!(
-            parse_taint("redirect.dev/not-ready:NoSchedule"),
-            Ok(Taint {
-                key: "redirect.dev/not-ready".into(),
-                effect: "NoSchedule".into()
-            })
-        );
-        for bad in ["no-effect", ":NoSchedule", "k:Sometimes"] {
-            assert!(parse_taint(bad).is_err_and(|e| e.contains(bad)), "{bad}");
         }
     }
 }

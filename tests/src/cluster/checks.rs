@@ -1,5 +1,5 @@
 //! What the cluster tests assert of an installed node and its pods: the DaemonSet's promises
-//! (entry, plugin, taint gone), a pod's istio-validation outcome, and an inbound connection
+//! (entry, plugin, taint gone, and by whom: the audit log's Node PATCHes), a pod's istio-validation outcome, and an inbound connection
 //! from the node through the pod's proxy to the application (what address the application saw).
 use std::{
     io::{Read as _, Write as _},
@@ -32,7 +32,30 @@ pub fn assert_installed(cluster: &Cluster) {
                 .ok_or_else(|| format!("{taints:?}"))
         },
     )
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap_or_else(|e| {
+        let logs = cluster
+            .kubectl
+            .run(&["logs", "-n", "istio-system", "deployment/redirect-untaint"])
+            .unwrap_or_else(|e| format!("{e:#}"));
+        panic!(
+            "{e}\nthe untaint controller's log:\n{logs}\n{}",
+            cluster.describe("istio-system")
+        )
+    });
+}
+
+/// Every PATCH of a Node by `user` in the apiserver's audit log, as `CODE URI`.
+pub fn node_patches(cluster: &Cluster, user: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(&cluster.control.audit_log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["user"]["username"] == user
+                && e["verb"] == "patch"
+                && e["objectRef"]["resource"] == "nodes"
+        })
+        .map(|e| format!("{} {}", e["responseStatus"]["code"], e["requestURI"]))
+        .collect()
 }
 
 /// Pod `pod`'s istio-validation container exited 0.

@@ -70,6 +70,25 @@ impl Kubectl {
         self.run_with(args, None)
     }
 
+    /// `kubectl auth can-i VERB RESOURCE --as=USER`: the apiserver's answer (kubectl exits 1
+    /// for "no", which is an answer, not a failure).
+    pub fn can_i(&self, verb: &str, resource: &str, user: &str) -> anyhow::Result<bool> {
+        let as_user = format!("--as={user}");
+        let out = self
+            .command(&["auth", "can-i", verb, resource, &as_user])
+            .stdin(Stdio::null())
+            .output()
+            .context("kubectl auth can-i")?;
+        match String::from_utf8_lossy(&out.stdout).trim() {
+            "yes" => Ok(true),
+            "no" => Ok(false),
+            other => bail!(
+                "kubectl auth can-i {verb} {resource} {as_user}: {other:?} {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+
     /// `kubectl apply -f -` of `yaml`.
     pub fn apply(&self, yaml: &str) -> anyhow::Result<String> {
         self.run_with(&["apply", "-f", "-"], Some(yaml))

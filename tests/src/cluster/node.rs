@@ -91,9 +91,17 @@ impl Node {
     fn make(kube_bin: &Path, dir: &Path) -> anyhow::Result<Self> {
         let (name, dir) = (unique_name("rk8s-node"), dir.to_owned());
         prepare_dir(&dir, &["kubelet", "var-log"])?;
+        // Pods get a route to the `kubernetes` Service's cluster IP through their gateway (a
+        // real node's pods have a default route; these reach only their subnet otherwise), for
+        // in-cluster clients on the pod network such as the untaint controller.
+        let mut conflist: serde_json::Value =
+            serde_json::from_str(&config::bridge_conflist(&dir, "0.4.0", POD_SUBNET))
+                .context("the primary conflist")?;
+        conflist["plugins"][0]["ipam"]["routes"] =
+            serde_json::json!([{"dst": format!("{KUBERNETES_SERVICE_IP}/32")}]);
         std::fs::write(
             dir.join("etc-cni-net.d/10-podnet.conflist"),
-            config::bridge_conflist(&dir, "0.4.0", POD_SUBNET),
+            conflist.to_string(),
         )
         .context("the primary conflist")?;
         let netns = Netns::new("rk8s")?;
@@ -114,29 +122,34 @@ impl Node {
         ip(&["-n", &ns, "link", "set", "node0p", "up"])?;
         ip(&["-n", &ns, "link", "set", "node0", "up"])?;
         // The Services' range routes to the node itself; kube-proxy's rule for the
-        // `kubernetes` Service (no kube-proxy exists here) sends its cluster IP to the apiserver.
+        // `kubernetes` Service (no kube-proxy exists here) sends its cluster IP to the apiserver,
+        // from the node's own processes (OUTPUT: the daemon, host network) and from pods
+        // (PREROUTING: the untaint controller, on the pod network), as kube-proxy's
+        // KUBE-SERVICES chain is jumped to from both.
         ip(&["-n", &ns, "route", "add", "10.96.0.0/16", "dev", "node0"])?;
-        let out = netns
-            .exec("iptables")
-            .args([
-                "-t",
-                "nat",
-                "-A",
-                "OUTPUT",
-                "-d",
-                KUBERNETES_SERVICE_IP,
-                "-p",
-                "tcp",
-            ])
-            .args(["--dport", "443", "-j", "DNAT", "--to-destination"])
-            .arg(format!("{NODE_IP}:{}", super::control_plane::API_PORT))
-            .output()
-            .context("iptables")?;
-        ensure!(
-            out.status.success(),
-            "iptables: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        for chain in ["OUTPUT", "PREROUTING"] {
+            let out = netns
+                .exec("iptables")
+                .args([
+                    "-t",
+                    "nat",
+                    "-A",
+                    chain,
+                    "-d",
+                    KUBERNETES_SERVICE_IP,
+                    "-p",
+                    "tcp",
+                ])
+                .args(["--dport", "443", "-j", "DNAT", "--to-destination"])
+                .arg(format!("{NODE_IP}:{}", super::control_plane::API_PORT))
+                .output()
+                .context("iptables")?;
+            ensure!(
+                out.status.success(),
+                "iptables -A {chain}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         let cgroup = Cgroup::new("rk8s")?;
         make_v1_dirs(&Self::cgroup_rel(&cgroup))?;
         let mut node = Self {

@@ -18,6 +18,9 @@ use super::{
 /// The daemon's service account, as the apiserver's audit log names it.
 pub const DAEMON_USER: &str = "system:serviceaccount:istio-system:redirect";
 
+/// The untaint controller's service account, as the apiserver's audit log names it.
+pub const UNTAINT_USER: &str = "system:serviceaccount:istio-system:redirect-untaint";
+
 pub use crate::tokens::Reached;
 
 /// The world: a listener at the node's side of the pods' network (the gateway).
@@ -43,9 +46,10 @@ pub fn name_of(pod: &Value) -> String {
 }
 
 impl Cluster {
-    /// `kubectl apply -f deploy/kubernetes/rbac.yaml -f deploy/kubernetes/daemonset.yaml`
-    /// (the DaemonSet with [`workloads::daemonset`]'s overlay), then waits until its pod is
-    /// Ready by the kubelet's own probes.
+    /// `kubectl apply -f deploy/kubernetes/rbac.yaml -f deploy/kubernetes/daemonset.yaml -f
+    /// deploy/kubernetes/untaint-controller.yaml` (the DaemonSet with
+    /// [`workloads::daemonset`]'s overlay, the controller with the image under test), then
+    /// waits until the DaemonSet's pod is Ready by the kubelet's own probes.
     pub fn install(&self) -> anyhow::Result<Value> {
         self.install_image(&self.parts.image.clone())
     }
@@ -63,6 +67,8 @@ impl Cluster {
         let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": rbac});
         self.kubectl.apply(&list.to_string())?;
         self.kubectl.apply(&ds.to_string())?;
+        self.kubectl
+            .apply(&workloads::untaint_controller(tag)?.to_string())?;
         self.daemon_pod_ready()
     }
 

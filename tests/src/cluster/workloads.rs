@@ -79,6 +79,22 @@ pub fn daemonset(tag: &str, cgroup_v2: &Path) -> anyhow::Result<Value> {
     Ok(ds)
 }
 
+/// `deploy/kubernetes/untaint-controller.yaml` as shipped (its ServiceAccount, roles, bindings
+/// and Deployment), with the image under test's tag (`tag`) in place of the manifest's: a
+/// `List` for one `kubectl apply`.
+pub fn untaint_controller(tag: &str) -> anyhow::Result<Value> {
+    let mut docs = documents("deploy/kubernetes/untaint-controller.yaml")?;
+    for d in docs.iter_mut().filter(|d| d["kind"] == "Deployment") {
+        for c in d["spec"]["template"]["spec"]["containers"]
+            .as_array_mut()
+            .context("the controller's containers")?
+        {
+            c["image"] = tag.into();
+        }
+    }
+    Ok(json!({"apiVersion": "v1", "kind": "List", "items": docs}))
+}
+
 /// Appends `args` to the daemon container's arguments in the DaemonSet `ds`.
 pub fn append_daemon_args(ds: &mut Value, args: &[&str]) -> anyhow::Result<()> {
     let daemon = ds["spec"]["template"]["spec"]["containers"]

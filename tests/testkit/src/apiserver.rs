@@ -1,7 +1,7 @@
 //! The recorded-object apiserver: a local HTTP server replaying recorded Kubernetes Pod objects at
 //! `GET /api/v1/namespaces/NS/pods/NAME` (404 with a `Status` otherwise), a recorded list and
 //! watch stream at `GET /api/v1/pods` (`?watch=true`: ADDED/MODIFIED/DELETED events, then the
-//! stream stays open), any other object at its path (a Service, a Node, a DaemonSet; a merge
+//! stream stays open; `/api/v1/namespaces/NS/pods`: those of namespace NS), any other object at its path (a Service, a Node, a DaemonSet; a merge
 //! PATCH applied to it and recorded with its body), and the kubeconfig that points the daemon's
 //! real kube-rs client at it; behind TLS ([`crate::apiserver_tls`]) it checks bearer tokens and
 //! rotates the one it issues, as in-cluster credentials meet it. No kube-apiserver can be
@@ -282,13 +282,18 @@ fn serve(
     hits.lock().expect("hits").push(target.to_owned());
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let path = path.to_owned();
-    if path == "/api/v1/pods" {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let listed = match parts.as_slice() {
+        ["api", "v1", "pods"] => Some(None),
+        ["api", "v1", "namespaces", ns, "pods"] => Some(Some(*ns)),
+        _ => None,
+    };
+    if let Some(namespace) = listed {
         let watch = query
             .split('&')
             .any(|kv| kv == "watch=true" || kv == "watch=1");
-        return pod_list(&stream, recorded, watch);
+        return pod_list(&stream, recorded, watch, namespace);
     }
-    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let found = match parts.as_slice() {
         ["api", "v1", "namespaces", ns, "pods", name] => pods
             .lock()
@@ -348,10 +353,24 @@ fn patch(mut stream: &TcpStream, objects: &Objects, path: &str, body: &str) {
 }
 
 /// `GET /api/v1/pods`: the recorded list, or (watch) the recorded events as a chunked stream
-/// that then stays open until the client goes.
-fn pod_list(mut stream: &TcpStream, recorded: &Mutex<Recorded>, watch: bool) {
+/// that then stays open until the client goes; with `namespace`, only that namespace's pods
+/// (and a watch stream of the namespace gets every later event: its tests add only theirs).
+fn pod_list(
+    mut stream: &TcpStream,
+    recorded: &Mutex<Recorded>,
+    watch: bool,
+    namespace: Option<&str>,
+) {
+    let ours = |pod: &Value| namespace.is_none_or(|ns| pod["metadata"]["namespace"] == ns);
     if !watch {
-        let list = recorded.lock().expect("recorded").list.clone();
+        let list: Vec<Value> = recorded
+            .lock()
+            .expect("recorded")
+            .list
+            .iter()
+            .filter(|p| ours(p))
+            .cloned()
+            .collect();
         let body = json!({"kind": "PodList", "apiVersion": "v1",
                           "metadata": {"resourceVersion": "1"}, "items": list})
         .to_string();
@@ -369,7 +388,7 @@ fn pod_list(mut stream: &TcpStream, recorded: &Mutex<Recorded>, watch: bool) {
             stream,
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
         );
-        for event in &r.events {
+        for event in r.events.iter().filter(|e| ours(&e["object"])) {
             let line = format!("{event}\n");
             let _ = write!(stream, "{:x}\r\n{line}\r\n", line.len());
         }

@@ -1,13 +1,15 @@
 //! A real cluster (kube-apiserver, controllers and kubelet 1.20.2 on containerd; see
-//! `redirect_tests::cluster`) installed as deploy/README.md says: `kubectl apply` of rbac.yaml
-//! and daemonset.yaml. The DaemonSet controller makes the daemon's pod, the scheduler places
-//! it on the tainted node, the kubelet runs it and its probes make it Ready; then Istio-injected
+//! `redirect_tests::cluster`) installed as deploy/README.md says: `kubectl apply` of rbac.yaml,
+//! daemonset.yaml and untaint-controller.yaml. The DaemonSet controller makes the daemon's pod,
+//! the scheduler places it on the tainted node, the kubelet runs it and its probes make it
+//! Ready; the untaint controller, and only it, removes the readiness taint (issue 46, finding
+//! 7: the daemon's account may not patch Nodes, and made no PATCH of one); then Istio-injected
 //! pods (istio-cni's form: `istio-validation` before `istio-proxy`) of a Deployment of 3 are
 //! started by the kubelet through containerd, which calls our plugin.
 use redirect_tests::cluster::{
-    checks::{assert_installed, inbound, validation_passed},
+    checks::{assert_installed, inbound, node_patches, validation_passed},
     node::CLUSTER_DNS,
-    ops::{name_of, world, DAEMON_USER},
+    ops::{name_of, world, DAEMON_USER, UNTAINT_USER},
     parts_or_skip,
     workloads::Injected,
     Cluster,
@@ -31,6 +33,24 @@ fn kubectl_apply_installs_the_daemonset_and_istio_injected_pods_are_captured() {
         .install()
         .expect("kubectl apply of deploy/kubernetes");
     assert_installed(&cluster);
+    // The daemon's account may not patch a Node (yes before: its ClusterRole granted it) and
+    // made no PATCH of one; the taint was removed by the untaint controller's.
+    for (user, may) in [(DAEMON_USER, false), (UNTAINT_USER, true)] {
+        assert_eq!(
+            cluster
+                .kubectl
+                .can_i("patch", "nodes", user)
+                .expect("kubectl auth can-i"),
+            may,
+            "kubectl auth can-i patch nodes --as={user}"
+        );
+    }
+    assert_eq!(node_patches(&cluster, DAEMON_USER), Vec::<String>::new());
+    let by_controller = node_patches(&cluster, UNTAINT_USER);
+    assert!(
+        by_controller.iter().any(|p| p.starts_with("200 ")),
+        "no PATCH of the Node by the untaint controller: {by_controller:?}"
+    );
 
     let mut w = Injected::new("hello", 3, &parts.image, 3);
     w.dns_capture = true;
@@ -86,9 +106,11 @@ fn kubectl_apply_installs_the_daemonset_and_istio_injected_pods_are_captured() {
         "$ redirect list\n{}",
         cluster.redirect(&["list"]).unwrap_or_default()
     );
-    let forbidden = cluster.forbidden(DAEMON_USER);
-    assert!(
-        forbidden.is_empty(),
-        "requests of the DaemonSet refused by RBAC: {forbidden:?}"
-    );
+    for user in [DAEMON_USER, UNTAINT_USER] {
+        let forbidden = cluster.forbidden(user);
+        assert!(
+            forbidden.is_empty(),
+            "requests of {user} refused by RBAC: {forbidden:?}"
+        );
+    }
 }

@@ -1,9 +1,10 @@
-//! Every manifest of deploy/kubernetes parses, and says what we mean: the ClusterRole grants
-//! pods get/list/watch and nodes get/patch and nothing more, Roles get on the kube-dns Service and
-//! on the DaemonSet only, all to the ServiceAccount the DaemonSet runs as; every
+//! Every manifest of deploy/kubernetes parses, and says what we mean: the daemon's ClusterRole
+//! grants pods get/list/watch and nodes get and nothing more, Roles get on the kube-dns Service
+//! and on the DaemonSet only, all to the ServiceAccount the DaemonSet runs as; every
 //! container's args and every exec probe name a `redirect` subcommand and flags that exist
 //! (`redirect ARGS --help` succeeds); each volume mount names a volume; the install-cni
-//! container has the CNI directories from the host and a readiness probe that checks them.
+//! container has the CNI directories from the host and a readiness probe that checks them. The
+//! untaint controller's manifest: `deploy_untaint`.
 use std::{collections::BTreeMap, path::Path, process::Command};
 
 use redirect_tests::bin_path;
@@ -11,7 +12,7 @@ use serde::Deserialize as _;
 use serde_json::{json, Value};
 
 /// Every document of every deploy/kubernetes/*.yaml, by kind.
-fn manifests() -> BTreeMap<String, Vec<Value>> {
+pub(crate) fn manifests() -> BTreeMap<String, Vec<Value>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes");
     let mut by_kind: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for entry in std::fs::read_dir(&dir).expect("deploy/kubernetes") {
@@ -32,14 +33,28 @@ fn manifests() -> BTreeMap<String, Vec<Value>> {
     by_kind
 }
 
-fn one<'a>(m: &'a BTreeMap<String, Vec<Value>>, kind: &str) -> &'a Value {
+pub(crate) fn one<'a>(m: &'a BTreeMap<String, Vec<Value>>, kind: &str) -> &'a Value {
     match m.get(kind).map(Vec::as_slice) {
         Some([v]) => v,
         other => panic!("expected one {kind}, found {other:?}"),
     }
 }
 
-fn words(v: &Value) -> Vec<String> {
+/// The objects of `all` that are not the untaint controller's (named `redirect-untaint`).
+fn daemons(all: &BTreeMap<String, Vec<Value>>) -> BTreeMap<String, Vec<Value>> {
+    all.iter()
+        .map(|(kind, docs)| {
+            let theirs = docs
+                .iter()
+                .filter(|d| d["metadata"]["name"] != "redirect-untaint")
+                .cloned()
+                .collect();
+            (kind.clone(), theirs)
+        })
+        .collect()
+}
+
+pub(crate) fn words(v: &Value) -> Vec<String> {
     v.as_array()
         .map(|a| {
             a.iter()
@@ -53,7 +68,7 @@ fn words(v: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn assert_cli_accepts(words: &[String]) {
+pub(crate) fn assert_cli_accepts(words: &[String]) {
     let out = Command::new(bin_path("redirect"))
         .args(words)
         .arg("--help")
@@ -68,12 +83,15 @@ fn assert_cli_accepts(words: &[String]) {
 
 #[test]
 fn manifests_parse_grant_only_pod_reads_and_name_real_commands() {
-    let m = manifests();
+    let all = manifests();
+    // The daemon's own: rbac.yaml's objects and the DaemonSet (the untaint controller's are
+    // deploy_untaint's).
+    let m = daemons(&all);
     let role = one(&m, "ClusterRole");
     assert_eq!(
         role["rules"],
         json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-               {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}])
+               {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}])
     );
     let sa = one(&m, "ServiceAccount");
     // The one Service the daemon reads (the cluster DNS address), in its namespace only, and

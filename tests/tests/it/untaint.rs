@@ -1,7 +1,9 @@
-//! The node readiness taint (`redirect daemon --untaint KEY:EFFECT`), against the recorded
-//! apiserver (no kube-apiserver can run here): while the node's conflist holds no redirect-cni
-//! entry the taint stays (no PATCH); once install-cni put the entry in, the daemon PATCHes its
-//! Node with the taints less ours (another taint kept, the resourceVersion it read carried).
+//! The daemon's own removal of its node readiness taint (`redirect daemon --untaint
+//! KEY:EFFECT`, for operators who grant the daemon nodes patch; the shipped manifests run the
+//! untaint controller instead: `untaint_controller`), against the recorded apiserver: while the
+//! node's conflist holds no redirect-cni entry the taint stays (no PATCH); once install-cni put
+//! the entry in, the daemon PATCHes its Node with the taints less ours (another taint kept, the
+//! resourceVersion it read carried).
 use std::time::Duration;
 
 use redirect_testkit::{eventually, privileged};
