@@ -86,8 +86,13 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        // A daemon leaves its datapath pinned when it stops: its caller stops it first.
+        // A daemon leaves its datapath pinned when it stops: its caller stops it first. One
+        // killed while it held the datapath's lock (a tick under way) leaves the lock's
+        // directory too, which the next writer of these pins would take: there is none.
         let _ = std::fs::remove_dir_all(&self.pins);
+        if let (Some(parent), Some(name)) = (self.pins.parent(), self.pins.file_name()) {
+            let _ = std::fs::remove_dir(parent.join(format!("{}_lock", name.to_string_lossy())));
+        }
         if self.tmpfs.take().is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
