@@ -136,7 +136,11 @@ fn the_plugin_refuses_an_answer_from_a_process_that_is_not_the_daemon() {
 }
 
 /// `redirect-cni COMMAND` with `conf` on stdin, as `uid` (and its gid) when given.
-fn plugin(command: &str, conf: &serde_json::Value, uid: Option<u32>) -> std::process::Output {
+pub(crate) fn plugin(
+    command: &str,
+    conf: &serde_json::Value,
+    uid: Option<u32>,
+) -> std::process::Output {
     let mut cmd = std::process::Command::new(redirect_tests::env::bin_path("redirect-cni"));
     cmd.env_clear()
         .env("CNI_COMMAND", command)

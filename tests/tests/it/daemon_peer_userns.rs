@@ -98,20 +98,7 @@ fn the_plugin_does_not_believe_a_daemon_in_a_user_namespace_of_its_own() {
         "cniVersion": "1.1.0", "name": "peer-test", "type": "redirect-cni",
         "daemon_socket": socket,
     });
-    let mut cmd = Command::new(bin_path("redirect-cni"));
-    cmd.env_clear()
-        .env("CNI_COMMAND", "STATUS")
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect("redirect-cni");
-    std::io::Write::write_all(
-        &mut child.stdin.take().expect("stdin"),
-        conf.to_string().as_bytes(),
-    )
-    .expect("the config");
-    let out = child.wait_with_output().expect("redirect-cni");
+    let out = crate::daemon_peer::plugin("STATUS", &conf, None);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         !out.status.success(),
