@@ -36,13 +36,21 @@ fn a_pod_containerd_starts_is_captured_by_the_daemonset_run_from_its_image() {
     );
     // Not privileged (issue 31, finding 12): the daemon holds the DaemonSet's capabilities
     // and no others.
-    let log = mesh.kubelet().logs(ds, "redirect");
-    let pid: u32 = log
-        .split("ready pid=")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no ready line in the daemon's log: {log}"));
+    // Polled: the readiness probe can pass before the line is printed, and containerd's shim
+    // writes the container's log on its own time.
+    let pid: u32 = eventually(
+        "a ready line in the daemon's log",
+        Duration::from_secs(30),
+        || {
+            let log = mesh.kubelet().logs(ds, "redirect");
+            log.split("ready pid=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|p| p.parse().ok())
+                .ok_or_else(|| format!("no ready line yet: {log}"))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("its status");
     let eff = status
         .lines()
