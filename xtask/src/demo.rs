@@ -123,18 +123,23 @@ pub fn run(once: bool) -> anyhow::Result<()> {
     // cgroup), then the pod enrolled with istio-init's arguments.
     let dev_dir = format!("/run/redirect/dev-{id}");
     let dev_pins = format!("/sys/fs/bpf/redirect-dev-{id}");
-    std::env::set_var("REDIRECT_DAEMON_DIR", &dev_dir);
-    std::env::set_var("REDIRECT_BPFFS", &dev_pins);
-    let mut uninstall = Command::new(&redirect);
+    // Every `redirect` of the demo (the undo's uninstall too) is given these two by value.
+    let redirect_cmd = || {
+        let mut c = Command::new(&redirect);
+        c.env("REDIRECT_DAEMON_DIR", &dev_dir)
+            .env("REDIRECT_BPFFS", &dev_pins);
+        c
+    };
+    let mut uninstall = redirect_cmd();
     uninstall.arg("uninstall");
     scene.undo.push(uninstall);
     scene.dirs.push(PathBuf::from(&dev_dir));
-    let mut daemon = Command::new(&redirect);
+    let mut daemon = redirect_cmd();
     daemon.arg("daemon").arg("--cgroup").arg(&cgroup);
     scene
         .start("redirect daemon", daemon)?
         .wait_line("its ready line", PATIENCE, |l| l.starts_with("ready"))?;
-    util::run(Command::new(&redirect).args([
+    util::run(redirect_cmd().args([
         "enroll",
         "--netns",
         &pod,
@@ -142,7 +147,7 @@ pub fn run(once: bool) -> anyhow::Result<()> {
         "-p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x '' -b '*' -d 15090,15021,15020",
     ]))?;
     // The proxy runs in the pod's cgroup, where the datapath answers SO_ORIGINAL_DST.
-    let mut proxy = Command::new(&redirect);
+    let mut proxy = redirect_cmd();
     proxy
         .args(["exec", "--cgroup"])
         .arg(&cgroup)
@@ -159,10 +164,10 @@ pub fn run(once: bool) -> anyhow::Result<()> {
     let explain_dst = format!("{SERVER_IP}:{SERVER_PORT}");
     let show = |title: &str, args: &[&str]| -> anyhow::Result<()> {
         println!("\nxtask run: redirect {}  ({title})", args.join(" "));
-        util::run(Command::new(&redirect).args(args))
+        util::run(redirect_cmd().args(args))
     };
     show("the pod and its policy", &["list"])?;
-    let mut trace = Command::new(&redirect);
+    let mut trace = redirect_cmd();
     trace.args(["trace", "--netns", &pod, "--count", "1", "--seconds", "10"]);
     scene.start("redirect trace", trace)?.wait_stderr_line(
         "the stream switched on",

@@ -10,9 +10,13 @@ use nix::sys::signal::{SigSet, Signal};
 use redirect_common::map_names;
 use redirect_datapath::{attach::state, maps::counters, views::metrics, AttachOptions, Datapath};
 
-use crate::cli;
+use crate::{cli, dir_args::Dirs};
 
-pub fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Result<()> {
+pub fn attach(
+    dirs: &Dirs,
+    options: AttachOptions,
+    metrics_file: Option<&Path>,
+) -> anyhow::Result<()> {
     // Block the stop signals before loading so one arriving mid-attach is handled by the
     // orderly path below instead of killing us half-way (the kernel would still clean up).
     let mut signals = SigSet::empty();
@@ -21,7 +25,7 @@ pub fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Re
     }
     signals.thread_block().context("blocking SIGINT/SIGTERM")?;
 
-    refuse_near_a_node_datapath(&options.cgroup)?;
+    refuse_near_a_node_datapath(dirs, &options.cgroup)?;
     let mut datapath = Datapath::attach(&options)?;
     let instance = state::InstanceState {
         pid: std::process::id(),
@@ -29,7 +33,7 @@ pub fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Re
         attachments: datapath.attachments().to_vec(),
         maps: datapath.map_ids(),
     };
-    let state_file = state::StateFile::create(&state::state_dir(), &instance)?;
+    let state_file = state::StateFile::create(&dirs.state, &instance)?;
     for a in datapath.attachments() {
         tracing::info!(program = %a.program, hook = %a.attach_type, target = %a.target.display(), id = a.program_id, "attached");
     }
@@ -82,17 +86,13 @@ pub fn attach(options: AttachOptions, metrics_file: Option<&Path>) -> anyhow::Re
 
 /// `attach` at, above or below the cgroup a pinned node datapath captures would capture the
 /// same processes twice: refused, naming that datapath and its owner.
-fn refuse_near_a_node_datapath(cgroup: &Path) -> anyhow::Result<()> {
+fn refuse_near_a_node_datapath(dirs: &Dirs, cgroup: &Path) -> anyhow::Result<()> {
     use redirect_datapath::node::layout::{self, Owner};
     let Ok(cgroup) = redirect_datapath::cgroup::validate(cgroup) else {
         return Ok(()); // Datapath::attach names the bad --cgroup
     };
     let mut roots = vec![PathBuf::from("/sys/fs/bpf")];
-    roots.extend(
-        redirect_daemon::default_bpffs()
-            .parent()
-            .map(Path::to_path_buf),
-    );
+    roots.extend(dirs.bpffs.parent().map(Path::to_path_buf));
     roots.dedup();
     for root in roots {
         if let Some((dir, record, at)) = layout::attached_near(&root, &cgroup) {

@@ -87,7 +87,10 @@ pub(crate) struct NodeView {
 /// Reads the pinned datapath at `bpffs` (absent: no namespace rows), the records and the attach
 /// instances. A daemon that owns the datapath but does not answer is an error (its records are
 /// what it believes; the files alone could be stale).
-pub(crate) fn node_view(bpffs: &std::path::Path) -> anyhow::Result<NodeView> {
+pub(crate) fn node_view(
+    dirs: &crate::dir_args::Dirs,
+    bpffs: &std::path::Path,
+) -> anyhow::Result<NodeView> {
     let mut dp = NodeDatapath::exists(bpffs)
         .then(|| NodeDatapath::open(bpffs))
         .transpose()?;
@@ -96,7 +99,7 @@ pub(crate) fn node_view(bpffs: &std::path::Path) -> anyhow::Result<NodeView> {
         None => Vec::new(),
     };
     let files = || -> (Vec<Enrollment>, Option<String>) {
-        let dir = crate::direct_record::records_dir(bpffs);
+        let dir = crate::direct_record::records_dir(dirs, bpffs);
         let enrollments = DaemonDir::new(&dir).enrollments();
         let note = match std::fs::read_dir(&enrollments) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Some(format!(
@@ -179,9 +182,7 @@ pub(crate) fn node_view(bpffs: &std::path::Path) -> anyhow::Result<NodeView> {
             record: None,
         });
     }
-    let (live, _) =
-        redirect_datapath::attach::state::read_all(&redirect_datapath::attach::state::state_dir())
-            .unwrap_or_default();
+    let (live, _) = redirect_datapath::attach::state::read_all(&dirs.state).unwrap_or_default();
     for inst in live {
         rows.push(Row {
             netns: None,

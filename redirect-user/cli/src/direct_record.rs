@@ -3,14 +3,17 @@
 //! shows its writer, and the next daemon adopts it and follows its addresses.
 use std::path::{Path, PathBuf};
 
-use redirect_daemon_api::{DaemonDir, EnrollmentRecord, Writer};
+use redirect_daemon_api::{EnrollmentRecord, Writer};
 use redirect_datapath::{netns, netns::NetnsHandle, node::Applied};
 use redirect_policy::Policy;
+
+use crate::dir_args::Dirs;
 
 /// Records what `applied` did to `ns` (`writer`, from `source`). Never fails the command: the
 /// policy is in the kernel already; a record that cannot be written is a warning naming why
 /// (the namespace is then listed as written by "unknown", and not adopted by a daemon).
 pub(crate) fn record(
+    dirs: &Dirs,
     bpffs: &Path,
     ns: &NetnsHandle,
     policy: &Policy,
@@ -18,7 +21,7 @@ pub(crate) fn record(
     writer: Writer,
     source: String,
 ) {
-    let Some(dir) = record_dir(bpffs) else {
+    let Some(dir) = record_dir(dirs, bpffs) else {
         tracing::debug!(bpffs = %bpffs.display(), "a pin directory of its own and no REDIRECT_DAEMON_DIR: the policy is not recorded");
         return;
     };
@@ -43,23 +46,24 @@ pub(crate) fn record(
 }
 
 /// Forgets the record of namespace `path`'s policy after `--cleanup-only`.
-pub(crate) fn forget(bpffs: &Path, path: &Path) {
-    if let (Some(dir), Ok(cookie)) = (record_dir(bpffs), netns::cookie(path)) {
+pub(crate) fn forget(dirs: &Dirs, bpffs: &Path, path: &Path) {
+    if let (Some(dir), Ok(cookie)) = (record_dir(dirs, bpffs), netns::cookie(path)) {
         redirect_daemon::server::forget_direct(&dir, cookie);
     }
 }
 
 /// The daemon directory that goes with the pins at `bpffs`: the one a daemon recorded in the
-/// layout, else `REDIRECT_DAEMON_DIR` when set, else the default one for the node's default
-/// pins. Pins of their own with none of these have no daemon to adopt them: `None`.
-fn record_dir(bpffs: &Path) -> Option<PathBuf> {
+/// layout, else the daemon directory when one was named (`--daemon-dir`, `REDIRECT_DAEMON_DIR`),
+/// else the default one for the node's default pins. Pins of their own with none of these have
+/// no daemon to adopt them: `None`.
+fn record_dir(dirs: &Dirs, bpffs: &Path) -> Option<PathBuf> {
     if let Ok(Some(layout)) = redirect_datapath::node::layout::read(bpffs) {
         if let Some(dir) = layout.daemon_dir {
             return Some(dir);
         }
     }
-    if std::env::var_os(redirect_daemon_api::DIR_ENV).is_some() {
-        return Some(DaemonDir::from_env().path().to_path_buf());
+    if dirs.daemon_named {
+        return Some(dirs.daemon.path().to_path_buf());
     }
     (bpffs == Path::new(redirect_datapath::node::DEFAULT_DIR))
         .then(|| PathBuf::from(redirect_daemon_api::DEFAULT_DIR))
@@ -67,8 +71,8 @@ fn record_dir(bpffs: &Path) -> Option<PathBuf> {
 
 /// Where the records of the pins at `bpffs` are read from (`list`, `status`, `uninstall`): as
 /// [`record_dir`], else the daemon directory in effect.
-pub(crate) fn records_dir(bpffs: &Path) -> PathBuf {
-    record_dir(bpffs).unwrap_or_else(|| DaemonDir::from_env().path().to_path_buf())
+pub(crate) fn records_dir(dirs: &Dirs, bpffs: &Path) -> PathBuf {
+    record_dir(dirs, bpffs).unwrap_or_else(|| dirs.daemon.path().to_path_buf())
 }
 
 /// A path naming `ns` after this process exits: a `/proc/...` path (this process's own view,
@@ -92,11 +96,12 @@ fn lasting_name(ns: &NetnsHandle) -> Option<PathBuf> {
 /// a note for the command's answer (read before the apply): the lines that change against the
 /// recorded policy, a policy no record describes, or nothing.
 pub(crate) fn replacing(
+    dirs: &Dirs,
     bpffs: &Path,
     cookie: redirect_common::NetnsCookie,
     policy: &Policy,
 ) -> String {
-    let recorded = record_dir(bpffs).and_then(|dir| {
+    let recorded = record_dir(dirs, bpffs).and_then(|dir| {
         redirect_daemon::server::enrollments(&dir)
             .into_iter()
             .find(|e| e.cookie == cookie)

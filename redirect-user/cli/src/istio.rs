@@ -1,7 +1,7 @@
 //! `redirect istio-iptables`: parse istio-iptables' arguments and environment, then apply the
 //! policy to one namespace through the pinned node datapath (or print it with --dry-run).
-use crate::writer::NodeWriter;
-use std::{collections::HashMap, path::PathBuf};
+use crate::{dir_args::Dirs, writer::NodeWriter};
+use std::collections::HashMap;
 
 use anyhow::Context as _;
 use redirect_datapath::{
@@ -154,7 +154,7 @@ pub fn parse_for(args: &[String], vm: bool) -> anyhow::Result<Invocation> {
 }
 
 /// Runs `redirect istio-iptables ARGS`.
-pub fn run(args: &[String]) -> anyhow::Result<()> {
+pub fn run(dirs: &Dirs, args: &[String]) -> anyhow::Result<()> {
     if args.iter().any(|a| a == "-h" || a == "--help") {
         print!("{}", help());
         return Ok(());
@@ -168,11 +168,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         return validate(&inv);
     }
     let ns = netns::resolve(inv.netns.as_deref());
-    let dir = inv
-        .bpffs
-        .clone()
-        .or_else(|| std::env::var_os("REDIRECT_BPFFS").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(node::DEFAULT_DIR));
+    let dir = dirs.bpffs_or_default(inv.bpffs.clone());
     if inv.dry_run {
         let addrs = netns::NetnsHandle::open(&ns)
             .and_then(|h| h.addresses())
@@ -206,7 +202,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         // A running daemon owns the datapath (whatever its directory) and keeps it empty.
         let daemon_owned = node::layout::daemon_up(&dir, &dp.layout()?);
         let removed = dp.cleanup(&ns, daemon_owned)?;
-        crate::direct_record::forget(&dir, &ns);
+        crate::direct_record::forget(dirs, &dir, &ns);
         println!(
             "policy removed for {}{}",
             ns.display(),
@@ -225,10 +221,11 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     };
     // Opened once: the apply reads and attaches through this descriptor only.
     let handle = netns::NetnsHandle::open(&ns)?;
-    let replacing = crate::direct_record::replacing(&dir, handle.cookie(), &inv.policy);
+    let replacing = crate::direct_record::replacing(dirs, &dir, handle.cookie(), &inv.policy);
     let node::AppliedAt { applied, created } =
         NodeDatapath::apply_at(&dir, &attach, &handle, &inv.policy)?;
     crate::direct_record::record(
+        dirs,
         &dir,
         &handle,
         &inv.policy,

@@ -3,16 +3,18 @@
 //! and by whether the daemon follows it. Works with or without a daemon.
 use std::net::IpAddr;
 
-use crate::captured::{node_view, Followed, Row};
+use crate::{
+    captured::{node_view, Followed, Row},
+    dir_args::Dirs,
+};
 
 /// The empty list's line.
 pub(crate) const NOTHING: &str =
     "nothing is captured: no namespace has a policy in the kernel's maps and no `redirect attach` runs";
 
 /// Prints the list (a table, or `--json`: one object per row).
-pub fn list(json: bool) -> anyhow::Result<()> {
-    let bpffs = redirect_daemon::default_bpffs();
-    let view = node_view(&bpffs)?;
+pub fn list(dirs: &Dirs, json: bool) -> anyhow::Result<()> {
+    let view = node_view(dirs, &dirs.bpffs)?;
     if let Some(note) = &view.records_note {
         eprintln!("WARNING: {note}");
     }

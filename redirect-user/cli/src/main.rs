@@ -100,10 +100,10 @@ fn needs_root(cmd: &Command) -> Option<&'static str> {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    // The directory flags stand for their environment variables, which the libraries read;
-    // set before any thread starts.
+    // The directories, resolved once here and handed down: no library reads the environment
+    // for them.
     let (daemon_dir, state_dir) = cli.command.dirs();
-    dir_args::apply(daemon_dir, state_dir);
+    let dirs = dir_args::Dirs::resolve(daemon_dir, state_dir, |name| std::env::var_os(name));
     if let Some(name) = needs_root(&cli.command) {
         let euid = nix::unistd::geteuid().as_raw();
         if euid != 0 {
@@ -125,6 +125,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_connections,
             ..
         }) => attach_cmd::attach(
+            &dirs,
             AttachOptions {
                 cgroup,
                 proxy_cgroup,
@@ -143,8 +144,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         ),
         Command::Exec {
             cgroup, command, ..
-        } => exec(cgroup, &command),
-        Command::IstioIptables { args } => istio::run(&args),
+        } => exec(&dirs, cgroup, &command),
+        Command::IstioIptables { args } => istio::run(&dirs, &args),
         Command::Daemon {
             bpffs,
             cgroup,
@@ -156,6 +157,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             kube,
             ..
         } => node_cmds::daemon(
+            &dirs,
             bpffs,
             cgroup,
             proxy_cgroup,
@@ -175,23 +177,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             dry_run,
             ..
         } => node_cmds::enroll(
+            &dirs,
             &netns,
             istio_args.as_deref(),
             cluster_env.as_deref(),
             policy.as_deref(),
             dry_run,
         ),
-        Command::Unenroll { netns, .. } => node_cmds::unenroll(&netns),
-        Command::List { json, .. } => list_cmd::list(json),
-        Command::Uninstall { bpffs, .. } => node_cmds::uninstall(bpffs),
-        Command::Upgrade { bpffs, check } => upgrade_cmd::upgrade(bpffs, check),
+        Command::Unenroll { netns, .. } => node_cmds::unenroll(&dirs, &netns),
+        Command::List { json, .. } => list_cmd::list(&dirs, json),
+        Command::Uninstall { bpffs, .. } => node_cmds::uninstall(&dirs, bpffs),
+        Command::Upgrade { bpffs, check } => {
+            upgrade_cmd::upgrade(dirs.bpffs_or_default(bpffs), check)
+        }
         Command::Validate {
             netns,
             cgroup,
             timeout_ms,
             bpffs,
             json,
-        } => observe_cmds::validate(&netns, cgroup.as_deref(), timeout_ms, bpffs, json),
+        } => observe_cmds::validate(
+            &netns,
+            cgroup.as_deref(),
+            timeout_ms,
+            dirs.bpffs_or_default(bpffs),
+            json,
+        ),
         Command::Vm {
             cluster_env,
             netns,
@@ -199,16 +210,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cgroup,
             dry_run,
             ..
-        } => vm_cmd::vm(vm_cmd::VmArgs {
-            cluster_env: &cluster_env,
-            netns: netns.as_deref(),
-            extra: args.as_deref(),
-            cgroup,
-            dry_run,
-        }),
+        } => vm_cmd::vm(
+            &dirs,
+            vm_cmd::VmArgs {
+                cluster_env: &cluster_env,
+                netns: netns.as_deref(),
+                extra: args.as_deref(),
+                cgroup,
+                dry_run,
+            },
+        ),
         Command::Stats {
             netns, bpffs, json, ..
-        } => observe_cmds::stats(netns.as_deref(), bpffs, json),
+        } => observe_cmds::stats(&dirs, netns.as_deref(), dirs.bpffs_or_default(bpffs), json),
         Command::Trace {
             netns,
             count,
@@ -216,7 +230,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             bpffs,
             json,
             ..
-        } => observe_cmds::trace(netns.as_deref(), count, seconds, bpffs, json),
+        } => observe_cmds::trace(
+            &dirs,
+            netns.as_deref(),
+            count,
+            seconds,
+            dirs.bpffs_or_default(bpffs),
+            json,
+        ),
         Command::Explain {
             netns,
             inbound: true,
@@ -231,7 +252,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             src.as_deref().unwrap_or_default(),
             dst,
             iface.as_deref(),
-            bpffs,
+            dirs.bpffs_or_default(bpffs),
             json,
         ),
         Command::Explain {
@@ -263,7 +284,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 src,
                 cgroup: cgroup.as_deref(),
                 mark,
-                bpffs,
+                bpffs: dirs.bpffs_or_default(bpffs),
                 json,
             })
         }
@@ -277,7 +298,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             migrate,
             cluster_dns,
         } => pod_policy_cmd::run(&file, json, migrate, cluster_dns),
-        Command::Status { bpffs, json, .. } => status_cmd::status(bpffs, json),
+        Command::Status { bpffs, json, .. } => status_cmd::status(&dirs, bpffs, json),
     }
 }
 
@@ -322,11 +343,15 @@ fn probe(json: bool, demo_missing: bool) -> anyhow::Result<()> {
     }
 }
 
-fn exec(cgroup_arg: Option<PathBuf>, command: &[String]) -> anyhow::Result<()> {
+fn exec(
+    dirs: &dir_args::Dirs,
+    cgroup_arg: Option<PathBuf>,
+    command: &[String],
+) -> anyhow::Result<()> {
     let target = match cgroup_arg {
         Some(path) => cgroup::validate(&path)?,
         None => {
-            let (live, _) = state::read_all(&state::state_dir())?;
+            let (live, _) = state::read_all(&dirs.state)?;
             match live.as_slice() {
                 [one] => one.options.cgroup.clone(),
                 [] => bail!("no `redirect attach` is running: start one, or pass --cgroup PATH"),

@@ -18,30 +18,23 @@ use redirect_datapath::{
 };
 use redirect_policy::Policy;
 
-pub(crate) fn bpffs_or_default(bpffs: Option<PathBuf>) -> PathBuf {
-    bpffs.unwrap_or_else(daemon::default_bpffs)
-}
+use crate::dir_args::Dirs;
 
-/// The daemon's socket: the one of the daemon that owns the pinned datapath (from its layout
-/// record), else the one in `REDIRECT_DAEMON_DIR`.
-fn socket() -> PathBuf {
-    daemon::owner(&daemon::default_bpffs())
-        .map_or_else(|| DaemonDir::from_env().socket(), |(_, s)| s)
+/// The daemon's socket: the one of the daemon that owns the datapath pinned at the default
+/// pins (from its layout record), else the one in the daemon directory in effect.
+fn socket(dirs: &Dirs) -> PathBuf {
+    daemon::owner(&dirs.bpffs).map_or_else(|| dirs.daemon.socket(), |(_, s)| s)
 }
 
 /// The client of that daemon.
-fn client() -> Client {
-    Client::new(socket())
-}
-
-/// The daemon directory in effect (`REDIRECT_DAEMON_DIR`, else the default).
-fn daemon_dir() -> PathBuf {
-    DaemonDir::from_env().path().to_path_buf()
+fn client(dirs: &Dirs) -> Client {
+    Client::new(socket(dirs))
 }
 
 /// Runs the daemon until SIGINT/SIGTERM (capture stays pinned) or an uninstall; `metrics` is
 /// the Prometheus endpoint, if any.
 pub fn daemon(
+    dirs: &Dirs,
     bpffs: Option<PathBuf>,
     cgroup: Option<PathBuf>,
     proxy_cgroup: Option<PathBuf>,
@@ -54,12 +47,12 @@ pub fn daemon(
         signals.add(s);
     }
     signals.thread_block().context("blocking SIGINT/SIGTERM")?;
-    let bpffs = bpffs_or_default(bpffs);
+    let bpffs = dirs.bpffs_or_default(bpffs);
     // Before the datapath is touched: a broken kubeconfig stops the start, naming it.
     let kube = redirect_daemon::apiserver::Kube::new(kube)?;
     let d = Daemon::start(Options {
         bpffs: bpffs.clone(),
-        dir: daemon_dir(),
+        dir: dirs.daemon.path().to_path_buf(),
         attach: NodeAttach {
             cgroup,
             // Never silently the capture cgroup: a proxy in a sibling cgroup must work too.
@@ -81,9 +74,11 @@ pub fn daemon(
     });
     let metrics = match metrics {
         Some(endpoint) => {
-            let dir = daemon_dir();
-            let bound =
-                daemon::metrics::spawn(endpoint, bpffs, move || server::enrolled_names(&dir))?;
+            let dir = dirs.daemon.path().to_path_buf();
+            let names = dir.clone();
+            let bound = daemon::metrics::spawn(endpoint, bpffs, dir, move || {
+                server::enrolled_names(&names)
+            })?;
             format!(" metrics=http://{bound}/metrics")
         }
         None => String::new(),
@@ -91,7 +86,7 @@ pub fn daemon(
     println!(
         "ready pid={} socket={}{metrics}",
         std::process::id(),
-        socket().display()
+        socket(dirs).display()
     );
     d.run(&stop)?;
     Ok(())
@@ -117,32 +112,17 @@ fn wait_signal(signals: &SigSet) -> (i32, i32) {
     }
 }
 
-/// Splits `ARGS` like a shell would for simple quoting: whitespace, '...' and "...".
+/// Splits `ARGS` into words as a POSIX shell would (shlex): whitespace, '...', "..." and
+/// backslash escapes.
 pub(crate) fn split_args(s: &str) -> anyhow::Result<Vec<String>> {
-    let mut out = Vec::new();
-    let mut cur: Option<String> = None;
-    let mut quote: Option<char> = None;
-    for c in s.chars() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), c) => cur.get_or_insert_with(String::new).push(c),
-            (None, '\'' | '"') => {
-                quote = Some(c);
-                cur.get_or_insert_with(String::new);
-            }
-            (None, c) if c.is_whitespace() => out.extend(cur.take()),
-            (None, c) => cur.get_or_insert_with(String::new).push(c),
-        }
-    }
-    if quote.is_some() {
-        bail!("--istio-args: unterminated quote in {s:?}");
-    }
-    out.extend(cur);
-    Ok(out)
+    shlex::split(s).with_context(|| {
+        format!("--istio-args: unterminated quote or a trailing backslash in {s:?}")
+    })
 }
 
 /// Enrolls a namespace with a policy from istio-iptables args, a cluster.env or a JSON file.
 pub fn enroll(
+    dirs: &Dirs,
     netns_name: &str,
     istio_args: Option<&str>,
     cluster_env: Option<&Path>,
@@ -189,9 +169,9 @@ pub fn enroll(
         _ => bail!("give exactly one of --istio-args, --cluster-env or --policy"),
     };
     if dry_run {
-        return enroll_dry_run(netns_name, &policy);
+        return enroll_dry_run(dirs, netns_name, &policy);
     }
-    let r = client().enroll(
+    let r = client(dirs).enroll(
         &open_netns(&netns::resolve(Some(netns_name)))?,
         policy,
         source,
@@ -208,13 +188,13 @@ pub(crate) fn open_netns(path: &Path) -> anyhow::Result<NetnsFd> {
 
 /// `enroll --dry-run`: the resolved policy, and what it would replace of the daemon's
 /// enrollment of the namespace (read from its list; no daemon: from the policy alone).
-fn enroll_dry_run(netns_name: &str, policy: &Policy) -> anyhow::Result<()> {
+fn enroll_dry_run(dirs: &Dirs, netns_name: &str, policy: &Policy) -> anyhow::Result<()> {
     let path = netns::resolve(Some(netns_name));
     let cookie = netns::cookie(&path)?;
     for line in redirect_policy::describe::policy_lines(policy, policy.dual_stack) {
         println!("{line}");
     }
-    let enrolled = client().list().ok().and_then(|l| {
+    let enrolled = client(dirs).list().ok().and_then(|l| {
         l.enrollments
             .into_iter()
             .find(|e| e.record.cookie == cookie)
@@ -246,18 +226,18 @@ fn enroll_dry_run(netns_name: &str, policy: &Policy) -> anyhow::Result<()> {
 }
 
 /// Removes a namespace's policy.
-pub fn unenroll(netns_name: &str) -> anyhow::Result<()> {
-    let r = client().unenroll(&netns::resolve(Some(netns_name)))?;
+pub fn unenroll(dirs: &Dirs, netns_name: &str) -> anyhow::Result<()> {
+    let r = client(dirs).unenroll(&netns::resolve(Some(netns_name)))?;
     println!("{}", r.message);
     Ok(())
 }
 
 /// Removes every pin, attachment and enrollment.
-pub fn uninstall(bpffs: Option<PathBuf>) -> anyhow::Result<()> {
-    let dir = bpffs_or_default(bpffs);
+pub fn uninstall(dirs: &Dirs, bpffs: Option<PathBuf>) -> anyhow::Result<()> {
+    let dir = dirs.bpffs_or_default(bpffs);
     let mut refused = None;
-    if socket().exists() {
-        match client().uninstall() {
+    if socket(dirs).exists() {
+        match client(dirs).uninstall() {
             Ok(r) => {
                 println!("{}", r.message);
                 return Ok(());
@@ -265,20 +245,20 @@ pub fn uninstall(bpffs: Option<PathBuf>) -> anyhow::Result<()> {
             Err(e) => refused = Some(e),
         }
     }
-    if DaemonDir::from_env().running() {
+    if dirs.daemon.running() {
         let why = refused.map_or_else(String::new, |e| format!(" ({e})"));
         bail!(
             "a redirect daemon is running ({}) but did not uninstall{why}; stop it first, then run `redirect uninstall` again",
-            daemon_dir().display()
+            dirs.daemon.path().display()
         );
     }
     let _lock = node::lock(&dir)?;
-    let enrollments = DaemonDir::new(crate::direct_record::records_dir(&dir)).enrollments();
+    let enrollments = DaemonDir::new(crate::direct_record::records_dir(dirs, &dir)).enrollments();
     if !dir.exists() && !enrollments.exists() {
         println!(
             "nothing to do: no datapath pinned at {} and no enrollment files in {}",
             dir.display(),
-            daemon_dir().display()
+            dirs.daemon.path().display()
         );
         return Ok(());
     }
@@ -289,7 +269,7 @@ pub fn uninstall(bpffs: Option<PathBuf>) -> anyhow::Result<()> {
                     bail!(
                         "the datapath at {} is owned by the redirect daemon pid {pid}, which is running with another daemon directory than {}: uninstall through it (REDIRECT_DAEMON_DIR) or stop it first",
                         dir.display(),
-                        daemon_dir().display()
+                        dirs.daemon.path().display()
                     );
                 }
             }

@@ -10,7 +10,7 @@ use anyhow::{bail, Context as _};
 use nix::sys::signal::{SigSet, Signal};
 use redirect_datapath::{netns, node::NodeDatapath, views::explain, views::explain_inbound};
 
-use crate::node_cmds::bpffs_or_default;
+use crate::dir_args::Dirs;
 
 /// What `redirect explain` asks about one outbound connect.
 #[derive(Debug)]
@@ -31,8 +31,8 @@ pub struct ExplainOptions<'a> {
     pub cgroup: Option<&'a Path>,
     /// The socket's mark (0: none).
     pub mark: u32,
-    /// The pin directory (default: the node's).
-    pub bpffs: Option<PathBuf>,
+    /// The pin directory.
+    pub bpffs: PathBuf,
     /// JSON instead of prose.
     pub json: bool,
 }
@@ -51,7 +51,7 @@ pub fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
         bpffs,
         json,
     } = opts;
-    let dir = bpffs_or_default(bpffs);
+    let dir = bpffs;
     if !NodeDatapath::exists(&dir) {
         bail!("no datapath is pinned at {} (start `redirect daemon` or run `redirect istio-iptables`)", dir.display());
     }
@@ -121,7 +121,7 @@ pub fn explain_inbound(
     src: &str,
     dst: SocketAddr,
     iface: Option<&str>,
-    bpffs: Option<PathBuf>,
+    bpffs: PathBuf,
     json: bool,
 ) -> anyhow::Result<()> {
     let src: SocketAddr = match src.parse::<SocketAddr>() {
@@ -132,7 +132,7 @@ pub fn explain_inbound(
             0,
         ),
     };
-    let mut dp = open_pinned(bpffs)?;
+    let mut dp = open_pinned(&bpffs)?;
     let path = netns::resolve(Some(netns_name));
     let ns = netns::NetnsHandle::open(&path)?;
     let cookie = ns.cookie();
@@ -184,12 +184,11 @@ fn mode_note(tproxy: bool) -> &'static str {
     }
 }
 
-fn open_pinned(bpffs: Option<PathBuf>) -> anyhow::Result<NodeDatapath> {
-    let dir = bpffs_or_default(bpffs);
-    if !NodeDatapath::exists(&dir) {
+fn open_pinned(dir: &Path) -> anyhow::Result<NodeDatapath> {
+    if !NodeDatapath::exists(dir) {
         bail!("no datapath is pinned at {} (start `redirect daemon` or run `redirect istio-iptables`)", dir.display());
     }
-    Ok(NodeDatapath::open(&dir)?)
+    Ok(NodeDatapath::open(dir)?)
 }
 
 fn cookie_filter(netns_name: Option<&str>) -> anyhow::Result<Option<NetnsCookie>> {
@@ -203,10 +202,10 @@ pub fn validate(
     netns_name: &str,
     cgroup: Option<&Path>,
     timeout_ms: u64,
-    bpffs: Option<PathBuf>,
+    bpffs: PathBuf,
     json: bool,
 ) -> anyhow::Result<()> {
-    let mut dp = open_pinned(bpffs)?;
+    let mut dp = open_pinned(&bpffs)?;
     let path = netns::resolve(Some(netns_name));
     if let Some(cg) = cgroup {
         redirect_datapath::cgroup::enter(cg)?;
@@ -265,12 +264,17 @@ fn validate_hint(dp: &mut NodeDatapath) -> Option<String> {
 /// Per-namespace decision counters: every namespace with a policy (whoever wrote it) or a
 /// count, by path ("path unknown" when nothing names it) and cookie. JSON lists every counter,
 /// zeros included; the table only those that counted.
-pub fn stats(netns_name: Option<&str>, bpffs: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+pub fn stats(
+    dirs: &Dirs,
+    netns_name: Option<&str>,
+    bpffs: PathBuf,
+    json: bool,
+) -> anyhow::Result<()> {
     let only = cookie_filter(netns_name)?;
-    let dir = bpffs_or_default(bpffs);
-    let mut dp = open_pinned(Some(dir.clone()))?;
+    let dir = bpffs;
+    let mut dp = open_pinned(&dir)?;
     let all = redirect_datapath::views::observe::ns_counters(dp.maps())?;
-    let view = crate::captured::node_view(&dir)?;
+    let view = crate::captured::node_view(dirs, &dir)?;
     let mut labels = view.labels();
     let mut cookies: Vec<NetnsCookie> = view
         .captured
@@ -331,15 +335,16 @@ pub fn stats(netns_name: Option<&str>, bpffs: Option<PathBuf>, json: bool) -> an
 
 /// Streams decisions until Ctrl-C, `count` or `seconds`.
 pub fn trace(
+    dirs: &Dirs,
     netns_name: Option<&str>,
     count: Option<usize>,
     seconds: Option<u64>,
-    bpffs: Option<PathBuf>,
+    bpffs: PathBuf,
     json: bool,
 ) -> anyhow::Result<()> {
     let only = cookie_filter(netns_name)?;
-    let dir = bpffs_or_default(bpffs);
-    let mut dp = open_pinned(Some(dir.clone()))?;
+    let dir = bpffs;
+    let mut dp = open_pinned(&dir)?;
     let mut signals = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM] {
         signals.add(s);
@@ -355,7 +360,7 @@ pub fn trace(
         dp.take_map(redirect_common::map_names::TRACE)?,
         dp.take_map(redirect_common::map_names::TRACE_ON)?,
     )?;
-    let mut labels = crate::captured::node_view(&dir)
+    let mut labels = crate::captured::node_view(dirs, &dir)
         .map(|v| v.labels())
         .unwrap_or_default();
     let deadline = seconds.map(|s| std::time::Instant::now() + std::time::Duration::from_secs(s));

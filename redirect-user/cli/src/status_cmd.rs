@@ -8,6 +8,7 @@ use std::{
     time::Duration,
 };
 
+use crate::dir_args::Dirs;
 use redirect_daemon_api::{cni_failures::METRIC, Client, DaemonDir};
 use redirect_datapath::{
     attach::state,
@@ -17,11 +18,11 @@ use redirect_datapath::{
 };
 
 /// Prints the report (text or JSON).
-pub fn status(bpffs: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
-    let dir = bpffs.unwrap_or_else(redirect_daemon::default_bpffs);
-    let instances = status::instances()?;
+pub fn status(dirs: &Dirs, bpffs: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    let dir = dirs.bpffs_or_default(bpffs);
+    let instances = status::instances(&dirs.state)?;
     let node = if NodeDatapath::exists(&dir) {
-        Some(node_report(&dir)?)
+        Some(node_report(dirs, &dir)?)
     } else {
         None
     };
@@ -113,8 +114,8 @@ fn failures_warning(node: &mut NodeStatus, n: u64) {
 }
 
 /// Every namespace with a policy, as `redirect list` shows it (the daemon answered).
-fn captured(dir: &Path) -> anyhow::Result<Vec<EnrolledNs>> {
-    let view = crate::captured::node_view(dir)?;
+fn captured(dirs: &Dirs, dir: &Path) -> anyhow::Result<Vec<EnrolledNs>> {
+    let view = crate::captured::node_view(dirs, dir)?;
     Ok(view
         .rows
         .into_iter()
@@ -134,13 +135,13 @@ fn captured(dir: &Path) -> anyhow::Result<Vec<EnrolledNs>> {
 }
 
 /// The pinned datapath's facts with the daemon's view beside them.
-fn node_report(dir: &Path) -> anyhow::Result<NodeStatus> {
+fn node_report(dirs: &Dirs, dir: &Path) -> anyhow::Result<NodeStatus> {
     let mut node = node_status::collect(dir)?;
     // The directory the owning daemon recorded in the layout (alive or not), else ours.
     let daemon_dir = redirect_datapath::node::layout::check(dir)
         .ok()
         .and_then(|r| r.daemon_dir)
-        .map_or_else(DaemonDir::from_env, DaemonDir::new);
+        .map_or_else(|| dirs.daemon.clone(), DaemonDir::new);
     let client = Client::new(daemon_dir.socket()).timeout(DAEMON_WAIT);
     let (answer, listed) = match client.status().and_then(|s| Ok((s, client.list()?))) {
         Ok(both) => both,
@@ -151,7 +152,7 @@ fn node_report(dir: &Path) -> anyhow::Result<NodeStatus> {
                 ));
             }
             from_files(&mut node, dir, &daemon_dir)?;
-            node.captured = captured(dir)?;
+            node.captured = captured(dirs, dir)?;
             return Ok(node);
         }
     };
@@ -172,6 +173,6 @@ fn node_report(dir: &Path) -> anyhow::Result<NodeStatus> {
         answer.last_problem.as_deref(),
     );
     failures_warning(&mut node, answer.cni_add_unreachable);
-    node.captured = captured(dir)?;
+    node.captured = captured(dirs, dir)?;
     Ok(node)
 }

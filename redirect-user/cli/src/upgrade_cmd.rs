@@ -6,11 +6,8 @@ use redirect_datapath::{
     node::{self, layout, upgrade, NodeDatapath},
 };
 
-use crate::node_cmds::bpffs_or_default;
-
 /// Upgrades (or with `check`, only says whether it would) the datapath pinned at `bpffs`.
-pub fn upgrade(bpffs: Option<PathBuf>, check: bool) -> anyhow::Result<()> {
-    let dir = bpffs_or_default(bpffs);
+pub fn upgrade(dir: PathBuf, check: bool) -> anyhow::Result<()> {
     let this = format!(
         "layout v{} build {:016x} (upgrades in place from: the same layout{})",
         layout::LAYOUT_VERSION,

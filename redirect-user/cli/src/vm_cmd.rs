@@ -4,13 +4,15 @@
 //! inside `--args "..."`, and every missing input is named at once.
 use std::path::{Path, PathBuf};
 
-use redirect_daemon as daemon;
 use redirect_datapath::{
     netns,
     node::{self, NodeAttach, NodeDatapath},
 };
 
-use crate::node_cmds::{open_netns, split_args};
+use crate::{
+    dir_args::Dirs,
+    node_cmds::{open_netns, split_args},
+};
 
 /// What `redirect vm` was given.
 pub struct VmArgs<'a> {
@@ -22,7 +24,7 @@ pub struct VmArgs<'a> {
 }
 
 /// Enrolls the VM, or with `dry_run` prints what it would get.
-pub fn vm(args: VmArgs<'_>) -> anyhow::Result<()> {
+pub fn vm(dirs: &Dirs, args: VmArgs<'_>) -> anyhow::Result<()> {
     let VmArgs {
         cluster_env,
         netns: netns_name,
@@ -48,7 +50,7 @@ pub fn vm(args: VmArgs<'_>) -> anyhow::Result<()> {
         || PathBuf::from("/proc/1/ns/net"),
         |n| netns::resolve(Some(n)),
     );
-    let dir = daemon::default_bpffs();
+    let dir = dirs.bpffs.clone();
     if dry_run {
         let addrs = netns::NetnsHandle::open(&path)
             .and_then(|h| h.addresses())
@@ -92,9 +94,10 @@ pub fn vm(args: VmArgs<'_>) -> anyhow::Result<()> {
         quotas: crate::sizing_args::Sizing::from_env()?,
     };
     let handle = netns::NetnsHandle::open(&path)?;
-    let replacing = crate::direct_record::replacing(&dir, handle.cookie(), &policy);
+    let replacing = crate::direct_record::replacing(dirs, &dir, handle.cookie(), &policy);
     let a = NodeDatapath::apply_at(&dir, &attach, &handle, &policy)?.applied;
     crate::direct_record::record(
+        dirs,
         &dir,
         &handle,
         &policy,

@@ -5,10 +5,11 @@ use std::{
     path::{Path, PathBuf},
 };
 
-/// Default daemon directory (socket, lock, enrollment files); `REDIRECT_DAEMON_DIR` overrides.
+/// Default daemon directory (socket, lock, enrollment files); the CLI's `--daemon-dir` and
+/// `REDIRECT_DAEMON_DIR` override it.
 pub const DEFAULT_DIR: &str = "/run/redirect/daemon";
 
-/// The variable that overrides [`DEFAULT_DIR`].
+/// The variable that overrides [`DEFAULT_DIR`] (read by the CLI only, once).
 pub const DIR_ENV: &str = "REDIRECT_DAEMON_DIR";
 
 /// A daemon directory and the files in it.
@@ -19,11 +20,6 @@ impl DaemonDir {
     /// The daemon directory at `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self(dir.into())
-    }
-
-    /// The directory in effect: `$REDIRECT_DAEMON_DIR`, else [`DEFAULT_DIR`].
-    pub fn from_env() -> Self {
-        Self(std::env::var_os(DIR_ENV).map_or_else(|| PathBuf::from(DEFAULT_DIR), PathBuf::from))
     }
 
     /// The directory itself.

@@ -50,14 +50,6 @@ use std::path::PathBuf;
 pub use error::{Error, Result};
 use redirect_daemon_api::DaemonDir;
 
-/// The pin directory in effect (`REDIRECT_BPFFS`, else the node default).
-pub fn default_bpffs() -> PathBuf {
-    std::env::var_os("REDIRECT_BPFFS").map_or_else(
-        || PathBuf::from(redirect_datapath::node::DEFAULT_DIR),
-        PathBuf::from,
-    )
-}
-
 /// The running daemon that owns the datapath pinned at `bpffs`, as (pid, its socket), read
 /// from the pinned layout record: whatever this process's `REDIRECT_DAEMON_DIR`, changes to a
 /// daemon's datapath go through that daemon so its view stays true.

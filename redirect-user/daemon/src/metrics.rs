@@ -96,18 +96,17 @@ impl<N: Fn() -> BTreeMap<NetnsCookie, String>> Source<N> {
 }
 
 /// Serves `GET /metrics` (and `HEAD`) at `endpoint` from a thread of its own; returns the
-/// bound address. `names` (netns cookie -> path) is asked at each rendering only with
-/// `per_namespace`.
+/// bound address. `dir` is the daemon directory (its CNI failure counter); `names` (netns
+/// cookie -> path) is asked at each rendering only with `per_namespace`.
 pub fn spawn(
     endpoint: Endpoint,
     bpffs: PathBuf,
+    dir: PathBuf,
     names: impl Fn() -> BTreeMap<NetnsCookie, String> + Send + Sync + 'static,
 ) -> std::result::Result<SocketAddr, redirect_http::Error> {
     let source = Arc::new(Source {
         bpffs,
-        dir: redirect_daemon_api::DaemonDir::from_env()
-            .path()
-            .to_path_buf(),
+        dir,
         names,
         per_namespace: endpoint.per_namespace,
         cache: endpoint.cache,

@@ -8,14 +8,9 @@ use crate::{
     error::{Error, Result},
 };
 
-/// Default directory of state files; `REDIRECT_STATE_DIR` overrides it.
+/// Default directory of state files (the CLI's `--state-dir` and `REDIRECT_STATE_DIR`
+/// override it; callers pass the directory).
 pub const DEFAULT_STATE_DIR: &str = "/run/redirect/attach";
-
-/// The state directory in effect.
-pub fn state_dir() -> PathBuf {
-    std::env::var_os("REDIRECT_STATE_DIR")
-        .map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), PathBuf::from)
-}
 
 /// What a running `redirect attach` records about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -135,10 +135,9 @@ pub struct Instances {
     pub stale: Vec<std::path::PathBuf>,
 }
 
-/// Reads the attach instances from the state directory and the kernel; changes nothing.
-pub fn instances() -> Result<Instances> {
-    let dir = state::state_dir();
-    let (live, stale) = state::read_all(&dir)?;
+/// Reads the attach instances from the state directory `dir` and the kernel; changes nothing.
+pub fn instances(dir: &std::path::Path) -> Result<Instances> {
+    let (live, stale) = state::read_all(dir)?;
     let linked = linked_program_ids()?;
     let live = live
         .iter()
