@@ -22,6 +22,8 @@
 //!   pods), the only holder of nodes patch; `untaint` the daemon's own `--untaint`, for
 //!   operators who grant the daemon nodes patch themselves.
 //! - The socket's protocol, client and path rule are `redirect_daemon_api`'s.
+// Every dependency of the product build is used (the test build has dev-dependencies too).
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
 pub mod apiserver;
 pub mod cluster_dns;
 pub mod credentials;

@@ -2,6 +2,8 @@
 //! concurrent connections up to a cap (and a share of it per peer address), a cap on the request head and body, a header read
 //! timeout and a whole-connection deadline, one request per connection; and the bounded
 //! `GET` the proxy scrapes its application with.
+// Every dependency of the product build is used (the test build has dev-dependencies too).
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
 mod client;
 mod error;
 mod exchange;

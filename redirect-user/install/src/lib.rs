@@ -8,6 +8,8 @@
 //! own (ADD without `prevResult` fails), and a conflist holding only it would sort before the
 //! primary's (`10-...`) and take every new pod's network away. With no configuration the
 //! install fails naming the directory, or waits for one (`--watch`).
+// Every dependency of the product build is used (the test build has dev-dependencies too).
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
 pub mod atomic;
 pub mod confdir;
 pub mod conflist;

@@ -9,6 +9,8 @@
 //! [`compare`] names where two policies differ. [`trimmed`] cuts a pod down to the fields read
 //! here and by the node daemon, which caches every pod of its node. Nothing here talks to a
 //! cluster.
+// Every dependency of the product build is used (the test build has dev-dependencies too).
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
 
 mod annotations;
 mod binding;

@@ -4,6 +4,8 @@
 //! and aliases istio-iptables binds them to), stricter than istio where istio would silently
 //! misbehave. [`iptables_restore_text`] renders the iptables-restore input istio-iptables would
 //! apply for a policy, which the conformance suite compares with Istio's goldens.
+// Every dependency of the product build is used (the test build has dev-dependencies too).
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
 
 mod args;
 mod args_duration;
