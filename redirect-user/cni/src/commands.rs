@@ -3,7 +3,7 @@
 //! containers).
 use std::{path::PathBuf, time::Duration};
 
-use redirect_daemon_api::{Client, ClientError, DaemonDir, NetnsFd, PodRef};
+use redirect_daemon_api::{Client, ClientError, DaemonDir, NetnsFd, PodRef, RefusalKind};
 use serde_json::{json, Value};
 
 use crate::{
@@ -111,15 +111,21 @@ fn client(conf: &NetConf) -> Client {
     Client::new(&conf.daemon_socket).timeout(Duration::from_secs(conf.timeout_seconds.max(1)))
 }
 
-/// The plugin's error for a call that failed: the daemon's refusal is [`Code::CaptureFailed`]
-/// ([`Code::TryAgainLater`] when the daemon says a later try may succeed), no answer at all is
-/// `unreachable` (fail closed: the runtime tries again).
+/// The plugin's error for a call that failed: the daemon's refusal by its kind, in this one
+/// `match` ([`Code::TryAgainLater`] when a later try may succeed, [`Code::CaptureFailed`]
+/// otherwise); no answer at all is `unreachable` (fail closed: the runtime tries again).
 fn failed(what: String, e: ClientError, unreachable: Code) -> CniError {
     match e {
-        ClientError::Refused {
-            error, retry: true, ..
-        } => CniError::new(Code::TryAgainLater, what, error),
-        ClientError::Refused { error, .. } => CniError::new(Code::CaptureFailed, what, error),
+        ClientError::Refused { refusal, .. } => {
+            let code = match refusal.kind {
+                RefusalKind::Retry | RefusalKind::Busy => Code::TryAgainLater,
+                RefusalKind::NotCapturable
+                | RefusalKind::Forbidden
+                | RefusalKind::BadRequest
+                | RefusalKind::Failed => Code::CaptureFailed,
+            };
+            CniError::new(code, what, refusal)
+        }
         // Mid-rollout: the plugin and the daemon are of different releases. Nothing was done;
         // fail closed and let the runtime try again once both are the same.
         e @ ClientError::Version { .. } => CniError::new(
@@ -230,10 +236,10 @@ fn check(conf: &NetConf) -> Result<(), CniError> {
 fn status(conf: &NetConf) -> Result<(), CniError> {
     match client(conf).status() {
         Ok(_) => Ok(()),
-        Err(ClientError::Refused { error, .. }) => Err(CniError::new(
+        Err(ClientError::Refused { refusal, .. }) => Err(CniError::new(
             Code::NotAvailable,
             "STATUS: the redirect daemon is not ready",
-            error,
+            refusal,
         )),
         Err(e) => Err(failed("STATUS".into(), e, Code::NotAvailable)),
     }

@@ -8,7 +8,11 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use redirect_common::NetnsCookie;
 use redirect_policy::Policy;
 
-use crate::{request::PodRef, PROTOCOL_VERSION};
+use crate::{
+    refusal::{Refusal, RefusalKind},
+    request::PodRef,
+    PROTOCOL_VERSION,
+};
 
 /// What one enrollment is: the namespace, its cookie, the policy and where it came from, and
 /// what was applied. The daemon's enrollment file holds exactly this (what a restart re-adopts).
@@ -220,15 +224,10 @@ pub enum Answer {
     Status(Status),
 }
 
-/// The answer line: this result with the protocol version, and the newline.
-pub fn frame(result: &Result<Answer, String>) -> String {
-    frame_retry(result, false)
-}
-
-/// [`frame`], with an error marked `retry` when asking again later may succeed (the
-/// apiserver does not have the pod yet, the daemon is busy): the CNI plugin then answers code
-/// 11, "try again later". An older client ignores the field.
-pub fn frame_retry(result: &Result<Answer, String>, retry: bool) -> String {
+/// The answer line: this result with the protocol version, and the newline. A refusal carries
+/// its kind by name and `retry` (what an older client reads) when a later try may succeed: the
+/// CNI plugin then answers code 11, "try again later".
+pub fn frame(result: &Result<Answer, Refusal>) -> String {
     #[derive(Serialize)]
     struct Frame<'a> {
         v: u32,
@@ -237,6 +236,8 @@ pub fn frame_retry(result: &Result<Answer, String>, retry: bool) -> String {
         answer: Option<&'a Answer>,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        kind: Option<RefusalKind>,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         retry: bool,
     }
@@ -246,18 +247,20 @@ pub fn frame_retry(result: &Result<Answer, String>, retry: bool) -> String {
             ok: true,
             answer: Some(a),
             error: None,
+            kind: None,
             retry: false,
         },
         Err(e) => Frame {
             v: PROTOCOL_VERSION,
             ok: false,
             answer: None,
-            error: Some(e),
-            retry,
+            error: Some(&e.message),
+            kind: Some(e.kind),
+            retry: e.kind.retry(),
         },
     };
     let mut line = serde_json::to_string(&frame).unwrap_or_else(|e| {
-        format!(r#"{{"v":{PROTOCOL_VERSION},"ok":false,"error":"encoding the answer: {e}"}}"#)
+        format!(r#"{{"v":{PROTOCOL_VERSION},"ok":false,"error":"encoding the answer: {e}","kind":"failed"}}"#)
     });
     line.push('\n');
     line
@@ -271,6 +274,8 @@ pub(crate) struct Received<A> {
     pub answer: Option<A>,
     #[serde(default)]
     pub error: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
     #[serde(default)]
     pub retry: bool,
 }
@@ -309,9 +314,15 @@ mod tests {
         assert!(r.ok && ok.contains(&format!("\"v\":{PROTOCOL_VERSION}")));
         assert_eq!(r.answer.expect("answer").removed, ["c1"]);
 
-        let failed = frame(&Err("bad request: unknown op \"x\"".into()));
-        let r: Received<GcDone> = serde_json::from_str(&failed).expect("error frame");
-        assert!(!r.ok && r.answer.is_none());
-        assert_eq!(r.error.as_deref(), Some("bad request: unknown op \"x\""));
+        for kind in RefusalKind::ALL {
+            let message = "bad request: unknown op \"x\"";
+            let failed = frame(&Err(Refusal::new(kind, message)));
+            let r: Received<GcDone> = serde_json::from_str(&failed).expect("error frame");
+            assert!(!r.ok && r.answer.is_none());
+            assert_eq!(r.error.as_deref(), Some(message));
+            assert_eq!(RefusalKind::received(r.kind.as_deref(), r.retry), kind);
+            // What a client of the release before kinds reads: the flag.
+            assert_eq!(r.retry, kind.retry(), "{failed}");
+        }
     }
 }

@@ -18,7 +18,7 @@ use redirect_policy::Policy;
 use crate::{
     answer::{Enrolled, GcDone, Listed, PodAnswer, Received, Status, Unenrolled, Uninstalled},
     request::{PodRef, Request, PROTOCOL_VERSION},
-    DaemonDir, NetnsFd,
+    DaemonDir, NetnsFd, Refusal, RefusalKind,
 };
 
 /// A call that did not get its answer, naming the socket and the call.
@@ -75,14 +75,12 @@ pub enum ClientError {
         theirs: u32,
     },
     /// The daemon carried out nothing and said why.
-    #[error("{error}")]
+    #[error("{refusal}")]
     Refused {
         /// The request's op.
         op: &'static str,
-        /// The daemon's error, naming the value.
-        error: String,
-        /// The daemon says asking again later may succeed.
-        retry: bool,
+        /// The daemon's refusal: its kind and the message naming the value.
+        refusal: Refusal,
     },
 }
 
@@ -278,15 +276,18 @@ impl Client {
             (true, Some(a)) => Ok(a),
             (true, None) => Err(ClientError::Refused {
                 op,
-                error: format!("the daemon's answer to {op} is empty"),
-                retry: false,
+                refusal: Refusal::new(
+                    RefusalKind::Failed,
+                    format!("the daemon's answer to {op} is empty"),
+                ),
             }),
             (false, _) => Err(ClientError::Refused {
                 op,
-                error: got
-                    .error
-                    .unwrap_or_else(|| format!("the daemon refused {op} without a reason")),
-                retry: got.retry,
+                refusal: Refusal::new(
+                    RefusalKind::received(got.kind.as_deref(), got.retry),
+                    got.error
+                        .unwrap_or_else(|| format!("the daemon refused {op} without a reason")),
+                ),
             }),
         }
     }

@@ -14,6 +14,7 @@ mod dir;
 pub mod exclusions;
 pub mod netns_fd;
 pub mod peer;
+mod refusal;
 pub mod request;
 
 pub use answer::{
@@ -24,4 +25,5 @@ pub use client::{Client, ClientError};
 pub use dir::{DaemonDir, DEFAULT_DIR, DIR_ENV};
 pub use exclusions::{DaemonPods, Exclusions};
 pub use netns_fd::NetnsFd;
+pub use refusal::{Refusal, RefusalKind};
 pub use request::{PodRef, Request, PROTOCOL_VERSION};

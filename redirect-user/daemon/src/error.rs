@@ -2,6 +2,8 @@
 //! each naming the value and the call (a pod by its `namespace/name (uid)`).
 use std::{net::IpAddr, path::PathBuf};
 
+use redirect_daemon_api::{Refusal, RefusalKind};
+
 /// What went wrong in the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -127,15 +129,34 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether asking again later may succeed: the apiserver did not have the pod (yet), or
-    /// the watch saw it deleted (the runtime's retry then meets the pod's replacement).
-    pub fn retryable(&self) -> bool {
-        matches!(
-            self,
-            Error::Kube(
-                crate::apiserver::KubeError::Get { .. } | crate::apiserver::KubeError::Deleted(_)
-            )
-        )
+    /// What kind of refusal this error is to the client: asking again later may succeed when
+    /// the apiserver did not have the pod (yet), or the watch saw it deleted (the runtime's
+    /// retry then meets the pod's replacement); a namespace or pod that cannot be captured as
+    /// asked, and a malformed value, stay refused however often asked.
+    pub fn refusal_kind(&self) -> RefusalKind {
+        use crate::apiserver::KubeError;
+        match self {
+            Error::Kube(KubeError::Get { .. } | KubeError::Deleted(_)) => RefusalKind::Retry,
+            Error::NotCapturable { .. }
+            | Error::NetnsNotVisible { .. }
+            | Error::HostNetns { .. }
+            | Error::EnrollHostNetns { .. }
+            | Error::MissingAddress { .. } => RefusalKind::NotCapturable,
+            Error::NetnsPath { .. } | Error::RelativeNetns { .. } => RefusalKind::BadRequest,
+            Error::PodNetns { source, .. } | Error::Enroll { source, .. } => {
+                // Never a retry: the pod was read already; what failed was its namespace.
+                match source.refusal_kind() {
+                    RefusalKind::NotCapturable => RefusalKind::NotCapturable,
+                    _ => RefusalKind::Failed,
+                }
+            }
+            _ => RefusalKind::Failed,
+        }
+    }
+
+    /// The refusal the client is sent for this error.
+    pub fn refusal(&self) -> Refusal {
+        Refusal::new(self.refusal_kind(), self.to_string())
     }
 
     /// A failed call on a file of the daemon directory (the datapath's file error: one shape

@@ -19,7 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redirect_daemon_api::{answer, Request};
+use redirect_daemon_api::{answer, Refusal, RefusalKind, Request};
 
 use super::{peer, receive, reply};
 use crate::decode::decode_request;
@@ -37,7 +37,7 @@ pub(super) struct Arrived {
     /// What the peer may do (judged at accept).
     pub peer: peer::Peer,
     /// The request and the namespace descriptor that came with it, or the refusal.
-    pub request: Result<(Request, Option<OwnedFd>), String>,
+    pub request: Result<(Request, Option<OwnedFd>), Refusal>,
     /// When the connection was accepted.
     pub accepted: Instant,
 }
@@ -111,10 +111,11 @@ fn take(
             readers = MAX_READERS,
             "connection refused: every reader is busy"
         );
-        let busy = Err(format!(
-            "the daemon is reading {MAX_READERS} requests already: retry (fail closed)"
+        let busy = Err(Refusal::new(
+            RefusalKind::Busy,
+            format!("the daemon is reading {MAX_READERS} requests already: retry (fail closed)"),
         ));
-        reply::send(stream, answer::frame_retry(&busy, true));
+        reply::send(stream, answer::frame(&busy));
         return;
     }
     let (tx, wake, left) = (tx.clone(), Arc::clone(wake), Arc::clone(readers));
@@ -139,23 +140,24 @@ fn take(
 }
 
 /// The request on `stream`, read whole before `deadline` and decoded.
-fn read(stream: &UnixStream, deadline: Instant) -> Result<(Request, Option<OwnedFd>), String> {
+fn read(stream: &UnixStream, deadline: Instant) -> Result<(Request, Option<OwnedFd>), Refusal> {
     let _ = stream.set_nonblocking(false);
+    let bad = |message: String| Refusal::new(RefusalKind::BadRequest, message);
     match receive::receive(stream, deadline) {
         Ok(r) => decode_request(&r.line)
             .map(|req| (req, r.fd))
-            .map_err(|e| format!("bad request: {e}")),
+            .map_err(|e| bad(format!("bad request: {e}"))),
         Err(crate::decode::DecodeError::Read(e))
             if matches!(
                 e.kind(),
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
             ) =>
         {
-            Err(format!(
+            Err(bad(format!(
                 "bad request: it did not arrive whole within {} ms of connecting: refused",
                 DEADLINE.as_millis()
-            ))
+            )))
         }
-        Err(e) => Err(format!("bad request: {e}")),
+        Err(e) => Err(bad(format!("bad request: {e}"))),
     }
 }

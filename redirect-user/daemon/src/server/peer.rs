@@ -14,7 +14,7 @@ use std::os::unix::net::UnixStream;
 
 use redirect_daemon_api::{
     peer::{judge, Standing},
-    Request,
+    Refusal, RefusalKind, Request,
 };
 
 /// A client the daemon answers, and whether it may change capture (or why not).
@@ -27,16 +27,19 @@ pub struct Peer {
 
 /// `Ok` when the peer of `stream` runs as the daemon's effective uid (judged now); else the
 /// refusal, naming the peer's uid and pid.
-pub fn check(stream: &UnixStream) -> Result<Peer, String> {
+pub fn check(stream: &UnixStream) -> Result<Peer, Refusal> {
     let me = nix::unistd::geteuid().as_raw();
+    let forbidden = |message: String| Refusal::new(RefusalKind::Forbidden, message);
     let peer = judge(stream).map_err(|e| {
-        format!("judging the client (SO_PEERCRED, SO_PEERPIDFD) failed: {e}: refused")
+        forbidden(format!(
+            "judging the client (SO_PEERCRED, SO_PEERPIDFD) failed: {e}: refused"
+        ))
     })?;
     let (uid, pid) = (peer.uid, peer.pid);
     if uid != me {
-        return Err(format!(
+        return Err(forbidden(format!(
             "the daemon answers only uid {me} on its socket; this client runs as uid {uid} (pid {pid}): refused (run the command as root on the node)"
-        ));
+        )));
     }
     let may_change = match &peer.standing {
         Standing::NetAdmin => Ok(()),
@@ -80,7 +83,7 @@ impl Peer {
     /// a client inside another network namespace than the daemon's (a pod's: istio-init run
     /// with this image) may enroll its own namespace and nothing else: neither another
     /// namespace, nor unenroll, nor uninstall. CNI requests are judged as the runtime's.
-    pub fn may(&self, req: &Request, fd: Option<&std::os::fd::OwnedFd>) -> Result<(), String> {
+    pub fn may(&self, req: &Request, fd: Option<&std::os::fd::OwnedFd>) -> Result<(), Refusal> {
         if !changes(req) {
             return Ok(());
         }
@@ -90,9 +93,9 @@ impl Peer {
             return Ok(());
         }
         let refused = |what: &str| {
-            Err(format!(
+            Err(Refusal::new(RefusalKind::Forbidden, format!(
                 "{op} from a client inside a pod's network namespace (not the node's): it may enroll its own namespace only, {what}: refused"
-            ))
+            )))
         };
         match req {
             Request::Enroll { netns, .. } => {
@@ -122,9 +125,12 @@ impl Peer {
 
     /// `Ok` when the peer held CAP_NET_ADMIN when it was accepted; else the refusal naming
     /// `op`.
-    pub fn may_change(&self, op: &str) -> Result<(), String> {
-        self.may_change
-            .clone()
-            .map_err(|why| format!("{op} changes capture and needs CAP_NET_ADMIN: {why}: refused"))
+    pub fn may_change(&self, op: &str) -> Result<(), Refusal> {
+        self.may_change.clone().map_err(|why| {
+            Refusal::new(
+                RefusalKind::Forbidden,
+                format!("{op} changes capture and needs CAP_NET_ADMIN: {why}: refused"),
+            )
+        })
     }
 }

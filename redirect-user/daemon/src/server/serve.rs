@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redirect_daemon_api::{answer, DaemonDir, Request};
+use redirect_daemon_api::{answer, DaemonDir, Refusal, RefusalKind, Request};
 
 use super::{intake, reply, resolver, Daemon, STOP_CHECK, TICK};
 use crate::error::{Error, Result};
@@ -82,7 +82,7 @@ impl Daemon {
     }
 
     /// Counts an ADD answered with an error (`redirect_cni_add_refused_total`).
-    fn count_refused<T>(&self, op: &str, result: &std::result::Result<T, String>) {
+    fn count_refused<T, E>(&self, op: &str, result: &std::result::Result<T, E>) {
         if op == "pod_add" && result.is_err() {
             if let Err(e) = redirect_daemon_api::cni_failures::increment_refused(&self.opts.dir) {
                 tracing::warn!(error = %e, "counting a refused ADD");
@@ -100,11 +100,11 @@ impl Daemon {
             );
             return;
         }
-        let handled = self.handle_with(done.req, done.fd, Some(done.found));
-        let retry = handled.as_ref().is_err_and(Error::retryable);
-        let result = handled.map_err(|e| e.to_string());
+        let result = self
+            .handle_with(done.req, done.fd, Some(done.found))
+            .map_err(|e| e.refusal());
         self.count_refused(op, &result);
-        reply::send(done.stream, answer::frame_retry(&result, retry));
+        reply::send(done.stream, answer::frame(&result));
         tracing::debug!(
             op,
             ok = result.is_ok(),
@@ -134,7 +134,7 @@ impl Daemon {
             accepted,
         } = arrived;
         let mut phases = redirect_datapath::phases::Phases::start();
-        let (op, result, retry) = match request {
+        let (op, result) = match request {
             Ok((req, fd)) => {
                 let op = req.op();
                 let allowed = peer.may(&req, fd.as_ref());
@@ -149,29 +149,27 @@ impl Daemon {
                     match self.resolver.spawn(kube, pod, (stream, req, fd)) {
                         Ok(()) => return,
                         Err(stream) => {
-                            let busy = Err(format!(
+                            let busy = Err(Refusal::new(RefusalKind::Busy, format!(
                                 "the daemon is reading {} pods from the apiserver already: retry (fail closed)",
                                 self.resolver.in_flight()
-                            ));
+                            )));
                             self.count_refused(op, &busy);
-                            reply::send(stream, answer::frame_retry(&busy, true));
+                            reply::send(stream, answer::frame(&busy));
                             tracing::warn!(op, "pod request refused: every resolver is busy");
                             return;
                         }
                     }
                 }
-                let handled = self.handle(req, fd);
-                let retry = handled.as_ref().is_err_and(Error::retryable);
-                (op, handled.map_err(|e| e.to_string()), retry)
+                (op, self.handle(req, fd).map_err(|e| e.refusal()))
             }
             Err(refused) => {
                 tracing::warn!(%refused, "bad request refused");
-                ("bad", Err(refused), false)
+                ("bad", Err(refused))
             }
         };
         phases.mark("handle");
         self.count_refused(op, &result);
-        reply::send(stream, answer::frame_retry(&result, retry));
+        reply::send(stream, answer::frame(&result));
         phases.mark("reply");
         tracing::debug!(op, ok = result.is_ok(), elapsed_us = phases.total_us(), since_accept_us = accepted.elapsed().as_micros(), %phases, "request served");
     }
