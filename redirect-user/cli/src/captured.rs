@@ -108,7 +108,7 @@ pub(crate) fn node_view(
             )),
             _ => None,
         };
-        let records = redirect_daemon::server::enrollments(&dir)
+        let records = redirect_daemon_api::records::read(&dir)
             .into_iter()
             .map(|r| r.to_wire(false))
             .collect();

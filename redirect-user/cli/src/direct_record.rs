@@ -40,7 +40,7 @@ pub(crate) fn record(
         pod: None,
         writer,
     };
-    if let Err(error) = redirect_daemon::server::record_direct(&dir, &record) {
+    if let Err(error) = redirect_daemon::record_direct(&dir, &record) {
         tracing::warn!(dir = %dir.display(), %error, "recording the policy for `redirect list` and the next daemon failed (the policy is applied)");
     }
 }
@@ -48,7 +48,7 @@ pub(crate) fn record(
 /// Forgets the record of namespace `path`'s policy after `--cleanup-only`.
 pub(crate) fn forget(dirs: &Dirs, bpffs: &Path, path: &Path) {
     if let (Some(dir), Ok(cookie)) = (record_dir(dirs, bpffs), netns::cookie(path)) {
-        redirect_daemon::server::forget_direct(&dir, cookie);
+        redirect_daemon::forget_direct(&dir, cookie);
     }
 }
 
@@ -102,7 +102,7 @@ pub(crate) fn replacing(
     policy: &Policy,
 ) -> String {
     let recorded = record_dir(dirs, bpffs).and_then(|dir| {
-        redirect_daemon::server::enrollments(&dir)
+        redirect_daemon_api::records::read(&dir)
             .into_iter()
             .find(|e| e.cookie == cookie)
     });

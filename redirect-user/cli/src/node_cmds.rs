@@ -7,10 +7,7 @@ use std::{
 
 use anyhow::{bail, Context as _};
 use nix::sys::signal::{SigSet, Signal};
-use redirect_daemon::{
-    self as daemon,
-    server::{self, Daemon, Options},
-};
+use redirect_daemon::{self as daemon, Daemon, Options};
 use redirect_daemon_api::{Client, DaemonDir, NetnsFd};
 use redirect_datapath::{
     netns,
@@ -77,7 +74,7 @@ pub fn daemon(
             let dir = dirs.daemon.path().to_path_buf();
             let names = dir.clone();
             let bound = daemon::metrics::spawn(endpoint, bpffs, dir, move || {
-                server::enrolled_names(&names)
+                redirect_daemon_api::records::names(&names)
             })?;
             format!(" metrics=http://{bound}/metrics")
         }

@@ -47,7 +47,7 @@ const DAEMON_WAIT: Duration = Duration::from_secs(3);
 /// What the daemon directory's files say while the daemon does not answer: its enrollment
 /// files checked against the kernel, its last health record, the CNI failure count.
 fn from_files(node: &mut NodeStatus, dir: &Path, daemon: &DaemonDir) -> anyhow::Result<()> {
-    let records = redirect_daemon::server::enrollments(daemon.path());
+    let records = redirect_daemon_api::records::read(daemon.path());
     let mut dp = NodeDatapath::open(dir)?;
     for e in &records {
         check_kernel(node, &mut dp, &e.netns, e.cookie, e.inbound);

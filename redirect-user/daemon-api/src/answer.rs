@@ -3,16 +3,12 @@
 //! (`{"v", "ok": false, "error": "..."}`).
 use std::{net::IpAddr, path::PathBuf};
 
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde::{Deserialize, Serialize};
 
 use redirect_common::NetnsCookie;
 use redirect_policy::Policy;
 
-use crate::{
-    refusal::{Refusal, RefusalKind},
-    request::PodRef,
-    PROTOCOL_VERSION,
-};
+use crate::request::PodRef;
 
 /// What one enrollment is: the namespace, its cookie, the policy and where it came from, and
 /// what was applied. The daemon's enrollment file holds exactly this (what a restart re-adopts).
@@ -224,66 +220,6 @@ pub enum Answer {
     Status(Status),
 }
 
-/// The answer line: this result with the protocol version, and the newline. A refusal carries
-/// its kind by name and `retry` (what an older client reads) when a later try may succeed: the
-/// CNI plugin then answers code 11, "try again later".
-pub fn frame(result: &Result<Answer, Refusal>) -> String {
-    #[derive(Serialize)]
-    struct Frame<'a> {
-        v: u32,
-        ok: bool,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        answer: Option<&'a Answer>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        error: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        kind: Option<RefusalKind>,
-        #[serde(skip_serializing_if = "std::ops::Not::not")]
-        retry: bool,
-    }
-    let frame = match result {
-        Ok(a) => Frame {
-            v: PROTOCOL_VERSION,
-            ok: true,
-            answer: Some(a),
-            error: None,
-            kind: None,
-            retry: false,
-        },
-        Err(e) => Frame {
-            v: PROTOCOL_VERSION,
-            ok: false,
-            answer: None,
-            error: Some(&e.message),
-            kind: Some(e.kind),
-            retry: e.kind.retry(),
-        },
-    };
-    let mut line = serde_json::to_string(&frame).unwrap_or_else(|e| {
-        format!(r#"{{"v":{PROTOCOL_VERSION},"ok":false,"error":"encoding the answer: {e}","kind":"failed"}}"#)
-    });
-    line.push('\n');
-    line
-}
-
-/// An answer frame as a client reads it (the client checks `v` first).
-#[derive(Debug, Deserialize)]
-pub(crate) struct Received<A> {
-    pub ok: bool,
-    #[serde(default = "none", bound = "A: DeserializeOwned")]
-    pub answer: Option<A>,
-    #[serde(default)]
-    pub error: Option<String>,
-    #[serde(default)]
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub retry: bool,
-}
-
-fn none<A>() -> Option<A> {
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,28 +237,6 @@ mod tests {
         ] {
             assert_eq!(serde_json::to_value(w).expect("json"), w.key());
             assert_eq!(w.name().replace('-', "_"), w.key());
-        }
-    }
-
-    #[test]
-    fn frames_parse_back() {
-        let ok = frame(&Ok(Answer::Gc(GcDone {
-            message: "1 removed".into(),
-            removed: vec!["c1".into()],
-        })));
-        let r: Received<GcDone> = serde_json::from_str(&ok).expect("ok frame");
-        assert!(r.ok && ok.contains(&format!("\"v\":{PROTOCOL_VERSION}")));
-        assert_eq!(r.answer.expect("answer").removed, ["c1"]);
-
-        for kind in RefusalKind::ALL {
-            let message = "bad request: unknown op \"x\"";
-            let failed = frame(&Err(Refusal::new(kind, message)));
-            let r: Received<GcDone> = serde_json::from_str(&failed).expect("error frame");
-            assert!(!r.ok && r.answer.is_none());
-            assert_eq!(r.error.as_deref(), Some(message));
-            assert_eq!(RefusalKind::received(r.kind.as_deref(), r.retry), kind);
-            // What a client of the release before kinds reads: the flag.
-            assert_eq!(r.retry, kind.retry(), "{failed}");
         }
     }
 }

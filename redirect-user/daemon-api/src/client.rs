@@ -16,9 +16,10 @@ use serde::de::DeserializeOwned;
 use redirect_policy::Policy;
 
 use crate::{
-    answer::{Enrolled, GcDone, Listed, PodAnswer, Received, Status, Unenrolled, Uninstalled},
+    answer::{Enrolled, GcDone, Listed, PodAnswer, Status, Unenrolled, Uninstalled},
     request::{PodRef, Request, PROTOCOL_VERSION},
-    DaemonDir, NetnsFd, Refusal, RefusalKind,
+    wire::AnswerError,
+    DaemonDir, NetnsFd, Refusal,
 };
 
 /// A call that did not get its answer, naming the socket and the call.
@@ -238,9 +239,8 @@ impl Client {
         stream
             .set_read_timeout(Some(self.timeout))
             .map_err(io("configuring"))?;
-        let line = req
-            .frame()
-            .map_err(|e| io("encoding a request for")(e.into()))?;
+        let line =
+            crate::wire::encode_request(req).map_err(|e| io("encoding a request for")(e.into()))?;
         let sent = crate::netns_fd::send(&stream, line.as_bytes(), fd);
         let mut answer = String::new();
         let read = match &sent {
@@ -257,39 +257,19 @@ impl Client {
             (Ok(()), Ok(_)) => {}
         }
         let op = req.op();
-        let decode = |source| ClientError::Decode {
-            op,
-            socket: socket.clone(),
-            answer: answer.chars().take(200).collect(),
-            source,
-        };
-        let v: serde_json::Value = serde_json::from_str(&answer).map_err(decode)?;
-        let theirs = v.get("v").and_then(serde_json::Value::as_u64).unwrap_or(1);
-        if theirs != u64::from(PROTOCOL_VERSION) {
-            return Err(ClientError::Version {
+        crate::wire::decode_answer(op, &answer).map_err(|e| match e {
+            AnswerError::Json(source) => ClientError::Decode {
+                op,
                 socket: socket.clone(),
-                theirs: u32::try_from(theirs).unwrap_or(u32::MAX),
-            });
-        }
-        let got: Received<A> = serde_json::from_value(v).map_err(decode)?;
-        match (got.ok, got.answer) {
-            (true, Some(a)) => Ok(a),
-            (true, None) => Err(ClientError::Refused {
-                op,
-                refusal: Refusal::new(
-                    RefusalKind::Failed,
-                    format!("the daemon's answer to {op} is empty"),
-                ),
-            }),
-            (false, _) => Err(ClientError::Refused {
-                op,
-                refusal: Refusal::new(
-                    RefusalKind::received(got.kind.as_deref(), got.retry),
-                    got.error
-                        .unwrap_or_else(|| format!("the daemon refused {op} without a reason")),
-                ),
-            }),
-        }
+                answer: answer.chars().take(200).collect(),
+                source,
+            },
+            AnswerError::Version(theirs) => ClientError::Version {
+                socket: socket.clone(),
+                theirs,
+            },
+            AnswerError::Refused(refusal) => ClientError::Refused { op, refusal },
+        })
     }
 }
 

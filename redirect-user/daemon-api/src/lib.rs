@@ -14,8 +14,10 @@ mod dir;
 pub mod exclusions;
 pub mod netns_fd;
 pub mod peer;
+pub mod records;
 mod refusal;
 pub mod request;
+pub mod wire;
 
 pub use answer::{
     Answer, Enrolled, Enrollment, EnrollmentRecord, GcDone, Listed, PodAnswer, PodOutcome, Status,

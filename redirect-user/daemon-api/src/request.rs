@@ -73,22 +73,6 @@ pub enum Request {
 }
 
 impl Request {
-    /// The request line: this request with the protocol version, and the newline.
-    pub fn frame(&self) -> Result<String, serde_json::Error> {
-        #[derive(Serialize)]
-        struct Frame<'a> {
-            v: u32,
-            #[serde(flatten)]
-            request: &'a Request,
-        }
-        let mut line = serde_json::to_string(&Frame {
-            v: PROTOCOL_VERSION,
-            request: self,
-        })?;
-        line.push('\n');
-        Ok(line)
-    }
-
     /// Its `call` on the wire.
     pub fn op(&self) -> &'static str {
         match self {
@@ -126,26 +110,5 @@ impl std::fmt::Display for PodRef {
             write!(f, " (uid {})", self.uid)?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_frame_carries_the_version_and_the_op() {
-        let line = Request::PodGc {
-            valid: vec!["c1".into()],
-        }
-        .frame()
-        .expect("frame");
-        assert!(line.ends_with('\n'));
-        let v: serde_json::Value = serde_json::from_str(&line).expect("json");
-        assert_eq!(v["v"], PROTOCOL_VERSION);
-        assert_eq!(v["call"], "pod_gc");
-        // No `op`: a version 1 daemon, which requires one, refuses the frame unexecuted.
-        assert!(v.get("op").is_none(), "{line}");
-        assert_eq!(v["valid"], serde_json::json!(["c1"]));
     }
 }

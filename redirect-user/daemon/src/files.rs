@@ -2,7 +2,6 @@
 //! one enrollment file per namespace, and its ownership record in the pinned layout.
 use redirect_common::NetnsCookie;
 use std::{
-    collections::BTreeMap,
     fs::File,
     io::{Read as _, Seek as _, Write as _},
     os::unix::{fs::PermissionsExt as _, net::UnixListener},
@@ -90,42 +89,8 @@ pub(crate) fn remove_enrollment(dir: &Path, cookie: NetnsCookie) {
     let _ = std::fs::remove_file(enrollment_dir(dir).join(format!("{cookie}.json")));
 }
 
-/// Netns cookie -> namespace path of the enrollments recorded in `dir`.
-pub fn enrolled_names(dir: &Path) -> BTreeMap<NetnsCookie, String> {
-    read_enrollments(dir)
-        .into_iter()
-        .map(|e| (e.cookie, e.netns.display().to_string()))
-        .collect()
-}
-
-/// The enrollments recorded in daemon directory `dir`.
-pub fn enrollments(dir: &Path) -> Vec<Record> {
-    read_enrollments(dir)
-}
-
 pub(crate) fn read_enrollments(dir: &Path) -> Vec<Record> {
-    let Ok(entries) = std::fs::read_dir(enrollment_dir(dir)) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|x| x != "json") {
-            continue;
-        }
-        match std::fs::read(&path) {
-            Ok(bytes) => match crate::decode::decode_enrollment(&bytes) {
-                Ok(e) => out.push(e),
-                Err(error) => {
-                    tracing::warn!(file = %path.display(), %error, "invalid enrollment file skipped");
-                }
-            },
-            Err(error) => {
-                tracing::warn!(file = %path.display(), %error, "unreadable enrollment file skipped");
-            }
-        }
-    }
-    out
+    redirect_daemon_api::records::read(dir)
 }
 
 pub(crate) fn bind(dir: &Path) -> Result<UnixListener> {

@@ -9,9 +9,9 @@
 //!   `server::reconcile` this node's pods against the enrollments (in-place enrollment, the
 //!   proxy-cgroup binding, unenrolling deleted pods).
 //! - `files` the directory (lock, root-only socket, enrollment files, ownership record);
-//!   `state` the enrollment file's record; `decode` what it reads from outside (one request
-//!   line of at most 1 MiB, the protocol version first, enrollment files); `repair` its check of
-//!   its own pins and enrollments each tick (`DIR/health`); `metrics` the Prometheus endpoint.
+//!   `state` the enrollment file's record (the wire and the files' readers are
+//!   `redirect_daemon_api::{wire, records}`); `repair` its check of its own pins and
+//!   enrollments each tick (`DIR/health`); `metrics` the Prometheus endpoint.
 //! - `apiserver` the kube-rs client (in-cluster or `--kubeconfig`, bounded GET retries);
 //!   `pod_cache` this node's pods from a watch; `resolution` each pod's decision and policy,
 //!   resolved as it arrives; `pod_cgroups` the kubelet's cgroup tree; `exclusions` the
@@ -27,7 +27,6 @@
 pub mod apiserver;
 pub mod cluster_dns;
 pub mod credentials;
-pub mod decode;
 pub mod error;
 pub mod exclusions;
 mod files;
@@ -50,7 +49,9 @@ pub mod untaint_controller;
 use std::path::PathBuf;
 
 pub use error::{Error, Result};
+pub use files::{forget_direct, record_direct};
 use redirect_daemon_api::DaemonDir;
+pub use server::{Daemon, Options};
 
 /// The running daemon that owns the datapath pinned at `bpffs`, as (pid, its socket), read
 /// from the pinned layout record: whatever this process's `REDIRECT_DAEMON_DIR`, changes to a

@@ -27,7 +27,7 @@ mod resolver;
 mod serve;
 
 use self::followed::{gone, Followed};
-pub use crate::files::{enrolled_names, enrollments, forget_direct, record_direct};
+pub use crate::files::{forget_direct, record_direct};
 use crate::{
     error::{Error, Result},
     files::{

@@ -98,6 +98,40 @@ pub fn value() -> impl Strategy<Value = String> {
     ]
 }
 
+/// Random JSON up to three levels deep: null, booleans, numbers, hostile strings and the
+/// domain's own `words` as leaves; arrays and objects whose keys are junk or one of `keys`
+/// (the field names a decoder looks for).
+pub fn json(
+    words: &'static [&'static str],
+    keys: &'static [&'static str],
+) -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::Value;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        value().prop_map(Value::String),
+        proptest::sample::select(words).prop_map(Value::from),
+    ];
+    leaf.prop_recursive(3, 16, 4, move |inner| {
+        let key = if keys.is_empty() {
+            junk(6).boxed()
+        } else {
+            prop_oneof![
+                junk(6),
+                proptest::sample::select(keys).prop_map(str::to_owned)
+            ]
+            .boxed()
+        };
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            proptest::collection::btree_map(key, inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
 /// Raw bytes up to `max` long, often not UTF-8.
 pub fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
     proptest::collection::vec(any::<u8>(), 0..=max)

@@ -19,10 +19,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redirect_daemon_api::{answer, Refusal, RefusalKind, Request};
+use redirect_daemon_api::{wire, Refusal, RefusalKind, Request};
 
 use super::{peer, receive, reply};
-use crate::decode::decode_request;
+use redirect_daemon_api::wire::decode_request;
 
 /// How long a client has to send its whole request after it connected.
 pub(super) const DEADLINE: Duration = Duration::from_secs(1);
@@ -101,7 +101,7 @@ fn take(
         Ok(peer) => peer,
         Err(refused) => {
             tracing::warn!(%refused, "connection refused");
-            reply::send(stream, answer::frame(&Err(refused)));
+            reply::send(stream, wire::encode_answer(&Err(refused)));
             return;
         }
     };
@@ -115,7 +115,7 @@ fn take(
             RefusalKind::Busy,
             format!("the daemon is reading {MAX_READERS} requests already: retry (fail closed)"),
         ));
-        reply::send(stream, answer::frame(&busy));
+        reply::send(stream, wire::encode_answer(&busy));
         return;
     }
     let (tx, wake, left) = (tx.clone(), Arc::clone(wake), Arc::clone(readers));
@@ -147,7 +147,7 @@ fn read(stream: &UnixStream, deadline: Instant) -> Result<(Request, Option<Owned
         Ok(r) => decode_request(&r.line)
             .map(|req| (req, r.fd))
             .map_err(|e| bad(format!("bad request: {e}"))),
-        Err(crate::decode::DecodeError::Read(e))
+        Err(redirect_daemon_api::wire::DecodeError::Read(e))
             if matches!(
                 e.kind(),
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut

@@ -1,17 +1,11 @@
-//! What the daemon reads from outside: one bounded line per request on its socket, and its
-//! enrollment files. Each refusal names the field and the bad value.
-use std::io::BufRead;
-
+//! What the daemon reads from outside, decoded: a request line and its enrollment files. Each
+//! refusal names the field and the bad value.
 use redirect_policy::PolicyError;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use redirect_daemon_api::{Request, Writer, PROTOCOL_VERSION};
-
-use crate::state::Record as Enrollment;
-
-/// The longest request line the daemon reads (a policy is a few KiB).
-pub const MAX_REQUEST_BYTES: usize = 1 << 20;
+use super::MAX_REQUEST_BYTES;
+use crate::{EnrollmentRecord as Enrollment, Request, Writer, PROTOCOL_VERSION};
 
 /// Why a request or an enrollment file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -88,22 +82,6 @@ pub enum DecodeError {
     },
 }
 
-/// Reads one request line (without its newline) of at most [`MAX_REQUEST_BYTES`].
-pub fn read_frame(reader: impl BufRead) -> Result<Vec<u8>, DecodeError> {
-    let mut line = Vec::new();
-    let limit = u64::try_from(MAX_REQUEST_BYTES).unwrap_or(u64::MAX) + 1;
-    reader
-        .take(limit)
-        .read_until(b'\n', &mut line)
-        .map_err(DecodeError::Read)?;
-    if line.last() == Some(&b'\n') {
-        line.pop();
-    } else if line.len() > MAX_REQUEST_BYTES {
-        return Err(DecodeError::TooLong);
-    }
-    Ok(line)
-}
-
 fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -175,7 +153,7 @@ fn enroll_writer(obj: &Map<String, Value>) -> Result<Writer, DecodeError> {
     }
 }
 
-/// One request line, as [`Request::frame`] writes it: `{"v": 2, "call": "enroll", "netns": ...,
+/// One request line, as [`super::encode_request`] writes it: `{"v": 2, "call": "enroll", "netns": ...,
 /// "policy": ..., "source": ...}`, `{"v": 2, "call": "unenroll", "netns": ...}`, `{"v": 2, "call":
 /// "list"}`... The version is checked first; the policy is held to
 /// [`redirect_policy::Policy::validate`].

@@ -1,16 +1,15 @@
 //! Property tests ("fuzz" target) of the daemon socket protocol and its enrollment files:
 //! frames of random length and bytes, random JSON, valid requests with one field replaced or
 //! removed, and every request and enrollment round-tripped. Bounded by default;
-//! `PROPTEST_CASES=100000 cargo test -p redirect-daemon --test fuzz` runs longer.
+//! `PROPTEST_CASES=100000 cargo test -p redirect-daemon-api --test fuzz` runs longer.
 use std::io::Cursor;
 use std::path::PathBuf;
 
 use proptest::prelude::*;
-use redirect_daemon::decode::{
-    decode_enrollment, decode_request, read_frame, DecodeError, MAX_REQUEST_BYTES,
+use redirect_daemon_api::wire::{
+    decode_enrollment, decode_request, encode_request, read_frame, DecodeError, MAX_REQUEST_BYTES,
 };
-use redirect_daemon::state::Record as Enrollment;
-use redirect_daemon_api::{PodRef, Request};
+use redirect_daemon_api::{EnrollmentRecord as Enrollment, PodRef, Request};
 use redirect_policy::{Cidrs, Policy};
 use redirect_testkit::fuzz;
 use serde_json::Value;
@@ -114,40 +113,16 @@ fn enrollment() -> impl Strategy<Value = Enrollment> {
 }
 
 fn json() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<f64>().prop_map(Value::from),
-        fuzz::value().prop_map(Value::String),
-        proptest::sample::select(
-            &[
-                "enroll",
-                "unenroll",
-                "list",
-                "uninstall",
-                "pod_add",
-                "pod_del",
-                "status"
-            ][..]
-        )
-        .prop_map(Value::from),
+    let calls = &[
+        "enroll",
+        "unenroll",
+        "list",
+        "uninstall",
+        "pod_add",
+        "pod_del",
+        "status",
     ];
-    leaf.prop_recursive(3, 16, 4, |inner| {
-        prop_oneof![
-            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            proptest::collection::btree_map(
-                prop_oneof![
-                    fuzz::junk(6),
-                    proptest::sample::select(&["v", "call", "netns", "policy", "source"][..])
-                        .prop_map(str::to_owned)
-                ],
-                inner,
-                0..4,
-            )
-            .prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
-    })
+    fuzz::json(calls, &["v", "call", "netns", "policy", "source"])
 }
 
 fn as_object(v: &impl serde::Serialize) -> serde_json::Map<String, Value> {
@@ -198,7 +173,7 @@ proptest! {
 
     #[test]
     fn requests_round_trip(req in request()) {
-        let line = req.frame().expect("serializes");
+        let line = encode_request(&req).expect("serializes");
         let back = decode_request(line.trim_end().as_bytes()).map_err(|e| e.to_string());
         prop_assert_eq!(
             back.map(|b| serde_json::to_value(b).expect("serializes")),
@@ -213,7 +188,7 @@ proptest! {
         replacement in proptest::option::of(json()),
     ) {
         let mut obj: serde_json::Map<String, Value> =
-            serde_json::from_str(&req.frame().expect("serializes")).expect("an object");
+            serde_json::from_str(&encode_request(&req).expect("serializes")).expect("an object");
         let field = obj.keys().nth(which.index(obj.len())).expect("a field").clone();
         match replacement {
             Some(v) => obj.insert(field.clone(), v),
