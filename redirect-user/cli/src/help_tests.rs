@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use clap::CommandFactory as _;
-use redirect_datapath::node::sizing::Quotas;
+use redirect_datapath::sizing::Quotas;
 
 use crate::cli::Cli;
 
@@ -41,7 +41,7 @@ fn used() -> BTreeSet<String> {
         q.routes,
         q.handshakes,
         q.max_connections,
-        redirect_datapath::node::sizing::DEFAULT_MAX_CONNECTIONS,
+        redirect_datapath::sizing::DEFAULT_MAX_CONNECTIONS,
     ] {
         v.insert(n.to_string());
     }

@@ -13,7 +13,7 @@ use redirect_policy::{self as policy, Invocation, Policy};
 
 /// `redirect istio-iptables --help`; the defaults it names come from the code.
 pub(crate) fn help() -> String {
-    let q = redirect_datapath::node::sizing::Quotas::default();
+    let q = redirect_datapath::sizing::Quotas::default();
     let istio = redirect_policy::Policy::default();
     format!(
         "\

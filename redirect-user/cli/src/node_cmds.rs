@@ -46,7 +46,7 @@ pub fn daemon(
     cgroup: Option<PathBuf>,
     proxy_cgroup: Option<PathBuf>,
     metrics: Option<daemon::metrics::Endpoint>,
-    quotas: redirect_datapath::node::sizing::Quotas,
+    quotas: redirect_datapath::sizing::Quotas,
     kube: redirect_daemon::apiserver::KubeOptions,
 ) -> anyhow::Result<()> {
     let mut signals = SigSet::empty();

@@ -4,8 +4,10 @@
 //! Rooms, each a folder:
 //! - `load`: the embedded object, feature probes, preflight, per-program kernel stats;
 //! - `attach`: the one attach plan, the per-process datapath of `redirect attach`, its state files;
-//! - `node`: the pinned node datapath (creation, layout and owner record, sizing and quotas,
-//!   the per-namespace apply and index, the upgrade in place);
+//! - `node`: the pinned node datapath (creation, layout and owner record, the per-namespace
+//!   apply and index, the upgrade in place);
+//! - `sizing`: map sizes and per-namespace quotas, shared by both datapaths (the node's pinned
+//!   beside it as `DIR/sizing`);
 //! - `netns`: `NetnsHandle` (a namespace opened once) and what is read through it: addresses
 //!   and routes over rtnetlink, listeners over sock_diag (and `/proc/net/tcp`), the pod's own
 //!   files, a running proxy's listener to adopt;
@@ -24,6 +26,7 @@ pub mod maps;
 pub mod netns;
 pub mod node;
 pub mod phases;
+pub mod sizing;
 pub mod sys;
 pub mod views;
 

@@ -47,7 +47,7 @@ pub struct AttachOptions {
 }
 
 fn default_max_connections() -> u32 {
-    crate::node::sizing::DEFAULT_MAX_CONNECTIONS
+    crate::sizing::DEFAULT_MAX_CONNECTIONS
 }
 
 /// A namespace whose inbound connections are steered.
@@ -118,7 +118,7 @@ impl Datapath {
         let object = object::bpf_object().ok_or(Error::NoObject)?;
         // Sized as a node of 110 pods (or one per --inbound namespace, if more); one box has no
         // per-namespace hand-off quota: the default policy may use the whole connection map.
-        let sizing = crate::node::sizing::Quotas {
+        let sizing = crate::sizing::Quotas {
             max_pods: 110.max(u32::try_from(options.inbound.len()).unwrap_or(u32::MAX)),
             ..Default::default()
         }
@@ -126,7 +126,7 @@ impl Datapath {
         let quota = u64::from(
             options
                 .max_connections
-                .saturating_sub(crate::node::sizing::HANDOFF_SLACK)
+                .saturating_sub(crate::sizing::HANDOFF_SLACK)
                 .max(1),
         );
         let mut loader = EbpfLoader::new();

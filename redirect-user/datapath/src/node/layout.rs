@@ -11,7 +11,7 @@ use std::{
 use aya::maps::{Array, Map, MapData};
 
 use crate::{
-    error::{Error, Result},
+    error::{record_err, Error, Result},
     sys::bpfsys,
 };
 
@@ -200,20 +200,6 @@ fn start_time(pid: u32) -> Option<u64> {
 
 fn map_err(op: &'static str, dir: &Path) -> impl FnOnce(aya::maps::MapError) -> Error {
     record_err(op, dir, PIN)
-}
-
-/// The error of a map operation on the record pinned at `DIR/pin` (layout, sizing).
-pub(super) fn record_err(
-    op: &'static str,
-    dir: &Path,
-    pin: &str,
-) -> impl FnOnce(aya::maps::MapError) -> Error {
-    let name = dir.join(pin).display().to_string();
-    move |source| Error::Map {
-        op,
-        name,
-        source: Box::new(source),
-    }
 }
 
 fn open(dir: &Path) -> Result<Option<Array<MapData, Raw>>> {

@@ -15,7 +15,6 @@ mod lookup_key;
 pub mod needs;
 mod pins;
 mod removal;
-pub mod sizing;
 pub mod upgrade;
 mod upgrade_policies;
 
@@ -40,6 +39,7 @@ use crate::{
     maps::store::{hash, MapStore, PinnedMaps},
     netns::routes,
     netns::NetnsHandle,
+    sizing,
 };
 
 /// Where the node datapath is pinned unless `--bpffs` or `REDIRECT_BPFFS` says otherwise.

@@ -16,7 +16,7 @@ use super::{
     layout::{self, Layout, LAYOUT_VERSION, UPGRADES_FROM},
     pinned_sk_lookup,
     pins::{loader, pin_err},
-    sizing, NodeDatapath,
+    NodeDatapath,
 };
 use crate::{
     attach::plan,
@@ -24,6 +24,7 @@ use crate::{
     error::{Error, Result},
     load::object,
     load::preflight,
+    sizing,
     sys::bpfsys,
     sys::bpfsys_replace::{self as replace, MapDef},
 };

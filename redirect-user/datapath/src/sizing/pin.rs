@@ -11,7 +11,7 @@ use crate::{
 };
 
 fn map_err(op: &'static str, dir: &Path) -> impl FnOnce(aya::maps::MapError) -> Error {
-    crate::node::layout::record_err(op, dir, PIN)
+    crate::error::record_err(op, dir, PIN)
 }
 
 /// Creates and pins the sizing record of a new datapath.
