@@ -6,10 +6,7 @@ use std::{collections::HashMap, net::IpAddr, path::PathBuf};
 
 use redirect_common::NetnsCookie;
 use redirect_daemon_api::{DaemonDir, Enrollment, Writer};
-use redirect_datapath::{
-    node::NodeDatapath,
-    views::captured::{self, Captured, Labels},
-};
+use redirect_datapath::{captured, Captured, Labels, NodeDatapath};
 use serde::Serialize;
 
 /// Whether the daemon follows a namespace (its addresses, its repair, its removal when gone).
@@ -92,7 +89,7 @@ pub(crate) fn node_view(bpffs: &std::path::Path) -> anyhow::Result<NodeView> {
         .then(|| NodeDatapath::open(bpffs))
         .transpose()?;
     let kernel = match dp.as_mut() {
-        Some(dp) => captured::captured(dp.maps())?,
+        Some(dp) => captured(dp.maps())?,
         None => Vec::new(),
     };
     let files = || -> (Vec<Enrollment>, Option<String>) {
@@ -180,8 +177,7 @@ pub(crate) fn node_view(bpffs: &std::path::Path) -> anyhow::Result<NodeView> {
         });
     }
     let (live, _) =
-        redirect_datapath::attach::state::read_all(&redirect_datapath::attach::state::state_dir())
-            .unwrap_or_default();
+        redirect_datapath::read_instances(&redirect_datapath::state_dir()).unwrap_or_default();
     for inst in live {
         rows.push(Row {
             netns: None,

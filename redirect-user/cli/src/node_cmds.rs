@@ -13,8 +13,7 @@ use redirect_daemon::{
 };
 use redirect_daemon_api::{Client, DaemonDir, NetnsFd};
 use redirect_datapath::{
-    netns,
-    node::{self, NodeAttach, NodeDatapath},
+    lock_node, netns_cookie, remove_node_dir, resolve_netns, NodeAttach, NodeDatapath, Owner,
 };
 use redirect_policy::Policy;
 
@@ -46,7 +45,7 @@ pub fn daemon(
     cgroup: Option<PathBuf>,
     proxy_cgroup: Option<PathBuf>,
     metrics: Option<daemon::metrics::Endpoint>,
-    quotas: redirect_datapath::sizing::Quotas,
+    quotas: redirect_datapath::Quotas,
     kube: redirect_daemon::apiserver::KubeOptions,
 ) -> anyhow::Result<()> {
     let mut signals = SigSet::empty();
@@ -65,7 +64,7 @@ pub fn daemon(
             // Never silently the capture cgroup: a proxy in a sibling cgroup must work too.
             proxy_cgroup: Some(match proxy_cgroup {
                 Some(p) => p,
-                None => redirect_datapath::cgroup::cgroup2_root()?,
+                None => redirect_datapath::cgroup2_root()?,
             }),
             quotas,
         },
@@ -192,7 +191,7 @@ pub fn enroll(
         return enroll_dry_run(netns_name, &policy);
     }
     let r = client().enroll(
-        &open_netns(&netns::resolve(Some(netns_name)))?,
+        &open_netns(&resolve_netns(Some(netns_name)))?,
         policy,
         source,
         redirect_daemon_api::Writer::Enroll,
@@ -209,8 +208,8 @@ pub(crate) fn open_netns(path: &Path) -> anyhow::Result<NetnsFd> {
 /// `enroll --dry-run`: the resolved policy, and what it would replace of the daemon's
 /// enrollment of the namespace (read from its list; no daemon: from the policy alone).
 fn enroll_dry_run(netns_name: &str, policy: &Policy) -> anyhow::Result<()> {
-    let path = netns::resolve(Some(netns_name));
-    let cookie = netns::cookie(&path)?;
+    let path = resolve_netns(Some(netns_name));
+    let cookie = netns_cookie(&path)?;
     for line in redirect_policy::describe::policy_lines(policy, policy.dual_stack) {
         println!("{line}");
     }
@@ -247,7 +246,7 @@ fn enroll_dry_run(netns_name: &str, policy: &Policy) -> anyhow::Result<()> {
 
 /// Removes a namespace's policy.
 pub fn unenroll(netns_name: &str) -> anyhow::Result<()> {
-    let r = client().unenroll(&netns::resolve(Some(netns_name)))?;
+    let r = client().unenroll(&resolve_netns(Some(netns_name)))?;
     println!("{}", r.message);
     Ok(())
 }
@@ -272,7 +271,7 @@ pub fn uninstall(bpffs: Option<PathBuf>) -> anyhow::Result<()> {
             daemon_dir().display()
         );
     }
-    let _lock = node::lock(&dir)?;
+    let _lock = lock_node(&dir)?;
     let enrollments = DaemonDir::new(crate::direct_record::records_dir(&dir)).enrollments();
     if !dir.exists() && !enrollments.exists() {
         println!(
@@ -284,7 +283,7 @@ pub fn uninstall(bpffs: Option<PathBuf>) -> anyhow::Result<()> {
     }
     if NodeDatapath::exists(&dir) {
         if let Ok(layout) = NodeDatapath::open(&dir).and_then(|dp| dp.layout()) {
-            if let node::layout::Owner::Daemon { pid, .. } = layout.owner {
+            if let Owner::Daemon { pid, .. } = layout.owner {
                 if layout.owner.is_live_daemon() {
                     bail!(
                         "the datapath at {} is owned by the redirect daemon pid {pid}, which is running with another daemon directory than {}: uninstall through it (REDIRECT_DAEMON_DIR) or stop it first",
@@ -295,7 +294,7 @@ pub fn uninstall(bpffs: Option<PathBuf>) -> anyhow::Result<()> {
             }
         }
     }
-    node::remove_dir(&dir)?;
+    remove_node_dir(&dir)?;
     let _ = std::fs::remove_dir_all(&enrollments);
     println!(
         "uninstalled: {} unpinned, every program detached",

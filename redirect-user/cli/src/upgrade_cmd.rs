@@ -2,8 +2,7 @@
 use std::path::PathBuf;
 
 use redirect_datapath::{
-    load::object,
-    node::{self, layout, upgrade, NodeDatapath},
+    build_id, lock_node, upgrade_needed, NodeDatapath, LAYOUT_VERSION, UPGRADES_FROM,
 };
 
 use crate::node_cmds::bpffs_or_default;
@@ -13,9 +12,9 @@ pub fn upgrade(bpffs: Option<PathBuf>, check: bool) -> anyhow::Result<()> {
     let dir = bpffs_or_default(bpffs);
     let this = format!(
         "layout v{} build {:016x} (upgrades in place from: the same layout{})",
-        layout::LAYOUT_VERSION,
-        object::build_id(),
-        layout::UPGRADES_FROM
+        LAYOUT_VERSION,
+        build_id(),
+        UPGRADES_FROM
             .iter()
             .map(|v| format!(", v{v}"))
             .collect::<String>()
@@ -27,9 +26,9 @@ pub fn upgrade(bpffs: Option<PathBuf>, check: bool) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let _lock = node::lock(&dir)?;
+    let _lock = lock_node(&dir)?;
     if check {
-        return match upgrade::needed(&dir)? {
+        return match upgrade_needed(&dir)? {
             None => {
                 println!("up to date: {} runs this build, {this}", dir.display());
                 Ok(())

@@ -9,9 +9,8 @@ use serde::{Deserialize, Serialize};
 use ipnet::IpNet;
 use redirect_policy::{inbound_spec::InboundSpec, Cidrs, InboundPorts, Policy};
 
-pub use crate::attach::plan::{Attachment, PEER_HOOKS};
 use crate::{
-    attach::plan::{self, Link},
+    attach::plan::{self, Attachment, Link},
     cgroup,
     error::{Error, Result},
     load::object,
@@ -64,7 +63,7 @@ pub struct Enrolled {
 impl AttachOptions {
     /// `attach`'s flags as the istio-iptables policy they stand for: istio's defaults with
     /// `-p PORT -u UID -g GID -i '*' -x CIDRS -b ''` (inbound capture is per `--inbound`).
-    pub fn policy(&self) -> Policy {
+    pub(crate) fn policy(&self) -> Policy {
         Policy {
             proxy_port: self.outbound_port,
             proxy_uids: vec![self.proxy_uid],

@@ -83,7 +83,7 @@ fn trie_keys(
 }
 
 /// The `OUT_ROUTES` entries stored for `netns` (prefix, via an excluded interface), sorted as
-/// [`crate::netns::routes::Resolved::entries`] are: what a refresh compares the namespace's routes to.
+/// [`crate::netns::routes::table::Resolved::entries`] are: what a refresh compares the namespace's routes to.
 pub(crate) fn stored_routes(
     store: &mut dyn MapStore,
     netns: NetnsCookie,

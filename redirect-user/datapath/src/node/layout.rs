@@ -45,7 +45,7 @@ pub const LAYOUT_VERSION: u32 = 7;
 #[cfg(feature = "layout-next")]
 pub const UPGRADES_FROM: &[u32] = &[6];
 /// Name of the record's pin and of the map in the kernel.
-pub const PIN: &str = "layout";
+pub(crate) const PIN: &str = "layout";
 const MAGIC: u64 = 0x7265_6469_7265_6374; // "redirect"
 /// The record as stored: [magic, layout, mode, owner pid, owner start time, app cgroup id,
 /// proxy cgroup id, build id of the programs (0 before it was recorded)], then the owning daemon's directory (NUL-padded bytes).
@@ -214,7 +214,7 @@ fn open(dir: &Path) -> Result<Option<Array<MapData, Raw>>> {
 }
 
 /// Creates and pins the record of a new datapath.
-pub fn create(dir: &Path, layout: &Layout) -> Result<()> {
+pub(crate) fn create(dir: &Path, layout: &Layout) -> Result<()> {
     let path = dir.join(PIN);
     let fd = bpfsys::array_map_create(
         "redirect_layout",
@@ -269,7 +269,7 @@ pub fn check(dir: &Path) -> Result<Layout> {
 }
 
 /// Every pinned datapath with a layout record directly under `bpffs` (e.g. `/sys/fs/bpf`).
-pub fn all_under(bpffs: &Path) -> Vec<(PathBuf, Layout)> {
+pub(crate) fn all_under(bpffs: &Path) -> Vec<(PathBuf, Layout)> {
     let Ok(entries) = std::fs::read_dir(bpffs) else {
         return Vec::new();
     };

@@ -184,7 +184,7 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
 }
 
 /// Text form.
-pub fn render(s: &NodeStatus) -> String {
+pub(crate) fn render(s: &NodeStatus) -> String {
     let owner = match (s.owner_pid, s.owner_up) {
         (Some(pid), true) => format!("the redirect daemon, pid {pid} (up)"),
         (Some(pid), false) => {

@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// Counters of one namespace, non-zero only, in slot order.
-pub type NsCounters = Vec<(&'static str, u64)>;
+pub(crate) type NsCounters = Vec<(&'static str, u64)>;
 
 /// Sums every namespace's per-CPU counters.
 pub fn ns_counters(store: &mut dyn MapStore) -> Result<BTreeMap<NetnsCookie, NsCounters>> {

@@ -75,13 +75,13 @@ impl Feature {
 
 /// Environment variable naming features (by [`Feature::id`], comma-separated) to treat as
 /// missing whatever the kernel says: shows and tests what an older kernel gets.
-pub const ASSUME_MISSING_ENV: &str = "REDIRECT_PROBE_ASSUME_MISSING";
+pub(crate) const ASSUME_MISSING_ENV: &str = "REDIRECT_PROBE_ASSUME_MISSING";
 
 /// [`Feature::id`] of sk_lookup's `ingress_ifindex` (the one optional feature).
-pub const INGRESS_IFINDEX: &str = "sk_lookup_ingress_ifindex";
+pub(crate) const INGRESS_IFINDEX: &str = "sk_lookup_ingress_ifindex";
 
 mod features;
-pub use features::{FEATURES, INGRESS_IFINDEX_FEATURE};
+pub(crate) use features::{FEATURES, INGRESS_IFINDEX_FEATURE};
 
 /// A probe's answer.
 #[derive(Debug, Clone, Serialize)]
@@ -109,7 +109,7 @@ pub struct Probed {
 
 /// The features [`ASSUME_MISSING_ENV`] names (empty when unset); an id that names no feature
 /// is an error listing the ids.
-pub fn assumed_missing() -> Result<Vec<&'static str>> {
+pub(crate) fn assumed_missing() -> Result<Vec<&'static str>> {
     let Some(value) = std::env::var_os(ASSUME_MISSING_ENV) else {
         return Ok(Vec::new());
     };
@@ -129,7 +129,7 @@ pub fn assumed_missing() -> Result<Vec<&'static str>> {
 }
 
 /// Probes one feature; `assume_missing` reports it missing without asking the kernel.
-pub fn probe_as(feature: &Feature, assume_missing: bool) -> Probed {
+pub(crate) fn probe_as(feature: &Feature, assume_missing: bool) -> Probed {
     let answer: std::result::Result<bool, String> = match feature.check {
         _ if assume_missing => Ok(false),
         Check::Program(t) => is_program_supported(t).map_err(|e| e.to_string()),
@@ -197,7 +197,7 @@ pub fn detail(p: &Probed) -> String {
 }
 
 /// Probes every feature; the first missing required one is an error. Returns the answers.
-pub fn require_all() -> Result<Vec<Probed>> {
+pub(crate) fn require_all() -> Result<Vec<Probed>> {
     let probed = probe_all()?;
     match missing(&probed) {
         Some(e) => Err(e),
@@ -206,12 +206,12 @@ pub fn require_all() -> Result<Vec<Probed>> {
 }
 
 /// The answer for feature `id` in `probed`.
-pub fn answer<'a>(probed: &'a [Probed], id: &str) -> Option<&'a Probed> {
+pub(crate) fn answer<'a>(probed: &'a [Probed], id: &str) -> Option<&'a Probed> {
     probed.iter().find(|p| p.id == id)
 }
 
 /// The sk_lookup program this kernel loads: the one reading `ingress_ifindex` when it has it.
-pub fn sk_lookup_program(probed: &[Probed]) -> &'static str {
+pub(crate) fn sk_lookup_program(probed: &[Probed]) -> &'static str {
     if answer(probed, INGRESS_IFINDEX).is_some_and(|p| p.present) {
         redirect_common::prog_names::SK_LOOKUP
     } else {
