@@ -53,11 +53,11 @@ fn default_max_connections() -> u32 {
 #[derive(Debug, Clone, Serialize)]
 pub struct Enrolled {
     /// What was asked.
-    pub spec: InboundSpec,
+    pub(crate) spec: InboundSpec,
     /// Its netns cookie.
-    pub cookie: NetnsCookie,
+    pub(crate) cookie: NetnsCookie,
     /// Its own addresses, as last synchronised into `POD_ADDRS`.
-    pub addrs: Vec<IpAddr>,
+    pub(crate) addrs: Vec<IpAddr>,
 }
 
 impl AttachOptions {

@@ -55,13 +55,13 @@ pub struct Attachment {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Step {
     /// Program name in the object.
-    pub program: &'static str,
+    pub(crate) program: &'static str,
     /// Hook name, as bpftool prints it.
-    pub hook: &'static str,
+    pub(crate) hook: &'static str,
     /// `enum bpf_attach_type`.
-    pub attach_type: u32,
+    pub(crate) attach_type: u32,
     /// The cgroup it attaches at.
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
 }
 
 /// The cgroup links, in attach order: tracking first (getsockopt and sock_ops where the
@@ -123,9 +123,9 @@ pub(crate) fn cgroup_plan(app: &Path, proxy: &Path) -> Vec<Step> {
 #[derive(Debug)]
 pub(crate) struct Link {
     /// What it attaches where.
-    pub attachment: Attachment,
+    pub(crate) attachment: Attachment,
     /// The link: closing the last reference (unless pinned) detaches the program.
-    pub fd: OwnedFd,
+    pub(crate) fd: OwnedFd,
 }
 
 /// Loads program `name` of `ebpf` (once) and returns it.

@@ -110,9 +110,9 @@ pub(crate) fn stored_routes(
 #[derive(Clone, Default)]
 pub(crate) struct OutKeys {
     /// `OUT_PORTS` keys.
-    pub ports: Vec<PortKey>,
+    pub(crate) ports: Vec<PortKey>,
     /// Keys of `OUT_EXCLUDE`, `OUT_INCLUDE` and `OUT_ROUTES`, in [`TRIES`]' order.
-    pub tries: [Vec<Key<CidrKey>>; 3],
+    pub(crate) tries: [Vec<Key<CidrKey>>; 3],
 }
 
 impl std::fmt::Debug for OutKeys {

@@ -79,7 +79,7 @@ pub struct Member {
     /// Its pid.
     pub pid: i32,
     /// Its command name (`/proc/PID/comm`).
-    pub comm: String,
+    pub(crate) comm: String,
 }
 
 /// The processes of `netns` (lowest pid first), one per distinct (mount namespace, root).

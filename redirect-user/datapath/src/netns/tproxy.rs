@@ -44,9 +44,9 @@ const RULE_PRIORITY: u32 = 32765;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TproxyRouting {
     /// The mark (`-t`, 1337).
-    pub mark: u32,
+    pub(crate) mark: u32,
     /// The table (`-r`, 133).
-    pub table: u32,
+    pub(crate) table: u32,
 }
 
 impl TproxyRouting {

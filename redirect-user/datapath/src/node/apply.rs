@@ -144,7 +144,6 @@ impl NodeDatapath {
             addrs,
             ipv6,
             inbound,
-            compiled,
             phases,
         })
     }

@@ -127,7 +127,7 @@ pub struct Layout {
     /// Cgroup id (inode) of the capture attach point.
     pub app_cgroup: u64,
     /// Cgroup id of the proxy attach point (getsockopt, sock_ops).
-    pub proxy_cgroup: u64,
+    pub(crate) proxy_cgroup: u64,
     /// The owning daemon's directory (its socket is `daemon.sock` there), when a daemon owns it.
     pub daemon_dir: Option<PathBuf>,
     /// Build id of the BPF object whose programs run ([`crate::load::object::build_id`]; 0: not

@@ -81,8 +81,6 @@ pub struct Applied {
     pub ipv6: bool,
     /// Whether inbound capture (sk_lookup) is on.
     pub inbound: bool,
-    /// The kernel form written.
-    pub compiled: outbound::Compiled,
     /// Where the apply's time went.
     pub phases: crate::phases::Phases,
 }

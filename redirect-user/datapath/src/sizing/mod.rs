@@ -341,17 +341,17 @@ impl Quotas {
 #[derive(Debug)]
 pub(crate) struct Enrollment<'a> {
     /// The namespace, for the error.
-    pub netns: &'a Path,
+    pub(crate) netns: &'a Path,
     /// The policy asked for.
-    pub policy: &'a Policy,
+    pub(crate) policy: &'a Policy,
     /// Its compiled outbound form.
-    pub compiled: &'a Compiled,
+    pub(crate) compiled: &'a Compiled,
     /// The namespace's addresses.
-    pub addrs: &'a [IpAddr],
+    pub(crate) addrs: &'a [IpAddr],
     /// Whether the namespace has no policy yet.
-    pub new: bool,
+    pub(crate) new: bool,
     /// Namespaces with a policy now.
-    pub enrolled: usize,
+    pub(crate) enrolled: usize,
 }
 
 #[cfg(test)]

@@ -48,7 +48,7 @@ pub fn ns_counters(store: &mut dyn MapStore) -> Result<BTreeMap<NetnsCookie, NsC
 pub struct Decision {
     /// `outbound` (a connect or send from the namespace) or `inbound` (a connection arriving,
     /// decided by sk_lookup).
-    pub direction: &'static str,
+    pub(crate) direction: &'static str,
     /// Netns cookie (the CLI prints it as `cookie`, beside the namespace's path).
     #[serde(skip)]
     pub netns: NetnsCookie,

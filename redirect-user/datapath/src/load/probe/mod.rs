@@ -16,7 +16,7 @@ use crate::{
 
 /// How a feature is probed.
 #[derive(Debug, Clone, Copy)]
-pub enum Check {
+pub(crate) enum Check {
     /// The kernel loads programs of this type.
     Program(ProgramType),
     /// The kernel creates maps of this type.
@@ -33,17 +33,17 @@ pub enum Check {
 #[derive(Debug, Clone, Copy)]
 pub struct Feature {
     /// Short name, for [`ASSUME_MISSING_ENV`] and `redirect probe --json`.
-    pub id: &'static str,
+    pub(crate) id: &'static str,
     /// What it is, as the kernel documentation names it.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// What of ours needs it.
-    pub needed_by: &'static str,
+    pub(crate) needed_by: &'static str,
     /// The first kernel release that has it.
-    pub since: &'static str,
+    pub(crate) since: &'static str,
     /// How to tell.
-    pub check: Check,
+    pub(crate) check: Check,
     /// For a feature the datapath loads without: what it does then (else it is required).
-    pub without: Option<&'static str>,
+    pub(crate) without: Option<&'static str>,
 }
 
 pub(super) const fn f(
@@ -87,7 +87,7 @@ pub(crate) use features::{FEATURES, INGRESS_IFINDEX_FEATURE};
 #[derive(Debug, Clone, Serialize)]
 pub struct Probed {
     /// The feature's short name.
-    pub id: &'static str,
+    pub(crate) id: &'static str,
     /// The feature.
     pub name: &'static str,
     /// What needs it.
@@ -98,13 +98,13 @@ pub struct Probed {
     pub present: bool,
     /// Treated as missing because [`ASSUME_MISSING_ENV`] names it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub assumed_missing: bool,
+    pub(crate) assumed_missing: bool,
     /// For an optional feature: what the datapath does without it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub without: Option<&'static str>,
     /// Why the probe could not tell, when it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// The features [`ASSUME_MISSING_ENV`] names (empty when unset); an id that names no feature

@@ -21,31 +21,31 @@ pub(crate) const TABLE_MAIN: u32 = 254;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Route {
     /// Routing table id.
-    pub table: u32,
+    pub(crate) table: u32,
     /// Destination prefix (host bits cleared).
-    pub prefix: IpNet,
+    pub(crate) prefix: IpNet,
     /// Metric (`RTA_PRIORITY`; lower wins).
-    pub metric: u32,
+    pub(crate) metric: u32,
     /// Interfaces (ifindex) traffic may leave by: one, every nexthop of a multipath route, the
     /// loopback for local delivery; none for unreachable, blackhole, prohibit and throw.
-    pub devices: Vec<u32>,
+    pub(crate) devices: Vec<u32>,
     /// The route applies to some traffic only (a source prefix or a TOS): the trie, keyed by
     /// destination alone, cannot express it.
-    pub selective: bool,
+    pub(crate) selective: bool,
 }
 
 /// A namespace's routes with what its rules say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Tables {
     /// Every route of every table, in the kernel's dump order.
-    pub routes: Vec<Route>,
+    pub(crate) routes: Vec<Route>,
     /// IPv4 has rules other than the default `local`, `main`, `default` lookups.
-    pub policy_rules_v4: bool,
+    pub(crate) policy_rules_v4: bool,
     /// IPv6 has rules other than the default `local`, `main` lookups.
-    pub policy_rules_v6: bool,
+    pub(crate) policy_rules_v6: bool,
     /// The namespace held more routes than were read: none can be trusted to be the
     /// kernel's choice (a more specific route may be among those left out).
-    pub left_out: bool,
+    pub(crate) left_out: bool,
 }
 
 /// The `OUT_ROUTES` entries of a namespace and why a family was left captured.
