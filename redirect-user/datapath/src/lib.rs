@@ -59,7 +59,7 @@ pub use node::{
 // The node datapath's layout and owner record.
 pub use node::layout::{
     attached_near, check as check_layout, daemon_up, hold_as_daemon, read as read_layout,
-    write as write_layout, Layout, Owner, LAYOUT_VERSION, UPGRADES_FROM,
+    write as write_layout, Owner, LAYOUT_VERSION, UPGRADES_FROM,
 };
 
 // Map sizes and per-namespace quotas.

@@ -10,9 +10,9 @@ pub(crate) mod names;
 pub(crate) mod pod_files;
 pub(crate) mod proc_tcp;
 pub(crate) mod routes;
-pub(crate) mod rtnl;
+mod rtnl;
 pub(crate) mod sockdiag;
-pub(crate) mod sysctl;
+mod sysctl;
 pub(crate) mod tproxy;
 use std::{
     fs::File,

@@ -12,7 +12,7 @@ mod index;
 pub(crate) mod layout;
 mod lock;
 mod lookup_key;
-pub(crate) mod needs;
+mod needs;
 mod pins;
 mod removal;
 pub(crate) mod upgrade;

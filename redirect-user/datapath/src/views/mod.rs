@@ -5,7 +5,7 @@
 pub(crate) mod captured;
 pub(crate) mod explain;
 pub(crate) mod explain_inbound;
-pub(crate) mod json;
+mod json;
 pub(crate) mod metrics;
 pub(crate) mod node_status;
 pub(crate) mod observe;
