@@ -8,7 +8,10 @@ use std::{
 use anyhow::{bail, Context as _};
 use nix::sys::signal::{SigSet, Signal};
 use redirect_common::map_names;
-use redirect_datapath::{attach::state, maps::counters, views::metrics, AttachOptions, Datapath};
+use redirect_datapath::{
+    attached_near, read_counters_by_id, render_metrics, tracked_len_by_id, write_atomically,
+    AttachOptions, Datapath, Exposition, InstanceState, StateFile,
+};
 
 use crate::{cli, dir_args::Dirs};
 
@@ -27,13 +30,13 @@ pub fn attach(
 
     refuse_near_a_node_datapath(dirs, &options.cgroup)?;
     let mut datapath = Datapath::attach(&options)?;
-    let instance = state::InstanceState {
+    let instance = InstanceState {
         pid: std::process::id(),
         options: datapath.options().clone(),
         attachments: datapath.attachments().to_vec(),
         maps: datapath.map_ids(),
     };
-    let state_file = state::StateFile::create(&dirs.state, &instance)?;
+    let state_file = StateFile::create(&dirs.state, &instance)?;
     for a in datapath.attachments() {
         tracing::info!(program = %a.program, hook = %a.attach_type, target = %a.target.display(), id = a.program_id, "attached");
     }
@@ -47,20 +50,20 @@ pub fn attach(
     stdout.flush()?;
     drop(stdout);
 
-    let publish = |ids: &state::InstanceState| -> anyhow::Result<()> {
+    let publish = |ids: &InstanceState| -> anyhow::Result<()> {
         let Some(path) = metrics_file else {
             return Ok(());
         };
         let id = |name| ids.map_id(name).context("map id");
-        let counters = counters::read_counters_by_id(id(map_names::COUNTERS)?)?;
-        let tracked = counters::tracked_len_by_id(id(map_names::TRACKED)?)?;
-        let inbound = counters::tracked_len_by_id(id(map_names::INBOUND)?)?;
-        let text = metrics::render(&metrics::Exposition {
+        let counters = read_counters_by_id(id(map_names::COUNTERS)?)?;
+        let tracked = tracked_len_by_id(id(map_names::TRACKED)?)?;
+        let inbound = tracked_len_by_id(id(map_names::INBOUND)?)?;
+        let text = render_metrics(&Exposition {
             counters: counters.iter().map(|c| (c.name, c.value)).collect(),
             per_netns: Vec::new(),
             maps: vec![(map_names::TRACKED, tracked), (map_names::INBOUND, inbound)],
         });
-        metrics::write_atomically(path, &text)?;
+        write_atomically(path, &text)?;
         Ok(())
     };
     publish(&instance)?;
@@ -87,15 +90,15 @@ pub fn attach(
 /// `attach` at, above or below the cgroup a pinned node datapath captures would capture the
 /// same processes twice: refused, naming that datapath and its owner.
 fn refuse_near_a_node_datapath(dirs: &Dirs, cgroup: &Path) -> anyhow::Result<()> {
-    use redirect_datapath::node::layout::{self, Owner};
-    let Ok(cgroup) = redirect_datapath::cgroup::validate(cgroup) else {
+    use redirect_datapath::Owner;
+    let Ok(cgroup) = redirect_datapath::validate_cgroup(cgroup) else {
         return Ok(()); // Datapath::attach names the bad --cgroup
     };
     let mut roots = vec![PathBuf::from("/sys/fs/bpf")];
     roots.extend(dirs.bpffs.parent().map(Path::to_path_buf));
     roots.dedup();
     for root in roots {
-        if let Some((dir, record, at)) = layout::attached_near(&root, &cgroup) {
+        if let Some((dir, record, at)) = attached_near(&root, &cgroup) {
             let owner = match record.owner {
                 Owner::Daemon { pid, .. } if record.owner.is_live_daemon() => {
                     format!("the redirect daemon, pid {pid}")

@@ -6,10 +6,7 @@ use std::{collections::HashMap, net::IpAddr, path::PathBuf};
 
 use redirect_common::NetnsCookie;
 use redirect_daemon_api::{DaemonDir, Enrollment, Writer};
-use redirect_datapath::{
-    node::NodeDatapath,
-    views::captured::{self, Captured, Labels},
-};
+use redirect_datapath::{captured, Captured, Labels, NodeDatapath};
 use serde::Serialize;
 
 /// Whether the daemon follows a namespace (its addresses, its repair, its removal when gone).
@@ -95,7 +92,7 @@ pub(crate) fn node_view(
         .then(|| NodeDatapath::open(bpffs))
         .transpose()?;
     let kernel = match dp.as_mut() {
-        Some(dp) => captured::captured(dp.maps())?,
+        Some(dp) => captured(dp.maps())?,
         None => Vec::new(),
     };
     let files = || -> (Vec<Enrollment>, Option<String>) {
@@ -182,7 +179,7 @@ pub(crate) fn node_view(
             record: None,
         });
     }
-    let (live, _) = redirect_datapath::attach::state::read_all(&dirs.state).unwrap_or_default();
+    let (live, _) = redirect_datapath::read_instances(&dirs.state).unwrap_or_default();
     for inst in live {
         rows.push(Row {
             netns: None,

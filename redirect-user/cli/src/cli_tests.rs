@@ -61,7 +61,7 @@ fn ids() {
 #[test]
 fn attach_defaults_are_istios() {
     // --cgroup must name a cgroup v2 directory: the mount itself is one.
-    let Ok(root) = redirect_datapath::cgroup::cgroup2_root() else {
+    let Ok(root) = redirect_datapath::cgroup2_root() else {
         return; // no cgroup v2 on this machine: nothing to parse against
     };
     let root = root.display().to_string();

@@ -66,7 +66,7 @@ pub fn parse_id(s: &str) -> Result<u32, String> {
 /// mount, which the hint names.
 pub fn parse_cgroup(s: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(s);
-    redirect_datapath::cgroup::validate(&path)
+    redirect_datapath::validate_cgroup(&path)
         .map(|_| path)
         .map_err(|e| e.to_string())
 }

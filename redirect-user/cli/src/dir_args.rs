@@ -58,9 +58,9 @@ impl Dirs {
         let state = state_dir
             .and_then(|s| s.state_dir.clone())
             .or_else(|| env(STATE_ENV).map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(redirect_datapath::attach::state::DEFAULT_STATE_DIR));
+            .unwrap_or_else(|| PathBuf::from(redirect_datapath::DEFAULT_STATE_DIR));
         let bpffs = env(BPFFS_ENV).map_or_else(
-            || PathBuf::from(redirect_datapath::node::DEFAULT_DIR),
+            || PathBuf::from(redirect_datapath::DEFAULT_NODE_DIR),
             PathBuf::from,
         );
         Self {

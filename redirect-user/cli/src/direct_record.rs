@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use redirect_daemon_api::{EnrollmentRecord, Writer};
-use redirect_datapath::{netns, netns::NetnsHandle, node::Applied};
+use redirect_datapath::{netns_cookie, netns_names_by_inode, Applied, NetnsHandle};
 use redirect_policy::Policy;
 
 use crate::dir_args::Dirs;
@@ -47,7 +47,7 @@ pub(crate) fn record(
 
 /// Forgets the record of namespace `path`'s policy after `--cleanup-only`.
 pub(crate) fn forget(dirs: &Dirs, bpffs: &Path, path: &Path) {
-    if let (Some(dir), Ok(cookie)) = (record_dir(dirs, bpffs), netns::cookie(path)) {
+    if let (Some(dir), Ok(cookie)) = (record_dir(dirs, bpffs), netns_cookie(path)) {
         redirect_daemon::forget_direct(&dir, cookie);
     }
 }
@@ -57,7 +57,7 @@ pub(crate) fn forget(dirs: &Dirs, bpffs: &Path, path: &Path) {
 /// else the default one for the node's default pins. Pins of their own with none of these have
 /// no daemon to adopt them: `None`.
 fn record_dir(dirs: &Dirs, bpffs: &Path) -> Option<PathBuf> {
-    if let Ok(Some(layout)) = redirect_datapath::node::layout::read(bpffs) {
+    if let Ok(Some(layout)) = redirect_datapath::read_layout(bpffs) {
         if let Some(dir) = layout.daemon_dir {
             return Some(dir);
         }
@@ -65,7 +65,7 @@ fn record_dir(dirs: &Dirs, bpffs: &Path) -> Option<PathBuf> {
     if dirs.daemon_named {
         return Some(dirs.daemon.path().to_path_buf());
     }
-    (bpffs == Path::new(redirect_datapath::node::DEFAULT_DIR))
+    (bpffs == Path::new(redirect_datapath::DEFAULT_NODE_DIR))
         .then(|| PathBuf::from(redirect_daemon_api::DEFAULT_DIR))
 }
 
@@ -87,7 +87,7 @@ fn lasting_name(ns: &NetnsHandle) -> Option<PathBuf> {
     let mine = path.starts_with("/proc/self")
         || path.starts_with("/proc/thread-self")
         || path.starts_with(&own);
-    netns::names::by_inode()
+    netns_names_by_inode()
         .remove(&ns.inode())
         .or_else(|| (!mine).then(|| path.to_path_buf()))
 }
@@ -118,8 +118,8 @@ pub(crate) fn replacing(
             lines.join("\n  ")
         );
     }
-    let held = redirect_datapath::node::NodeDatapath::exists(bpffs)
-        && redirect_datapath::node::NodeDatapath::open(bpffs)
+    let held = redirect_datapath::NodeDatapath::exists(bpffs)
+        && redirect_datapath::NodeDatapath::open(bpffs)
             .and_then(|mut dp| dp.kernel_policy(cookie))
             .is_ok_and(|k| k.outbound);
     if held {

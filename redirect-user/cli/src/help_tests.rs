@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use clap::CommandFactory as _;
-use redirect_datapath::node::sizing::Quotas;
+use redirect_datapath::Quotas;
 
 use crate::cli::Cli;
 
@@ -26,8 +26,8 @@ fn used() -> BTreeSet<String> {
     let q = Quotas::default();
     let mut v: BTreeSet<String> = [
         redirect_daemon_api::DEFAULT_DIR,
-        redirect_datapath::node::DEFAULT_DIR,
-        redirect_datapath::attach::state::DEFAULT_STATE_DIR,
+        redirect_datapath::DEFAULT_NODE_DIR,
+        redirect_datapath::DEFAULT_STATE_DIR,
     ]
     .into_iter()
     .map(str::to_owned)
@@ -41,7 +41,7 @@ fn used() -> BTreeSet<String> {
         q.routes,
         q.handshakes,
         q.max_connections,
-        redirect_datapath::node::sizing::DEFAULT_MAX_CONNECTIONS,
+        redirect_datapath::DEFAULT_MAX_CONNECTIONS,
     ] {
         v.insert(n.to_string());
     }

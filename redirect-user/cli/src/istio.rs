@@ -5,15 +5,14 @@ use std::collections::HashMap;
 
 use anyhow::Context as _;
 use redirect_datapath::{
-    netns,
-    netns::pod_files,
-    node::{self, NodeAttach, NodeDatapath},
+    daemon_up, ipv6_follows, lock_node, pod_file_sources, resolve_netns, vm_file_sources,
+    AppliedAt, NetnsHandle, NodeAttach, NodeDatapath,
 };
 use redirect_policy::{self as policy, Invocation, Policy};
 
 /// `redirect istio-iptables --help`; the defaults it names come from the code.
 pub(crate) fn help() -> String {
-    let q = redirect_datapath::node::sizing::Quotas::default();
+    let q = redirect_datapath::Quotas::default();
     let istio = redirect_policy::Policy::default();
     format!(
         "\
@@ -103,7 +102,7 @@ Examples:
         p = istio.proxy_port,
         z = istio.inbound_capture_port,
         e = istio.tunnel_port,
-        bpffs = redirect_datapath::node::DEFAULT_DIR,
+        bpffs = redirect_datapath::DEFAULT_NODE_DIR,
         probe_port = redirect_policy::DEFAULT_PROBE_PORT,
         probe_timeout = redirect_policy::DEFAULT_PROBE_TIMEOUT,
     )
@@ -126,19 +125,19 @@ pub(crate) fn pre_scan(args: &[String], flag: &str) -> Option<String> {
 
 /// Parses istio-iptables arguments the way `redirect istio-iptables` does: cluster.env under
 /// the environment, and names and DNS servers from the target namespace's own files
-/// ([`redirect_datapath::netns::pod_files::sources`]; this process's own `/etc` only when the target
+/// ([`redirect_datapath::pod_file_sources`]; this process's own `/etc` only when the target
 /// is the namespace it runs in). `vm`: the target is a VM (`redirect vm`), whose files are
-/// this host's own ([`pod_files::vm_sources`]), not a pod's.
+/// this host's own ([`vm_file_sources`]), not a pod's.
 pub fn parse_for(args: &[String], vm: bool) -> anyhow::Result<Invocation> {
     let netns = pre_scan(args, "--netns")
         .or_else(|| pre_scan(args, "--network-namespace"))
         .or_else(|| std::env::var("NETWORK_NAMESPACE").ok())
         .filter(|n| !n.is_empty());
-    let path = netns::resolve(netns.as_deref());
+    let path = resolve_netns(netns.as_deref());
     let sys = if vm {
-        pod_files::vm_sources(&path, netns.as_deref())
+        vm_file_sources(&path, netns.as_deref())
     } else {
-        pod_files::sources(&path, netns.as_deref())
+        pod_file_sources(&path, netns.as_deref())
     };
     let cluster = match pre_scan(args, "--cluster-env") {
         Some(file) => {
@@ -167,13 +166,13 @@ pub fn run(dirs: &Dirs, args: &[String]) -> anyhow::Result<()> {
     if inv.run_validation {
         return validate(&inv);
     }
-    let ns = netns::resolve(inv.netns.as_deref());
+    let ns = resolve_netns(inv.netns.as_deref());
     let dir = dirs.bpffs_or_default(inv.bpffs.clone());
     if inv.dry_run {
-        let addrs = netns::NetnsHandle::open(&ns)
+        let addrs = NetnsHandle::open(&ns)
             .and_then(|h| h.addresses())
             .unwrap_or_default();
-        let ipv6 = node::ipv6_follows(&inv.policy, &addrs);
+        let ipv6 = ipv6_follows(&inv.policy, &addrs);
         print!("{}", side_by_side(&inv.policy, ipv6));
         return Ok(());
     }
@@ -189,7 +188,7 @@ pub fn run(dirs: &Dirs, args: &[String]) -> anyhow::Result<()> {
             return Ok(());
         }
     }
-    let _lock = node::lock(&dir)?;
+    let _lock = lock_node(&dir)?;
     if inv.cleanup_only {
         if !NodeDatapath::exists(&dir) {
             println!(
@@ -200,7 +199,7 @@ pub fn run(dirs: &Dirs, args: &[String]) -> anyhow::Result<()> {
         }
         let mut dp = NodeDatapath::open(&dir)?;
         // A running daemon owns the datapath (whatever its directory) and keeps it empty.
-        let daemon_owned = node::layout::daemon_up(&dir, &dp.layout()?);
+        let daemon_owned = daemon_up(&dir, &dp.layout()?);
         let removed = dp.cleanup(&ns, daemon_owned)?;
         crate::direct_record::forget(dirs, &dir, &ns);
         println!(
@@ -220,9 +219,9 @@ pub fn run(dirs: &Dirs, args: &[String]) -> anyhow::Result<()> {
         quotas: crate::sizing_args::Sizing::from_env()?,
     };
     // Opened once: the apply reads and attaches through this descriptor only.
-    let handle = netns::NetnsHandle::open(&ns)?;
+    let handle = NetnsHandle::open(&ns)?;
     let replacing = crate::direct_record::replacing(dirs, &dir, handle.cookie(), &inv.policy);
-    let node::AppliedAt { applied, created } =
+    let AppliedAt { applied, created } =
         NodeDatapath::apply_at(&dir, &attach, &handle, &inv.policy)?;
     crate::direct_record::record(
         dirs,

@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use redirect_daemon_api::{Client, NetnsFd};
-use redirect_datapath::netns;
+use redirect_datapath::netns_cookie;
 use redirect_policy::Invocation;
 
 /// The path the daemon knows namespace `ns` by: its enrollment's when it has one (found by
 /// netns cookie, so running inside the pod works too).
 fn enrolled_path(client: &Client, ns: &Path) -> anyhow::Result<Option<PathBuf>> {
-    let cookie = netns::cookie(ns)?;
+    let cookie = netns_cookie(ns)?;
     let list = client.list()?;
     Ok(list
         .enrollments

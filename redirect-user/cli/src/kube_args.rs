@@ -75,10 +75,10 @@ impl KubeArgs {
     /// The daemon's options.
     pub fn options(&self) -> anyhow::Result<KubeOptions> {
         let pod_cgroup_roots = match &self.pod_cgroup_root {
-            Some(dir) => vec![redirect_datapath::cgroup::validate(dir)
+            Some(dir) => vec![redirect_datapath::validate_cgroup(dir)
                 .map_err(|e| anyhow::anyhow!("--pod-cgroup-root {}: {e}", dir.display()))?],
             None => {
-                let mount = redirect_datapath::cgroup::cgroup2_root()?;
+                let mount = redirect_datapath::cgroup2_root()?;
                 vec![mount.join("kubepods.slice"), mount.join("kubepods")]
             }
         };

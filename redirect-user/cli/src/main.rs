@@ -32,7 +32,10 @@ use std::{os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
 
 use anyhow::{bail, Context as _};
 use clap::Parser as _;
-use redirect_datapath::{attach::state, cgroup, AttachOptions};
+use redirect_datapath::{
+    enter_cgroup, kernel_release, missing_feature, probe_all, probe_detail, probe_feature,
+    read_instances, validate_cgroup, AttachOptions, NONEXISTENT_FEATURE,
+};
 
 use crate::cli::{Cli, Command};
 
@@ -306,21 +309,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// `redirect probe`: every feature, present or not; the first missing one is the error.
 fn probe(json: bool, demo_missing: bool) -> anyhow::Result<()> {
-    use redirect_datapath::load::probe;
-    let mut probed = probe::probe_all()?;
+    let mut probed = probe_all()?;
     if demo_missing {
-        probed.push(probe::probe(&probe::NONEXISTENT));
+        probed.push(probe_feature(&NONEXISTENT_FEATURE));
     }
     if json {
         // One object: the kernel, the overall result, every feature.
         let out = serde_json::json!({
-            "kernel": probe::kernel_release(),
-            "ok": probe::missing(&probed).is_none(),
+            "kernel": kernel_release(),
+            "ok": missing_feature(&probed).is_none(),
             "features": probed,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!("kernel {}", probe::kernel_release());
+        println!("kernel {}", kernel_release());
         for p in &probed {
             println!(
                 "  {:<7} {:<58} since {:<6} for {}{}",
@@ -331,7 +333,7 @@ fn probe(json: bool, demo_missing: bool) -> anyhow::Result<()> {
                 if p.present {
                     String::new()
                 } else {
-                    probe::detail(p)
+                    probe_detail(p)
                 }
             );
             if let (false, Some(without)) = (p.present, p.without) {
@@ -339,7 +341,7 @@ fn probe(json: bool, demo_missing: bool) -> anyhow::Result<()> {
             }
         }
     }
-    match probe::missing(&probed) {
+    match missing_feature(&probed) {
         Some(e) => Err(e.into()),
         None => Ok(()),
     }
@@ -351,9 +353,9 @@ fn exec(
     command: &[String],
 ) -> anyhow::Result<()> {
     let target = match cgroup_arg {
-        Some(path) => cgroup::validate(&path)?,
+        Some(path) => validate_cgroup(&path)?,
         None => {
-            let (live, _) = state::read_all(&dirs.state)?;
+            let (live, _) = read_instances(&dirs.state)?;
             match live.as_slice() {
                 [one] => one.options.cgroup.clone(),
                 [] => bail!("no `redirect attach` is running: start one, or pass --cgroup PATH"),
@@ -365,7 +367,7 @@ fn exec(
             }
         }
     };
-    cgroup::enter(&target)?;
+    enter_cgroup(&target)?;
     let (program, args) = command.split_first().context("no command given after --")?;
     let err = std::process::Command::new(program).args(args).exec();
     bail!("running {program}: {err}")

@@ -10,8 +10,7 @@ use nix::sys::signal::{SigSet, Signal};
 use redirect_daemon::{self as daemon, Daemon, Options};
 use redirect_daemon_api::{Client, DaemonDir, NetnsFd};
 use redirect_datapath::{
-    netns,
-    node::{self, NodeAttach, NodeDatapath},
+    lock_node, netns_cookie, remove_node_dir, resolve_netns, NodeAttach, NodeDatapath, Owner,
 };
 use redirect_policy::Policy;
 
@@ -36,7 +35,7 @@ pub fn daemon(
     cgroup: Option<PathBuf>,
     proxy_cgroup: Option<PathBuf>,
     metrics: Option<daemon::metrics::Endpoint>,
-    quotas: redirect_datapath::node::sizing::Quotas,
+    quotas: redirect_datapath::Quotas,
     kube: redirect_daemon::apiserver::KubeOptions,
 ) -> anyhow::Result<()> {
     let mut signals = SigSet::empty();
@@ -55,7 +54,7 @@ pub fn daemon(
             // Never silently the capture cgroup: a proxy in a sibling cgroup must work too.
             proxy_cgroup: Some(match proxy_cgroup {
                 Some(p) => p,
-                None => redirect_datapath::cgroup::cgroup2_root()?,
+                None => redirect_datapath::cgroup2_root()?,
             }),
             quotas,
         },
@@ -169,7 +168,7 @@ pub fn enroll(
         return enroll_dry_run(dirs, netns_name, &policy);
     }
     let r = client(dirs).enroll(
-        &open_netns(&netns::resolve(Some(netns_name)))?,
+        &open_netns(&resolve_netns(Some(netns_name)))?,
         policy,
         source,
         redirect_daemon_api::Writer::Enroll,
@@ -186,8 +185,8 @@ pub(crate) fn open_netns(path: &Path) -> anyhow::Result<NetnsFd> {
 /// `enroll --dry-run`: the resolved policy, and what it would replace of the daemon's
 /// enrollment of the namespace (read from its list; no daemon: from the policy alone).
 fn enroll_dry_run(dirs: &Dirs, netns_name: &str, policy: &Policy) -> anyhow::Result<()> {
-    let path = netns::resolve(Some(netns_name));
-    let cookie = netns::cookie(&path)?;
+    let path = resolve_netns(Some(netns_name));
+    let cookie = netns_cookie(&path)?;
     for line in redirect_policy::describe::policy_lines(policy, policy.dual_stack) {
         println!("{line}");
     }
@@ -224,7 +223,7 @@ fn enroll_dry_run(dirs: &Dirs, netns_name: &str, policy: &Policy) -> anyhow::Res
 
 /// Removes a namespace's policy.
 pub fn unenroll(dirs: &Dirs, netns_name: &str) -> anyhow::Result<()> {
-    let r = client(dirs).unenroll(&netns::resolve(Some(netns_name)))?;
+    let r = client(dirs).unenroll(&resolve_netns(Some(netns_name)))?;
     println!("{}", r.message);
     Ok(())
 }
@@ -249,7 +248,7 @@ pub fn uninstall(dirs: &Dirs, bpffs: Option<PathBuf>) -> anyhow::Result<()> {
             dirs.daemon.path().display()
         );
     }
-    let _lock = node::lock(&dir)?;
+    let _lock = lock_node(&dir)?;
     let enrollments = DaemonDir::new(crate::direct_record::records_dir(dirs, &dir)).enrollments();
     if !dir.exists() && !enrollments.exists() {
         println!(
@@ -261,7 +260,7 @@ pub fn uninstall(dirs: &Dirs, bpffs: Option<PathBuf>) -> anyhow::Result<()> {
     }
     if NodeDatapath::exists(&dir) {
         if let Ok(layout) = NodeDatapath::open(&dir).and_then(|dp| dp.layout()) {
-            if let node::layout::Owner::Daemon { pid, .. } = layout.owner {
+            if let Owner::Daemon { pid, .. } = layout.owner {
                 if layout.owner.is_live_daemon() {
                     bail!(
                         "the datapath at {} is owned by the redirect daemon pid {pid}, which is running with another daemon directory than {}: uninstall through it (REDIRECT_DAEMON_DIR) or stop it first",
@@ -272,7 +271,7 @@ pub fn uninstall(dirs: &Dirs, bpffs: Option<PathBuf>) -> anyhow::Result<()> {
             }
         }
     }
-    node::remove_dir(&dir)?;
+    remove_node_dir(&dir)?;
     let _ = std::fs::remove_dir_all(&enrollments);
     println!(
         "uninstalled: {} unpinned, every program detached",

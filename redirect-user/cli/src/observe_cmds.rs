@@ -8,7 +8,9 @@ use std::{
 
 use anyhow::{bail, Context as _};
 use nix::sys::signal::{SigSet, Signal};
-use redirect_datapath::{netns, node::NodeDatapath, views::explain, views::explain_inbound};
+use redirect_datapath::{
+    netns_cookie, resolve_netns, ExplainQuery, InboundQuery, NetnsHandle, NodeDatapath,
+};
 
 use crate::dir_args::Dirs;
 
@@ -55,10 +57,10 @@ pub fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
     if !NodeDatapath::exists(&dir) {
         bail!("no datapath is pinned at {} (start `redirect daemon` or run `redirect istio-iptables`)", dir.display());
     }
-    let path = netns::resolve(Some(netns_name));
-    let cookie = netns::cookie(&path)?;
+    let path = resolve_netns(Some(netns_name));
+    let cookie = netns_cookie(&path)?;
     let mut dp = NodeDatapath::open(&dir)?;
-    let query = explain::Query {
+    let query = ExplainQuery {
         uid,
         gid,
         dst,
@@ -67,7 +69,7 @@ pub fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
         caller_cgroup: cgroup,
         mark,
     };
-    let e = explain::explain(dp.maps(), cookie, &query)?;
+    let e = redirect_datapath::explain(dp.maps(), cookie, &query)?;
     if json {
         // The keys `trace --json` uses for the same meanings; the asked caller under `caller`.
         let out = serde_json::json!({
@@ -133,8 +135,8 @@ pub fn explain_inbound(
         ),
     };
     let mut dp = open_pinned(&bpffs)?;
-    let path = netns::resolve(Some(netns_name));
-    let ns = netns::NetnsHandle::open(&path)?;
+    let path = resolve_netns(Some(netns_name));
+    let ns = NetnsHandle::open(&path)?;
     let cookie = ns.cookie();
     let ifindex = match iface {
         Some(name) => ns
@@ -142,8 +144,8 @@ pub fn explain_inbound(
             .with_context(|| format!("--iface {name}: no such interface in {}", path.display()))?,
         None => 0,
     };
-    let q = explain_inbound::InboundQuery { src, dst, ifindex };
-    let e = explain_inbound::explain_inbound(dp.maps(), cookie, &q)?;
+    let q = InboundQuery { src, dst, ifindex };
+    let e = redirect_datapath::explain_inbound(dp.maps(), cookie, &q)?;
     if json {
         let out = serde_json::json!({
             "direction": "inbound",
@@ -193,7 +195,7 @@ fn open_pinned(dir: &Path) -> anyhow::Result<NodeDatapath> {
 
 fn cookie_filter(netns_name: Option<&str>) -> anyhow::Result<Option<NetnsCookie>> {
     netns_name
-        .map(|n| netns::cookie(&netns::resolve(Some(n))).map_err(anyhow::Error::from))
+        .map(|n| netns_cookie(&resolve_netns(Some(n))).map_err(anyhow::Error::from))
         .transpose()
 }
 
@@ -206,14 +208,14 @@ pub fn validate(
     json: bool,
 ) -> anyhow::Result<()> {
     let mut dp = open_pinned(&bpffs)?;
-    let path = netns::resolve(Some(netns_name));
+    let path = resolve_netns(Some(netns_name));
     if let Some(cg) = cgroup {
-        redirect_datapath::cgroup::enter(cg)?;
+        redirect_datapath::enter_cgroup(cg)?;
     }
     let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
     nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
         .with_context(|| format!("entering {}", path.display()))?;
-    let report = redirect_datapath::views::validate::run(
+    let report = redirect_datapath::run_validation(
         dp.maps(),
         &path,
         std::time::Duration::from_millis(timeout_ms),
@@ -244,13 +246,13 @@ pub fn validate(
 /// Why a check run without `--cgroup` can fail: capture applies only to processes under the
 /// cgroup the datapath is attached at; this process runs outside it. Names the cgroup to pass.
 fn validate_hint(dp: &mut NodeDatapath) -> Option<String> {
-    let attached = redirect_datapath::cgroup::path_of_id(dp.layout().ok()?.app_cgroup)?;
+    let attached = redirect_datapath::cgroup_path_of_id(dp.layout().ok()?.app_cgroup)?;
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let own = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let own = redirect_datapath::cgroup::cgroup2_root()
+    let own = redirect_datapath::cgroup2_root()
         .ok()?
         .join(own.trim_start_matches('/'));
-    if redirect_datapath::cgroup::contains(&attached, &own) {
+    if redirect_datapath::cgroup_contains(&attached, &own) {
         return None;
     }
     Some(format!(
@@ -273,7 +275,7 @@ pub fn stats(
     let only = cookie_filter(netns_name)?;
     let dir = bpffs;
     let mut dp = open_pinned(&dir)?;
-    let all = redirect_datapath::views::observe::ns_counters(dp.maps())?;
+    let all = redirect_datapath::ns_counters(dp.maps())?;
     let view = crate::captured::node_view(dirs, &dir)?;
     let mut labels = view.labels();
     let mut cookies: Vec<NetnsCookie> = view
@@ -356,7 +358,7 @@ pub fn trace(
         let _ = signals.wait();
         flag.store(true, std::sync::atomic::Ordering::Relaxed);
     });
-    let mut tracer = redirect_datapath::views::observe::Tracer::start(
+    let mut tracer = redirect_datapath::Tracer::start(
         dp.take_map(redirect_common::map_names::TRACE)?,
         dp.take_map(redirect_common::map_names::TRACE_ON)?,
     )?;
@@ -378,8 +380,7 @@ pub fn trace(
             let path = labels.path(d.netns);
             // Read when the decision is shown (a re-apply may change it): `None` once the
             // namespace's policy is gone.
-            let tproxy =
-                redirect_datapath::views::captured::tproxy_mode(dp.maps(), d.netns).unwrap_or(None);
+            let tproxy = redirect_datapath::tproxy_mode(dp.maps(), d.netns).unwrap_or(None);
             if json {
                 // One shape: `netns` is the namespace's path (null when nothing names it),
                 // `cookie` beside it, then the decision's own keys, then the mode when the

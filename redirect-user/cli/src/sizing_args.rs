@@ -3,7 +3,7 @@
 //! variables serve the commands that create a datapath without flags of their own
 //! (`istio-iptables`, whose arguments are Istio's, and `vm`).
 use clap::{Args, Parser};
-use redirect_datapath::node::sizing::Quotas;
+use redirect_datapath::Quotas;
 
 /// Node sizing, used only when the datapath is created (later runs use the pinned one's).
 #[derive(Debug, Clone, Args)]

@@ -1,5 +1,5 @@
 //! `redirect status`, assembled here and only here from three reports: the datapath's kernel
-//! facts (`node_status::collect`), the owning daemon's answers over its socket (`status`,
+//! facts (`collect_node_status`), the owning daemon's answers over its socket (`status`,
 //! `list`) checked against the kernel's maps, and the running `attach` instances. Stale state
 //! files are removed as a step of their own, never by a read. A daemon that does not answer
 //! (down, or busy past a few seconds) is reported from its directory's files, read only.
@@ -11,23 +11,21 @@ use std::{
 use crate::dir_args::Dirs;
 use redirect_daemon_api::{cni_failures::METRIC, Client, DaemonDir};
 use redirect_datapath::{
-    attach::state,
-    node::{KernelPolicy, NodeDatapath},
-    views::node_status::{self, EnrolledNs, NodeStatus},
-    views::status,
+    attach_instances, collect_node_status, remove_stale_instances, render_status, EnrolledNs,
+    KernelPolicy, NodeDatapath, NodeStatus, Status,
 };
 
 /// Prints the report (text or JSON).
 pub fn status(dirs: &Dirs, bpffs: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
     let dir = dirs.bpffs_or_default(bpffs);
-    let instances = status::instances(&dirs.state)?;
+    let instances = attach_instances(&dirs.state)?;
     let node = if NodeDatapath::exists(&dir) {
         Some(node_report(dirs, &dir)?)
     } else {
         None
     };
-    let stale_removed = state::remove_stale(&instances.stale);
-    let report = status::Status {
+    let stale_removed = remove_stale_instances(&instances.stale);
+    let report = Status {
         node,
         instances: instances.live,
         stale_removed,
@@ -35,7 +33,7 @@ pub fn status(dirs: &Dirs, bpffs: Option<PathBuf>, json: bool) -> anyhow::Result
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", status::render(&report));
+        print!("{}", render_status(&report));
     }
     Ok(())
 }
@@ -136,9 +134,9 @@ fn captured(dirs: &Dirs, dir: &Path) -> anyhow::Result<Vec<EnrolledNs>> {
 
 /// The pinned datapath's facts with the daemon's view beside them.
 fn node_report(dirs: &Dirs, dir: &Path) -> anyhow::Result<NodeStatus> {
-    let mut node = node_status::collect(dir)?;
+    let mut node = collect_node_status(dir)?;
     // The directory the owning daemon recorded in the layout (alive or not), else ours.
-    let daemon_dir = redirect_datapath::node::layout::check(dir)
+    let daemon_dir = redirect_datapath::check_layout(dir)
         .ok()
         .and_then(|r| r.daemon_dir)
         .map_or_else(|| dirs.daemon.clone(), DaemonDir::new);

@@ -2,17 +2,16 @@
 use std::path::PathBuf;
 
 use redirect_datapath::{
-    load::object,
-    node::{self, layout, upgrade, NodeDatapath},
+    build_id, lock_node, upgrade_needed, NodeDatapath, LAYOUT_VERSION, UPGRADES_FROM,
 };
 
 /// Upgrades (or with `check`, only says whether it would) the datapath pinned at `bpffs`.
 pub fn upgrade(dir: PathBuf, check: bool) -> anyhow::Result<()> {
     let this = format!(
         "layout v{} build {:016x} (upgrades in place from: the same layout{})",
-        layout::LAYOUT_VERSION,
-        object::build_id(),
-        layout::UPGRADES_FROM
+        LAYOUT_VERSION,
+        build_id(),
+        UPGRADES_FROM
             .iter()
             .map(|v| format!(", v{v}"))
             .collect::<String>()
@@ -24,9 +23,9 @@ pub fn upgrade(dir: PathBuf, check: bool) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let _lock = node::lock(&dir)?;
+    let _lock = lock_node(&dir)?;
     if check {
-        return match upgrade::needed(&dir)? {
+        return match upgrade_needed(&dir)? {
             None => {
                 println!("up to date: {} runs this build, {this}", dir.display());
                 Ok(())

@@ -279,7 +279,7 @@ fn local_addresses() -> anyhow::Result<Vec<IpAddr>> {
 
 /// Enters the network namespace `--netns` names (root only; istio-validation runs in the pod).
 fn enter(name: &str) -> anyhow::Result<()> {
-    let path = redirect_datapath::netns::resolve(Some(name));
+    let path = redirect_datapath::resolve_netns(Some(name));
     let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
     nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).with_context(|| {
         format!(

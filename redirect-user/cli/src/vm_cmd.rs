@@ -5,8 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use redirect_datapath::{
-    netns,
-    node::{self, NodeAttach, NodeDatapath},
+    ipv6_follows, lock_node, resolve_netns, NetnsHandle, NodeAttach, NodeDatapath,
 };
 
 use crate::{
@@ -48,16 +47,16 @@ pub fn vm(dirs: &Dirs, args: VmArgs<'_>) -> anyhow::Result<()> {
     // The host is init's namespace: a path the daemon can open too (not /proc/self).
     let path = netns_name.map_or_else(
         || PathBuf::from("/proc/1/ns/net"),
-        |n| netns::resolve(Some(n)),
+        |n| resolve_netns(Some(n)),
     );
     let dir = dirs.bpffs.clone();
     if dry_run {
-        let addrs = netns::NetnsHandle::open(&path)
+        let addrs = NetnsHandle::open(&path)
             .and_then(|h| h.addresses())
             .unwrap_or_default();
         print!(
             "{}",
-            crate::istio::side_by_side(&policy, node::ipv6_follows(&policy, &addrs))
+            crate::istio::side_by_side(&policy, ipv6_follows(&policy, &addrs))
         );
         println!("(dry run: nothing applied to {})", path.display());
         return Ok(());
@@ -87,13 +86,13 @@ pub fn vm(dirs: &Dirs, args: VmArgs<'_>) -> anyhow::Result<()> {
         println!("{} (through the daemon, pid {pid})", r.message);
         return Ok(());
     }
-    let _lock = node::lock(&dir)?;
+    let _lock = lock_node(&dir)?;
     let attach = NodeAttach {
         cgroup,
         proxy_cgroup: None,
         quotas: crate::sizing_args::Sizing::from_env()?,
     };
-    let handle = netns::NetnsHandle::open(&path)?;
+    let handle = NetnsHandle::open(&path)?;
     let replacing = crate::direct_record::replacing(dirs, &dir, handle.cookie(), &policy);
     let a = NodeDatapath::apply_at(&dir, &attach, &handle, &policy)?.applied;
     crate::direct_record::record(

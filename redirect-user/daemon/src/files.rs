@@ -9,10 +9,7 @@ use std::{
 };
 
 use redirect_daemon_api::DaemonDir;
-use redirect_datapath::node::{
-    layout::{self, Owner},
-    NodeDatapath,
-};
+use redirect_datapath::{write_layout, NodeDatapath, Owner};
 
 use crate::{
     error::{Error, Result},
@@ -38,7 +35,7 @@ pub(crate) fn take_ownership(dp: &NodeDatapath, dir: &Path) -> Result<()> {
     }
     record.owner = Owner::this_daemon()?;
     record.daemon_dir = Some(dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()));
-    Ok(layout::write(dp.dir(), &record)?)
+    Ok(write_layout(dp.dir(), &record)?)
 }
 
 pub(crate) fn single_instance(dir: &Path) -> Result<nix::fcntl::Flock<File>> {

@@ -57,16 +57,14 @@ pub use server::{Daemon, Options};
 /// from the pinned layout record: whatever this process's `REDIRECT_DAEMON_DIR`, changes to a
 /// daemon's datapath go through that daemon so its view stays true.
 pub fn owner(bpffs: &std::path::Path) -> Option<(u32, PathBuf)> {
-    use redirect_datapath::node::{layout, NodeDatapath};
+    use redirect_datapath::{check_layout, daemon_up, NodeDatapath, Owner};
     if !NodeDatapath::exists(bpffs) {
         return None;
     }
-    let record = layout::check(bpffs).ok()?;
-    let up = layout::daemon_up(bpffs, &record);
+    let record = check_layout(bpffs).ok()?;
+    let up = daemon_up(bpffs, &record);
     match (record.owner, record.daemon_dir) {
-        (layout::Owner::Daemon { pid, .. }, Some(dir)) if up => {
-            Some((pid, DaemonDir::new(dir).socket()))
-        }
+        (Owner::Daemon { pid, .. }, Some(dir)) if up => Some((pid, DaemonDir::new(dir).socket())),
         _ => None,
     }
 }

@@ -15,7 +15,7 @@ use std::{
 
 use redirect_common::Counter;
 use redirect_datapath::{
-    error::Result, node::NodeDatapath, views::metrics, views::node_status, views::observe,
+    collect_node_status, ns_counters, render_metrics, Exposition, NodeDatapath, Result,
 };
 use redirect_http::{Limits, Method, Request, Response, StatusCode};
 
@@ -23,11 +23,11 @@ use redirect_http::{Limits, Method, Request, Response, StatusCode};
 /// cookie -> the namespace's path) every enrolled namespace also exports every counter, zeros
 /// included; without it only the node-wide counters and the map fill are rendered.
 pub fn render(bpffs: &Path, per_netns: Option<&BTreeMap<NetnsCookie, String>>) -> Result<String> {
-    let status = node_status::collect(bpffs)?;
+    let status = collect_node_status(bpffs)?;
     let mut rows = Vec::new();
     if let Some(names) = per_netns {
         let mut dp = NodeDatapath::open(bpffs)?;
-        let mut per_ns = observe::ns_counters(dp.maps())?;
+        let mut per_ns = ns_counters(dp.maps())?;
         for cookie in names.keys() {
             per_ns.entry(*cookie).or_default();
         }
@@ -48,7 +48,7 @@ pub fn render(bpffs: &Path, per_netns: Option<&BTreeMap<NetnsCookie, String>>) -
             })
             .collect();
     }
-    Ok(metrics::render(&metrics::Exposition {
+    Ok(render_metrics(&Exposition {
         counters: status.counters.clone(),
         per_netns: rows,
         maps: status.fill.clone(),

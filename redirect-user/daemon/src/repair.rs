@@ -5,10 +5,7 @@
 //! `DIR/health` (JSON), which `redirect status` and the metrics read.
 use std::path::Path;
 
-use redirect_datapath::{
-    error::Result,
-    node::{layout::Owner, NodeDatapath},
-};
+use redirect_datapath::{NodeDatapath, Owner, Result};
 use serde::{Deserialize, Serialize};
 
 /// What the daemon found and did, as `DIR/health` holds it.
@@ -60,7 +57,7 @@ pub(crate) fn pin_state(bpffs: &Path, me: u32) -> Result<PinState> {
     if !NodeDatapath::exists(bpffs) {
         return Ok(PinState::Gone);
     }
-    let record = redirect_datapath::node::layout::check(bpffs)?;
+    let record = redirect_datapath::check_layout(bpffs)?;
     Ok(match record.owner {
         Owner::Daemon { pid, .. } if pid == me => PinState::Ours,
         Owner::Daemon { pid, .. } => PinState::Other(format!("the redirect daemon pid {pid}")),

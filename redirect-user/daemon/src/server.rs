@@ -37,8 +37,8 @@ use crate::{
 };
 use redirect_daemon_api::{Answer, Enrolled, Listed, Request, Status, Unenrolled, Uninstalled};
 use redirect_datapath::{
-    netns,
-    node::{self, NodeAttach, NodeDatapath},
+    bpffs_open_to_all, hold_as_daemon, lock_node, netns_cookie, remove_node_dir, NodeAttach,
+    NodeDatapath, Opened, SkLookupKey,
 };
 
 /// How the daemon was started.
@@ -80,20 +80,20 @@ pub struct Daemon {
     reconcile: reconcile::Reconcile,
     reindexed: Instant,
     /// Holds the kernel's sk_lookup switch on while the daemon runs (see `SkLookupKey`).
-    lookup_key: Option<node::SkLookupKey>,
+    lookup_key: Option<SkLookupKey>,
 }
 
 impl Daemon {
     /// Takes the single-instance lock, adopts (or creates) the pinned datapath, re-applies the
     /// enrollments found on disk and binds the root-only socket.
     pub fn start(opts: Options) -> Result<Self> {
-        redirect_datapath::load::preflight::require_root()?;
+        redirect_datapath::require_root()?;
         private_dir::make_private(&opts.dir)?;
         let lock = single_instance(&opts.dir)?;
-        if let Some((mount, mode)) = node::open_to_all(&opts.bpffs) {
+        if let Some((mount, mode)) = bpffs_open_to_all(&opts.bpffs) {
             tracing::warn!(mount = %mount.display(), mode = format!("{mode:o}"), fix = format!("mount -t bpf -o mode=700 bpf {}", mount.display()), "any user may create entries in the bpf filesystem holding the pins: another user could make the pin directory or the lock before the daemon (it then refuses to start, naming them)");
         }
-        let guard = node::lock(&opts.bpffs)?;
+        let guard = lock_node(&opts.bpffs)?;
         if NodeDatapath::exists(&opts.bpffs) {
             // A new daemon is how a node is upgraded: it takes the pinned datapath over in
             // place (no capture gap), or refuses to start naming the layout it cannot take.
@@ -101,14 +101,14 @@ impl Daemon {
                 tracing::info!(dir = %opts.bpffs.display(), from = u.from.0, to = u.to.0, links = u.links, namespaces = u.namespaces, completed = u.completed, carried = %redirect_policy::shown::Comma(&u.carried.iter().map(|(m, n)| format!("{m}:{n}")).collect::<Vec<_>>()), "upgraded the pinned datapath in place");
             }
         }
-        let node::Opened {
+        let Opened {
             datapath: mut dp,
             created,
         } = NodeDatapath::open_or_create(&opts.bpffs, &opts.attach)?;
         // Gone namespaces are swept on the tick, not on every enrollment.
         dp.sweep_on_apply(false);
         take_ownership(&dp, &opts.dir)?;
-        let pins = node::layout::hold_as_daemon(&opts.bpffs)?;
+        let pins = hold_as_daemon(&opts.bpffs)?;
         let links = std::fs::read_dir(opts.bpffs.join("links")).map_or(0, |d| d.count());
         if created {
             tracing::info!(dir = %opts.bpffs.display(), links, "created and pinned the node datapath");
@@ -164,7 +164,7 @@ impl Daemon {
         fd: Option<std::os::fd::OwnedFd>,
         found: Option<pods::Found>,
     ) -> Result<Answer> {
-        let _guard = node::lock(&self.opts.bpffs)?;
+        let _guard = lock_node(&self.opts.bpffs)?;
         Ok(match req {
             Request::Enroll {
                 netns,
@@ -197,7 +197,7 @@ impl Daemon {
                     .find(|f| f.record.netns == netns)
                     .map(|f| f.record.cookie)
                     .or_else(|| {
-                        netns::cookie(&netns)
+                        netns_cookie(&netns)
                             .ok()
                             .filter(|c| self.enrollments.contains_key(c))
                     });
@@ -250,7 +250,7 @@ impl Daemon {
                     .collect(),
             }),
             Request::Uninstall => {
-                node::remove_dir(&self.opts.bpffs)?;
+                remove_node_dir(&self.opts.bpffs)?;
                 // The last reference to the program: nothing of the datapath stays loaded.
                 self.lookup_key = None;
                 let _ = std::fs::remove_dir_all(enrollment_dir(&self.opts.dir));
@@ -270,10 +270,10 @@ impl Daemon {
     /// Follows every enrolled namespace's addresses (and, with `-c`, its routes and rules);
     /// drops namespaces that are gone.
     pub fn tick(&mut self) {
-        let Ok(_guard) = node::lock(&self.opts.bpffs) else {
+        let Ok(_guard) = lock_node(&self.opts.bpffs) else {
             return;
         };
-        let mut phases = redirect_datapath::phases::Phases::start();
+        let mut phases = redirect_datapath::Phases::start();
         self.check_datapath();
         phases.mark("check");
         // Policies of namespaces that are gone, enrolled here or not (the kernel says which).

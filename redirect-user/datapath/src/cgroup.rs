@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-pub use redirect_sys::mountinfo::{cgroup2_mount_in, mount_of, parse_mountinfo, Mount};
+pub(crate) use redirect_sys::mountinfo::{cgroup2_mount_in, mount_of, parse_mountinfo, Mount};
 
 fn read_mounts() -> Result<Vec<Mount>> {
     let path = "/proc/self/mountinfo";
@@ -62,7 +62,7 @@ pub fn contains(ancestor: &Path, path: &Path) -> bool {
 }
 
 /// A cgroup v2 directory's id: its inode number, as `bpf_get_current_cgroup_id` reports it.
-pub fn id(path: &Path) -> Result<u64> {
+pub(crate) fn id(path: &Path) -> Result<u64> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io("reading", path, e))?;
     Ok(std::os::unix::fs::MetadataExt::ino(&meta))
 }

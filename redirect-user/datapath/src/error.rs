@@ -287,3 +287,17 @@ impl Error {
         }
     }
 }
+
+/// The error of a map operation on the record pinned at `DIR/pin` (layout, sizing).
+pub(crate) fn record_err(
+    op: &'static str,
+    dir: &std::path::Path,
+    pin: &str,
+) -> impl FnOnce(aya::maps::MapError) -> Error {
+    let name = dir.join(pin).display().to_string();
+    move |source| Error::Map {
+        op,
+        name,
+        source: Box::new(source),
+    }
+}

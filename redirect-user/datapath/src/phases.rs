@@ -45,8 +45,9 @@ impl Phases {
     }
 
     /// The phases, in order, with their microseconds.
+    #[cfg(test)]
     #[must_use]
-    pub fn marks(&self) -> &[(&'static str, u64)] {
+    fn marks(&self) -> &[(&'static str, u64)] {
         &self.marks
     }
 

@@ -8,8 +8,9 @@ use std::{
 
 use redirect_common::AF_INET;
 use redirect_datapath::{
-    netns,
-    netns::adopt::{self, check_listener, Listening, NotAdoptable},
+    netns_cookie, socket_cookie_of_netns,
+    test_support::{self as adopt, check_listener, Listening, NotAdoptable},
+    NetnsHandle,
 };
 use redirect_testkit::{privileged_or_skip, Listen, Netns};
 
@@ -17,7 +18,7 @@ const PORT: u16 = 15006;
 
 /// The one listener the namespace's table lists on `port`.
 fn listed(ns: &Netns, port: u16) -> Listening {
-    let handle = netns::NetnsHandle::open(&ns.path()).expect("open the namespace");
+    let handle = NetnsHandle::open(&ns.path()).expect("open the namespace");
     let found = adopt::listeners(&handle, port).expect("read the namespace's table");
     assert_eq!(found.len(), 1, "one listener on {port}: {found:?}");
     found[0]
@@ -30,7 +31,7 @@ fn only_the_namespaces_own_tcp_listener_on_the_port_is_taken() {
     }
     let pod = Netns::new("rap").expect("pod netns");
     let other = Netns::new("rao").expect("other netns");
-    let pod_ns = netns::NetnsHandle::open(&pod.path()).expect("open the pod namespace");
+    let pod_ns = NetnsHandle::open(&pod.path()).expect("open the pod namespace");
     let cookie = pod_ns.cookie();
     let addr = format!("0.0.0.0:{PORT}");
     // The same port in another namespace, open first.
@@ -50,12 +51,12 @@ fn only_the_namespaces_own_tcp_listener_on_the_port_is_taken() {
         .expect("the pod's own listener is taken");
     assert_eq!(family, AF_INET);
     assert_eq!(
-        netns::socket_cookie_of_netns(taken.as_fd()).expect("cookie"),
+        socket_cookie_of_netns(taken.as_fd()).expect("cookie"),
         cookie
     );
 
     // Each check on a real socket.
-    let other_cookie = netns::cookie(&other.path()).expect("other cookie");
+    let other_cookie = netns_cookie(&other.path()).expect("other cookie");
     assert_eq!(
         check_listener(theirs.as_fd(), cookie, PORT),
         Err(NotAdoptable::OtherNamespace {
@@ -97,7 +98,7 @@ fn the_namespaces_listeners_on_the_port_are_found_by_socket_diagnostics() {
     }
     let pod = Netns::new("rad").expect("pod netns");
     let other = Netns::new("rae").expect("other netns");
-    let handle = netns::NetnsHandle::open(&pod.path()).expect("open the pod namespace");
+    let handle = NetnsHandle::open(&pod.path()).expect("open the pod namespace");
     assert!(adopt::listeners(&handle, PORT).expect("dump").is_empty());
     let _theirs = Listen::on("0.0.0.0:15006")
         .netns(&other)

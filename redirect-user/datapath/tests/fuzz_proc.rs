@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use proptest::prelude::*;
-use redirect_datapath::netns::adopt;
+use redirect_datapath::test_support as adopt;
 use redirect_sys::mountinfo;
 use redirect_testkit::fuzz;
 

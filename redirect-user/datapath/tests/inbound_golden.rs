@@ -25,7 +25,7 @@ use redirect_common::{
     inbound::{decide, InboundConn, Lookups, Verdict},
     Counter, IFACE_KUBEVIRT,
 };
-use redirect_datapath::maps::inbound::addr_key;
+use redirect_datapath::test_support::addr_key;
 use redirect_policy::{
     kernel::inbound::{inbound_kernel, InboundKernel},
     parse_invocation, LookupError, PodFile, PodSource, Sources, View,

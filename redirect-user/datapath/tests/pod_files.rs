@@ -4,7 +4,10 @@
 //! where a file should be is refused without blocking.
 use std::{os::unix::fs::symlink, path::PathBuf, time::Duration};
 
-use redirect_datapath::netns::pod_files::{self, read_in_root};
+use redirect_datapath::{
+    pod_file_sources,
+    test_support::{self as pod_files, read_in_root},
+};
 use redirect_policy::{PodFile, SystemLookup as _};
 use redirect_testkit::{eventually, privileged_or_skip, unique_name, Child, Netns};
 
@@ -93,7 +96,7 @@ fn files_are_read_inside_the_processs_own_root() {
     let fifo = read_in_root(pid, PodFile::Group).expect_err("a FIFO is not a file");
     assert_eq!(fifo.kind(), std::io::ErrorKind::InvalidData, "{fifo}");
 
-    let sources = pod_files::sources(&ns.path(), Some(ns.name()));
+    let sources = pod_file_sources(&ns.path(), Some(ns.name()));
     let view = sources.resolv_conf().expect("the pod's resolv.conf");
     assert!(
         view.from

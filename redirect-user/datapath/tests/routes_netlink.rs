@@ -3,7 +3,7 @@
 //! for `-c net1` (metrics, multipath over netlink, IPv6, the local table, policy routing).
 use std::net::IpAddr;
 
-use redirect_datapath::netns::routes::{resolve_in, Resolved};
+use redirect_datapath::test_support::{resolve_in, Resolved};
 use redirect_testkit::{ip, privileged_or_skip, Netns};
 
 /// What the BPF side's longest-prefix match on the entries answers for `dst`.
@@ -40,8 +40,7 @@ fn pod() -> Netns {
 
 fn resolve(ns: &Netns, excluded: &[&str]) -> Resolved {
     let names: Vec<String> = excluded.iter().map(|s| (*s).to_owned()).collect();
-    let handle =
-        redirect_datapath::netns::NetnsHandle::open(&ns.path()).expect("open the namespace");
+    let handle = redirect_datapath::NetnsHandle::open(&ns.path()).expect("open the namespace");
     resolve_in(&handle, &names, usize::MAX).expect("resolve_in")
 }
 

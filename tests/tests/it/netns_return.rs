@@ -7,7 +7,7 @@ use std::{
     panic::AssertUnwindSafe,
 };
 
-use redirect_datapath::netns::{socket_cookie_of_netns, NetnsHandle};
+use redirect_datapath::{socket_cookie_of_netns, NetnsHandle};
 use redirect_testkit::{ip, privileged, Netns};
 
 /// The inode of the calling thread's network namespace.

@@ -23,7 +23,7 @@ fn a_layout_v0_datapath_is_refused_naming_both_versions() {
     let args = ["istio-iptables", "--netns", &netns, "--cgroup", &cgroup];
     node.ok(&[&args[..], &["-u", "1337", "-i", "*"]].concat());
     let status = node.ok(&["status"]);
-    let v = redirect_datapath::node::layout::LAYOUT_VERSION;
+    let v = redirect_datapath::LAYOUT_VERSION;
     assert!(status.contains(&format!("(layout v{v})")), "{status}");
     assert!(status.contains("owner: the CLI"), "{status}");
     assert!(

@@ -3,7 +3,7 @@
 //! its value, in maps the kernel made (bpftool creates them as the old and new objects did).
 use std::{os::fd::AsFd as _, path::Path, process::Command};
 
-use redirect_datapath::{sys::bpfsys, sys::bpfsys_replace as replace};
+use redirect_datapath::test_support as bpf;
 use redirect_testkit::privileged;
 use redirect_tests::node::Pins;
 
@@ -71,15 +71,15 @@ fn an_upgrade_carries_the_port_hashes_into_the_port_tries() {
         bpftool(&["map", "update", "pinned"], &old, &rest);
     }
 
-    let from = bpfsys::obj_get(&old).expect("open the hash");
-    let to = bpfsys::obj_get(&new).expect("open the trie");
-    let old_def = replace::map_def(from.as_fd()).expect("hash definition");
-    let new_def = replace::map_def(to.as_fd()).expect("trie definition");
+    let from = bpf::obj_get(&old).expect("open the hash");
+    let to = bpf::obj_get(&new).expect("open the trie");
+    let old_def = bpf::map_def(from.as_fd()).expect("hash definition");
+    let new_def = bpf::map_def(to.as_fd()).expect("trie definition");
     assert!(
-        replace::hash_becomes_trie(&old_def, &new_def),
+        bpf::hash_becomes_trie(&old_def, &new_def),
         "{old_def} -> {new_def}"
     );
-    let copied = replace::copy_hash_into_trie(from.as_fd(), to.as_fd(), old_def).expect("copy");
+    let copied = bpf::copy_hash_into_trie(from.as_fd(), to.as_fd(), old_def).expect("copy");
     assert_eq!(copied, rules.len());
 
     for (ns, port, rule) in rules {
@@ -112,9 +112,9 @@ fn an_upgrade_carries_the_port_hashes_into_the_port_tries() {
         .expect("bpftool lookup");
     assert!(!out.status.success(), "no rule for port 8081");
     // A hash of another key size is not one.
-    let other = replace::MapDef {
+    let other = bpf::MapDef {
         key_size: 8,
         ..old_def
     };
-    assert!(!replace::hash_becomes_trie(&other, &new_def));
+    assert!(!bpf::hash_becomes_trie(&other, &new_def));
 }

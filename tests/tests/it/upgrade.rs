@@ -19,7 +19,7 @@ use redirect_tests::{
 
 const SERVICE: &str = "192.0.2.10:80";
 /// This build's layout, and the next build's (one more).
-const LAYOUT: u32 = redirect_datapath::node::layout::LAYOUT_VERSION;
+const LAYOUT: u32 = redirect_datapath::LAYOUT_VERSION;
 const NEXT: u32 = LAYOUT + 1;
 /// This build's `COUNTERS` slots (the next layout's map has one more).
 const SLOTS: u64 = redirect_common::Counter::COUNT as u64;

@@ -2,7 +2,7 @@
 //! they are gone (every enrollment re-applied), and the sk_lookup static key held on.
 use super::Daemon;
 use crate::files::take_ownership;
-use redirect_datapath::node::{self, NodeDatapath};
+use redirect_datapath::{hold_as_daemon, NodeDatapath};
 
 impl Daemon {
     /// Holds sk_lookup's static key on through the current datapath's program (replacing a
@@ -67,7 +67,7 @@ impl Daemon {
         let recreated = NodeDatapath::open_or_create(&self.opts.bpffs, &self.opts.attach)
             .map_err(crate::Error::from)
             .and_then(|o| take_ownership(&o.datapath, &self.opts.dir).map(|()| o.datapath))
-            .and_then(|dp| Ok((dp, node::layout::hold_as_daemon(&self.opts.bpffs)?)));
+            .and_then(|dp| Ok((dp, hold_as_daemon(&self.opts.bpffs)?)));
         match recreated {
             Ok((dp, pins)) => {
                 self.dp = dp;

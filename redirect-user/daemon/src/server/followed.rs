@@ -6,7 +6,7 @@ use redirect_common::NetnsCookie;
 use std::path::Path;
 
 use redirect_daemon_api::{PodRef, Unenrolled, Writer};
-use redirect_datapath::{netns::NetnsHandle, node::NodeDatapath, phases::Phases};
+use redirect_datapath::{NetnsHandle, NodeDatapath, Phases};
 
 use super::Daemon;
 use crate::{
@@ -65,7 +65,7 @@ pub(crate) fn gone(dp: &NodeDatapath, f: &Followed) -> bool {
 /// The namespace of enrollment `e` found by its inode `ino` under the name the machine gives
 /// it now (a `/run/netns` name, else a process inside), if that name opens to its cookie.
 fn relocate(e: &Enrollment, ino: u64) -> Option<NetnsHandle> {
-    let path = redirect_datapath::netns::names::by_inode().remove(&ino)?;
+    let path = redirect_datapath::netns_names_by_inode().remove(&ino)?;
     NetnsHandle::open(&path)
         .ok()
         .filter(|ns| ns.cookie() == e.cookie)
@@ -89,7 +89,7 @@ impl Daemon {
     /// Names, at the start, each policy the pinned maps hold that no record lets this daemon
     /// adopt (written by an older version, or a record lost): captured still, not followed.
     pub(super) fn say_unadopted(&mut self) {
-        let Ok(captured) = redirect_datapath::views::captured::captured(self.dp.maps()) else {
+        let Ok(captured) = redirect_datapath::captured(self.dp.maps()) else {
             return;
         };
         let strays: Vec<_> = captured
@@ -99,7 +99,7 @@ impl Daemon {
         if strays.is_empty() {
             return;
         }
-        let names = redirect_datapath::netns::names::by_inode();
+        let names = redirect_datapath::netns_names_by_inode();
         for c in strays {
             let path = names
                 .get(&c.netns_ino)
@@ -363,7 +363,7 @@ impl Daemon {
         };
         // Through the namespace the enrollment holds: its recorded path may name another now.
         if let Some(ns) = self.enrollments.get(&cookie).and_then(|f| f.ns.as_ref()) {
-            redirect_datapath::node::remove_tproxy_logged(ns);
+            redirect_datapath::remove_tproxy_logged(ns);
         }
         self.dp.remove_policy(cookie, &netns)?;
         self.enrollments.remove(&cookie);

@@ -13,7 +13,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use redirect_datapath::netns::NetnsHandle;
+use redirect_datapath::NetnsHandle;
 
 use crate::error::{Error, Result};
 

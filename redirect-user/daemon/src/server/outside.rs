@@ -7,7 +7,7 @@
 //! application), it resets them (`SOCK_DESTROY`), so the application's reconnect goes through
 //! the proxy; where the kernel cannot (no CONFIG_INET_DIAG_DESTROY) it says so and only counts.
 use redirect_common::NetnsCookie;
-use redirect_datapath::views::outside::{outside_capture, Outside};
+use redirect_datapath::{outside_capture, Outside};
 
 use super::Daemon;
 
@@ -24,7 +24,7 @@ impl Daemon {
             f.record.policy.proxy_gids.as_slice(),
         );
         let count =
-            |dp: &mut redirect_datapath::node::NodeDatapath| outside_capture(dp.maps(), ns, proxy);
+            |dp: &mut redirect_datapath::NodeDatapath| outside_capture(dp.maps(), ns, proxy);
         let mut found = match count(&mut self.dp) {
             Ok(found) => found,
             Err(error) => {
@@ -39,7 +39,7 @@ impl Daemon {
                 match ns.destroy(&o.connection) {
                     Ok(()) => done += 1,
                     // Closed meanwhile: nothing to reset.
-                    Err(redirect_datapath::error::Error::Io { source, .. })
+                    Err(redirect_datapath::Error::Io { source, .. })
                         if source.kind() == std::io::ErrorKind::NotFound => {}
                     Err(error) => {
                         tracing::error!(netns = %f.record.netns.display(), %cookie, %error, "cannot reset connections outside capture (the kernel needs CONFIG_INET_DIAG_DESTROY): they are only counted");

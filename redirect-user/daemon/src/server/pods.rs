@@ -3,10 +3,7 @@
 use redirect_common::NetnsCookie;
 use std::{net::IpAddr, os::fd::OwnedFd, path::Path};
 
-use redirect_datapath::{
-    netns::NetnsHandle,
-    phases::{Phases, ThreadCpu},
-};
+use redirect_datapath::{NetnsHandle, Phases, ThreadCpu};
 use redirect_k8s::Decision;
 use redirect_policy::Policy;
 
@@ -226,7 +223,7 @@ impl Daemon {
                     .find(|f| f.record.netns == netns && mine(f))
                     .map(|f| f.record.cookie)
                     .or_else(|| {
-                        let cookie = redirect_datapath::netns::cookie(netns).ok()?;
+                        let cookie = redirect_datapath::netns_cookie(netns).ok()?;
                         self.enrollments
                             .get(&cookie)
                             .filter(|f| mine(f))
@@ -389,6 +386,6 @@ impl Daemon {
 /// network) or init's (seen with hostPID). Neither is ever a pod's.
 pub(super) fn is_host(cookie: NetnsCookie) -> bool {
     ["/proc/self/ns/net", "/proc/1/ns/net"].iter().any(|p| {
-        redirect_datapath::netns::cookie(std::path::Path::new(p)).is_ok_and(|c| c == cookie)
+        redirect_datapath::netns_cookie(std::path::Path::new(p)).is_ok_and(|c| c == cookie)
     })
 }

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redirect_datapath::{netns::NetnsHandle, phases::Phases};
+use redirect_datapath::{NetnsHandle, Phases};
 use redirect_k8s::{decide, Decision, Pod};
 
 use super::{

@@ -133,7 +133,7 @@ impl Daemon {
             request,
             accepted,
         } = arrived;
-        let mut phases = redirect_datapath::phases::Phases::start();
+        let mut phases = redirect_datapath::Phases::start();
         let (op, result) = match request {
             Ok((req, fd)) => {
                 let op = req.op();

@@ -9,9 +9,8 @@ use serde::{Deserialize, Serialize};
 use ipnet::IpNet;
 use redirect_policy::{inbound_spec::InboundSpec, Cidrs, InboundPorts, Policy};
 
-pub use crate::attach::plan::{Attachment, PEER_HOOKS};
 use crate::{
-    attach::plan::{self, Link},
+    attach::plan::{self, Attachment, Link},
     cgroup,
     error::{Error, Result},
     load::object,
@@ -47,24 +46,24 @@ pub struct AttachOptions {
 }
 
 fn default_max_connections() -> u32 {
-    crate::node::sizing::DEFAULT_MAX_CONNECTIONS
+    crate::sizing::DEFAULT_MAX_CONNECTIONS
 }
 
 /// A namespace whose inbound connections are steered.
 #[derive(Debug, Clone, Serialize)]
 pub struct Enrolled {
     /// What was asked.
-    pub spec: InboundSpec,
+    pub(crate) spec: InboundSpec,
     /// Its netns cookie.
-    pub cookie: NetnsCookie,
+    pub(crate) cookie: NetnsCookie,
     /// Its own addresses, as last synchronised into `POD_ADDRS`.
-    pub addrs: Vec<IpAddr>,
+    pub(crate) addrs: Vec<IpAddr>,
 }
 
 impl AttachOptions {
     /// `attach`'s flags as the istio-iptables policy they stand for: istio's defaults with
     /// `-p PORT -u UID -g GID -i '*' -x CIDRS -b ''` (inbound capture is per `--inbound`).
-    pub fn policy(&self) -> Policy {
+    pub(crate) fn policy(&self) -> Policy {
         Policy {
             proxy_port: self.outbound_port,
             proxy_uids: vec![self.proxy_uid],
@@ -118,7 +117,7 @@ impl Datapath {
         let object = object::bpf_object().ok_or(Error::NoObject)?;
         // Sized as a node of 110 pods (or one per --inbound namespace, if more); one box has no
         // per-namespace hand-off quota: the default policy may use the whole connection map.
-        let sizing = crate::node::sizing::Quotas {
+        let sizing = crate::sizing::Quotas {
             max_pods: 110.max(u32::try_from(options.inbound.len()).unwrap_or(u32::MAX)),
             ..Default::default()
         }
@@ -126,7 +125,7 @@ impl Datapath {
         let quota = u64::from(
             options
                 .max_connections
-                .saturating_sub(crate::node::sizing::HANDOFF_SLACK)
+                .saturating_sub(crate::sizing::HANDOFF_SLACK)
                 .max(1),
         );
         let mut loader = EbpfLoader::new();

@@ -21,7 +21,7 @@ use crate::{
 };
 
 /// The UDP and peer-address hooks: (program, hook name, bpf attach type).
-pub const PEER_HOOKS: [(&str, &str, u32); 6] = [
+pub(crate) const PEER_HOOKS: [(&str, &str, u32); 6] = [
     (prog_names::SENDMSG4, "sendmsg4", attach_type::SENDMSG4),
     (prog_names::SENDMSG6, "sendmsg6", attach_type::SENDMSG6),
     (prog_names::RECVMSG4, "recvmsg4", attach_type::RECVMSG4),
@@ -53,15 +53,15 @@ pub struct Attachment {
 
 /// One step of the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Step {
+pub(crate) struct Step {
     /// Program name in the object.
-    pub program: &'static str,
+    pub(crate) program: &'static str,
     /// Hook name, as bpftool prints it.
-    pub hook: &'static str,
+    pub(crate) hook: &'static str,
     /// `enum bpf_attach_type`.
-    pub attach_type: u32,
+    pub(crate) attach_type: u32,
     /// The cgroup it attaches at.
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
 }
 
 /// The cgroup links, in attach order: tracking first (getsockopt and sock_ops where the
@@ -69,7 +69,7 @@ pub struct Step {
 /// the bind hooks that mark the proxy's outbound listener (where the proxy lives), then the
 /// peer and UDP hooks, capture last (connect4/6): a connect is only rewritten once
 /// its answer can be found. Detaching goes in the reverse order.
-pub fn cgroup_plan(app: &Path, proxy: &Path) -> Vec<Step> {
+pub(crate) fn cgroup_plan(app: &Path, proxy: &Path) -> Vec<Step> {
     let step = |program, hook, attach_type, target: &Path| Step {
         program,
         hook,
@@ -121,15 +121,15 @@ pub fn cgroup_plan(app: &Path, proxy: &Path) -> Vec<Step> {
 
 /// A bpf_link held by this process, with what it attaches.
 #[derive(Debug)]
-pub struct Link {
+pub(crate) struct Link {
     /// What it attaches where.
-    pub attachment: Attachment,
+    pub(crate) attachment: Attachment,
     /// The link: closing the last reference (unless pinned) detaches the program.
-    pub fd: OwnedFd,
+    pub(crate) fd: OwnedFd,
 }
 
 /// Loads program `name` of `ebpf` (once) and returns it.
-pub fn loaded<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Program> {
+pub(crate) fn loaded<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Program> {
     let prog = ebpf.program_mut(name).ok_or(Error::Missing {
         kind: "program",
         name,
@@ -170,7 +170,7 @@ fn load_one(name: &'static str, prog: &mut Program) -> Result<()> {
 
 /// Loads (verifies) programs `names` of `ebpf` at once, one thread each: the kernel verifies
 /// them in parallel, so a datapath's load takes about its longest program, not their sum.
-pub fn load_all(ebpf: &mut Ebpf, names: &[&'static str]) -> Result<()> {
+pub(crate) fn load_all(ebpf: &mut Ebpf, names: &[&'static str]) -> Result<()> {
     let mut progs: Vec<(&'static str, &mut Program)> = Vec::new();
     for (n, p) in ebpf.programs_mut() {
         if let Some(name) = names.iter().find(|w| **w == n) {
@@ -202,7 +202,7 @@ pub fn load_all(ebpf: &mut Ebpf, names: &[&'static str]) -> Result<()> {
 }
 
 /// The programs of the node datapath: [`cgroup_plan`]'s and the sk_lookup program `sk_lookup`.
-pub fn programs(sk_lookup: &'static str) -> Vec<&'static str> {
+pub(crate) fn programs(sk_lookup: &'static str) -> Vec<&'static str> {
     let mut names: Vec<&'static str> = cgroup_plan(Path::new("/"), Path::new("/"))
         .into_iter()
         .map(|s| s.program)
@@ -213,7 +213,7 @@ pub fn programs(sk_lookup: &'static str) -> Vec<&'static str> {
 }
 
 /// Attaches program `program` at `target` (a cgroup directory or a netns file) by bpf_link.
-pub fn link(
+pub(crate) fn link(
     ebpf: &mut Ebpf,
     program: &'static str,
     hook: &'static str,
@@ -257,7 +257,7 @@ fn link_fd(
 
 /// Creates every link of [`cgroup_plan`], in order. On an error the links made so far are
 /// closed again (detached), so nothing stays half-attached.
-pub fn link_cgroups(ebpf: &mut Ebpf, app: &Path, proxy: &Path) -> Result<Vec<Link>> {
+pub(crate) fn link_cgroups(ebpf: &mut Ebpf, app: &Path, proxy: &Path) -> Result<Vec<Link>> {
     cgroup_plan(app, proxy)
         .into_iter()
         .map(|s| link(ebpf, s.program, s.hook, s.attach_type, &s.target))
@@ -266,7 +266,7 @@ pub fn link_cgroups(ebpf: &mut Ebpf, app: &Path, proxy: &Path) -> Result<Vec<Lin
 
 /// Attaches the sk_lookup program `program` ([`crate::load::probe::sk_lookup_program`]: with or
 /// without `ingress_ifindex`) to network namespace `ns` (through its descriptor).
-pub fn link_sk_lookup(
+pub(crate) fn link_sk_lookup(
     ebpf: &mut Ebpf,
     program: &'static str,
     ns: &crate::netns::NetnsHandle,

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    attach::datapath::{AttachOptions, Attachment},
+    attach::{datapath::AttachOptions, plan::Attachment},
     error::{Error, Result},
 };
 
@@ -64,7 +64,7 @@ impl Drop for StateFile {
 }
 
 /// True when a process with this pid exists.
-pub fn pid_alive(pid: u32) -> bool {
+pub(crate) fn pid_alive(pid: u32) -> bool {
     i32::try_from(pid).is_ok_and(|raw| {
         !matches!(
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None),

@@ -4,7 +4,7 @@
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/redirect-ebpf.o"));
 
 /// The embedded BPF ELF object, or `None` for a stub build.
-pub fn bpf_object() -> Option<&'static [u8]> {
+pub(crate) fn bpf_object() -> Option<&'static [u8]> {
     (!OBJECT.is_empty()).then_some(OBJECT)
 }
 

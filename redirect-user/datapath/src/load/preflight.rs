@@ -14,6 +14,6 @@ pub fn require_root() -> Result<()> {
 /// Probes the kernel for every feature the datapath uses ([`crate::load::probe::FEATURES`]); the first
 /// missing required one is an error naming it, what needs it and the kernel that added it.
 /// Returns every answer (the loader picks its sk_lookup program from them).
-pub fn require_kernel_support() -> Result<Vec<crate::load::probe::Probed>> {
+pub(crate) fn require_kernel_support() -> Result<Vec<crate::load::probe::Probed>> {
     crate::load::probe::require_all()
 }

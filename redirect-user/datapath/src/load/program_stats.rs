@@ -7,17 +7,17 @@ use serde::Serialize;
 
 /// One loaded program.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ProgramStat {
+pub(crate) struct ProgramStat {
     /// Kernel program id.
-    pub id: u32,
+    pub(crate) id: u32,
     /// Its name as the kernel keeps it (at most 15 bytes).
-    pub name: String,
+    pub(crate) name: String,
     /// Instructions the verifier processed to accept it (kernel 5.16+).
-    pub verified_insns: Option<u32>,
+    pub(crate) verified_insns: Option<u32>,
     /// Runs counted while `kernel.bpf_stats_enabled` was 1.
-    pub runs: u64,
+    pub(crate) runs: u64,
     /// Time spent in those runs, nanoseconds.
-    pub run_time_ns: u64,
+    pub(crate) run_time_ns: u64,
 }
 
 /// The programs with ids `ids` that are loaded, by id.

@@ -23,7 +23,7 @@ fn map_err(op: &'static str, id: u32) -> impl FnOnce(aya::maps::MapError) -> Err
 }
 
 /// Sums a `COUNTERS` map.
-pub fn read_counters<T: std::borrow::Borrow<MapData>>(
+pub(crate) fn read_counters<T: std::borrow::Borrow<MapData>>(
     map: &PerCpuArray<T, u64>,
 ) -> Result<Vec<CounterValue>> {
     Counter::ALL

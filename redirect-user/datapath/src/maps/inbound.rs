@@ -19,6 +19,7 @@ use crate::{
 };
 
 /// `POD_ADDRS` key of an address.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub fn addr_key(ip: IpAddr) -> AddrKey {
     let family = if ip.is_ipv4() { AF_INET } else { AF_INET6 };
     let addr = redirect_common::types::addr_words(ip);
@@ -30,7 +31,7 @@ pub fn addr_key(ip: IpAddr) -> AddrKey {
 }
 
 /// Writes `spec`'s inbound policy and port rules for namespace `cookie`.
-pub fn write_inbound(
+pub(crate) fn write_inbound(
     store: &mut dyn MapStore,
     spec: &InboundSpec,
     cookie: NetnsCookie,
@@ -49,7 +50,7 @@ pub fn write_inbound(
 
 /// Whether namespace `cookie`'s stored inbound policy is TPROXY mode's (a lookup: what an
 /// apply reads before it writes, to know whether the pod's TPROXY routing must go).
-pub fn is_tproxy(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<bool> {
+pub(crate) fn is_tproxy(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<bool> {
     Ok(
         hash::<NetnsCookie, InboundPolicy>(store, map_names::NETNS_INBOUND)?
             .get(&cookie, 0)
@@ -59,13 +60,13 @@ pub fn is_tproxy(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<bool> 
 
 /// Removes namespace `cookie`'s inbound policy and port rules (its addresses stay: the
 /// outbound rules use them too).
-pub fn remove_inbound(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<()> {
+pub(crate) fn remove_inbound(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<()> {
     let keys = inbound_port_keys(store, cookie)?;
     remove_inbound_keys(store, cookie, &keys)
 }
 
 /// [`remove_inbound`] when the namespace's `INBOUND_PORTS` keys are known (`keys`).
-pub fn remove_inbound_keys(
+pub(crate) fn remove_inbound_keys(
     store: &mut dyn MapStore,
     cookie: NetnsCookie,
     keys: &[PortKey],
@@ -82,12 +83,15 @@ pub fn remove_inbound_keys(
 }
 
 /// `INBOUND_PORTS` keys of namespace `cookie`.
-pub fn inbound_port_keys(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<Vec<PortKey>> {
+pub(crate) fn inbound_port_keys(
+    store: &mut dyn MapStore,
+    cookie: NetnsCookie,
+) -> Result<Vec<PortKey>> {
     port_keys_where(store, map_names::INBOUND_PORTS, |k| k.netns == cookie)
 }
 
 /// The `INBOUND_PORTS` keys [`write_inbound`] writes for `spec` under namespace `cookie`.
-pub fn port_keys_of(spec: &InboundSpec, cookie: NetnsCookie) -> Vec<PortKey> {
+pub(crate) fn port_keys_of(spec: &InboundSpec, cookie: NetnsCookie) -> Vec<PortKey> {
     port_entries(spec)
         .into_iter()
         .map(|(port, _)| PortKey::new(cookie.get(), port))
@@ -95,7 +99,7 @@ pub fn port_keys_of(spec: &InboundSpec, cookie: NetnsCookie) -> Vec<PortKey> {
 }
 
 /// Removes those of `keys` that `spec` no longer lists.
-pub fn remove_port_keys(
+pub(crate) fn remove_port_keys(
     store: &mut dyn MapStore,
     keys: &[PortKey],
     spec: &InboundSpec,
@@ -112,13 +116,13 @@ pub fn remove_port_keys(
 }
 
 /// The address of a `POD_ADDRS` key.
-pub fn addr_of_key(k: &AddrKey) -> IpAddr {
+pub(crate) fn addr_of_key(k: &AddrKey) -> IpAddr {
     crate::maps::outbound::ip_of(k.family, k.addr)
 }
 
 /// Makes `POD_ADDRS` hold `new` instead of `old` for namespace `cookie`; an address owned by
 /// another namespace is refused before anything is changed.
-pub fn sync_addresses(
+pub(crate) fn sync_addresses(
     store: &mut dyn MapStore,
     netns: &Path,
     cookie: NetnsCookie,
@@ -159,7 +163,7 @@ pub fn sync_addresses(
 /// sees `listen()` calls made after it was attached): only a TCP socket of this namespace,
 /// listening on that port ([`adopt::check_listener`]), looked for in `ns` (`spec`'s namespace,
 /// opened once for the whole apply).
-pub fn adopt_listeners(
+pub(crate) fn adopt_listeners(
     store: &mut dyn MapStore,
     spec: &InboundSpec,
     ns: &NetnsHandle,

@@ -83,7 +83,7 @@ fn trie_keys(
 }
 
 /// The `OUT_ROUTES` entries stored for `netns` (prefix, via an excluded interface), sorted as
-/// [`crate::netns::routes::Resolved::entries`] are: what a refresh compares the namespace's routes to.
+/// [`crate::netns::routes::table::Resolved::entries`] are: what a refresh compares the namespace's routes to.
 pub(crate) fn stored_routes(
     store: &mut dyn MapStore,
     netns: NetnsCookie,
@@ -110,9 +110,9 @@ pub(crate) fn stored_routes(
 #[derive(Clone, Default)]
 pub(crate) struct OutKeys {
     /// `OUT_PORTS` keys.
-    pub ports: Vec<PortKey>,
+    pub(crate) ports: Vec<PortKey>,
     /// Keys of `OUT_EXCLUDE`, `OUT_INCLUDE` and `OUT_ROUTES`, in [`TRIES`]' order.
-    pub tries: [Vec<Key<CidrKey>>; 3],
+    pub(crate) tries: [Vec<Key<CidrKey>>; 3],
 }
 
 impl std::fmt::Debug for OutKeys {

@@ -8,10 +8,11 @@ use redirect_common::{AF_INET, AF_INET6};
 
 use crate::{error::Result, netns::NetnsHandle};
 
-pub use crate::{netns::proc_tcp::parse_listeners, netns::sockdiag::Listening};
+use crate::netns::sockdiag::Listening;
 
 /// The listening sockets on `port` inside namespace `ns`: socket diagnostics (see
 /// `sockdiag`), or `/proc/net/tcp{,6}` where the kernel has none (see `proc_tcp`).
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub fn listeners(ns: &NetnsHandle, port: u16) -> Result<Vec<Listening>> {
     ns.listeners(port)
 }
@@ -68,6 +69,7 @@ fn take_fd(pid: i32, fd: i32) -> Option<OwnedFd> {
 
 /// Takes the socket a table of namespace `ns` lists as `found`, if it is that namespace's
 /// TCP listener on `port` ([`check_listener`]). Returns it with its address family.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub fn take_listener(found: &Listening, ns: &NetnsHandle, port: u16) -> Option<(OwnedFd, u16)> {
     let netns = ns.path();
     for (pid, fd) in holders(found.inode, Some(ns.inode())) {
@@ -92,6 +94,7 @@ pub fn take_listener(found: &Listening, ns: &NetnsHandle, port: u16) -> Option<(
 
 /// Why a socket is not a namespace's inbound listener.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub enum NotAdoptable {
     /// It lives in another network namespace.
     #[error("it belongs to another network namespace (netns cookie {found}, not {want})")]
@@ -137,6 +140,7 @@ fn opt<T>(option: &'static str, got: std::io::Result<T>) -> Result<T, NotAdoptab
 
 /// Checks that `fd` is a TCP socket (IPv4 or IPv6) of netns `cookie`, listening, bound to
 /// `port`; returns its address family.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub fn check_listener(
     fd: BorrowedFd<'_>,
     cookie: NetnsCookie,

@@ -29,7 +29,7 @@ pub struct Connection {
     /// The uid that owns the socket.
     pub uid: u32,
     /// The socket's inode (`/proc/PID/fd/N -> socket:[INODE]`).
-    pub inode: u64,
+    pub(crate) inode: u64,
     /// The kernel's id of the socket, which `SOCK_DESTROY` names.
     #[serde(skip)]
     id: SocketId,

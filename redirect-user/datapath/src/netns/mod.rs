@@ -4,16 +4,16 @@
 //! enters the namespace, once, when it is opened: it reads the cookie and makes the namespace's
 //! rtnetlink and sock_diag sockets (which every later lookup uses from any thread), and goes
 //! back to its own namespace.
-pub mod adopt;
-pub mod conns;
-pub mod names;
-pub mod pod_files;
+pub(crate) mod adopt;
+pub(crate) mod conns;
+pub(crate) mod names;
+pub(crate) mod pod_files;
 pub(crate) mod proc_tcp;
-pub mod routes;
-pub(crate) mod rtnl;
+pub(crate) mod routes;
+mod rtnl;
 pub(crate) mod sockdiag;
-pub(crate) mod sysctl;
-pub mod tproxy;
+mod sysctl;
+pub(crate) mod tproxy;
 use std::{
     fs::File,
     net::IpAddr,
@@ -130,7 +130,7 @@ impl NetnsHandle {
     }
 
     /// Runs `f` with the namespace's rtnetlink socket (on the caller's thread).
-    pub fn with_route_socket<T>(
+    pub(crate) fn with_route_socket<T>(
         &self,
         f: impl FnOnce(&RouteSocket) -> std::io::Result<T>,
     ) -> Result<T> {
@@ -146,13 +146,13 @@ impl NetnsHandle {
 
     /// [`NetnsHandle::addresses`] from at most `cap` of the kernel's address messages, and
     /// whether it held more.
-    pub fn addresses_at_most(&self, cap: usize) -> Result<(Vec<IpAddr>, bool)> {
+    pub(crate) fn addresses_at_most(&self, cap: usize) -> Result<(Vec<IpAddr>, bool)> {
         self.with_route_socket(|s| s.addresses_at_most(cap))
     }
 
     /// The index of each of `names` inside the namespace, `None` for a name it has no
     /// interface of.
-    pub fn ifindexes(&self, names: &[String]) -> Result<Vec<Option<u32>>> {
+    pub(crate) fn ifindexes(&self, names: &[String]) -> Result<Vec<Option<u32>>> {
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         self.with_route_socket(|s| s.indexes(&names))
     }
@@ -168,7 +168,7 @@ impl NetnsHandle {
     /// The TCP sockets listening on `port` in the namespace: socket diagnostics through the
     /// namespace's own socket, or `/proc/net/tcp{,6}` read inside it where the kernel has
     /// none (see `proc_tcp`).
-    pub fn listeners(&self, port: u16) -> Result<Vec<Listening>> {
+    pub(crate) fn listeners(&self, port: u16) -> Result<Vec<Listening>> {
         {
             let sockets = self.sockets.lock().unwrap_or_else(|e| e.into_inner());
             match sockets.diag.as_ref().map(|d| d.listening(port)) {
@@ -184,7 +184,7 @@ impl NetnsHandle {
 
     /// The namespace's established TCP connections and the ports something listens on
     /// ([`conns`]), through its own socket diagnostics.
-    pub fn connections(&self) -> Result<(Vec<conns::Connection>, Vec<u16>)> {
+    pub(crate) fn connections(&self) -> Result<(Vec<conns::Connection>, Vec<u16>)> {
         self.with_diag("listing the TCP connections of network namespace", |d| {
             d.connections()
         })
@@ -222,7 +222,7 @@ impl NetnsHandle {
 
     /// After an apply's last write: the path still names this namespace; else an error
     /// naming the path and both namespaces.
-    pub fn verify(&self) -> Result<()> {
+    pub(crate) fn verify(&self) -> Result<()> {
         // The descriptor pins the namespace, so its device and inode cannot be given to
         // another one meanwhile: the same pair at the path is the same namespace (its cookie
         // through the descriptor cannot have changed; no thread has to enter it again).
@@ -281,7 +281,7 @@ fn in_namespace<T>(
 /// A new, empty network namespace that no process runs in, held by the returned descriptor
 /// alone (it is freed when that closes). Made on the calling thread (`unshare`), which is then
 /// put back in its own namespace; no thread is spawned.
-pub fn private() -> Result<File> {
+pub(crate) fn private() -> Result<File> {
     const HOME: &str = "/proc/thread-self/ns/net";
     let home = File::open(HOME).map_err(|e| Error::io("opening", Path::new(HOME), e))?;
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {

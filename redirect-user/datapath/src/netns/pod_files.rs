@@ -57,7 +57,7 @@ pub fn vm_sources(netns: &Path, name: Option<&str>) -> Sources {
 }
 
 /// The namespace-bound sources of `netns`, in order (after a pod spec, before refusing).
-pub fn of_namespace(netns: &Path, name: Option<&str>) -> Vec<Box<dyn PodSource>> {
+pub(crate) fn of_namespace(netns: &Path, name: Option<&str>) -> Vec<Box<dyn PodSource>> {
     let mut list: Vec<Box<dyn PodSource>> = vec![Box::new(NetnsProcesses::new(netns))];
     if let Some(n) = name.filter(|n| !n.contains('/') && !n.is_empty()) {
         list.push(Box::new(EtcNetns(n.to_owned())));
@@ -74,14 +74,16 @@ fn same_file(a: &Path, b: &Path) -> bool {
 
 /// A process of the namespace, the first (lowest pid) of its (mount namespace, root).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub struct Member {
     /// Its pid.
     pub pid: i32,
     /// Its command name (`/proc/PID/comm`).
-    pub comm: String,
+    pub(crate) comm: String,
 }
 
 /// The processes of `netns` (lowest pid first), one per distinct (mount namespace, root).
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub fn members(netns: &Path) -> std::io::Result<Vec<Member>> {
     let target = std::fs::metadata(netns)?;
     let mut pids: Vec<i32> = std::fs::read_dir("/proc")?
@@ -120,6 +122,7 @@ pub fn members(netns: &Path) -> std::io::Result<Vec<Member>> {
 
 /// Reads `file` inside the root of `pid` (symlinks resolved within that root, no magic links,
 /// a regular file only). `None`: the file (or the process) is not there.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub fn read_in_root(pid: i32, file: PodFile) -> std::io::Result<Option<String>> {
     let root = match OpenOptions::new()
         .read(true)
@@ -154,14 +157,14 @@ pub fn read_in_root(pid: i32, file: PodFile) -> std::io::Result<Option<String>> 
 
 /// The processes of one network namespace as a source of its files.
 #[derive(Debug)]
-pub struct NetnsProcesses {
+pub(crate) struct NetnsProcesses {
     netns: PathBuf,
     members: OnceCell<Result<Vec<Member>, String>>,
 }
 
 impl NetnsProcesses {
     /// The processes of `netns`, found at the first lookup.
-    pub fn new(netns: &Path) -> Self {
+    pub(crate) fn new(netns: &Path) -> Self {
         Self {
             netns: netns.to_path_buf(),
             members: OnceCell::new(),
@@ -222,7 +225,7 @@ impl PodSource for NetnsProcesses {
 
 /// `/etc/netns/NAME/*`: what `ip netns exec NAME` mounts over `/etc`.
 #[derive(Debug, Clone)]
-pub struct EtcNetns(pub String);
+pub(crate) struct EtcNetns(pub String);
 
 impl EtcNetns {
     fn path(&self, file: PodFile) -> PathBuf {

@@ -4,6 +4,7 @@
 use crate::netns::sockdiag::Listening;
 
 /// Parses `/proc/net/tcp{,6}` text: sockets in LISTEN state (0A) on `port`.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub fn parse_listeners(text: &str, port: u16, ipv6: bool) -> Vec<Listening> {
     text.lines()
         .skip(1)

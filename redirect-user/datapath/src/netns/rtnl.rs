@@ -38,7 +38,7 @@ const PASSTHROUGH_V6: IpAddr = IpAddr::V6(std::net::Ipv6Addr::new(0, 0, 0, 0, 0,
 /// answers to another (left by a dump that failed half-way) are skipped, so one socket
 /// serves every read of the namespace's life.
 #[derive(Debug)]
-pub struct RouteSocket {
+pub(crate) struct RouteSocket {
     socket: Socket,
     seq: AtomicU32,
 }
@@ -47,7 +47,7 @@ impl RouteSocket {
     /// A socket in the calling thread's namespace, connected to the kernel (port id 0): the
     /// kernel then refuses unicasts from any other sender, so a process of the namespace (the
     /// pod's own, with NET_ADMIN or not) cannot put answers into it.
-    pub fn open() -> io::Result<Self> {
+    pub(crate) fn open() -> io::Result<Self> {
         let mut socket = Socket::new(NETLINK_ROUTE)?;
         socket.bind_auto()?;
         socket.connect(&SocketAddr::new(0, 0))?;
@@ -117,7 +117,7 @@ impl RouteSocket {
 
     /// Sends one dump request and collects its answers up to `NLMSG_DONE`; a dump the kernel
     /// marks inconsistent (`NLM_F_DUMP_INTR`: changed meanwhile) is an `Interrupted` error.
-    pub fn dump(
+    pub(crate) fn dump(
         &self,
         request: RouteNetlinkMessage,
         what: &'static str,
@@ -129,7 +129,7 @@ impl RouteSocket {
     /// socket serves the next dump) but not decoded. Returns the answers and whether any was
     /// left out: what a namespace's owner can grow (its addresses, its routes) costs the
     /// reader no more than the cap.
-    pub fn dump_at_most(
+    pub(crate) fn dump_at_most(
         &self,
         request: RouteNetlinkMessage,
         what: &'static str,
@@ -171,7 +171,12 @@ impl RouteSocket {
 
     /// Sends one change (`RTM_NEW*` / `RTM_DEL*`, `flags` beyond `NLM_F_REQUEST | NLM_F_ACK`)
     /// and waits for the kernel's acknowledgement; its error is returned with `what`.
-    pub fn change(&self, request: RouteNetlinkMessage, flags: u16, what: &str) -> io::Result<()> {
+    pub(crate) fn change(
+        &self,
+        request: RouteNetlinkMessage,
+        flags: u16,
+        what: &str,
+    ) -> io::Result<()> {
         let seq = self.send(request, NLM_F_ACK | flags)?;
         self.answers(
             seq,
@@ -195,13 +200,13 @@ impl RouteSocket {
     /// outbound decision treats it as loopback), so it names no pod in `POD_ADDRS`. The
     /// local address where the kernel gives one (`IFA_LOCAL`: point-to-point links), as
     /// `getifaddrs` reports it.
-    pub fn addresses(&self) -> io::Result<Vec<IpAddr>> {
+    pub(crate) fn addresses(&self) -> io::Result<Vec<IpAddr>> {
         Ok(self.addresses_at_most(usize::MAX)?.0)
     }
 
     /// [`RouteSocket::addresses`] from at most `cap` of the kernel's address messages, and
     /// whether the namespace held more (a pod with NET_ADMIN adds what it likes).
-    pub fn addresses_at_most(&self, cap: usize) -> io::Result<(Vec<IpAddr>, bool)> {
+    pub(crate) fn addresses_at_most(&self, cap: usize) -> io::Result<(Vec<IpAddr>, bool)> {
         let mut out = Vec::new();
         let (answers, left_out) = retry_torn(|| {
             self.dump_at_most(
@@ -239,7 +244,7 @@ impl RouteSocket {
     }
 
     /// Every interface of the namespace: (index, name).
-    pub fn links(&self) -> io::Result<Vec<(u32, String)>> {
+    pub(crate) fn links(&self) -> io::Result<Vec<(u32, String)>> {
         let answers = retry_torn(|| {
             self.dump(
                 RouteNetlinkMessage::GetLink(LinkMessage::default()),
@@ -262,7 +267,7 @@ impl RouteSocket {
     }
 
     /// The index of each of `names`, `None` for a name the namespace has no interface of.
-    pub fn indexes(&self, names: &[&str]) -> io::Result<Vec<Option<u32>>> {
+    pub(crate) fn indexes(&self, names: &[&str]) -> io::Result<Vec<Option<u32>>> {
         if names.is_empty() {
             return Ok(Vec::new());
         }

@@ -12,6 +12,7 @@ use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
 
 /// A listening socket: its inode and whether it is IPv6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub struct Listening {
     /// Socket inode, as in `/proc/PID/fd/N -> socket:[INODE]`.
     pub inode: u64,

@@ -28,7 +28,7 @@ use super::{rtnl::RouteSocket, NetnsHandle};
 use crate::error::Result;
 
 /// The routing protocol number of our rules and routes.
-pub const PROTOCOL: u8 = 114;
+pub(crate) const PROTOCOL: u8 = 114;
 /// The namespace's sysctl that hands a SYN's mark to the accepted connection (its path below
 /// `/proc/sys`).
 const FWMARK_ACCEPT: &str = "net/ipv4/tcp_fwmark_accept";
@@ -42,16 +42,16 @@ const RULE_PRIORITY: u32 = 32765;
 /// The mark the proxy's transparent connections carry and the table their replies are looked
 /// up in (istio-iptables `-t` and `-r`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TproxyRouting {
+pub(crate) struct TproxyRouting {
     /// The mark (`-t`, 1337).
-    pub mark: u32,
+    pub(crate) mark: u32,
     /// The table (`-r`, 133).
-    pub table: u32,
+    pub(crate) table: u32,
 }
 
 impl TproxyRouting {
     /// istio-iptables' defaults: mark 1337, table 133.
-    pub const ISTIO: Self = Self {
+    pub(crate) const ISTIO: Self = Self {
         mark: 1337,
         table: 133,
     };
@@ -194,7 +194,7 @@ fn remove(s: &RouteSocket) -> io::Result<bool> {
 impl NetnsHandle {
     /// Installs TPROXY mode's routing in this namespace (see the module's documentation).
     /// A failure leaves nothing of it behind.
-    pub fn install_tproxy(&self, r: TproxyRouting) -> Result<()> {
+    pub(crate) fn install_tproxy(&self, r: TproxyRouting) -> Result<()> {
         let installed = self
             .with_route_socket(|s| install(s, r))
             .and_then(|()| self.run(|| write_sysctl("1")));
@@ -206,7 +206,7 @@ impl NetnsHandle {
 
     /// Whether this namespace holds a rule of ours (one rule dump): the check before
     /// [`Self::remove_tproxy`] on the removal paths, which trust the namespace over the maps.
-    pub fn has_tproxy(&self) -> bool {
+    pub(crate) fn has_tproxy(&self) -> bool {
         self.with_route_socket(our_rules)
             .is_ok_and(|rules| !rules.is_empty())
     }
@@ -214,7 +214,7 @@ impl NetnsHandle {
     /// Removes TPROXY mode's routing from this namespace: our rules and routes, and the sysctl
     /// back to the kernel's default (0) when there were any (a value the pod had set itself
     /// before is not remembered). Returns whether there were.
-    pub fn remove_tproxy(&self) -> Result<bool> {
+    pub(crate) fn remove_tproxy(&self) -> Result<bool> {
         let found = self.with_route_socket(remove)?;
         if found {
             self.run(|| write_sysctl("0"))?;

@@ -16,7 +16,7 @@ use super::{
     index::{Index, Owned},
     ipv6_follows, needs,
     pins::pin_err,
-    sizing, Applied, NodeDatapath,
+    Applied, NodeDatapath,
 };
 use crate::{
     error::Result,
@@ -26,6 +26,7 @@ use crate::{
     netns::routes,
     netns::NetnsHandle,
     phases::Phases,
+    sizing,
     sys::bpfsys::{self, attach_type},
 };
 
@@ -143,7 +144,6 @@ impl NodeDatapath {
             addrs,
             ipv6,
             inbound,
-            compiled,
             phases,
         })
     }

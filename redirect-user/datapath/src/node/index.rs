@@ -30,13 +30,13 @@ use crate::{
 #[derive(Clone, Default)]
 pub(super) struct Owned {
     /// `POD_ADDRS` entries it owns.
-    pub addrs: Vec<IpAddr>,
+    pub(super) addrs: Vec<IpAddr>,
     /// `INBOUND_PORTS` keys.
-    pub inbound_ports: Vec<PortKey>,
+    pub(super) inbound_ports: Vec<PortKey>,
     /// `IFACES` keys.
-    pub ifaces: Vec<IfKey>,
+    pub(super) ifaces: Vec<IfKey>,
     /// `OUT_PORTS` keys and the keys of each CIDR trie.
-    pub out: OutKeys,
+    pub(super) out: OutKeys,
 }
 
 /// Every namespace's [`Owned`], and which have an outbound policy.

@@ -11,7 +11,7 @@ use std::{
 use aya::maps::{Array, Map, MapData};
 
 use crate::{
-    error::{Error, Result},
+    error::{record_err, Error, Result},
     sys::bpfsys,
 };
 
@@ -45,7 +45,7 @@ pub const LAYOUT_VERSION: u32 = 7;
 #[cfg(feature = "layout-next")]
 pub const UPGRADES_FROM: &[u32] = &[6];
 /// Name of the record's pin and of the map in the kernel.
-pub const PIN: &str = "layout";
+pub(crate) const PIN: &str = "layout";
 const MAGIC: u64 = 0x7265_6469_7265_6374; // "redirect"
 /// The record as stored: [magic, layout, mode, owner pid, owner start time, app cgroup id,
 /// proxy cgroup id, build id of the programs (0 before it was recorded)], then the owning daemon's directory (NUL-padded bytes).
@@ -127,7 +127,7 @@ pub struct Layout {
     /// Cgroup id (inode) of the capture attach point.
     pub app_cgroup: u64,
     /// Cgroup id of the proxy attach point (getsockopt, sock_ops).
-    pub proxy_cgroup: u64,
+    pub(crate) proxy_cgroup: u64,
     /// The owning daemon's directory (its socket is `daemon.sock` there), when a daemon owns it.
     pub daemon_dir: Option<PathBuf>,
     /// Build id of the BPF object whose programs run ([`crate::load::object::build_id`]; 0: not
@@ -202,20 +202,6 @@ fn map_err(op: &'static str, dir: &Path) -> impl FnOnce(aya::maps::MapError) -> 
     record_err(op, dir, PIN)
 }
 
-/// The error of a map operation on the record pinned at `DIR/pin` (layout, sizing).
-pub(super) fn record_err(
-    op: &'static str,
-    dir: &Path,
-    pin: &str,
-) -> impl FnOnce(aya::maps::MapError) -> Error {
-    let name = dir.join(pin).display().to_string();
-    move |source| Error::Map {
-        op,
-        name,
-        source: Box::new(source),
-    }
-}
-
 fn open(dir: &Path) -> Result<Option<Array<MapData, Raw>>> {
     let path = dir.join(PIN);
     if !path.exists() {
@@ -228,7 +214,7 @@ fn open(dir: &Path) -> Result<Option<Array<MapData, Raw>>> {
 }
 
 /// Creates and pins the record of a new datapath.
-pub fn create(dir: &Path, layout: &Layout) -> Result<()> {
+pub(crate) fn create(dir: &Path, layout: &Layout) -> Result<()> {
     let path = dir.join(PIN);
     let fd = bpfsys::array_map_create(
         "redirect_layout",
@@ -283,7 +269,7 @@ pub fn check(dir: &Path) -> Result<Layout> {
 }
 
 /// Every pinned datapath with a layout record directly under `bpffs` (e.g. `/sys/fs/bpf`).
-pub fn all_under(bpffs: &Path) -> Vec<(PathBuf, Layout)> {
+pub(crate) fn all_under(bpffs: &Path) -> Vec<(PathBuf, Layout)> {
     let Ok(entries) = std::fs::read_dir(bpffs) else {
         return Vec::new();
     };

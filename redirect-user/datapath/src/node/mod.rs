@@ -9,14 +9,13 @@ mod apply;
 mod claims;
 mod entries;
 mod index;
-pub mod layout;
+pub(crate) mod layout;
 mod lock;
 mod lookup_key;
-pub mod needs;
+mod needs;
 mod pins;
 mod removal;
-pub mod sizing;
-pub mod upgrade;
+pub(crate) mod upgrade;
 mod upgrade_policies;
 
 use redirect_common::NetnsCookie;
@@ -28,7 +27,7 @@ use std::{
 use aya::maps::{Map, MapData};
 use redirect_common::{map_names, prog_names};
 
-pub use self::lock::{lock, open_to_all, NodeLock};
+pub use self::lock::{lock, open_to_all};
 pub use self::lookup_key::SkLookupKey;
 pub use self::pins::remove_dir;
 use redirect_policy::Policy;
@@ -40,6 +39,7 @@ use crate::{
     maps::store::{hash, MapStore, PinnedMaps},
     netns::routes,
     netns::NetnsHandle,
+    sizing,
 };
 
 /// Where the node datapath is pinned unless `--bpffs` or `REDIRECT_BPFFS` says otherwise.
@@ -81,8 +81,6 @@ pub struct Applied {
     pub ipv6: bool,
     /// Whether inbound capture (sk_lookup) is on.
     pub inbound: bool,
-    /// The kernel form written.
-    pub compiled: outbound::Compiled,
     /// Where the apply's time went.
     pub phases: crate::phases::Phases,
 }
@@ -160,7 +158,7 @@ impl NodeDatapath {
     /// The sk_lookup program this datapath runs, as pinned when it was created:
     /// [`prog_names::SK_LOOKUP`], or [`prog_names::SK_LOOKUP_NO_IFINDEX`] on a kernel without
     /// `ingress_ifindex` (then policies with inbound `-c`/`-k` are refused).
-    pub fn sk_lookup(&self) -> &'static str {
+    pub(crate) fn sk_lookup(&self) -> &'static str {
         self.sk_lookup
     }
 
@@ -325,11 +323,6 @@ impl NodeDatapath {
     pub fn proxy_listening(&mut self, cookie: NetnsCookie) -> bool {
         hash::<NetnsCookie, u64>(&mut self.maps, map_names::PROXY_LISTENERS)
             .is_ok_and(|m| m.get(&cookie, 0).is_ok_and(|n| n > 0))
-    }
-
-    /// Number of namespaces with a policy.
-    pub fn policies(&mut self) -> Result<usize> {
-        outbound::count(&mut self.maps)
     }
 }
 

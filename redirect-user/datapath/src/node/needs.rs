@@ -14,7 +14,7 @@ use crate::{
 
 /// The flag of `policy` that needs the arrival interface for inbound capture (`-c NAMES` or
 /// `-k NAMES`), if any: none when inbound capture is off (`-b ''`).
-pub fn interface_flag(policy: &Policy, netns_path: &Path) -> Option<String> {
+pub(crate) fn interface_flag(policy: &Policy, netns_path: &Path) -> Option<String> {
     inbound_kernel::spec_of(policy, netns_path)?;
     [
         ("-c", &policy.exclude_interfaces),
@@ -27,7 +27,7 @@ pub fn interface_flag(policy: &Policy, netns_path: &Path) -> Option<String> {
 
 /// Refuses `policy` when it needs the arrival interface and the datapath runs
 /// `sk_lookup` (the pinned program's name) without it.
-pub fn check(sk_lookup: &str, policy: &Policy, netns_path: &Path) -> Result<()> {
+pub(crate) fn check(sk_lookup: &str, policy: &Policy, netns_path: &Path) -> Result<()> {
     if sk_lookup != prog_names::SK_LOOKUP_NO_IFINDEX {
         return Ok(());
     }

@@ -7,7 +7,7 @@ use redirect_common::map_names;
 
 use super::{
     layout::{self, Layout, Owner, LAYOUT_VERSION},
-    sizing, NodeAttach, NodeDatapath,
+    NodeAttach, NodeDatapath,
 };
 use crate::{
     attach::plan,
@@ -15,6 +15,7 @@ use crate::{
     error::{Error, Result},
     load::object,
     load::preflight,
+    sizing,
     sys::bpfsys,
 };
 

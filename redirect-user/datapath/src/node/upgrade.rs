@@ -16,14 +16,14 @@ use super::{
     layout::{self, Layout, LAYOUT_VERSION, UPGRADES_FROM},
     pinned_sk_lookup,
     pins::{loader, pin_err},
-    sizing, NodeDatapath,
+    NodeDatapath,
 };
 use crate::{
     attach::plan,
     cgroup,
     error::{Error, Result},
-    load::object,
-    load::preflight,
+    load::{object, preflight},
+    sizing,
     sys::bpfsys,
     sys::bpfsys_replace::{self as replace, MapDef},
 };

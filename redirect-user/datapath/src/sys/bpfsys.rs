@@ -17,34 +17,34 @@ use aya_obj::generated::{
 };
 
 /// `enum bpf_attach_type` values used by the datapath (from aya-obj's kernel bindings).
-pub mod attach_type {
+pub(crate) mod attach_type {
     use aya_obj::generated::bpf_attach_type as t;
     /// `BPF_CGROUP_SOCK_OPS`.
-    pub const SOCK_OPS: u32 = t::BPF_CGROUP_SOCK_OPS as u32;
+    pub(crate) const SOCK_OPS: u32 = t::BPF_CGROUP_SOCK_OPS as u32;
     /// `BPF_CGROUP_INET4_BIND`.
-    pub const BIND4: u32 = t::BPF_CGROUP_INET4_BIND as u32;
+    pub(crate) const BIND4: u32 = t::BPF_CGROUP_INET4_BIND as u32;
     /// `BPF_CGROUP_INET6_BIND`.
-    pub const BIND6: u32 = t::BPF_CGROUP_INET6_BIND as u32;
+    pub(crate) const BIND6: u32 = t::BPF_CGROUP_INET6_BIND as u32;
     /// `BPF_CGROUP_INET4_CONNECT`.
-    pub const CONNECT4: u32 = t::BPF_CGROUP_INET4_CONNECT as u32;
+    pub(crate) const CONNECT4: u32 = t::BPF_CGROUP_INET4_CONNECT as u32;
     /// `BPF_CGROUP_INET6_CONNECT`.
-    pub const CONNECT6: u32 = t::BPF_CGROUP_INET6_CONNECT as u32;
+    pub(crate) const CONNECT6: u32 = t::BPF_CGROUP_INET6_CONNECT as u32;
     /// `BPF_CGROUP_UDP4_SENDMSG`.
-    pub const SENDMSG4: u32 = t::BPF_CGROUP_UDP4_SENDMSG as u32;
+    pub(crate) const SENDMSG4: u32 = t::BPF_CGROUP_UDP4_SENDMSG as u32;
     /// `BPF_CGROUP_UDP6_SENDMSG`.
-    pub const SENDMSG6: u32 = t::BPF_CGROUP_UDP6_SENDMSG as u32;
+    pub(crate) const SENDMSG6: u32 = t::BPF_CGROUP_UDP6_SENDMSG as u32;
     /// `BPF_CGROUP_UDP4_RECVMSG`.
-    pub const RECVMSG4: u32 = t::BPF_CGROUP_UDP4_RECVMSG as u32;
+    pub(crate) const RECVMSG4: u32 = t::BPF_CGROUP_UDP4_RECVMSG as u32;
     /// `BPF_CGROUP_UDP6_RECVMSG`.
-    pub const RECVMSG6: u32 = t::BPF_CGROUP_UDP6_RECVMSG as u32;
+    pub(crate) const RECVMSG6: u32 = t::BPF_CGROUP_UDP6_RECVMSG as u32;
     /// `BPF_CGROUP_GETSOCKOPT`.
-    pub const GETSOCKOPT: u32 = t::BPF_CGROUP_GETSOCKOPT as u32;
+    pub(crate) const GETSOCKOPT: u32 = t::BPF_CGROUP_GETSOCKOPT as u32;
     /// `BPF_CGROUP_INET4_GETPEERNAME`.
-    pub const GETPEERNAME4: u32 = t::BPF_CGROUP_INET4_GETPEERNAME as u32;
+    pub(crate) const GETPEERNAME4: u32 = t::BPF_CGROUP_INET4_GETPEERNAME as u32;
     /// `BPF_CGROUP_INET6_GETPEERNAME`.
-    pub const GETPEERNAME6: u32 = t::BPF_CGROUP_INET6_GETPEERNAME as u32;
+    pub(crate) const GETPEERNAME6: u32 = t::BPF_CGROUP_INET6_GETPEERNAME as u32;
     /// `BPF_SK_LOOKUP`.
-    pub const SK_LOOKUP: u32 = t::BPF_SK_LOOKUP as u32;
+    pub(crate) const SK_LOOKUP: u32 = t::BPF_SK_LOOKUP as u32;
 }
 
 /// The kernel bindings' plain C types that are valid all-zero (integers, arrays of them and
@@ -97,7 +97,7 @@ pub(crate) fn fd_u32(fd: BorrowedFd<'_>) -> u32 {
 
 /// Creates a one-entry `BPF_MAP_TYPE_ARRAY` named `name` (at most 15 bytes) whose value has
 /// `value_size` bytes.
-pub fn array_map_create(name: &str, value_size: u32) -> io::Result<OwnedFd> {
+pub(crate) fn array_map_create(name: &str, value_size: u32) -> io::Result<OwnedFd> {
     let bytes = name.as_bytes();
     if bytes.len() > 15 {
         return Err(io::Error::other("map name longer than 15 bytes"));
@@ -117,7 +117,7 @@ pub fn array_map_create(name: &str, value_size: u32) -> io::Result<OwnedFd> {
 }
 
 /// Creates a bpf_link of `prog` at `target` (a cgroup directory or netns file).
-pub fn link_create(
+pub(crate) fn link_create(
     prog: BorrowedFd<'_>,
     target: BorrowedFd<'_>,
     attach: u32,
@@ -139,12 +139,13 @@ fn path_attr(path: &Path, fd: u32) -> io::Result<(bpf_attr, CString)> {
 }
 
 /// Pins `fd` (a program, map or link) at `path` in a bpffs.
-pub fn obj_pin(fd: BorrowedFd<'_>, path: &Path) -> io::Result<()> {
+pub(crate) fn obj_pin(fd: BorrowedFd<'_>, path: &Path) -> io::Result<()> {
     let (mut attr, _keep) = path_attr(path, fd_u32(fd))?;
     bpf(bpf_cmd::BPF_OBJ_PIN, &mut attr).map(|_| ())
 }
 
 /// Opens the object pinned at `path`.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
     let (mut attr, _keep) = path_attr(path, 0)?;
     owned(bpf(bpf_cmd::BPF_OBJ_GET, &mut attr)?)
@@ -163,7 +164,7 @@ pub(crate) fn obj_info<T: PlainC>(fd: BorrowedFd<'_>) -> io::Result<T> {
 
 /// The network namespace inode a netns link (sk_lookup) is attached to: 0 once that namespace
 /// is gone (the kernel detaches the link when the namespace dies, whoever still sees it).
-pub fn link_netns_ino(link: BorrowedFd<'_>) -> io::Result<u32> {
+pub(crate) fn link_netns_ino(link: BorrowedFd<'_>) -> io::Result<u32> {
     let info: bpf_link_info = obj_info(link)?;
     if info.type_ != bpf_link_type::BPF_LINK_TYPE_NETNS as u32 {
         return Err(io::Error::other(format!(
@@ -203,7 +204,7 @@ fn loads(prog_type: bpf_prog_type, expected_attach_type: u32, insns: &[bpf_insn]
 }
 
 /// Whether sk_lookup programs may read `ingress_ifindex` (Linux 5.17).
-pub fn sk_lookup_reads_ingress_ifindex() -> bool {
+pub(crate) fn sk_lookup_reads_ingress_ifindex() -> bool {
     const OFFSET_INGRESS_IFINDEX: i16 = 64; // offsetof(struct bpf_sk_lookup, ingress_ifindex)
     loads(
         bpf_prog_type::BPF_PROG_TYPE_SK_LOOKUP,
@@ -217,7 +218,7 @@ pub fn sk_lookup_reads_ingress_ifindex() -> bool {
 }
 
 /// Whether a socket filter may call helper `id`: false for an id the kernel does not know.
-pub fn helper_id_is_known(id: u32) -> bool {
+pub(crate) fn helper_id_is_known(id: u32) -> bool {
     loads(
         bpf_prog_type::BPF_PROG_TYPE_SOCKET_FILTER,
         0,

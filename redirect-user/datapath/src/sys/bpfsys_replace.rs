@@ -11,12 +11,12 @@ use aya_obj::generated::{
 use crate::sys::bpfsys::{bpf, fd_u32, obj_info, owned, ptr_u64, zeroed};
 
 /// The id of the program a bpf_link runs (`struct bpf_link_info.prog_id`).
-pub fn link_prog_id(link: BorrowedFd<'_>) -> io::Result<u32> {
+pub(crate) fn link_prog_id(link: BorrowedFd<'_>) -> io::Result<u32> {
     Ok(obj_info::<bpf_link_info>(link)?.prog_id)
 }
 
 /// Opens the loaded program with kernel id `id`.
-pub fn prog_by_id(id: u32) -> io::Result<OwnedFd> {
+pub(crate) fn prog_by_id(id: u32) -> io::Result<OwnedFd> {
     let mut attr: bpf_attr = zeroed();
     attr.__bindgen_anon_6.__bindgen_anon_1.prog_id = id;
     owned(bpf(bpf_cmd::BPF_PROG_GET_FD_BY_ID, &mut attr)?)
@@ -24,7 +24,7 @@ pub fn prog_by_id(id: u32) -> io::Result<OwnedFd> {
 
 /// Replaces the program of `link` with `new` atomically, only if it still runs `old`
 /// (`BPF_F_REPLACE`): a connection sees either program, never none.
-pub fn link_update(
+pub(crate) fn link_update(
     link: BorrowedFd<'_>,
     new: BorrowedFd<'_>,
     old: BorrowedFd<'_>,
@@ -39,6 +39,7 @@ pub fn link_update(
 
 /// What defines a map: two maps with the same definition can stand for each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub struct MapDef {
     /// `enum bpf_map_type`.
     pub map_type: u32,
@@ -63,6 +64,7 @@ impl std::fmt::Display for MapDef {
 }
 
 /// The definition of map `fd` as the kernel reports it (`struct bpf_map_info`).
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub fn map_def(fd: BorrowedFd<'_>) -> io::Result<MapDef> {
     let info: bpf_map_info = obj_info(fd)?;
     Ok(MapDef {
@@ -84,6 +86,7 @@ const LPM_TRIE: u32 = bpf_map_type::BPF_MAP_TYPE_LPM_TRIE as u32;
 
 /// Whether the entries of hash `old` can be carried into trie `new` ([`copy_hash_into_trie`]):
 /// the trie's key is the hash's key behind a 4-byte prefix length, the value the same.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub fn hash_becomes_trie(old: &MapDef, new: &MapDef) -> bool {
     old.map_type == HASH
         && new.map_type == LPM_TRIE
@@ -93,6 +96,7 @@ pub fn hash_becomes_trie(old: &MapDef, new: &MapDef) -> bool {
 
 /// Copies every entry of hash `from` into LPM trie `to` at the full key length (the trie used
 /// as an exact-match map, see [`hash_becomes_trie`]). Returns the number of entries copied.
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub fn copy_hash_into_trie(
     from: BorrowedFd<'_>,
     to: BorrowedFd<'_>,
@@ -160,7 +164,7 @@ fn for_each_key(
 }
 
 /// Whether user space can copy the entries of a map of this type ([`copy_entries`]).
-pub fn copyable(map_type: u32) -> bool {
+pub(crate) fn copyable(map_type: u32) -> bool {
     matches!(
         map_type,
         HASH | ARRAY | PERCPU_HASH | PERCPU_ARRAY | LRU_HASH | LRU_PERCPU_HASH | LPM_TRIE
@@ -178,7 +182,7 @@ fn elem(cmd: bpf_cmd, fd: BorrowedFd<'_>, key: *const u8, val: *mut u8) -> io::R
 /// Copies every entry of `from` into `to` (same type, key and value sizes; any capacity):
 /// arrays index by index up to the smaller size, hashes and tries key by key. Returns the
 /// number of entries copied. An entry `to` cannot take is an error.
-pub fn copy_entries(
+pub(crate) fn copy_entries(
     from: BorrowedFd<'_>,
     to: BorrowedFd<'_>,
     def: MapDef,

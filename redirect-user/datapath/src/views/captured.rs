@@ -80,9 +80,9 @@ pub fn tproxy_mode(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<Opti
 #[derive(Debug, Default)]
 pub struct Labels {
     /// Cookie -> path from records (the daemon's list, the enrollment files).
-    pub recorded: HashMap<NetnsCookie, PathBuf>,
+    pub(crate) recorded: HashMap<NetnsCookie, PathBuf>,
     /// Cookie -> namespace inode from the kernel's maps.
-    pub inodes: HashMap<NetnsCookie, u64>,
+    pub(crate) inodes: HashMap<NetnsCookie, u64>,
     /// Inode -> path, as the machine names it now (filled on first use).
     by_inode: Option<HashMap<u64, PathBuf>>,
 }

@@ -7,7 +7,7 @@ use std::{fmt::Write as _, path::Path};
 use crate::error::{Error, Result};
 
 /// Counter name -> value.
-pub type Counts = Vec<(&'static str, u64)>;
+pub(crate) type Counts = Vec<(&'static str, u64)>;
 
 /// What is exported.
 #[derive(Debug, Clone, Default)]
@@ -21,11 +21,11 @@ pub struct Exposition<'a> {
 }
 
 /// The node-wide decisions counter.
-pub const DECISIONS: &str = "redirect_decisions_total";
+pub(crate) const DECISIONS: &str = "redirect_decisions_total";
 /// The per-namespace decisions counter.
-pub const NETNS_DECISIONS: &str = "redirect_netns_decisions_total";
+pub(crate) const NETNS_DECISIONS: &str = "redirect_netns_decisions_total";
 /// The map fill gauge.
-pub const MAP_ENTRIES: &str = "redirect_map_entries";
+pub(crate) const MAP_ENTRIES: &str = "redirect_map_entries";
 
 /// Renders `e` in the Prometheus text exposition format.
 pub fn render(e: &Exposition<'_>) -> String {

@@ -2,13 +2,13 @@
 //! instances), the node's part, `explain` of an outbound or inbound connection, `stats` and
 //! `trace`, the Prometheus rendering, `validate`, connections outside capture (`outside`), and
 //! the one JSON shape they share.
-pub mod captured;
-pub mod explain;
-pub mod explain_inbound;
-pub(crate) mod json;
-pub mod metrics;
-pub mod node_status;
-pub mod observe;
-pub mod outside;
-pub mod status;
-pub mod validate;
+pub(crate) mod captured;
+pub(crate) mod explain;
+pub(crate) mod explain_inbound;
+mod json;
+pub(crate) mod metrics;
+pub(crate) mod node_status;
+pub(crate) mod observe;
+pub(crate) mod outside;
+pub(crate) mod status;
+pub(crate) mod validate;

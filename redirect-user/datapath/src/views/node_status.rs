@@ -35,25 +35,25 @@ pub struct EnrolledNs {
 #[derive(Debug, Clone, Serialize)]
 pub struct NodeStatus {
     /// Pin directory.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Layout version of the pins.
-    pub layout: u32,
+    pub(crate) layout: u32,
     /// `daemon` or `cli`.
     pub owner: &'static str,
     /// The owning daemon's pid, when a daemon owns it.
-    pub owner_pid: Option<u32>,
+    pub(crate) owner_pid: Option<u32>,
     /// Whether that daemon is running.
-    pub owner_up: bool,
+    pub(crate) owner_up: bool,
     /// The capture attach cgroup (path when found, else `cgroup id N`).
-    pub cgroup: String,
+    pub(crate) cgroup: String,
     /// The proxy attach cgroup (getsockopt, sock_ops).
-    pub proxy_cgroup: String,
+    pub(crate) proxy_cgroup: String,
     /// Pinned cgroup links (program-n).
-    pub links: Vec<String>,
+    pub(crate) links: Vec<String>,
     /// The sk_lookup program it runs (the one without `ingress_ifindex` refuses `-c`/`-k`).
-    pub sk_lookup: &'static str,
+    pub(crate) sk_lookup: &'static str,
     /// Netns cookies with an sk_lookup link (numbers, as every view gives cookies).
-    pub inbound_netns: Vec<NetnsCookie>,
+    pub(crate) inbound_netns: Vec<NetnsCookie>,
     /// Entries per map, for the maps whose fill matters.
     #[serde(serialize_with = "crate::views::json::pairs_as_object")]
     pub fill: Vec<(&'static str, usize)>,
@@ -65,19 +65,19 @@ pub struct NodeStatus {
     pub captured: Vec<EnrolledNs>,
     /// Each pinned link's and program's program: id, verified instructions, runs and run time
     /// (counted while `kernel.bpf_stats_enabled` is 1).
-    pub programs: Vec<PinnedProgram>,
+    pub(crate) programs: Vec<PinnedProgram>,
     /// Things an operator should look at.
     pub warnings: Vec<String>,
 }
 
 /// One pinned link's (or pinned program's) program.
 #[derive(Debug, Clone, Serialize)]
-pub struct PinnedProgram {
+pub(crate) struct PinnedProgram {
     /// The pin (`redirect_connect4-11`, `redirect_sk_lookup`).
-    pub pin: String,
+    pub(crate) pin: String,
     /// What the kernel reports.
     #[serde(flatten)]
-    pub stat: crate::load::program_stats::ProgramStat,
+    pub(crate) stat: crate::load::program_stats::ProgramStat,
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -184,7 +184,7 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
 }
 
 /// Text form.
-pub fn render(s: &NodeStatus) -> String {
+pub(crate) fn render(s: &NodeStatus) -> String {
     let owner = match (s.owner_pid, s.owner_up) {
         (Some(pid), true) => format!("the redirect daemon, pid {pid} (up)"),
         (Some(pid), false) => {

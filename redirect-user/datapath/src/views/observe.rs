@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// Counters of one namespace, non-zero only, in slot order.
-pub type NsCounters = Vec<(&'static str, u64)>;
+pub(crate) type NsCounters = Vec<(&'static str, u64)>;
 
 /// Sums every namespace's per-CPU counters.
 pub fn ns_counters(store: &mut dyn MapStore) -> Result<BTreeMap<NetnsCookie, NsCounters>> {
@@ -48,7 +48,7 @@ pub fn ns_counters(store: &mut dyn MapStore) -> Result<BTreeMap<NetnsCookie, NsC
 pub struct Decision {
     /// `outbound` (a connect or send from the namespace) or `inbound` (a connection arriving,
     /// decided by sk_lookup).
-    pub direction: &'static str,
+    pub(crate) direction: &'static str,
     /// Netns cookie (the CLI prints it as `cookie`, beside the namespace's path).
     #[serde(skip)]
     pub netns: NetnsCookie,

@@ -31,7 +31,7 @@ pub struct Outside {
     /// The process holding it, when one of the namespace's processes does.
     pub pid: Option<u32>,
     /// Where a new connect of its owner to its remote end would go now (`proxy:15001`, ...).
-    pub now: String,
+    pub(crate) now: String,
 }
 
 /// Most descriptors read (`readlink`) in one search for owners: a pod's process holding a

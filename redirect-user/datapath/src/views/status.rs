@@ -13,42 +13,42 @@ use crate::{
 
 /// One attachment as status reports it.
 #[derive(Debug, Clone, Serialize)]
-pub struct AttachmentStatus {
+pub(crate) struct AttachmentStatus {
     /// Program name.
-    pub program: String,
+    pub(crate) program: String,
     /// Attach type.
-    pub attach_type: String,
+    pub(crate) attach_type: String,
     /// Cgroup directory, or network namespace file for sk_lookup.
-    pub target: String,
+    pub(crate) target: String,
     /// Kernel program id.
-    pub program_id: u32,
+    pub(crate) program_id: u32,
     /// True when the kernel still has a cgroup link for this program.
-    pub linked: bool,
+    pub(crate) linked: bool,
     /// What the kernel reports for it (verified instructions; runs and run time while
     /// `kernel.bpf_stats_enabled` is 1); `None` once it is unloaded.
-    pub stat: Option<crate::load::program_stats::ProgramStat>,
+    pub(crate) stat: Option<crate::load::program_stats::ProgramStat>,
 }
 
 /// One running `redirect attach`.
 #[derive(Debug, Clone, Serialize)]
 pub struct InstanceStatus {
     /// Its pid.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// Proxy uid / gid / port in force.
-    pub proxy_uid: u32,
+    pub(crate) proxy_uid: u32,
     /// Proxy gid.
-    pub proxy_gid: u32,
+    pub(crate) proxy_gid: u32,
     /// Outbound port.
-    pub outbound_port: u16,
+    pub(crate) outbound_port: u16,
     /// Attachments.
-    pub attachments: Vec<AttachmentStatus>,
+    pub(crate) attachments: Vec<AttachmentStatus>,
     /// Decision counters (an object, name -> value, zeros included).
     #[serde(serialize_with = "crate::views::json::counters_as_object")]
-    pub counters: Vec<CounterValue>,
+    pub(crate) counters: Vec<CounterValue>,
     /// Redirected connections whose hand-off the proxy has not claimed yet (`TRACKED`).
-    pub tracked_entries: usize,
+    pub(crate) tracked_entries: usize,
     /// Steered inbound connections whose hand-off the proxy has not claimed yet (`INBOUND`).
-    pub inbound_entries: usize,
+    pub(crate) inbound_entries: usize,
 }
 
 /// The whole report: the node datapath (pinned) and the running `redirect attach` instances

@@ -19,9 +19,10 @@ use crate::{
 };
 
 /// Where validation dials for the outbound check (TEST-NET-1: never a real service).
-pub const PROBE_DST: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 9);
+pub(crate) const PROBE_DST: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 9);
 /// Uid and gid of the dialling "application" (nobody).
-pub const APP_ID: u32 = 65534;
+pub(crate) const APP_ID: u32 = 65534;
 
 /// One check.
 #[derive(Debug, Clone, Serialize)]
@@ -44,7 +45,10 @@ pub struct Report {
 }
 
 /// The namespace's policy from the pinned maps.
-pub fn policy_of(store: &mut dyn MapStore, cookie: NetnsCookie) -> Result<Option<OutboundPolicy>> {
+pub(crate) fn policy_of(
+    store: &mut dyn MapStore,
+    cookie: NetnsCookie,
+) -> Result<Option<OutboundPolicy>> {
     Ok(
         hash::<NetnsCookie, OutboundPolicy>(store, map_names::NETNS_OUTBOUND)?
             .get(&cookie, 0)

@@ -8,7 +8,7 @@ use BpfHelper as H;
 use ProgramType as P;
 
 /// sk_lookup's `ingress_ifindex`: the one optional feature.
-pub const INGRESS_IFINDEX_FEATURE: Feature = f(
+pub(crate) const INGRESS_IFINDEX_FEATURE: Feature = f(
     super::INGRESS_IFINDEX,
     "sk_lookup ingress_ifindex",
     "inbound -c/-k (excluded and KubeVirt interfaces)",
@@ -20,7 +20,7 @@ pub const INGRESS_IFINDEX_FEATURE: Feature = f(
 );
 
 /// Every feature the datapath uses, in the order docs/developer.md lists them.
-pub const FEATURES: &[Feature] = &[
+pub(crate) const FEATURES: &[Feature] = &[
     f(
         "cgroup_sock_addr",
         "cgroup_sock_addr programs",

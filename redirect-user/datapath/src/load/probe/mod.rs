@@ -16,7 +16,7 @@ use crate::{
 
 /// How a feature is probed.
 #[derive(Debug, Clone, Copy)]
-pub enum Check {
+pub(crate) enum Check {
     /// The kernel loads programs of this type.
     Program(ProgramType),
     /// The kernel creates maps of this type.
@@ -33,17 +33,17 @@ pub enum Check {
 #[derive(Debug, Clone, Copy)]
 pub struct Feature {
     /// Short name, for [`ASSUME_MISSING_ENV`] and `redirect probe --json`.
-    pub id: &'static str,
+    pub(crate) id: &'static str,
     /// What it is, as the kernel documentation names it.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// What of ours needs it.
-    pub needed_by: &'static str,
+    pub(crate) needed_by: &'static str,
     /// The first kernel release that has it.
-    pub since: &'static str,
+    pub(crate) since: &'static str,
     /// How to tell.
-    pub check: Check,
+    pub(crate) check: Check,
     /// For a feature the datapath loads without: what it does then (else it is required).
-    pub without: Option<&'static str>,
+    pub(crate) without: Option<&'static str>,
 }
 
 pub(super) const fn f(
@@ -75,19 +75,19 @@ impl Feature {
 
 /// Environment variable naming features (by [`Feature::id`], comma-separated) to treat as
 /// missing whatever the kernel says: shows and tests what an older kernel gets.
-pub const ASSUME_MISSING_ENV: &str = "REDIRECT_PROBE_ASSUME_MISSING";
+pub(crate) const ASSUME_MISSING_ENV: &str = "REDIRECT_PROBE_ASSUME_MISSING";
 
 /// [`Feature::id`] of sk_lookup's `ingress_ifindex` (the one optional feature).
-pub const INGRESS_IFINDEX: &str = "sk_lookup_ingress_ifindex";
+pub(crate) const INGRESS_IFINDEX: &str = "sk_lookup_ingress_ifindex";
 
 mod features;
-pub use features::{FEATURES, INGRESS_IFINDEX_FEATURE};
+pub(crate) use features::{FEATURES, INGRESS_IFINDEX_FEATURE};
 
 /// A probe's answer.
 #[derive(Debug, Clone, Serialize)]
 pub struct Probed {
     /// The feature's short name.
-    pub id: &'static str,
+    pub(crate) id: &'static str,
     /// The feature.
     pub name: &'static str,
     /// What needs it.
@@ -98,18 +98,18 @@ pub struct Probed {
     pub present: bool,
     /// Treated as missing because [`ASSUME_MISSING_ENV`] names it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub assumed_missing: bool,
+    pub(crate) assumed_missing: bool,
     /// For an optional feature: what the datapath does without it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub without: Option<&'static str>,
     /// Why the probe could not tell, when it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// The features [`ASSUME_MISSING_ENV`] names (empty when unset); an id that names no feature
 /// is an error listing the ids.
-pub fn assumed_missing() -> Result<Vec<&'static str>> {
+pub(crate) fn assumed_missing() -> Result<Vec<&'static str>> {
     let Some(value) = std::env::var_os(ASSUME_MISSING_ENV) else {
         return Ok(Vec::new());
     };
@@ -129,7 +129,7 @@ pub fn assumed_missing() -> Result<Vec<&'static str>> {
 }
 
 /// Probes one feature; `assume_missing` reports it missing without asking the kernel.
-pub fn probe_as(feature: &Feature, assume_missing: bool) -> Probed {
+pub(crate) fn probe_as(feature: &Feature, assume_missing: bool) -> Probed {
     let answer: std::result::Result<bool, String> = match feature.check {
         _ if assume_missing => Ok(false),
         Check::Program(t) => is_program_supported(t).map_err(|e| e.to_string()),
@@ -197,7 +197,7 @@ pub fn detail(p: &Probed) -> String {
 }
 
 /// Probes every feature; the first missing required one is an error. Returns the answers.
-pub fn require_all() -> Result<Vec<Probed>> {
+pub(crate) fn require_all() -> Result<Vec<Probed>> {
     let probed = probe_all()?;
     match missing(&probed) {
         Some(e) => Err(e),
@@ -206,12 +206,12 @@ pub fn require_all() -> Result<Vec<Probed>> {
 }
 
 /// The answer for feature `id` in `probed`.
-pub fn answer<'a>(probed: &'a [Probed], id: &str) -> Option<&'a Probed> {
+pub(crate) fn answer<'a>(probed: &'a [Probed], id: &str) -> Option<&'a Probed> {
     probed.iter().find(|p| p.id == id)
 }
 
 /// The sk_lookup program this kernel loads: the one reading `ingress_ifindex` when it has it.
-pub fn sk_lookup_program(probed: &[Probed]) -> &'static str {
+pub(crate) fn sk_lookup_program(probed: &[Probed]) -> &'static str {
     if answer(probed, INGRESS_IFINDEX).is_some_and(|p| p.present) {
         redirect_common::prog_names::SK_LOOKUP
     } else {

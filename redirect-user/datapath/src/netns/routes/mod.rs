@@ -2,7 +2,7 @@
 //! rtnetlink inside it (`netlink`) and resolved per prefix as the kernel's lookup chooses
 //! (`table`), into the `OUT_ROUTES` entries the BPF side matches longest-prefix first.
 mod netlink;
-pub mod table;
+pub(crate) mod table;
 #[cfg(test)]
 mod tests;
 
@@ -10,12 +10,13 @@ use std::path::Path;
 
 use ipnet::IpNet;
 
-pub use self::table::{resolve, Resolved, Route, Tables};
+use self::table::Resolved;
 use crate::{error::Result, netns::NetnsHandle};
 
 /// Reads the namespace's routes and rules over its rtnetlink socket (no thread enters it) and
 /// resolves them for the interfaces `excluded` (names; one the namespace does not have
 /// excludes nothing).
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub fn resolve_in(ns: &NetnsHandle, excluded: &[String], cap: usize) -> Result<Resolved> {
     let mut names: Vec<&str> = excluded.iter().map(String::as_str).collect();
     names.push("lo");
@@ -33,7 +34,7 @@ pub fn resolve_in(ns: &NetnsHandle, excluded: &[String], cap: usize) -> Result<R
 
 /// The namespace's `OUT_ROUTES` entries (prefix, leaves through an excluded interface); a
 /// family whose routes cannot be emulated gets none (captured) and a warning.
-pub fn via_interfaces(
+pub(crate) fn via_interfaces(
     ns: &NetnsHandle,
     excluded: &[String],
     cap: usize,
@@ -44,7 +45,7 @@ pub fn via_interfaces(
 }
 
 /// Logs each family `resolved` left captured, with the reason.
-pub fn warn_doubts(netns_path: &Path, resolved: &Resolved) {
+pub(crate) fn warn_doubts(netns_path: &Path, resolved: &Resolved) {
     for reason in &resolved.doubts {
         tracing::warn!(
             netns = %netns_path.display(),

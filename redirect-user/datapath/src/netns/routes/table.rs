@@ -13,43 +13,44 @@ use std::collections::{BTreeSet, HashMap};
 use ipnet::IpNet;
 
 /// Table id of `local` (looked up first by the default rules).
-pub const TABLE_LOCAL: u32 = 255;
+pub(crate) const TABLE_LOCAL: u32 = 255;
 /// Table id of `main`.
-pub const TABLE_MAIN: u32 = 254;
+pub(crate) const TABLE_MAIN: u32 = 254;
 
 /// One route as the kernel holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
+pub(crate) struct Route {
     /// Routing table id.
-    pub table: u32,
+    pub(crate) table: u32,
     /// Destination prefix (host bits cleared).
-    pub prefix: IpNet,
+    pub(crate) prefix: IpNet,
     /// Metric (`RTA_PRIORITY`; lower wins).
-    pub metric: u32,
+    pub(crate) metric: u32,
     /// Interfaces (ifindex) traffic may leave by: one, every nexthop of a multipath route, the
     /// loopback for local delivery; none for unreachable, blackhole, prohibit and throw.
-    pub devices: Vec<u32>,
+    pub(crate) devices: Vec<u32>,
     /// The route applies to some traffic only (a source prefix or a TOS): the trie, keyed by
     /// destination alone, cannot express it.
-    pub selective: bool,
+    pub(crate) selective: bool,
 }
 
 /// A namespace's routes with what its rules say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tables {
+pub(crate) struct Tables {
     /// Every route of every table, in the kernel's dump order.
-    pub routes: Vec<Route>,
+    pub(crate) routes: Vec<Route>,
     /// IPv4 has rules other than the default `local`, `main`, `default` lookups.
-    pub policy_rules_v4: bool,
+    pub(crate) policy_rules_v4: bool,
     /// IPv6 has rules other than the default `local`, `main` lookups.
-    pub policy_rules_v6: bool,
+    pub(crate) policy_rules_v6: bool,
     /// The namespace held more routes than were read: none can be trusted to be the
     /// kernel's choice (a more specific route may be among those left out).
-    pub left_out: bool,
+    pub(crate) left_out: bool,
 }
 
 /// The `OUT_ROUTES` entries of a namespace and why a family was left captured.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub struct Resolved {
     /// Prefix -> whether its addresses leave through an excluded interface, sorted.
     pub entries: Vec<(IpNet, bool)>,
@@ -58,7 +59,7 @@ pub struct Resolved {
 }
 
 /// Resolves `tables` for the interfaces `excluded` (ifindexes).
-pub fn resolve(tables: &Tables, excluded: &[u32]) -> Resolved {
+pub(crate) fn resolve(tables: &Tables, excluded: &[u32]) -> Resolved {
     let mut out = Resolved::default();
     for (v4, policy_rules, name) in [
         (true, tables.policy_rules_v4, "IPv4"),

@@ -9,17 +9,17 @@ use std::{net::IpAddr, path::Path};
 use redirect_common::{map_names, Counter};
 use redirect_policy::{InboundPorts, Policy};
 
-pub use self::pin::{create, read};
+pub(crate) use self::pin::{create, read};
 use crate::{
     error::{Error, Result},
     maps::outbound::Compiled,
 };
 
 /// Name of the sizing record's pin.
-pub const PIN: &str = "sizing";
+pub(crate) const PIN: &str = "sizing";
 const MAGIC: u32 = 0x7a69_7365; // "size"
 /// `TRACKED` entries beyond `slots * handshakes`: concurrent adds on every CPU at once.
-pub const HANDOFF_SLACK: u32 = 1024;
+pub(crate) const HANDOFF_SLACK: u32 = 1024;
 /// Default `--max-connections`: connections in hand-off at once on a 110-pod node.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 16_384;
 /// The record of a datapath pinned before `max_connections` existed (layout v4 and older).
@@ -100,7 +100,7 @@ impl Quotas {
     /// A namespace that holds more has its excluded-interface routes left captured, and the
     /// reading costs no more however many it adds.
     #[must_use]
-    pub fn read_cap(&self) -> usize {
+    pub(crate) fn read_cap(&self) -> usize {
         (self.routes as usize + self.addresses as usize * 2) * 4
     }
 
@@ -117,7 +117,7 @@ impl Quotas {
     /// Entries of the inbound LRU for `max_connections`: half of it, and at least 256 per
     /// possible CPU (the kernel's common LRU keeps up to 128 free entries on each CPU's list,
     /// so a smaller map would evict before it is full); 1,024 to 65,536.
-    pub fn inbound_for(max_connections: u32) -> u32 {
+    pub(crate) fn inbound_for(max_connections: u32) -> u32 {
         let cpus = aya::util::nr_cpus().map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX));
         (max_connections / 2)
             .max(cpus.saturating_mul(256))
@@ -143,7 +143,7 @@ impl Quotas {
 
     /// Checks that the connection maps hold every namespace's hand-off quota at once (so no
     /// namespace can take another's share): an error naming the three flags otherwise.
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    pub(crate) fn validate(&self) -> std::result::Result<(), String> {
         let slots = u64::from(self.max_pods) + 1;
         let needed = slots * u64::from(self.handshakes) + u64::from(HANDOFF_SLACK);
         if slots + u64::from(HANDOFF_SLACK) > u64::from(self.max_connections) {
@@ -175,7 +175,7 @@ impl Quotas {
     /// `max_entries` of each shared map: one slot more than `max_pods` for the default entry
     /// (netns cookie 0) and two port lists per direction; the connection maps hold
     /// `max_connections`, the inbound LRU `inbound`.
-    pub fn map_sizes(&self) -> Vec<(&'static str, u32)> {
+    pub(crate) fn map_sizes(&self) -> Vec<(&'static str, u32)> {
         let slots = self.max_pods.saturating_add(1);
         let per = |n: u32| slots.saturating_mul(n).max(1);
         let conns = self.max_connections.max(1);
@@ -251,7 +251,7 @@ impl Quotas {
 
     /// Checks one namespace's enrollment against the quotas, before anything is written.
     /// `new` is whether the namespace has no policy yet and `enrolled` how many have one.
-    pub fn check(&self, e: &Enrollment<'_>) -> Result<()> {
+    pub(crate) fn check(&self, e: &Enrollment<'_>) -> Result<()> {
         let over = |what: &'static str, count: usize, limit: u32, flag: &'static str| {
             if count > limit as usize {
                 Err(Error::Quota {
@@ -339,19 +339,19 @@ impl Quotas {
 
 /// What one enrollment would write, for [`Quotas::check`].
 #[derive(Debug)]
-pub struct Enrollment<'a> {
+pub(crate) struct Enrollment<'a> {
     /// The namespace, for the error.
-    pub netns: &'a Path,
+    pub(crate) netns: &'a Path,
     /// The policy asked for.
-    pub policy: &'a Policy,
+    pub(crate) policy: &'a Policy,
     /// Its compiled outbound form.
-    pub compiled: &'a Compiled,
+    pub(crate) compiled: &'a Compiled,
     /// The namespace's addresses.
-    pub addrs: &'a [IpAddr],
+    pub(crate) addrs: &'a [IpAddr],
     /// Whether the namespace has no policy yet.
-    pub new: bool,
+    pub(crate) new: bool,
     /// Namespaces with a policy now.
-    pub enrolled: usize,
+    pub(crate) enrolled: usize,
 }
 
 #[cfg(test)]

@@ -11,11 +11,11 @@ use crate::{
 };
 
 fn map_err(op: &'static str, dir: &Path) -> impl FnOnce(aya::maps::MapError) -> Error {
-    crate::node::layout::record_err(op, dir, PIN)
+    crate::error::record_err(op, dir, PIN)
 }
 
 /// Creates and pins the sizing record of a new datapath.
-pub fn create(dir: &Path, quotas: &Quotas) -> Result<()> {
+pub(crate) fn create(dir: &Path, quotas: &Quotas) -> Result<()> {
     let path = dir.join(PIN);
     let pin_err = |op: &'static str| {
         let path = path.clone();
@@ -34,7 +34,7 @@ pub fn create(dir: &Path, quotas: &Quotas) -> Result<()> {
 }
 
 /// The quotas of the datapath at `dir`; the defaults for one pinned before sizing existed.
-pub fn read(dir: &Path) -> Result<Quotas> {
+pub(crate) fn read(dir: &Path) -> Result<Quotas> {
     let path = dir.join(PIN);
     if !path.exists() {
         return Ok(Quotas::default());
