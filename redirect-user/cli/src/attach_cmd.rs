@@ -10,7 +10,7 @@ use nix::sys::signal::{SigSet, Signal};
 use redirect_common::map_names;
 use redirect_datapath::{
     attached_near, read_counters_by_id, render_metrics, tracked_len_by_id, write_atomically,
-    AttachOptions, Datapath, Exposition, InstanceState, StateFile,
+    AttachDatapath, AttachOptions, Exposition, InstanceState, StateFile,
 };
 
 use crate::{cli, dir_args::Dirs};
@@ -29,7 +29,7 @@ pub fn attach(
     signals.thread_block().context("blocking SIGINT/SIGTERM")?;
 
     refuse_near_a_node_datapath(dirs, &options.cgroup)?;
-    let mut datapath = Datapath::attach(&options)?;
+    let mut datapath = AttachDatapath::attach(&options)?;
     let instance = InstanceState {
         pid: std::process::id(),
         options: datapath.options().clone(),
@@ -92,7 +92,7 @@ pub fn attach(
 fn refuse_near_a_node_datapath(dirs: &Dirs, cgroup: &Path) -> anyhow::Result<()> {
     use redirect_datapath::Owner;
     let Ok(cgroup) = redirect_datapath::validate_cgroup(cgroup) else {
-        return Ok(()); // Datapath::attach names the bad --cgroup
+        return Ok(()); // AttachDatapath::attach names the bad --cgroup
     };
     let mut roots = vec![PathBuf::from("/sys/fs/bpf")];
     roots.extend(dirs.bpffs.parent().map(Path::to_path_buf));
@@ -140,10 +140,10 @@ pub fn with_cidr_file(
 /// Forwards BPF log records until one of `signals` arrives; returns it.
 /// With `tick`, `on_tick` runs about once a second.
 fn wait_for_stop(
-    datapath: &mut Datapath,
+    datapath: &mut AttachDatapath,
     signals: SigSet,
     tick: bool,
-    mut on_tick: impl FnMut(&mut Datapath),
+    mut on_tick: impl FnMut(&mut AttachDatapath),
 ) -> anyhow::Result<Signal> {
     use std::os::fd::AsFd as _;
 

@@ -41,7 +41,7 @@ pub use error::{Error, Result};
 pub use phases::{Phases, ThreadCpu};
 
 // `redirect attach`: the datapath its process holds, and the instance state files it leaves.
-pub use attach::datapath::{AttachOptions, Datapath};
+pub use attach::datapath::{AttachDatapath, AttachOptions};
 pub use attach::state::{
     read_all as read_instances, remove_stale as remove_stale_instances, InstanceState, StateFile,
     DEFAULT_STATE_DIR,

@@ -322,7 +322,7 @@ impl Daemon {
         read: Option<Vec<std::net::IpAddr>>,
         phases: &mut Phases,
     ) -> Result<Enrollment> {
-        let applied = self.dp.apply_read(&ns, &policy, read)?;
+        let applied = self.dp.apply_with_addresses(&ns, &policy, read)?;
         phases.extend(applied.phases);
         let e = Enrollment {
             netns: ns.path().to_path_buf(),

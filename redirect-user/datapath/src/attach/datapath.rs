@@ -79,7 +79,7 @@ impl AttachOptions {
 /// A loaded and attached datapath: the links of [`plan::cgroup_plan`] (and sk_lookup per
 /// enrolled namespace) held by this process. Dropping it detaches everything in the reverse
 /// order of attaching (capture first: sk_lookup and connect4/6, then tracking).
-pub struct Datapath {
+pub struct AttachDatapath {
     pub(crate) ebpf: Ebpf,
     logger: Option<EbpfLogger<&'static dyn log::Log>>,
     pub(crate) ebpf_enrolled: Vec<Enrolled>,
@@ -93,9 +93,9 @@ pub struct Datapath {
     pub(crate) sk_lookup: &'static str,
 }
 
-impl std::fmt::Debug for Datapath {
+impl std::fmt::Debug for AttachDatapath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Datapath")
+        f.debug_struct("AttachDatapath")
             .field("attachments", &self.attachments)
             .field("options", &self.options)
             .field("logger", &self.logger.is_some())
@@ -104,7 +104,7 @@ impl std::fmt::Debug for Datapath {
     }
 }
 
-impl Datapath {
+impl AttachDatapath {
     /// Validates, loads and attaches. On any error nothing stays attached.
     pub fn attach(options: &AttachOptions) -> Result<Self> {
         preflight::require_root()?;
@@ -249,7 +249,7 @@ impl Datapath {
     }
 }
 
-impl Drop for Datapath {
+impl Drop for AttachDatapath {
     fn drop(&mut self) {
         self.detach();
     }

@@ -4,13 +4,13 @@
 use redirect_policy::inbound_spec::{InboundPorts, InboundSpec};
 
 use crate::{
-    attach::datapath::{Datapath, Enrolled},
+    attach::datapath::{AttachDatapath, Enrolled},
     error::Result,
     maps::inbound::{adopt_listeners, sync_addresses, write_inbound},
     netns::NetnsHandle,
 };
 
-impl Datapath {
+impl AttachDatapath {
     /// Enrolls `spec`'s namespace: policy, port rules and addresses first, then sk_lookup.
     pub(crate) fn enroll(&mut self, spec: &InboundSpec) -> Result<()> {
         if spec.ports == InboundPorts::None {

@@ -46,13 +46,13 @@ impl NodeDatapath {
     /// so no entry (an address another pod may be given, a port rule) is left behind; a
     /// re-apply that fails leaves what is in force (on doubt, capture).
     pub fn apply(&mut self, ns: &NetnsHandle, policy: &Policy) -> Result<Applied> {
-        self.apply_read(ns, policy, None)
+        self.apply_with_addresses(ns, policy, None)
     }
 
     /// [`apply`](Self::apply), with the namespace's addresses when the caller has just read
     /// them through `ns` (the CNI ADD checks the runtime's prevResult against them): the
     /// namespace is then not asked for them a second time.
-    pub fn apply_read(
+    pub fn apply_with_addresses(
         &mut self,
         ns: &NetnsHandle,
         policy: &Policy,
