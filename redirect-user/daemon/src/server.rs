@@ -314,7 +314,7 @@ impl Daemon {
             let e = f.record.clone();
             if gone(&self.dp, f) {
                 tracing::info!(netns = %e.netns.display(), %cookie, "enrolled namespace is gone: removing its policy");
-                let _ = self.dp.remove_policy(cookie, &e.netns);
+                let _ = self.dp.remove_policy(cookie, None, &e.netns);
                 self.enrollments.remove(&cookie);
                 remove_enrollment(&self.opts.dir, cookie);
                 continue;

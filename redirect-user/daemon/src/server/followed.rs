@@ -242,7 +242,8 @@ impl Daemon {
     /// An enrollment whose namespace is gone: its policy and record removed.
     fn forget_gone(&mut self, e: &Enrollment) {
         tracing::info!(netns = %e.netns.display(), cookie = %e.cookie, "enrolled namespace is gone: removing its policy");
-        if let Err(err) = self.dp.remove_policy(e.cookie, &e.netns) {
+        // Gone: no handle, and its path is not reopened (it may name another namespace now).
+        if let Err(err) = self.dp.remove_policy(e.cookie, None, &e.netns) {
             tracing::warn!(error = %err, "removing a stale policy");
         }
         remove_enrollment(&self.opts.dir, e.cookie);
@@ -361,11 +362,10 @@ impl Daemon {
                 removed: false,
             });
         };
-        // Through the namespace the enrollment holds: its recorded path may name another now.
-        if let Some(ns) = self.enrollments.get(&cookie).and_then(|f| f.ns.as_ref()) {
-            redirect_datapath::remove_tproxy_logged(ns);
-        }
-        self.dp.remove_policy(cookie, &netns)?;
+        // Through the namespace the enrollment holds (TPROXY's routing too, once): its recorded
+        // path may name another now.
+        let ns = self.enrollments.get(&cookie).and_then(|f| f.ns.as_ref());
+        self.dp.remove_policy(cookie, ns, &netns)?;
         self.enrollments.remove(&cookie);
         remove_enrollment(&self.opts.dir, cookie);
         Ok(Unenrolled {

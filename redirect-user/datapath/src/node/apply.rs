@@ -132,7 +132,7 @@ impl NodeDatapath {
             }
             Err(e) => {
                 tracing::warn!(netns = %netns_path.display(), %cookie, error = %e, "applying failed: removing everything written for the namespace");
-                if let Err(undo) = self.remove_policy(cookie, netns_path) {
+                if let Err(undo) = self.remove_policy(cookie, Some(ns), netns_path) {
                     tracing::error!(netns = %netns_path.display(), error = %undo, "rolling back a failed apply");
                 }
                 return Err(e);

@@ -11,7 +11,7 @@ use super::{
 use crate::{
     error::Result,
     maps::{inbound, outbound, store::hash},
-    netns::{self, NetnsHandle},
+    netns::NetnsHandle,
     sys::bpfsys,
 };
 
@@ -20,8 +20,9 @@ impl NodeDatapath {
     /// more, the whole datapath is unpinned (and so detached) unless `keep_empty` (a daemon
     /// owns it and keeps it with no policy). Returns whether it was unpinned.
     pub fn cleanup(&mut self, netns_path: &Path, keep_empty: bool) -> Result<bool> {
-        let cookie = netns::cookie(netns_path)?;
-        self.remove_policy(cookie, netns_path)?;
+        // Opened once: its TPROXY routing is removed through this handle.
+        let ns = NetnsHandle::open(netns_path)?;
+        self.remove_policy(ns.cookie(), Some(&ns), netns_path)?;
         self.remove_stale()?;
         if keep_empty {
             return Ok(false);
@@ -36,14 +37,19 @@ impl NodeDatapath {
     }
 
     /// Removes everything stored for namespace `cookie` (which may no longer exist; `shown`
-    /// only names it in logs and errors). The datapath itself stays.
-    pub fn remove_policy(&mut self, cookie: NetnsCookie, shown: &Path) -> Result<()> {
+    /// only names it in logs and errors). `ns` is the caller's handle on the namespace while it
+    /// lives, through which its TPROXY routing goes too; never reopened by a path, which may
+    /// name another namespace by now. The datapath itself stays.
+    pub fn remove_policy(
+        &mut self,
+        cookie: NetnsCookie,
+        ns: Option<&NetnsHandle>,
+        shown: &Path,
+    ) -> Result<()> {
         // TPROXY's routing lives in the namespace: removed while it is there (a namespace that
         // is gone took it along), best effort: the maps go whatever happens there.
-        if let Ok(ns) = NetnsHandle::open(shown) {
-            if ns.cookie() == cookie {
-                remove_tproxy_logged(&ns);
-            }
+        if let Some(ns) = ns.filter(|ns| ns.cookie() == cookie) {
+            remove_tproxy_logged(ns);
         }
         outbound::remove(&mut self.maps, cookie)?;
         self.detach_sk_lookup(cookie)?;
@@ -85,7 +91,7 @@ impl NodeDatapath {
         let mut gone = Vec::new();
         for cookie in cookies {
             if self.namespace_gone(cookie) {
-                self.remove_policy(cookie, Path::new("(a namespace that is gone)"))?;
+                self.remove_policy(cookie, None, Path::new("(a namespace that is gone)"))?;
                 gone.push(cookie);
             }
         }
