@@ -146,6 +146,7 @@ pub fn spawn(
 /// unreachable) and the daemon's (it answered with an error).
 fn render_cni_failures(dir: &std::path::Path) -> String {
     use redirect_daemon_api::cni_failures::{read, read_refused, METRIC, REFUSED_METRIC};
+    use redirect_sys::prometheus::{Kind, Text};
     let count = |n: Result<u64, _>| {
         n.unwrap_or_else(|e: redirect_daemon_api::cni_failures::CounterError| {
             tracing::warn!(error = %e, "reading a CNI ADD failure count");
@@ -153,8 +154,12 @@ fn render_cni_failures(dir: &std::path::Path) -> String {
         })
     };
     let (unreachable, refused) = (count(read(dir)), count(read_refused(dir)));
-    format!(
-        "# HELP {METRIC} CNI ADDs that found the redirect daemon unreachable (each failed closed).\n# TYPE {METRIC} counter\n{METRIC} {unreachable}\n\
-         # HELP {REFUSED_METRIC} CNI ADDs the redirect daemon answered with an error (each failed closed).\n# TYPE {REFUSED_METRIC} counter\n{REFUSED_METRIC} {refused}\n"
-    )
+    let mut t = Text::new();
+    let help = "CNI ADDs that found the redirect daemon unreachable (each failed closed).";
+    t.family(METRIC, Kind::Counter, help)
+        .sample(METRIC, &[], unreachable);
+    let help = "CNI ADDs the redirect daemon answered with an error (each failed closed).";
+    t.family(REFUSED_METRIC, Kind::Counter, help)
+        .sample(REFUSED_METRIC, &[], refused);
+    t.finish()
 }

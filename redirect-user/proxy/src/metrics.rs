@@ -1,12 +1,13 @@
 //! Proxy statistics (per direction and cluster) and their Prometheus text rendering.
 use std::{
     collections::BTreeMap,
-    fmt::Write as _,
     sync::{
         atomic::{AtomicI64, AtomicU64, Ordering},
         Arc, Mutex,
     },
 };
+
+use redirect_sys::prometheus::{Kind, Text};
 
 /// Counters of one (direction, cluster) pair.
 #[derive(Debug, Default)]
@@ -66,12 +67,6 @@ impl Drop for ActiveGuard<'_> {
 /// (metric name, help text, how to read it from a cluster's counters).
 type Family = (&'static str, &'static str, fn(&ClusterStats) -> u64);
 
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 impl Stats {
     /// The counters for (direction, cluster), created on first use.
     pub fn cluster(&self, direction: Direction, cluster: &str) -> Arc<ClusterStats> {
@@ -98,7 +93,7 @@ impl Stats {
             .clusters
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut out = String::new();
+        let mut out = Text::new();
         let families: [Family; 4] = [
             (
                 "redirect_proxy_connections_total",
@@ -122,30 +117,19 @@ impl Stats {
             ),
         ];
         for (name, help, get) in families {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            out.family(name, Kind::Counter, help);
             for ((direction, cluster), stats) in map.iter() {
-                let _ = writeln!(
-                    out,
-                    "{name}{{direction=\"{direction}\",cluster=\"{}\"}} {}",
-                    escape(cluster),
-                    get(stats)
-                );
+                let labels = [("direction", *direction), ("cluster", cluster.as_str())];
+                out.sample(name, &labels, get(stats));
             }
         }
         let name = "redirect_proxy_active_connections";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Connections open right now.\n# TYPE {name} gauge"
-        );
+        out.family(name, Kind::Gauge, "Connections open right now.");
         for d in [Direction::Outbound, Direction::Inbound] {
-            let _ = writeln!(
-                out,
-                "{name}{{direction=\"{}\"}} {}",
-                d.as_str(),
-                self.active[d.index()].load(Ordering::Relaxed)
-            );
+            let active = self.active[d.index()].load(Ordering::Relaxed);
+            out.sample(name, &[("direction", d.as_str())], active);
         }
-        out
+        out.finish()
     }
 }
 

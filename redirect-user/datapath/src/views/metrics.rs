@@ -2,7 +2,8 @@
 //! `redirect attach --metrics-file`: one metric name per counter, every series exported, zeros
 //! included.
 use redirect_common::NetnsCookie;
-use std::{fmt::Write as _, path::Path};
+use redirect_sys::prometheus::{Kind, Text};
+use std::path::Path;
 
 use crate::error::{Error, Result};
 
@@ -29,45 +30,36 @@ pub(crate) const MAP_ENTRIES: &str = "redirect_map_entries";
 
 /// Renders `e` in the Prometheus text exposition format.
 pub fn render(e: &Exposition<'_>) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP {DECISIONS} Capture decisions of the datapath.\n# TYPE {DECISIONS} counter"
+    let mut t = Text::new();
+    t.family(
+        DECISIONS,
+        Kind::Counter,
+        "Capture decisions of the datapath.",
     );
     for (decision, n) in &e.counters {
-        let _ = writeln!(out, "{DECISIONS}{{decision=\"{decision}\"}} {n}");
+        t.sample(DECISIONS, &[("decision", decision)], n);
     }
     // Declared only when exported: the daemon serves it only when asked.
     if !e.per_netns.is_empty() {
-        let _ = writeln!(
-            out,
-            "# HELP {NETNS_DECISIONS} Capture decisions per network namespace.\n# TYPE {NETNS_DECISIONS} counter"
-        );
+        let help = "Capture decisions per network namespace.";
+        t.family(NETNS_DECISIONS, Kind::Counter, help);
     }
     for (cookie, netns, counters) in &e.per_netns {
+        let cookie = cookie.to_string();
         for (decision, n) in counters {
-            let _ = writeln!(
-                out,
-                "{NETNS_DECISIONS}{{netns=\"{}\",cookie=\"{cookie}\",decision=\"{decision}\"}} {n}",
-                escape(netns)
-            );
+            let labels = [
+                ("netns", *netns),
+                ("cookie", &cookie),
+                ("decision", decision),
+            ];
+            t.sample(NETNS_DECISIONS, &labels, n);
         }
     }
-    let _ = writeln!(
-        out,
-        "# HELP {MAP_ENTRIES} Entries in the datapath's maps.\n# TYPE {MAP_ENTRIES} gauge"
-    );
+    t.family(MAP_ENTRIES, Kind::Gauge, "Entries in the datapath's maps.");
     for (map, n) in &e.maps {
-        let _ = writeln!(out, "{MAP_ENTRIES}{{map=\"{map}\"}} {n}");
+        t.sample(MAP_ENTRIES, &[("map", map)], n);
     }
-    out
-}
-
-/// A label value with `\\`, `"` and newlines escaped as the exposition format wants.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    t.finish()
 }
 
 /// Writes `text` to `path` atomically (temporary file + rename), readable by everyone so an
