@@ -75,7 +75,7 @@ pub struct InstallCni {
     /// plugin, new pods wait) or is gone, being deleted or no longer selects the node (its
     /// removal: uninstall, or the node refuses every new pod); an apiserver that cannot say
     /// keeps it. The decision is logged with its reason.
-    #[arg(long, value_name = "NAMESPACE/NAME", requires = "node_name", value_parser = redirect_daemon::cluster_dns::parse_service)]
+    #[arg(long, value_name = "NAMESPACE/NAME", requires = "node_name", value_parser = redirect_daemon::parse_dns_service)]
     pub daemonset: Option<(String, String)>,
     /// This node (with --daemonset).
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]

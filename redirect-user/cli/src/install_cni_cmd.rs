@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use nix::sys::signal::{SigSet, Signal};
-use redirect_daemon::still_wanted::{self, Exit};
+use redirect_daemon::{plugin_still_wanted, PluginExit as Exit};
 use redirect_install::{check, install, uninstall, watch, Change};
 
 use crate::install_cni_args::{Dirs, InstallCni};
@@ -99,7 +99,7 @@ pub fn run(args: &InstallCni) -> anyhow::Result<()> {
     )?;
     let exit = match (&args.daemonset, &args.node_name) {
         _ if args.uninstall_on_exit => Exit::Remove("told to (--uninstall-on-exit)".into()),
-        (Some(ds), Some(node)) => still_wanted::ask(args.kubeconfig.as_deref(), ds, node),
+        (Some(ds), Some(node)) => plugin_still_wanted(args.kubeconfig.as_deref(), ds, node),
         _ => Exit::Keep("no --daemonset to ask about (an upgrade keeps the plugin)".into()),
     };
     match exit {

@@ -3,7 +3,7 @@
 use std::{net::IpAddr, path::PathBuf, time::Duration};
 
 use clap::Args;
-use redirect_daemon::apiserver::KubeOptions;
+use redirect_daemon::KubeOptions;
 
 /// How the daemon reaches the apiserver (in-cluster config wins when KUBERNETES_SERVICE_HOST
 /// is set).
@@ -24,7 +24,7 @@ pub struct KubeArgs {
     pub cluster_dns: Option<IpAddr>,
     /// Without --cluster-dns: the Service whose cluster IP the cluster DNS address is (RBAC:
     /// get on it, rbac.yaml).
-    #[arg(long, value_name = "NAMESPACE/NAME", default_value = "kube-system/kube-dns", value_parser = redirect_daemon::cluster_dns::parse_service)]
+    #[arg(long, value_name = "NAMESPACE/NAME", default_value = "kube-system/kube-dns", value_parser = redirect_daemon::parse_dns_service)]
     pub cluster_dns_service: (String, String),
     /// GETs of a pod before its CNI ADD fails (istio-cni: 30).
     #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=600))]
@@ -44,8 +44,8 @@ pub struct KubeArgs {
     /// grant: with it a compromised node could taint or relabel every Node). The shipped way
     /// is `redirect untaint-controller`, one Deployment holding the only nodes patch; this
     /// flag is for operators who grant the daemon nodes patch themselves.
-    #[arg(long, value_name = "KEY:EFFECT", value_parser = redirect_daemon::untaint::parse_taint, requires = "node_name")]
-    pub untaint: Option<redirect_daemon::untaint::Taint>,
+    #[arg(long, value_name = "KEY:EFFECT", value_parser = redirect_daemon::parse_taint, requires = "node_name")]
+    pub untaint: Option<redirect_daemon::Taint>,
     /// Where the runtime's conflists are, as the daemon sees them (for --untaint).
     #[arg(long, value_name = "DIR", default_value = "/etc/cni/net.d")]
     pub cni_conf_dir: PathBuf,

@@ -166,7 +166,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             bpffs,
             cgroup,
             proxy_cgroup,
-            metrics.map(|addr| redirect_daemon::metrics::Endpoint {
+            metrics.map(|addr| redirect_daemon::MetricsEndpoint {
                 addr,
                 per_namespace: metrics_per_namespace,
                 cache: std::time::Duration::from_millis(metrics_cache_ms),

@@ -34,9 +34,9 @@ pub fn daemon(
     bpffs: Option<PathBuf>,
     cgroup: Option<PathBuf>,
     proxy_cgroup: Option<PathBuf>,
-    metrics: Option<daemon::metrics::Endpoint>,
+    metrics: Option<daemon::MetricsEndpoint>,
     quotas: redirect_datapath::Quotas,
-    kube: redirect_daemon::apiserver::KubeOptions,
+    kube: redirect_daemon::KubeOptions,
 ) -> anyhow::Result<()> {
     let mut signals = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
@@ -45,7 +45,7 @@ pub fn daemon(
     signals.thread_block().context("blocking SIGINT/SIGTERM")?;
     let bpffs = dirs.bpffs_or_default(bpffs);
     // Before the datapath is touched: a broken kubeconfig stops the start, naming it.
-    let kube = redirect_daemon::apiserver::Kube::new(kube)?;
+    let kube = redirect_daemon::Kube::new(kube)?;
     let d = Daemon::start(Options {
         bpffs: bpffs.clone(),
         dir: dirs.daemon.path().to_path_buf(),
@@ -72,7 +72,7 @@ pub fn daemon(
         Some(endpoint) => {
             let dir = dirs.daemon.path().to_path_buf();
             let names = dir.clone();
-            let bound = daemon::metrics::spawn(endpoint, bpffs, dir, move || {
+            let bound = daemon::spawn_metrics(endpoint, bpffs, dir, move || {
                 redirect_daemon_api::records::names(&names)
             })?;
             format!(" metrics=http://{bound}/metrics")

@@ -50,7 +50,7 @@ fn from_files(node: &mut NodeStatus, dir: &Path, daemon: &DaemonDir) -> anyhow::
     for e in &records {
         check_kernel(node, &mut dp, &e.netns, e.cookie, e.inbound);
     }
-    let health = redirect_daemon::repair::read_health(daemon.path());
+    let health = redirect_daemon::read_health(daemon.path());
     health_warnings(
         node,
         health.alarm.as_deref(),

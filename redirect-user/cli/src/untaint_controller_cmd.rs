@@ -1,12 +1,9 @@
 //! `redirect untaint-controller`: its flags and help; the controller itself is
-//! `redirect_daemon::untaint_controller`.
+//! `redirect_daemon::run_untaint_controller`.
 use std::path::PathBuf;
 
 use clap::Args;
-use redirect_daemon::{
-    node_taint::{parse_taint, Taint},
-    untaint_controller::{self, ControllerOptions},
-};
+use redirect_daemon::{parse_taint, run_untaint_controller, Taint, UntaintControllerOptions};
 
 /// `untaint-controller --help`'s closing text.
 pub const HELP: &str = "\
@@ -32,7 +29,7 @@ Examples:
 #[derive(Debug, Clone, Args)]
 pub struct UntaintController {
     /// The readiness taint to remove (KEY:EFFECT; the value is not compared).
-    #[arg(long, value_name = "KEY:EFFECT", default_value = redirect_daemon::node_taint::DEFAULT_TAINT, value_parser = parse_taint)]
+    #[arg(long, value_name = "KEY:EFFECT", default_value = redirect_daemon::DEFAULT_TAINT, value_parser = parse_taint)]
     pub taint: Taint,
     /// The DaemonSet's namespace (where its pods are watched).
     #[arg(long, value_name = "NAMESPACE", default_value = "istio-system")]
@@ -48,7 +45,7 @@ pub struct UntaintController {
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub fn run(args: &UntaintController) -> anyhow::Result<()> {
-    untaint_controller::run(&ControllerOptions {
+    run_untaint_controller(&UntaintControllerOptions {
         taint: args.taint.clone(),
         namespace: args.namespace.clone(),
         selector: args.selector.clone(),

@@ -202,12 +202,12 @@ impl Kube {
 
     /// Whether `pod` must be read from the apiserver (the watch's cache neither holds it nor
     /// saw it deleted).
-    pub fn needs_get(&self, pod: &PodRef) -> bool {
+    pub(crate) fn needs_get(&self, pod: &PodRef) -> bool {
         self.client.is_some() && self.cached(pod).is_none() && !self.seen_deleted(pod)
     }
 
     /// Whether the watch saw `pod` deleted.
-    pub fn seen_deleted(&self, pod: &PodRef) -> bool {
+    pub(crate) fn seen_deleted(&self, pod: &PodRef) -> bool {
         !pod.uid.is_empty() && self.cache.as_ref().is_some_and(|c| c.deleted(&pod.uid))
     }
 
@@ -220,19 +220,19 @@ impl Kube {
 
     /// The generation of the watch's cache (it changes with every change the watch saw);
     /// `None` as for [`Kube::node_pods`]. Copies no pod.
-    pub fn node_generation(&self) -> Option<u64> {
+    pub(crate) fn node_generation(&self) -> Option<u64> {
         self.cache.as_ref()?.generation()
     }
 
     /// This node's pods as the watch last listed them, with the cache's generation; `None`
     /// without a watch (no `--node-name`) or before its first listing completed.
-    pub fn node_pods(&self) -> Option<(u64, Vec<Arc<Pod>>)> {
+    pub(crate) fn node_pods(&self) -> Option<(u64, Vec<Arc<Pod>>)> {
         self.cache.as_ref()?.synced()
     }
 
     /// One GET of `namespace/name` (no retries): `Ok(None)` when the apiserver has no such
     /// pod. The reconcile confirms with it that a pod the watch lost is really gone.
-    pub fn get_once(&self, namespace: &str, name: &str) -> Result<Option<Pod>, String> {
+    pub(crate) fn get_once(&self, namespace: &str, name: &str) -> Result<Option<Pod>, String> {
         let client = self.client.clone().ok_or("no Kubernetes access")?;
         let api: Api<Pod> = Api::namespaced(client, namespace);
         self.rt
@@ -241,7 +241,7 @@ impl Kube {
     }
 
     /// Moves the node readiness taint's removal on (every tick; see [`crate::untaint`]).
-    pub fn tick_untaint(&self) {
+    pub(crate) fn tick_untaint(&self) {
         let mut untaint = self
             .untaint
             .lock()
@@ -252,20 +252,20 @@ impl Kube {
     }
 
     /// The options in force.
-    pub fn options(&self) -> &KubeOptions {
+    pub(crate) fn options(&self) -> &KubeOptions {
         &self.opts
     }
 
     /// `pod` with its decision and policy: from the watch's cache, else GETs it until it
     /// exists with the uid the runtime named (a pod recreated under the same name is another
     /// pod), at most `get_attempts` times, and resolves it; checks it is on this node.
-    pub fn pod(&self, pod: &PodRef) -> Result<Resolved, KubeError> {
+    pub(crate) fn pod(&self, pod: &PodRef) -> Result<Resolved, KubeError> {
         self.pod_while(pod, &|| true)
     }
 
     /// [`Kube::pod`], giving up between two attempts once `wanted` says nobody waits for the
     /// answer any more (the plugin hung up: its runtime has timed out).
-    pub fn pod_while(
+    pub(crate) fn pod_while(
         &self,
         pod: &PodRef,
         wanted: &dyn Fn() -> bool,
@@ -332,7 +332,7 @@ impl Kube {
 
 /// The client configuration: in-cluster when `KUBERNETES_SERVICE_HOST` is set, else from
 /// `kubeconfig`, else none.
-pub fn load_config(
+pub(crate) fn load_config(
     rt: &tokio::runtime::Runtime,
     kubeconfig: Option<&std::path::Path>,
 ) -> Result<Option<Config>, KubeError> {

@@ -26,7 +26,7 @@ pub fn parse_service(text: &str) -> Result<(String, String), String> {
 
 /// The cluster IP of Service `ns/name`: its first address, not `None` (a headless Service has
 /// no address a pod's resolv.conf could name).
-pub fn read(
+pub(crate) fn read(
     rt: &tokio::runtime::Runtime,
     config: &Config,
     (ns, name): &(String, String),

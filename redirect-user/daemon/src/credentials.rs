@@ -31,7 +31,7 @@ pub enum ClientError {
 
 /// The client for `config` (call it inside the runtime the client will run on). A token file
 /// is read here (an unreadable one is an error naming it) and again whenever it changes.
-pub fn client(mut config: Config) -> Result<Client, ClientError> {
+pub(crate) fn client(mut config: Config) -> Result<Client, ClientError> {
     let file = match (&config.auth_info.token, config.auth_info.token_file.take()) {
         // An inline token wins over a file, as kube-rs has it.
         (Some(_), _) | (None, None) => return Ok(Client::try_from(config)?),

@@ -133,7 +133,7 @@ impl Error {
     /// the apiserver did not have the pod (yet), or the watch saw it deleted (the runtime's
     /// retry then meets the pod's replacement); a namespace or pod that cannot be captured as
     /// asked, and a malformed value, stay refused however often asked.
-    pub fn refusal_kind(&self) -> RefusalKind {
+    pub(crate) fn refusal_kind(&self) -> RefusalKind {
         use crate::apiserver::KubeError;
         match self {
             Error::Kube(KubeError::Get { .. } | KubeError::Deleted(_)) => RefusalKind::Retry,
@@ -155,13 +155,13 @@ impl Error {
     }
 
     /// The refusal the client is sent for this error.
-    pub fn refusal(&self) -> Refusal {
+    pub(crate) fn refusal(&self) -> Refusal {
         Refusal::new(self.refusal_kind(), self.to_string())
     }
 
     /// A failed call on a file of the daemon directory (the datapath's file error: one shape
     /// for every file the node's tools touch).
-    pub fn io(call: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(call: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Datapath(redirect_datapath::Error::io(call, path, source))
     }
 }

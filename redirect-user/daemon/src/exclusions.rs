@@ -9,7 +9,7 @@ use redirect_daemon_api::Exclusions;
 
 /// The exclusions of the node's conflist, the last ones read.
 #[derive(Debug)]
-pub struct ConfExclusions {
+pub(crate) struct ConfExclusions {
     dir: PathBuf,
     last: Exclusions,
 }
@@ -17,7 +17,7 @@ pub struct ConfExclusions {
 impl ConfExclusions {
     /// For the conflists in `dir`, starting from install-cni's defaults.
     #[must_use]
-    pub fn new(dir: PathBuf) -> Self {
+    pub(crate) fn new(dir: PathBuf) -> Self {
         Self {
             dir,
             last: Exclusions::install_default(),
@@ -25,7 +25,7 @@ impl ConfExclusions {
     }
 
     /// Reads our entry again (keeping the last exclusions when none can be read).
-    pub fn read(&mut self) -> &Exclusions {
+    pub(crate) fn read(&mut self) -> &Exclusions {
         let entry = redirect_install::confdir::find(&self.dir)
             .ok()
             .and_then(|found| redirect_install::conflist::our_entry(&found.json).cloned());

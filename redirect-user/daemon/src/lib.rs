@@ -22,36 +22,65 @@
 //!   pods), the only holder of nodes patch; `untaint` the daemon's own `--untaint`, for
 //!   operators who grant the daemon nodes patch themselves.
 //! - The socket's protocol, client and path rule are `redirect_daemon_api`'s.
+//!
+//! Every module is the crate's own: the CLI comes in only through the doors below (module
+//! paths stay as they are, so log targets such as `redirect_daemon::server::pods` hold). With
+//! feature `test-support`, `test_support` opens what the integration tests reach under them.
 // Every dependency of the product build is used (the test build has dev-dependencies too).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
-pub mod apiserver;
-pub mod cluster_dns;
-pub mod credentials;
-pub mod error;
-pub mod exclusions;
+#![deny(unreachable_pub)]
+mod apiserver;
+mod cluster_dns;
+mod credentials;
+mod error;
+mod exclusions;
 mod files;
-pub mod metrics;
-pub mod node_taint;
-pub mod pod_cache;
+mod metrics;
+mod node_taint;
+mod pod_cache;
 #[cfg(test)]
 mod pod_cache_tests;
-pub mod pod_cgroups;
+mod pod_cgroups;
 mod pod_watch;
-pub mod ready_nodes;
-pub mod repair;
-pub mod resolution;
-pub mod server;
-pub mod state;
-pub mod still_wanted;
-pub mod untaint;
-pub mod untaint_controller;
+mod ready_nodes;
+mod repair;
+mod resolution;
+mod server;
+mod state;
+mod still_wanted;
+#[cfg(feature = "test-support")]
+pub mod test_support;
+mod untaint;
+mod untaint_controller;
 
 use std::path::PathBuf;
 
-pub use error::{Error, Result};
-pub use files::{forget_direct, record_direct};
 use redirect_daemon_api::DaemonDir;
+
+// What went wrong.
+pub use error::{Error, Result};
+
+// The daemon itself (`redirect daemon`), and `redirect attach`'s records in its directory.
+pub use files::{forget_direct, record_direct};
 pub use server::{Daemon, Options};
+
+// The apiserver client and its flags' parsers (the cluster DNS Service, the readiness taint).
+pub use apiserver::{Kube, KubeError, KubeOptions};
+pub use cluster_dns::parse_service as parse_dns_service;
+pub use node_taint::{parse_taint, Taint, DEFAULT_TAINT};
+
+// The Prometheus endpoint, and the health its repair writes (`DIR/health`).
+pub use metrics::{spawn as spawn_metrics, Endpoint as MetricsEndpoint};
+pub use repair::{read_health, Health};
+
+// `redirect install-cni`'s question on exit: is the plugin still wanted on this node?
+pub use still_wanted::{ask as plugin_still_wanted, Exit as PluginExit};
+
+// `redirect untaint-controller`.
+pub use untaint_controller::{
+    run as run_untaint_controller, ControllerError as UntaintControllerError,
+    ControllerOptions as UntaintControllerOptions,
+};
 
 /// The running daemon that owns the datapath pinned at `bpffs`, as (pid, its socket), read
 /// from the pinned layout record: whatever this process's `REDIRECT_DAEMON_DIR`, changes to a

@@ -22,7 +22,10 @@ use redirect_http::{Limits, Method, Request, Response, StatusCode};
 /// Renders the exposition text for the datapath pinned at `bpffs`. With `per_netns` (netns
 /// cookie -> the namespace's path) every enrolled namespace also exports every counter, zeros
 /// included; without it only the node-wide counters and the map fill are rendered.
-pub fn render(bpffs: &Path, per_netns: Option<&BTreeMap<NetnsCookie, String>>) -> Result<String> {
+pub(crate) fn render(
+    bpffs: &Path,
+    per_netns: Option<&BTreeMap<NetnsCookie, String>>,
+) -> Result<String> {
     let status = collect_node_status(bpffs)?;
     let mut rows = Vec::new();
     if let Some(names) = per_netns {

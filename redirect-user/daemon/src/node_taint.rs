@@ -44,7 +44,7 @@ pub fn parse_taint(text: &str) -> Result<Taint, String> {
 
 /// Why a taint's removal failed.
 #[derive(Debug, thiserror::Error)]
-pub enum TaintError {
+pub(crate) enum TaintError {
     /// The Node could not be read.
     #[error("GET Node {node}: {source}")]
     Get {
@@ -85,7 +85,7 @@ fn is(taint: &Taint, t: &k8s_openapi::api::core::v1::Taint) -> bool {
 
 /// The merge patch that removes `taint` from `node`, or `None` when it does not carry it:
 /// every other taint kept in its order, the resourceVersion read carried.
-pub fn removal_patch(node: &Node, taint: &Taint) -> Option<serde_json::Value> {
+pub(crate) fn removal_patch(node: &Node, taint: &Taint) -> Option<serde_json::Value> {
     let taints = node
         .spec
         .as_ref()
@@ -103,7 +103,7 @@ pub fn removal_patch(node: &Node, taint: &Taint) -> Option<serde_json::Value> {
 
 /// GETs Node `node` and, when it carries `taint`, PATCHes its taints without it (again on a
 /// 409 Conflict, up to 5 times): whether it removed it.
-pub async fn remove(client: Client, node: &str, taint: &Taint) -> Result<bool, TaintError> {
+pub(crate) async fn remove(client: Client, node: &str, taint: &Taint) -> Result<bool, TaintError> {
     let api: Api<Node> = Api::all(client);
     for attempt in 1..=CONFLICT_ATTEMPTS {
         let found = api.get(node).await.map_err(|source| TaintError::Get {

@@ -51,6 +51,7 @@ enum Change {
 
 /// Shared between the watch thread and the daemon's loop.
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
 pub struct PodCache {
     state: Arc<Mutex<State>>,
     /// The cluster DNS address the pods' policies are resolved with.
@@ -61,7 +62,7 @@ pub struct PodCache {
 /// its sandbox down and makes none again, so there is nothing to enroll; a pod being deleted
 /// is not one (the watch's deletion says it).
 #[must_use]
-pub fn finished(pod: &Pod) -> bool {
+pub(crate) fn finished(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     matches!(phase, Some("Succeeded" | "Failed")) && pod.metadata.deletion_timestamp.is_none()
 }
@@ -80,7 +81,7 @@ fn key(pod: &Pod) -> Key {
 impl PodCache {
     /// An empty cache whose pods' policies are resolved with `cluster_dns`.
     #[must_use]
-    pub fn new(cluster_dns: Option<IpAddr>) -> Self {
+    pub(crate) fn new(cluster_dns: Option<IpAddr>) -> Self {
         Self {
             state: Arc::default(),
             cluster_dns,
@@ -92,6 +93,7 @@ impl PodCache {
     /// and trimmed here, before the lock is taken: an ADD never waits for it. A completed pod
     /// is dropped, whether it arrives as a change or (the watch's field selector leaves
     /// completed pods out) as a deletion.
+    #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
     pub fn apply(&self, event: Event<Pod>) {
         let resolve = |pod: Pod| {
             let k = key(&pod);
@@ -155,7 +157,7 @@ impl PodCache {
     }
 
     /// The cached pod `namespace/name`, with its resolution.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Resolved> {
+    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<Resolved> {
         let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.pods
             .get(&(namespace.to_owned(), name.to_owned()))
@@ -163,19 +165,20 @@ impl PodCache {
     }
 
     /// Whether the watch saw the pod with `uid` deleted.
-    pub fn deleted(&self, uid: &str) -> bool {
+    pub(crate) fn deleted(&self, uid: &str) -> bool {
         let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.deleted_set.contains(uid)
     }
 
     /// The cache's generation once a first listing completed (no pod is copied).
-    pub fn generation(&self) -> Option<u64> {
+    pub(crate) fn generation(&self) -> Option<u64> {
         let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.synced.then_some(s.generation)
     }
 
     /// Every cached pod and the cache's generation, once a first listing completed (before
     /// that, `None`: an absent pod may merely not be listed yet).
+    #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
     pub fn synced(&self) -> Option<(u64, Vec<Arc<Pod>>)> {
         let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         s.synced.then(|| {
@@ -187,6 +190,7 @@ impl PodCache {
     }
 
     /// How many pods are cached.
+    #[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
     pub fn len(&self) -> usize {
         self.state
             .lock()
@@ -196,13 +200,17 @@ impl PodCache {
     }
 
     /// Whether none is.
+    #[cfg(feature = "test-support")]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Feeds the cache from `events` until the stream ends; errors are logged (the watcher
     /// retries with its backoff).
-    pub async fn follow(&self, events: impl Stream<Item = Result<Event<Pod>, watcher::Error>>) {
+    pub(crate) async fn follow(
+        &self,
+        events: impl Stream<Item = Result<Event<Pod>, watcher::Error>>,
+    ) {
         let mut events = std::pin::pin!(events);
         while let Some(event) = events.next().await {
             match event {

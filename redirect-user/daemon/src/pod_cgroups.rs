@@ -17,7 +17,7 @@ const MAX_DEPTH: usize = 8;
 
 /// The pod uid a kubelet cgroup directory name carries: `pod<uid>` (cgroupfs driver) or
 /// `...-pod<uid with _ for ->.slice` (systemd driver).
-pub fn pod_uid_of(name: &str) -> Option<String> {
+pub(crate) fn pod_uid_of(name: &str) -> Option<String> {
     let uid = if let Some(slice) = name.strip_suffix(".slice") {
         let at = slice.rfind("pod")?;
         let before = &slice[..at];
@@ -36,7 +36,7 @@ pub fn pod_uid_of(name: &str) -> Option<String> {
 
 /// The runtime's container id a container cgroup directory name carries: `<id>` (cgroupfs),
 /// `cri-containerd-<id>.scope`, `crio-<id>.scope`, `docker-<id>.scope` (systemd).
-pub fn container_id_of(name: &str) -> Option<&str> {
+pub(crate) fn container_id_of(name: &str) -> Option<&str> {
     if name.contains("conmon") {
         // CRI-O's monitor of a container, not the container.
         return None;
@@ -49,13 +49,13 @@ pub fn container_id_of(name: &str) -> Option<&str> {
 }
 
 /// The bare id of a container status's `containerID` (`containerd://ID`, `cri-o://ID`).
-pub fn bare_container_id(status_id: &str) -> &str {
+pub(crate) fn bare_container_id(status_id: &str) -> &str {
     status_id.split_once("://").map_or(status_id, |(_, id)| id)
 }
 
 /// One pod's directory and its containers' directories by runtime id.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodDir {
+pub(crate) struct PodDir {
     /// The pod's cgroup directory.
     pub dir: PathBuf,
     /// Its containers' directories (the sandbox's among them), by runtime id.
@@ -66,7 +66,7 @@ pub struct PodDir {
 /// walk. Only directories root owns are walked or taken: a subtree delegated to a user
 /// (systemd's `user@N.service`) can never name a pod. A uid found at two places names
 /// neither: someone mirrors the pod's directory, so the pod is skipped and the alarm logged.
-pub fn pod_dirs(roots: &[PathBuf]) -> HashMap<String, PodDir> {
+pub(crate) fn pod_dirs(roots: &[PathBuf]) -> HashMap<String, PodDir> {
     let mut found: HashMap<String, PodDir> = HashMap::new();
     let mut twice: Vec<(String, PathBuf)> = Vec::new();
     let mut todo: Vec<(PathBuf, usize)> = roots
@@ -137,14 +137,14 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The processes of one cgroup directory (not its children).
-pub fn pids_in(dir: &Path) -> Vec<u32> {
+pub(crate) fn pids_in(dir: &Path) -> Vec<u32> {
     std::fs::read_to_string(dir.join("cgroup.procs"))
         .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
         .unwrap_or_default()
 }
 
 /// Whether a process of `dir` runs in the network namespace whose nsfs inode is `netns`.
-pub fn runs_in(dir: &Path, netns: u64) -> bool {
+pub(crate) fn runs_in(dir: &Path, netns: u64) -> bool {
     pids_in(dir)
         .iter()
         .any(|pid| std::fs::metadata(format!("/proc/{pid}/ns/net")).is_ok_and(|m| m.ino() == netns))
@@ -152,7 +152,7 @@ pub fn runs_in(dir: &Path, netns: u64) -> bool {
 
 /// Whether process `pid` runs in the daemon's own user namespace: the host's (a daemon in
 /// another cannot load BPF programs; pid 1's own may not be readable, as on this VM).
-pub fn in_initial_userns(pid: u32) -> bool {
+pub(crate) fn in_initial_userns(pid: u32) -> bool {
     let ino = |p: &str| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
     ino(&format!("/proc/{pid}/ns/user")).is_some_and(|own| Some(own) == ino("/proc/self/ns/user"))
 }
@@ -162,7 +162,7 @@ pub fn in_initial_userns(pid: u32) -> bool {
 /// which outlives any one process, else `/proc/PID/ns/net`. The host's namespace (pid 1's,
 /// and the daemon's own: it runs with the host network) is never returned: a pod with the
 /// host network is never enrolled.
-pub fn netns_of(pids: &[u32]) -> Vec<PathBuf> {
+pub(crate) fn netns_of(pids: &[u32]) -> Vec<PathBuf> {
     let host: Vec<(u64, u64)> = ["/proc/1/ns/net", "/proc/self/ns/net"]
         .iter()
         .filter_map(|p| std::fs::metadata(p).ok())

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::Event;
 
 /// The node `pod` is Ready on: condition `Ready` is `True` and it is scheduled.
-pub fn ready_on(pod: &Pod) -> Option<&str> {
+pub(crate) fn ready_on(pod: &Pod) -> Option<&str> {
     let ready = pod
         .status
         .as_ref()
@@ -27,7 +27,7 @@ fn uid(pod: &Pod) -> String {
 
 /// Every Ready pod's node, by pod uid, and the nodes whose taint is still to be removed.
 #[derive(Debug, Default)]
-pub struct ReadyNodes {
+pub(crate) struct ReadyNodes {
     ready: HashMap<String, String>,
     /// The listing in progress (between `Init` and `InitDone`).
     listing: Option<HashMap<String, String>>,
@@ -38,7 +38,7 @@ impl ReadyNodes {
     /// Takes one watch event in. A pod that becomes Ready puts its node in the pending set; a
     /// relist (`Init` .. `InitDone`) puts every Ready pod's node there again (the removal is
     /// idempotent: a node without the taint costs one GET).
-    pub fn apply(&mut self, event: Event<Pod>) {
+    pub(crate) fn apply(&mut self, event: Event<Pod>) {
         match event {
             Event::Init => self.listing = Some(HashMap::new()),
             Event::InitApply(pod) => {
@@ -69,7 +69,7 @@ impl ReadyNodes {
 
     /// The nodes to untaint now: pending ones that still have a Ready pod (a node whose pod
     /// stopped being Ready before its turn is dropped; it comes back when one is Ready again).
-    pub fn due(&mut self) -> Vec<String> {
+    pub(crate) fn due(&mut self) -> Vec<String> {
         // During a relist the pods listed so far count too.
         let listed = self.listing.iter().flat_map(HashMap::values);
         let ready: BTreeSet<&String> = self.ready.values().chain(listed).collect();
@@ -78,7 +78,7 @@ impl ReadyNodes {
     }
 
     /// `node`'s taint is gone (removed, or never there).
-    pub fn done(&mut self, node: &str) {
+    pub(crate) fn done(&mut self, node: &str) {
         self.pending.remove(node);
     }
 }

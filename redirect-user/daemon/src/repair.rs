@@ -20,7 +20,7 @@ pub struct Health {
 }
 
 /// `DIR/health`.
-pub fn health_path(dir: &Path) -> std::path::PathBuf {
+pub(crate) fn health_path(dir: &Path) -> std::path::PathBuf {
     dir.join("health")
 }
 

@@ -15,7 +15,7 @@ use redirect_policy::Policy;
 
 /// What istio-cni would decide for one version of a pod, and the policy it would apply.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Resolution {
+pub(crate) struct Resolution {
     /// Captured or skipped, and why.
     pub decision: Decision,
     /// When meshed: the policy, or why the pod cannot be captured (the annotation or field
@@ -26,7 +26,7 @@ pub struct Resolution {
 impl Resolution {
     /// Decides for `pod`; `cluster_dns` as [`redirect_k8s::policy`] takes it.
     #[must_use]
-    pub fn of(pod: &Pod, cluster_dns: Option<IpAddr>) -> Self {
+    pub(crate) fn of(pod: &Pod, cluster_dns: Option<IpAddr>) -> Self {
         let decision = decide(pod);
         let policy = match decision {
             Decision::Meshed => {
@@ -92,7 +92,7 @@ fn first_time(uid: &str, key: &str) -> bool {
 /// A pod as the watch (or a GET) gave it, trimmed, with its resolution; both shared, never
 /// copied.
 #[derive(Debug, Clone)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// The pod, with only the fields the daemon reads ([`redirect_k8s::trimmed`]).
     pub pod: Arc<Pod>,
     /// Its decision and policy (of the whole pod, which decides as the trimmed one does).
@@ -104,14 +104,18 @@ pub struct Resolved {
 impl Resolved {
     /// Resolves `pod` now, checks its annotations for unknown keys, and trims it.
     #[must_use]
-    pub fn new(pod: Pod, cluster_dns: Option<IpAddr>) -> Self {
+    pub(crate) fn new(pod: Pod, cluster_dns: Option<IpAddr>) -> Self {
         Self::arrived(pod, cluster_dns, None)
     }
 
     /// [`Resolved::new`] for a new version of a pod of which `before` is the version the cache
     /// holds: the unknown-key check runs only when the keys it reads (or the uid) changed.
     #[must_use]
-    pub fn arrived(pod: Pod, cluster_dns: Option<IpAddr>, before: Option<&Resolved>) -> Self {
+    pub(crate) fn arrived(
+        pod: Pod,
+        cluster_dns: Option<IpAddr>,
+        before: Option<&Resolved>,
+    ) -> Self {
         let checked = checked_keys(&pod);
         if before.is_none_or(|b| b.checked != checked) {
             warn_unknown(&pod);

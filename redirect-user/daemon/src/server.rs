@@ -27,7 +27,6 @@ mod resolver;
 mod serve;
 
 use self::followed::{gone, Followed};
-pub use crate::files::{forget_direct, record_direct};
 use crate::{
     error::{Error, Result},
     files::{
@@ -152,7 +151,11 @@ impl Daemon {
 
     /// Carries out one request (with the namespace descriptor that came with it, if any): its
     /// typed answer, or what went wrong.
-    pub fn handle(&mut self, req: Request, fd: Option<std::os::fd::OwnedFd>) -> Result<Answer> {
+    pub(crate) fn handle(
+        &mut self,
+        req: Request,
+        fd: Option<std::os::fd::OwnedFd>,
+    ) -> Result<Answer> {
         self.handle_with(req, fd, None)
     }
 
@@ -269,7 +272,7 @@ impl Daemon {
 
     /// Follows every enrolled namespace's addresses (and, with `-c`, its routes and rules);
     /// drops namespaces that are gone.
-    pub fn tick(&mut self) {
+    pub(crate) fn tick(&mut self) {
         let Ok(_guard) = lock_node(&self.opts.bpffs) else {
             return;
         };

@@ -61,7 +61,7 @@ pub fn ask(
 }
 
 /// The decision from what the apiserver answered.
-pub fn decide(
+pub(crate) fn decide(
     ds_name: &str,
     ds: Result<Option<DaemonSet>, String>,
     node_name: &str,
@@ -95,7 +95,7 @@ pub fn decide(
 
 /// Whether a pod of `spec` may run on a node labelled `labels`: its nodeSelector and its
 /// required node affinity (the parts of scheduling that depend on the node's labels).
-pub fn selects(spec: &PodSpec, labels: &BTreeMap<String, String>) -> Result<bool, String> {
+pub(crate) fn selects(spec: &PodSpec, labels: &BTreeMap<String, String>) -> Result<bool, String> {
     let selector = spec.node_selector.clone().unwrap_or_default();
     if selector.iter().any(|(k, v)| labels.get(k) != Some(v)) {
         return Ok(false);

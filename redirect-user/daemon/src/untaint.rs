@@ -17,11 +17,11 @@ use std::{
 
 use kube::Client;
 
-pub use crate::node_taint::{parse_taint, Taint};
+pub(crate) use crate::node_taint::Taint;
 
 /// What to untaint, and how far it got.
 #[derive(Debug)]
-pub struct Untaint {
+pub(crate) struct Untaint {
     /// The taint.
     pub taint: Taint,
     /// Where the runtime's conflists are, as the daemon sees them.
@@ -39,7 +39,7 @@ const RETRY: Duration = Duration::from_secs(5);
 
 impl Untaint {
     /// Removes `taint` from Node `node` once the entry is in `cni_conf_dir`.
-    pub fn new(taint: Taint, cni_conf_dir: PathBuf, node: String) -> Self {
+    pub(crate) fn new(taint: Taint, cni_conf_dir: PathBuf, node: String) -> Self {
         Self {
             taint,
             cni_conf_dir,
@@ -52,12 +52,12 @@ impl Untaint {
     }
 
     /// Whether the taint is gone (removed here, or never there).
-    pub fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.done.load(Ordering::Relaxed)
     }
 
     /// Every tick: when not done, not running and the entry is in place, starts an attempt.
-    pub fn tick(&mut self, rt: &tokio::runtime::Handle, client: Option<&Client>) {
+    pub(crate) fn tick(&mut self, rt: &tokio::runtime::Handle, client: Option<&Client>) {
         if self.done() || self.running.load(Ordering::Relaxed) || Instant::now() < self.next_try {
             return;
         }

@@ -7,7 +7,7 @@
 //! `cargo test -p redirect-daemon --test pod_cache_memory -- --ignored --nocapture`.
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::Event;
-use redirect_daemon::pod_cache::PodCache;
+use redirect_daemon::test_support::PodCache;
 use redirect_testkit::reference::inject;
 use serde_json::{json, Value};
 

@@ -19,7 +19,7 @@ use redirect_daemon_api::{
 
 /// A client the daemon answers, and whether it may change capture (or why not).
 #[derive(Debug, Clone)]
-pub struct Peer {
+pub(super) struct Peer {
     may_change: Result<(), String>,
     /// Its network namespace (device, inode), when it could be read.
     net_ns: Option<(u64, u64)>,
@@ -27,7 +27,7 @@ pub struct Peer {
 
 /// `Ok` when the peer of `stream` runs as the daemon's effective uid (judged now); else the
 /// refusal, naming the peer's uid and pid.
-pub fn check(stream: &UnixStream) -> Result<Peer, Refusal> {
+pub(super) fn check(stream: &UnixStream) -> Result<Peer, Refusal> {
     let me = nix::unistd::geteuid().as_raw();
     let forbidden = |message: String| Refusal::new(RefusalKind::Forbidden, message);
     let peer = judge(stream).map_err(|e| {
@@ -70,7 +70,7 @@ fn own_net_ns() -> Option<(u64, u64)> {
 }
 
 /// Whether `req` changes what is captured (every request but the reads).
-pub fn changes(req: &Request) -> bool {
+pub(super) fn changes(req: &Request) -> bool {
     !matches!(
         req,
         Request::List | Request::Status | Request::PodCheck { .. }
@@ -83,7 +83,11 @@ impl Peer {
     /// a client inside another network namespace than the daemon's (a pod's: istio-init run
     /// with this image) may enroll its own namespace and nothing else: neither another
     /// namespace, nor unenroll, nor uninstall. CNI requests are judged as the runtime's.
-    pub fn may(&self, req: &Request, fd: Option<&std::os::fd::OwnedFd>) -> Result<(), Refusal> {
+    pub(super) fn may(
+        &self,
+        req: &Request,
+        fd: Option<&std::os::fd::OwnedFd>,
+    ) -> Result<(), Refusal> {
         if !changes(req) {
             return Ok(());
         }
@@ -125,7 +129,7 @@ impl Peer {
 
     /// `Ok` when the peer held CAP_NET_ADMIN when it was accepted; else the refusal naming
     /// `op`.
-    pub fn may_change(&self, op: &str) -> Result<(), Refusal> {
+    pub(super) fn may_change(&self, op: &str) -> Result<(), Refusal> {
         self.may_change.clone().map_err(|why| {
             Refusal::new(
                 RefusalKind::Forbidden,

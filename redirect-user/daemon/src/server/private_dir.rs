@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 /// Creates `dir` if missing, then makes it private (mode 0700) and checks that it is: owned by
 /// the daemon's user, not reached through someone else's symlink, and mode 0700 once changed.
 /// Anything else is refused before the lock, the socket or a file is made.
-pub fn make_private(dir: &Path) -> Result<()> {
+pub(crate) fn make_private(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
     let me = nix::unistd::geteuid().as_raw();
     let refused = |why: String| Error::DirNotPrivate {

@@ -27,11 +27,11 @@ use crate::{
 };
 
 /// Most pods read from the apiserver at once.
-pub const WORKERS: usize = 8;
+pub(super) const WORKERS: usize = 8;
 
 /// A request whose pod was read (or could not be).
 #[derive(Debug)]
-pub struct Done {
+pub(super) struct Done {
     /// The client's connection, to answer on.
     pub stream: UnixStream,
     /// Its request.
@@ -45,7 +45,7 @@ pub struct Done {
 /// The resolver threads' hand-back: a channel and a socket pair that wakes the request
 /// thread's poll.
 #[derive(Debug)]
-pub struct Resolver {
+pub(super) struct Resolver {
     tx: Sender<Done>,
     rx: Receiver<Done>,
     wake_read: UnixStream,
@@ -55,7 +55,7 @@ pub struct Resolver {
 
 impl Resolver {
     /// An idle resolver.
-    pub fn new() -> std::io::Result<Self> {
+    pub(super) fn new() -> std::io::Result<Self> {
         let (wake_read, wake_write) = UnixStream::pair()?;
         wake_read.set_nonblocking(true)?;
         let (tx, rx) = channel();
@@ -69,18 +69,18 @@ impl Resolver {
     }
 
     /// What the request thread polls: readable when a result is waiting.
-    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+    pub(super) fn wake_fd(&self) -> BorrowedFd<'_> {
         self.wake_read.as_fd()
     }
 
     /// Pods being read now.
-    pub fn in_flight(&self) -> usize {
+    pub(super) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)
     }
 
     /// Reads `pod` on a thread of its own and hands `(stream, req, fd)` back with it; gives
     /// the stream back at once (to refuse on) when [`WORKERS`] pods are being read already.
-    pub fn spawn(
+    pub(super) fn spawn(
         &self,
         kube: Arc<Kube>,
         pod: PodRef,
@@ -119,7 +119,7 @@ impl Resolver {
     }
 
     /// The results waiting now.
-    pub fn drain(&self) -> Vec<Done> {
+    pub(super) fn drain(&self) -> Vec<Done> {
         let mut sink = [0u8; 64];
         while (&self.wake_read).read(&mut sink).is_ok_and(|n| n > 0) {}
         self.rx.try_iter().collect()
@@ -128,7 +128,7 @@ impl Resolver {
 
 /// Whether the client at the other end of `stream` has gone (its request was read whole
 /// before, so any readable end of file means it hung up).
-pub fn hung_up(stream: &UnixStream) -> bool {
+pub(super) fn hung_up(stream: &UnixStream) -> bool {
     use nix::sys::socket::{recv, MsgFlags};
     let mut byte = [0u8; 1];
     matches!(
