@@ -49,7 +49,7 @@ pub struct AttachArgs {
     /// The listener is found when the proxy calls listen(), or at enrollment if it
     /// already listens. Example: --inbound pod1:b=*:d=22,15090,15021,15020
     #[arg(long, value_name = "SPEC", value_parser = parse_inbound, verbatim_doc_comment)]
-    pub inbound: Vec<redirect_policy::inbound_spec::InboundSpec>,
+    pub inbound: Vec<redirect_policy::InboundSpec>,
     /// Outbound IPv4 destinations never captured (istio-iptables -x), comma-separated
     /// CIDRs; repeatable.
     #[arg(long, value_name = "CIDRS", value_delimiter = ',', value_parser = parse_cidr)]

@@ -29,8 +29,8 @@ pub fn parse_cidr(s: &str) -> Result<ipnet::Ipv4Net, String> {
 }
 
 /// Parses an `--inbound` spec.
-pub fn parse_inbound(s: &str) -> Result<redirect_policy::inbound_spec::InboundSpec, String> {
-    let spec: redirect_policy::inbound_spec::InboundSpec = s.parse()?;
+pub fn parse_inbound(s: &str) -> Result<redirect_policy::InboundSpec, String> {
+    let spec: redirect_policy::InboundSpec = s.parse()?;
     if !spec.netns.exists() {
         return Err(format!(
             "network namespace {} does not exist (`ip netns list` shows the names; a path such as /proc/PID/ns/net works too)",

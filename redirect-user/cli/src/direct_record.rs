@@ -107,7 +107,7 @@ pub(crate) fn replacing(
             .find(|e| e.cookie == cookie)
     });
     if let Some(was) = recorded {
-        let lines = redirect_policy::describe::changes(&was.policy, policy, was.ipv6);
+        let lines = redirect_policy::describe_changes(&was.policy, policy, was.ipv6);
         if lines.is_empty() {
             return format!("; its policy is unchanged ({}: {})", was.writer, was.source);
         }

@@ -264,7 +264,7 @@ fn validate(inv: &Invocation) -> anyhow::Result<()> {
 
 /// The resolved policy and istio-iptables' rules in two columns.
 pub(crate) fn side_by_side(p: &Policy, ipv6: bool) -> String {
-    let left = redirect_policy::describe::policy_lines(p, ipv6);
+    let left = redirect_policy::describe_policy(p, ipv6);
     let (v4, v6) = policy::iptables_restore_text(p, ipv6);
     let mut right: Vec<String> = vec!["# iptables-restore (IPv4)".into()];
     right.extend(v4.lines().map(str::to_owned));

@@ -187,7 +187,7 @@ pub(crate) fn open_netns(path: &Path) -> anyhow::Result<NetnsFd> {
 fn enroll_dry_run(dirs: &Dirs, netns_name: &str, policy: &Policy) -> anyhow::Result<()> {
     let path = resolve_netns(Some(netns_name));
     let cookie = netns_cookie(&path)?;
-    for line in redirect_policy::describe::policy_lines(policy, policy.dual_stack) {
+    for line in redirect_policy::describe_policy(policy, policy.dual_stack) {
         println!("{line}");
     }
     let enrolled = client(dirs).list().ok().and_then(|l| {
@@ -197,7 +197,7 @@ fn enroll_dry_run(dirs: &Dirs, netns_name: &str, policy: &Policy) -> anyhow::Res
     });
     match enrolled {
         Some(e) => {
-            let lines = redirect_policy::describe::changes(&e.record.policy, policy, e.record.ipv6);
+            let lines = redirect_policy::describe_changes(&e.record.policy, policy, e.record.ipv6);
             if lines.is_empty() {
                 println!(
                     "(dry run: {} is enrolled with this policy already; nothing changes)",

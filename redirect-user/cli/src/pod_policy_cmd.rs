@@ -8,7 +8,7 @@ use anyhow::{bail, Context as _};
 use redirect_k8s::compare::{compare, Comparison};
 use redirect_k8s::manifest::{self, Document};
 use redirect_k8s::{decide, istio_iptables_args, policy, Decision};
-use redirect_policy::{describe, Policy};
+use redirect_policy::{describe_policy, Policy};
 use serde::Serialize;
 
 /// `--help`'s closing text.
@@ -229,7 +229,7 @@ fn render(r: &Report) -> String {
         _ = writeln!(o, "  istio-init runs    istio-iptables {}", args_line(a));
     }
     _ = writeln!(o, "  policy:");
-    for line in describe::policy_lines(&r.policy, r.policy.dual_stack) {
+    for line in describe_policy(&r.policy, r.policy.dual_stack) {
         _ = writeln!(o, "    {line}");
     }
     let Some(c) = &r.comparison else {

@@ -75,7 +75,7 @@ pub(crate) fn pod_dirs(roots: &[PathBuf]) -> HashMap<String, PodDir> {
         .map(|r| (r.clone(), 0))
         .collect();
     if todo.is_empty() {
-        tracing::warn!(roots = %redirect_policy::shown::Paths(roots), "no kubelet pod cgroup root exists (a root-owned directory): no pod can be enrolled in place nor its proxy bypass bound; pass --pod-cgroup-root (the directory below a kubelet --cgroup-root)");
+        tracing::warn!(roots = %redirect_policy::Paths(roots), "no kubelet pod cgroup root exists (a root-owned directory): no pod can be enrolled in place nor its proxy bypass bound; pass --pod-cgroup-root (the directory below a kubelet --cgroup-root)");
     }
     let mut seen = 0;
     while let Some((dir, depth)) = todo.pop() {

@@ -97,7 +97,7 @@ impl Daemon {
             // A new daemon is how a node is upgraded: it takes the pinned datapath over in
             // place (no capture gap), or refuses to start naming the layout it cannot take.
             if let Some(u) = NodeDatapath::upgrade(&opts.bpffs)? {
-                tracing::info!(dir = %opts.bpffs.display(), from = u.from.0, to = u.to.0, links = u.links, namespaces = u.namespaces, completed = u.completed, carried = %redirect_policy::shown::Comma(&u.carried.iter().map(|(m, n)| format!("{m}:{n}")).collect::<Vec<_>>()), "upgraded the pinned datapath in place");
+                tracing::info!(dir = %opts.bpffs.display(), from = u.from.0, to = u.to.0, links = u.links, namespaces = u.namespaces, completed = u.completed, carried = %redirect_policy::Comma(&u.carried.iter().map(|(m, n)| format!("{m}:{n}")).collect::<Vec<_>>()), "upgraded the pinned datapath in place");
             }
         }
         let Opened {
@@ -282,7 +282,7 @@ impl Daemon {
         // Policies of namespaces that are gone, enrolled here or not (the kernel says which).
         match self.dp.remove_stale() {
             Ok(gone) if !gone.is_empty() => {
-                tracing::info!(cookies = %redirect_policy::shown::Comma(&gone), "removed the policies of namespaces that are gone");
+                tracing::info!(cookies = %redirect_policy::Comma(&gone), "removed the policies of namespaces that are gone");
                 for cookie in gone {
                     if self.enrollments.remove(&cookie).is_some() {
                         remove_enrollment(&self.opts.dir, cookie);

@@ -121,7 +121,7 @@ pub enum Error {
     },
     /// A policy list is longer than the kernel-side policy can hold.
     #[error(transparent)]
-    PolicyLimit(#[from] redirect_policy::kernel::outbound::PolicyLimit),
+    PolicyLimit(#[from] redirect_policy::PolicyLimit),
     /// An enrollment would use more of a shared map than the node's per-namespace quota.
     #[error("{netns}: {count} {what} is over the per-namespace quota of {limit}, so nothing was written (the node datapath was created with {flag} {limit}; recreate it with a larger {flag} to allow more)")]
     Quota {

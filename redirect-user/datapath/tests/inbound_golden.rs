@@ -27,8 +27,7 @@ use redirect_common::{
 };
 use redirect_datapath::test_support::addr_key;
 use redirect_policy::{
-    kernel::inbound::{inbound_kernel, InboundKernel},
-    parse_invocation, LookupError, PodFile, PodSource, Sources, View,
+    inbound_kernel, parse_invocation, InboundKernel, LookupError, PodFile, PodSource, Sources, View,
 };
 use redirect_testkit::reference;
 

@@ -101,7 +101,7 @@ fn closest(key: &str) -> Option<&'static str> {
     let names = KNOWN
         .iter()
         .filter_map(|k| k.strip_prefix(prefix).filter(|n| !n.contains('/')));
-    let name = redirect_policy::suggest::closest(&key[prefix.len()..], names)?;
+    let name = redirect_policy::closest(&key[prefix.len()..], names)?;
     KNOWN
         .iter()
         .copied()

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 /// becomes U+FFFD) so that the parser refuses it naming the variable, rather than taking the
 /// variable as unset and capturing by istio's defaults.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct StdEnv;
+pub(crate) struct StdEnv;
 
 impl EnvSource for StdEnv {
     fn get(&self, name: &str) -> Option<String> {

@@ -10,7 +10,7 @@ use super::{Cidrs, Group, InboundPorts, OwnerGroups, Policy, PolicyError};
 /// requests written by an older version still read.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-pub enum Either<A, B> {
+pub(crate) enum Either<A, B> {
     /// This version's form.
     Now(A),
     /// The form of before.
@@ -20,7 +20,7 @@ pub enum Either<A, B> {
 /// [`Cidrs`] in this version's form.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "kind", content = "items", rename_all = "snake_case")]
-pub enum CidrsTagged {
+pub(crate) enum CidrsTagged {
     /// `*`.
     All,
     /// These.
@@ -29,7 +29,7 @@ pub enum CidrsTagged {
 
 /// [`Cidrs`] in the form of before.
 #[derive(Debug, Deserialize)]
-pub enum CidrsBefore {
+pub(crate) enum CidrsBefore {
     /// `*`.
     All,
     /// These.
@@ -50,7 +50,7 @@ impl From<Either<CidrsTagged, CidrsBefore>> for Cidrs {
 /// [`InboundPorts`] in this version's form.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "kind", content = "items", rename_all = "snake_case")]
-pub enum PortsTagged {
+pub(crate) enum PortsTagged {
     /// `*`.
     All,
     /// These.
@@ -59,7 +59,7 @@ pub enum PortsTagged {
 
 /// [`InboundPorts`] in the form of before.
 #[derive(Debug, Deserialize)]
-pub enum PortsBefore {
+pub(crate) enum PortsBefore {
     /// `*`.
     All,
     /// These.
@@ -80,7 +80,7 @@ impl From<Either<PortsTagged, PortsBefore>> for InboundPorts {
 /// [`OwnerGroups`] in this version's form.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "kind", content = "items", rename_all = "snake_case")]
-pub enum GroupsTagged {
+pub(crate) enum GroupsTagged {
     /// No filter.
     All,
     /// Only these.
@@ -91,7 +91,7 @@ pub enum GroupsTagged {
 
 /// [`OwnerGroups`] in the form of before.
 #[derive(Debug, Deserialize)]
-pub enum GroupsBefore {
+pub(crate) enum GroupsBefore {
     /// No filter.
     All,
     /// Only these.

@@ -4,24 +4,27 @@
 //! and aliases istio-iptables binds them to), stricter than istio where istio would silently
 //! misbehave. [`iptables_restore_text`] renders the iptables-restore input istio-iptables would
 //! apply for a policy, which the conformance suite compares with Istio's goldens.
+//!
+//! Every module is the crate's own: other crates come in only through the doors below.
 // Every dependency of the product build is used (the test build has dev-dependencies too).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
+#![deny(unreachable_pub)]
 
 mod args;
 mod args_duration;
 mod convert;
-pub mod describe;
+mod describe;
 mod env;
 mod error;
 mod ids;
-pub mod inbound_spec;
-pub mod json;
-pub mod kernel;
+mod inbound_spec;
+mod json;
+mod kernel;
 mod lookup;
 mod rules;
 mod rules_chains;
-pub mod shown;
-pub mod suggest;
+mod shown;
+mod suggest;
 mod validate;
 
 #[cfg(test)]
@@ -43,12 +46,34 @@ use std::path::PathBuf;
 use ipnet::{IpNet, Ipv4Net};
 use serde::{Deserialize, Serialize};
 
-pub use args::parse_invocation;
-pub use env::{parse_cluster_env, std_env, LayeredEnv, StdEnv};
+// What went wrong, the env read, and the ids and files looked up (for a pod, through its root).
+pub use env::{parse_cluster_env, std_env, LayeredEnv};
 pub use error::PolicyError;
-pub use json::{policy_from_json, policy_from_value};
 pub use lookup::{Id, LookupError, OwnFiles, PodFile, PodSource, Sources, SystemLookup, View};
+
+// A policy read: from istio-iptables' arguments, or from JSON.
+pub use args::parse_invocation;
+pub use json::{policy_from_json, policy_from_value};
+
+// A policy shown: the iptables-restore text istio-iptables would apply, a policy's and a
+// change's lines, lists in log fields, the closest known name.
+pub use describe::{changes as describe_changes, policy_lines as describe_policy};
 pub use rules::iptables_restore_text;
+pub use shown::{Comma, Paths};
+pub use suggest::closest;
+
+// `redirect attach --inbound`'s spec.
+pub use inbound_spec::{
+    InboundPorts as InboundSpecPorts, InboundSpec, NoListener,
+    DEFAULT_EXCLUDE as DEFAULT_INBOUND_EXCLUDE,
+};
+
+// A policy compiled for the datapath's maps.
+pub use kernel::inbound::{
+    inbound_kernel, policy_of as inbound_policy_of, port_entries as inbound_port_entries,
+    spec_of as inbound_spec_of, InboundKernel,
+};
+pub use kernel::outbound::{compile as compile_outbound, CgroupRef, Compiled, PolicyLimit};
 
 /// Most uids, gids or owner groups a policy may list (the eBPF datapath's fixed-size arrays).
 pub const MAX_OWNER_IDS: usize = redirect_common::outbound::MAX_OWNERS;
@@ -224,7 +249,7 @@ impl Policy {
 
     /// istio's `HasLoopBackIP` over both families: an `-i` CIDR whose *address* is loopback
     /// (127/8 or ::1; `0.0.0.0/0` does not count). It drops the `-o lo ! --uid-owner` returns.
-    pub fn include_has_loopback(&self) -> bool {
+    pub(crate) fn include_has_loopback(&self) -> bool {
         match &self.include_cidrs {
             Cidrs::All => false,
             Cidrs::List(nets) => nets.iter().any(|n| n.addr().is_loopback()),

@@ -15,11 +15,6 @@ pub fn closest<'a>(given: &str, known: impl IntoIterator<Item = &'a str>) -> Opt
         .map(|(_, k)| k)
 }
 
-/// `; did you mean X?` for [`closest`], or nothing.
-pub fn did_you_mean<'a>(given: &str, known: impl IntoIterator<Item = &'a str>) -> String {
-    closest(given, known).map_or_else(String::new, |k| format!("; did you mean {k}?"))
-}
-
 fn folded(s: &str) -> String {
     s.chars()
         .filter(|c| !matches!(c, '-' | '_'))
@@ -63,6 +58,5 @@ mod tests {
             Some("istio-service-cidr")
         );
         assert_eq!(closest("frobnicate", known), None);
-        assert_eq!(did_you_mean("frobnicate", known), "");
     }
 }

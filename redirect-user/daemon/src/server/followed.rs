@@ -381,7 +381,7 @@ pub(super) fn replaced(was: Option<&Enrollment>, now: &Enrollment) -> String {
     let Some(was) = was else {
         return String::new();
     };
-    let lines = redirect_policy::describe::changes(&was.policy, &now.policy, now.ipv6);
+    let lines = redirect_policy::describe_changes(&was.policy, &now.policy, now.ipv6);
     if lines.is_empty() {
         return format!("; its policy is unchanged ({}: {})", was.writer, was.source);
     }

@@ -358,7 +358,7 @@ impl Daemon {
             })
             .collect();
         if !kept.is_empty() {
-            tracing::warn!(pods = %redirect_policy::shown::Comma(&kept), "GC: not among the valid attachments, but alive (namespace held, pod not deleted): kept");
+            tracing::warn!(pods = %redirect_policy::Comma(&kept), "GC: not among the valid attachments, but alive (namespace held, pod not deleted): kept");
         }
         let mut errors = Vec::new();
         let mut removed = Vec::new();

@@ -304,7 +304,7 @@ impl Daemon {
         let ns = match <[NetnsHandle; 1]>::try_from(sandbox_netns(pod, dir, &ips)) {
             Ok([ns]) => ns,
             Err(found) if found.is_empty() => {
-                tracing::warn!(pod = %named, ips = %redirect_policy::shown::Comma(&ips), cgroup = %dir.dir.display(), "a running meshed pod is not enrolled, but no process of its sandbox runs in a namespace holding its addresses: left for its CNI ADD");
+                tracing::warn!(pod = %named, ips = %redirect_policy::Comma(&ips), cgroup = %dir.dir.display(), "a running meshed pod is not enrolled, but no process of its sandbox runs in a namespace holding its addresses: left for its CNI ADD");
                 return;
             }
             Err(found) => {
@@ -312,7 +312,7 @@ impl Daemon {
                     .iter()
                     .map(|n| n.path().display().to_string())
                     .collect();
-                tracing::error!(pod = %named, ips = %redirect_policy::shown::Comma(&ips), cgroup = %dir.dir.display(), paths = %redirect_policy::shown::Comma(&paths), "ALARM: more than one namespace of the pod's sandbox holds its addresses, so none is enrolled in place: left for its CNI ADD");
+                tracing::error!(pod = %named, ips = %redirect_policy::Comma(&ips), cgroup = %dir.dir.display(), paths = %redirect_policy::Comma(&paths), "ALARM: more than one namespace of the pod's sandbox holds its addresses, so none is enrolled in place: left for its CNI ADD");
                 return;
             }
         };

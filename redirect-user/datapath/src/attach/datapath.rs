@@ -7,7 +7,7 @@ use aya_log::EbpfLogger;
 use serde::{Deserialize, Serialize};
 
 use ipnet::IpNet;
-use redirect_policy::{inbound_spec::InboundSpec, Cidrs, InboundPorts, Policy};
+use redirect_policy::{Cidrs, InboundPorts, InboundSpec, Policy};
 
 use crate::{
     attach::plan::{self, Attachment, Link},

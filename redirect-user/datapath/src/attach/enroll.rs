@@ -1,7 +1,7 @@
 //! `redirect attach`'s inbound enrollment of a network namespace: its policy, port rules and
 //! addresses through the shared map writers (`maps::inbound`), then the sk_lookup link this
 //! process holds, and the proxy already listening adopted.
-use redirect_policy::inbound_spec::{InboundPorts, InboundSpec};
+use redirect_policy::{InboundSpec, InboundSpecPorts as InboundPorts};
 
 use crate::{
     attach::datapath::{AttachDatapath, Enrolled},
@@ -29,7 +29,7 @@ impl AttachDatapath {
         adopt_listeners(&mut self.ebpf, spec, &ns)?;
         // The process's maps and links go with it: an error here leaves nothing behind.
         ns.verify()?;
-        tracing::info!(netns = %spec.netns.display(), %cookie, addrs = %redirect_policy::shown::Comma(&addrs), "inbound capture enrolled");
+        tracing::info!(netns = %spec.netns.display(), %cookie, addrs = %redirect_policy::Comma(&addrs), "inbound capture enrolled");
         self.ebpf_enrolled.push(Enrolled {
             spec: spec.clone(),
             cookie,
@@ -52,7 +52,7 @@ impl AttachDatapath {
             let new = self.ebpf_netns[i].addresses()?;
             if new != old {
                 sync_addresses(&mut self.ebpf, &path, cookie, &old, &new)?;
-                tracing::info!(netns = %path.display(), addrs = %redirect_policy::shown::Comma(&new), "pod addresses changed");
+                tracing::info!(netns = %path.display(), addrs = %redirect_policy::Comma(&new), "pod addresses changed");
                 self.ebpf_enrolled[i].addrs = new;
                 changed += 1;
             }

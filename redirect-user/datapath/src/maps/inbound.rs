@@ -7,8 +7,7 @@ use std::{net::IpAddr, path::Path};
 use aya::maps::{MapData, SockHash};
 use redirect_common::{map_names, AddrKey, InboundPolicy, ListenerKey, PortKey, AF_INET, AF_INET6};
 use redirect_policy::{
-    inbound_spec::InboundSpec,
-    kernel::inbound::{policy_of, port_entries},
+    inbound_policy_of as policy_of, inbound_port_entries as port_entries, InboundSpec,
 };
 
 use crate::{

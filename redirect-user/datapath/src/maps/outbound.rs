@@ -1,5 +1,5 @@
 //! Outbound policy in the maps: resolves the one input the pure compile cannot read (the proxy
-//! cgroup's id), compiles with `redirect_policy::kernel::outbound`, and writes or removes one
+//! cgroup's id), compiles with `redirect_policy::compile_outbound`, and writes or removes one
 //! namespace's `NETNS_OUTBOUND` value, CIDR trie entries and port rules.
 use redirect_common::NetnsCookie;
 use std::collections::HashSet;
@@ -20,13 +20,13 @@ use crate::{
 };
 
 pub(crate) use redirect_common::types::{addr_of as ip_of, addr_words as words};
-pub(crate) use redirect_policy::kernel::outbound::{CgroupRef, Compiled};
+pub(crate) use redirect_policy::{CgroupRef, Compiled};
 
-/// Compiles `p` for a namespace ([`redirect_policy::kernel::outbound::compile`]), its proxy
+/// Compiles `p` for a namespace ([`redirect_policy::compile_outbound`]), its proxy
 /// cgroup resolved to the kernel's id first: the one input the pure half cannot read.
 pub(crate) fn compile(p: &Policy, ipv6: bool, routes: Vec<(IpNet, bool)>) -> Result<Compiled> {
     let proxy_cgroup = p.proxy_cgroup.as_deref().map(cgroup_id_level).transpose()?;
-    Ok(redirect_policy::kernel::outbound::compile(
+    Ok(redirect_policy::compile_outbound(
         p,
         ipv6,
         routes,

@@ -7,7 +7,7 @@ use redirect_common::NetnsCookie;
 use std::os::fd::AsFd as _;
 
 use redirect_common::map_names;
-use redirect_policy::{kernel::inbound as inbound_kernel, Policy};
+use redirect_policy::{inbound_spec_of, Policy};
 
 use crate::netns::tproxy::TproxyRouting;
 
@@ -71,7 +71,7 @@ impl NodeDatapath {
         };
         let (addrs, not_own) = super::claims::own_only(policy, addrs);
         if !not_own.is_empty() {
-            tracing::error!(netns = %netns_path.display(), %cookie, not_own = %redirect_policy::shown::Comma(&not_own), "the pod's namespace holds addresses that are not its pod's (status.podIPs / prevResult): left out of its inbound capture, never claimed");
+            tracing::error!(netns = %netns_path.display(), %cookie, not_own = %redirect_policy::Comma(&not_own), "the pod's namespace holds addresses that are not its pod's (status.podIPs / prevResult): left out of its inbound capture, never claimed");
         }
         phases.mark("addresses");
         // Pods die without --cleanup-only (istio-init never runs it): their entries, and the
@@ -138,7 +138,7 @@ impl NodeDatapath {
                 return Err(e);
             }
         };
-        tracing::info!(netns = %netns_path.display(), %cookie, ipv6, inbound, addrs = %redirect_policy::shown::Comma(&addrs), us = phases.total_us(), "policy applied");
+        tracing::info!(netns = %netns_path.display(), %cookie, ipv6, inbound, addrs = %redirect_policy::Comma(&addrs), us = phases.total_us(), "policy applied");
         Ok(Applied {
             cookie,
             addrs,
@@ -201,7 +201,7 @@ impl NodeDatapath {
             addrs: addrs.to_vec(),
             ..Owned::default()
         };
-        let spec = inbound_kernel::spec_of(policy, netns_path);
+        let spec = inbound_spec_of(policy, netns_path);
         let inbound = spec.is_some();
         // The policy being replaced says whether the pod has TPROXY routing to take away: a
         // map lookup, where asking the namespace would cost every apply a rule dump.

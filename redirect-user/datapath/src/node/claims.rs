@@ -73,7 +73,7 @@ impl NodeDatapath {
                 .is_ok_and(|owner| owner != cookie.get())
         });
         if !taken.is_empty() {
-            tracing::error!(netns = %netns.display(), %cookie, taken = %redirect_policy::shown::Comma(&taken), "the namespace holds addresses another enrolled namespace owns: left out of its policy (the owner keeps its inbound capture); the namespace's own capture stays");
+            tracing::error!(netns = %netns.display(), %cookie, taken = %redirect_policy::Comma(&taken), "the namespace holds addresses another enrolled namespace owns: left out of its policy (the owner keeps its inbound capture); the namespace's own capture stays");
         }
         Ok(kept)
     }

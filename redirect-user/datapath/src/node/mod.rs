@@ -282,7 +282,7 @@ impl NodeDatapath {
         }
         let (addrs, not_own) = claims::own_only(policy, held);
         if !not_own.is_empty() {
-            tracing::debug!(netns = %netns_path.display(), not_own = %redirect_policy::shown::Comma(&not_own), "addresses not the pod's own: left out");
+            tracing::debug!(netns = %netns_path.display(), not_own = %redirect_policy::Comma(&not_own), "addresses not the pod's own: left out");
         }
         let addrs = self.without_taken(netns_path, cookie, addrs)?;
         let addrs = self.within_quota(netns_path, addrs);
@@ -294,7 +294,7 @@ impl NodeDatapath {
         if addrs_changed {
             inbound::sync_addresses(&mut self.maps, netns_path, cookie, &old.addrs, &addrs)?;
             self.index()?.set_addrs(cookie, &addrs);
-            tracing::info!(netns = %netns_path.display(), addrs = %redirect_policy::shown::Comma(&addrs), "pod addresses changed");
+            tracing::info!(netns = %netns_path.display(), addrs = %redirect_policy::Comma(&addrs), "pod addresses changed");
         }
         if !policy.exclude_interfaces.is_empty() {
             let mut routes =

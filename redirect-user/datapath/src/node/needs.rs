@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use redirect_common::prog_names;
-use redirect_policy::{kernel::inbound as inbound_kernel, Policy};
+use redirect_policy::{inbound_spec_of, Policy};
 
 use crate::{
     error::{Error, Result},
@@ -15,7 +15,7 @@ use crate::{
 /// The flag of `policy` that needs the arrival interface for inbound capture (`-c NAMES` or
 /// `-k NAMES`), if any: none when inbound capture is off (`-b ''`).
 pub(crate) fn interface_flag(policy: &Policy, netns_path: &Path) -> Option<String> {
-    inbound_kernel::spec_of(policy, netns_path)?;
+    inbound_spec_of(policy, netns_path)?;
     [
         ("-c", &policy.exclude_interfaces),
         ("-k", &policy.kube_virt_interfaces),

@@ -72,7 +72,7 @@ pub fn port_entries(spec: &InboundSpec) -> Vec<(u16, u8)> {
 }
 
 /// `IFACES` entries by interface name: `-c` and `-k` bits merged per name, in flag order.
-pub fn interface_entries(policy: &Policy) -> Vec<(String, u8)> {
+pub(crate) fn interface_entries(policy: &Policy) -> Vec<(String, u8)> {
     let mut out: Vec<(String, u8)> = Vec::new();
     let named = [
         (&policy.exclude_interfaces, IFACE_EXCLUDED),

@@ -1,5 +1,5 @@
 //! Both halves of policy -> kernel form, pure and side by side: what the maps get for one
 //! namespace's outbound (`outbound`) and inbound (`inbound`) capture. The datapath writes
 //! them; neither half touches a map, a cgroup or a namespace.
-pub mod inbound;
-pub mod outbound;
+pub(crate) mod inbound;
+pub(crate) mod outbound;

@@ -41,14 +41,14 @@ impl CgroupRef {
     /// The bypass bound to no cgroup (`Policy::proxy_bypass_closed`): no task's ancestor at
     /// level 1 has this id (cgroup ids are inode numbers, never all ones), and a task in the
     /// root cgroup reads 0 there.
-    pub const NOWHERE: CgroupRef = CgroupRef {
+    pub(crate) const NOWHERE: CgroupRef = CgroupRef {
         id: u64::MAX,
         level: 1,
     };
 }
 
 /// The DNS capture port istio-iptables hard-codes.
-pub const DNS_CAPTURE_PORT: u16 = 15053;
+pub(crate) const DNS_CAPTURE_PORT: u16 = 15053;
 
 /// One namespace's outbound policy, ready for the maps.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,10 @@
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use redirect_policy::inbound_spec::{InboundPorts, InboundSpec, NoListener, DEFAULT_EXCLUDE};
+use redirect_policy::{
+    InboundSpec, InboundSpecPorts as InboundPorts, NoListener,
+    DEFAULT_INBOUND_EXCLUDE as DEFAULT_EXCLUDE,
+};
 use redirect_testkit::fuzz::{self, assert_names};
 
 const KEYS: [&str; 5] = ["b", "d", "z", "e", "no-listener"];
