@@ -3,7 +3,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use clap::Args;
-use redirect_install::{conflist, fight::Rule, state, Options};
+use redirect_install::{conflist_entry, FightRule as Rule, Options, PLUGIN_NAME, STATE_FILE};
 
 /// The CNI directories and the state file, shared by both commands.
 #[derive(Debug, Clone, Args)]
@@ -22,7 +22,7 @@ impl Dirs {
     pub fn state_file(&self) -> PathBuf {
         self.state_file
             .clone()
-            .unwrap_or_else(|| self.cni_conf_dir.join(state::FILE))
+            .unwrap_or_else(|| self.cni_conf_dir.join(STATE_FILE))
     }
 }
 
@@ -115,7 +115,7 @@ impl InstallCni {
                 .context(
                     "finding this executable (to find redirect-cni beside it): pass --plugin PATH",
                 )?
-                .with_file_name(redirect_install::plugin::NAME),
+                .with_file_name(PLUGIN_NAME),
         };
         let exclude: Vec<String> = self
             .exclude_namespaces
@@ -127,7 +127,7 @@ impl InstallCni {
             bin_dir: self.cni_bin_dir.clone(),
             conf_dir: self.dirs.cni_conf_dir.clone(),
             plugin,
-            entry: conflist::entry(&self.daemon_socket, &exclude, &self.plugin_log_level),
+            entry: conflist_entry(&self.daemon_socket, &exclude, &self.plugin_log_level),
             state_file: self.dirs.state_file(),
             plugin_versions: redirect_daemon_api::cni_spec::SUPPORTED_VERSIONS
                 .map(str::to_owned)

@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use nix::sys::signal::{SigSet, Signal};
 use redirect_daemon::{plugin_still_wanted, PluginExit as Exit};
-use redirect_install::{check, install, uninstall, watch, Change};
+use redirect_install::{check, install, uninstall, watch, Change, Wake};
 
 use crate::install_cni_args::{Dirs, InstallCni};
 
@@ -81,7 +81,7 @@ pub fn run(args: &InstallCni) -> anyhow::Result<()> {
         if let Ok(signal) = signals.wait() {
             tracing::info!(signal = %signal, "stopping");
         }
-        let _ = stop.send(watch::Wake::Stop);
+        let _ = stop.send(Wake::Stop);
     });
     tracing::info!(
         conf_dir = %opts.conf_dir.display(),
@@ -90,7 +90,7 @@ pub fn run(args: &InstallCni) -> anyhow::Result<()> {
         uninstall_on_exit = args.uninstall_on_exit,
         "watching"
     );
-    watch::watch(
+    watch(
         &opts,
         args.rule(),
         Duration::from_secs(args.poll_interval),

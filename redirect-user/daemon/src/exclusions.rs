@@ -26,9 +26,9 @@ impl ConfExclusions {
 
     /// Reads our entry again (keeping the last exclusions when none can be read).
     pub(crate) fn read(&mut self) -> &Exclusions {
-        let entry = redirect_install::confdir::find(&self.dir)
+        let entry = redirect_install::find_config(&self.dir)
             .ok()
-            .and_then(|found| redirect_install::conflist::our_entry(&found.json).cloned());
+            .and_then(|found| redirect_install::our_entry(&found.json).cloned());
         match entry.map(serde_json::from_value::<Exclusions>) {
             Some(Ok(e)) => self.last = e,
             Some(Err(error)) => {

@@ -62,8 +62,8 @@ impl Untaint {
             return;
         }
         self.next_try = Instant::now() + RETRY;
-        let in_place = redirect_install::confdir::find(&self.cni_conf_dir)
-            .is_ok_and(|found| redirect_install::conflist::has_any(&found.json));
+        let in_place = redirect_install::find_config(&self.cni_conf_dir)
+            .is_ok_and(|found| redirect_install::has_our_entry(&found.json));
         if !in_place {
             let dir = self.cni_conf_dir.display();
             if self.said_waiting {

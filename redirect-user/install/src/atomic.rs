@@ -43,7 +43,7 @@ fn through_link(path: &Path) -> Result<PathBuf> {
 }
 
 /// Replaces `path` (through a link into its own directory) with `bytes`, mode `mode`.
-pub fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+pub(crate) fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     write_checked(path, bytes, mode, None)
 }
 
@@ -51,7 +51,7 @@ pub fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 /// before the rename: another writer (the primary plugin's installer) wrote it meanwhile, and
 /// the rename would lose its write. Then nothing is replaced and the error says so; the caller
 /// reads the file again.
-pub fn replace(path: &Path, read: &str, bytes: &[u8], mode: u32) -> Result<()> {
+pub(crate) fn replace(path: &Path, read: &str, bytes: &[u8], mode: u32) -> Result<()> {
     write_checked(path, bytes, mode, Some(read))
 }
 
@@ -87,7 +87,7 @@ fn write_checked(path: &Path, bytes: &[u8], mode: u32, read: Option<&str>) -> Re
 }
 
 /// Removes `path` (absent is fine) and fsyncs its directory.
-pub fn remove(path: &Path) -> Result<()> {
+pub(crate) fn remove(path: &Path) -> Result<()> {
     match std::fs::remove_file(path) {
         Ok(()) => sync_dir(path),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -35,7 +35,7 @@ pub struct Found {
 }
 
 /// The candidate files of `dir`, in libcni's order.
-pub fn candidates(dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn candidates(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io("reading the directory", dir))? {
         let entry = entry.map_err(io("reading the directory", dir))?;
@@ -53,7 +53,7 @@ pub fn candidates(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Why `json`, read from a file of `kind`, is not a network configuration, if it is not.
-pub fn invalid(kind: Kind, json: &Value) -> Option<String> {
+pub(crate) fn invalid(kind: Kind, json: &Value) -> Option<String> {
     let Some(obj) = json.as_object() else {
         return Some("not a JSON object".into());
     };

@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 /// Our plugin's `type`.
-pub const TYPE: &str = "redirect-cni";
+pub(crate) const TYPE: &str = "redirect-cni";
 
 /// Our entry: `{"type": "redirect-cni", "daemon_socket", "exclude_namespaces", "log_level"}`.
 pub fn entry(daemon_socket: &str, exclude_namespaces: &[String], log_level: &str) -> Value {
@@ -29,7 +29,7 @@ fn plugins(list: &Value) -> &[Value] {
 }
 
 /// Whether `list` holds exactly `entry` once (and nothing else of ours).
-pub fn has(list: &Value, entry: &Value) -> bool {
+pub(crate) fn has(list: &Value, entry: &Value) -> bool {
     let mine: Vec<_> = plugins(list).iter().filter(|p| ours(p)).collect();
     mine.len() == 1 && mine[0] == entry
 }
@@ -45,7 +45,7 @@ pub fn has_any(list: &Value) -> bool {
 }
 
 /// `list` with `entry`: in place of the first entry of ours (later ones dropped), else last.
-pub fn with_entry(list: &Value, entry: &Value) -> Value {
+pub(crate) fn with_entry(list: &Value, entry: &Value) -> Value {
     let mut out = list.clone();
     let Some(plugins) = out.get_mut("plugins").and_then(Value::as_array_mut) else {
         return out;
@@ -65,7 +65,7 @@ pub fn with_entry(list: &Value, entry: &Value) -> Value {
 }
 
 /// `list` without any entry of ours.
-pub fn without_entry(list: &Value) -> Value {
+pub(crate) fn without_entry(list: &Value) -> Value {
     let mut out = list.clone();
     if let Some(plugins) = out.get_mut("plugins").and_then(Value::as_array_mut) {
         plugins.retain(|p| !ours(p));
@@ -76,7 +76,7 @@ pub fn without_entry(list: &Value) -> Value {
 /// Why our plugin would fail on `list` (whose plugins speak `versions`), with the fix: the
 /// version the runtime will hand the chain is not one of `versions`, or `istio-cni` is chained
 /// already (two capture layers for one pod). `None` when the list is fine for us.
-pub fn refusal(list: &Value, versions: &[String]) -> Option<String> {
+pub(crate) fn refusal(list: &Value, versions: &[String]) -> Option<String> {
     if plugins(list)
         .iter()
         .any(|p| p.get("type").and_then(Value::as_str) == Some("istio-cni"))
@@ -129,7 +129,7 @@ fn semver(v: &str) -> (u64, u64, u64) {
 }
 
 /// A single-plugin configuration as a conflist of that one plugin.
-pub fn from_single(conf: &Value) -> Value {
+pub(crate) fn from_single(conf: &Value) -> Value {
     let mut list = Map::new();
     for key in ["cniVersion", "name"] {
         if let Some(v) = conf.get(key) {
@@ -141,7 +141,7 @@ pub fn from_single(conf: &Value) -> Value {
 }
 
 /// The text we write: two-space indentation and a final newline.
-pub fn render(list: &Value) -> String {
+pub(crate) fn render(list: &Value) -> String {
     let mut text = serde_json::to_string_pretty(list).unwrap_or_default();
     text.push('\n');
     text

@@ -34,7 +34,7 @@ impl Default for Rule {
 
 /// What the rule says about a re-insertion needed now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Go ahead.
     Allowed,
     /// The limit is reached: a fight; slow until then.
@@ -48,7 +48,7 @@ pub enum Verdict {
 
 /// The re-insertions seen.
 #[derive(Debug, Clone)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     rule: Rule,
     recent: VecDeque<Instant>,
     paused_until: Option<Instant>,
@@ -58,7 +58,7 @@ pub struct Tracker {
 
 impl Tracker {
     /// A tracker for `rule`.
-    pub fn new(rule: Rule) -> Self {
+    pub(crate) fn new(rule: Rule) -> Self {
         Self {
             rule,
             recent: VecDeque::new(),
@@ -68,12 +68,12 @@ impl Tracker {
     }
 
     /// Its rule.
-    pub fn rule(&self) -> Rule {
+    pub(crate) fn rule(&self) -> Rule {
         self.rule
     }
 
     /// Asks for one re-insertion at `now`; an allowed one is counted.
-    pub fn ask(&mut self, now: Instant) -> Verdict {
+    pub(crate) fn ask(&mut self, now: Instant) -> Verdict {
         if let Some(until) = self.paused_until {
             if now < until {
                 if self

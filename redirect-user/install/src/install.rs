@@ -72,7 +72,7 @@ pub fn install(opts: &Options) -> Result<Installed> {
 
 /// [`install`], asking `gate` before a re-insertion (decided on the very text it would
 /// replace); a no is [`Change::Held`].
-pub fn install_gated(opts: &Options, gate: &mut dyn FnMut() -> bool) -> Result<Installed> {
+pub(crate) fn install_gated(opts: &Options, gate: &mut dyn FnMut() -> bool) -> Result<Installed> {
     let before = state::load_in(&opts.state_file, &opts.conf_dir)?;
     let mut st = before.clone().unwrap_or_default();
     // The configuration first (none: nothing is copied), then the binary, then the entry:

@@ -8,17 +8,34 @@
 //! own (ADD without `prevResult` fails), and a conflist holding only it would sort before the
 //! primary's (`10-...`) and take every new pod's network away. With no configuration the
 //! install fails naming the directory, or waits for one (`--watch`).
+//!
+//! Every module is the crate's own: the CLI and the daemon come in only through the doors below.
 // Every dependency of the product build is used (the test build has dev-dependencies too).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
-pub mod atomic;
-pub mod confdir;
-pub mod conflist;
-pub mod error;
-pub mod fight;
-pub mod install;
-pub mod plugin;
-pub mod state;
-pub mod watch;
+#![deny(unreachable_pub)]
+mod atomic;
+mod confdir;
+mod conflist;
+mod error;
+mod fight;
+mod install;
+mod plugin;
+mod state;
+mod watch;
 
+// What went wrong.
 pub use error::{Error, Result};
-pub use install::{check, install, install_gated, uninstall, Change, Installed, Options};
+
+// `install-cni` and `uninstall-cni`: install, check, uninstall, and the watcher that puts our
+// entry back within the rule against fighting another writer.
+pub use fight::Rule as FightRule;
+pub use install::{check, install, uninstall, Change, Installed, Options};
+pub use watch::{watch, Wake};
+
+// The names install-cni writes: the plugin binary, the state file.
+pub use plugin::NAME as PLUGIN_NAME;
+pub use state::FILE as STATE_FILE;
+
+// The runtime's configuration as libcni finds it, and our entry in it.
+pub use confdir::{find as find_config, Found as FoundConfig};
+pub use conflist::{entry as conflist_entry, has_any as has_our_entry, our_entry};

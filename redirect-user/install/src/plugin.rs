@@ -14,7 +14,7 @@ use crate::error::{io, Result};
 pub const NAME: &str = crate::conflist::TYPE;
 
 /// The hex SHA-256 of `bytes`.
-pub fn digest(bytes: &[u8]) -> String {
+pub(crate) fn digest(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -22,7 +22,7 @@ pub fn digest(bytes: &[u8]) -> String {
 }
 
 /// The hex SHA-256 of the file `path`, `None` when it does not exist.
-pub fn file_digest(path: &Path) -> Result<Option<String>> {
+pub(crate) fn file_digest(path: &Path) -> Result<Option<String>> {
     match std::fs::read(path) {
         Ok(bytes) => Ok(Some(digest(&bytes))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -45,7 +45,7 @@ pub struct Copied {
 
 /// Inode, size, mtime and mode of `source` and `copy`: while it is unchanged, neither file
 /// needs reading again (a watcher's pass reads no binary).
-pub fn stamp(source: &Path, copy: &Path) -> String {
+pub(crate) fn stamp(source: &Path, copy: &Path) -> String {
     use std::os::unix::fs::MetadataExt as _;
     [source, copy]
         .iter()
@@ -70,7 +70,7 @@ pub fn stamp(source: &Path, copy: &Path) -> String {
 
 /// Copies `source` to `bin_dir/redirect-cni` unless it is there already, mode 0755. `known`:
 /// the copy recorded last time; when neither file changed since ([`stamp`]), nothing is read.
-pub fn install(
+pub(crate) fn install(
     source: &Path,
     bin_dir: &Path,
     known: Option<&crate::state::Plugin>,

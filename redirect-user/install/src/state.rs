@@ -14,7 +14,7 @@ pub const FILE: &str = ".redirect-cni-install.state";
 
 /// The configuration file install-cni edited.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Config {
+pub(crate) struct Config {
     /// The conflist holding our entry.
     pub path: PathBuf,
     /// The single-plugin file it was made from (removed), when install-cni converted one.
@@ -27,7 +27,7 @@ pub struct Config {
 
 /// The binary install-cni wrote.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Plugin {
+pub(crate) struct Plugin {
     /// Its path.
     pub path: PathBuf,
     /// Its SHA-256.
@@ -39,7 +39,7 @@ pub struct Plugin {
 
 /// The whole record.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct State {
+pub(crate) struct State {
     /// The binary.
     pub plugin: Option<Plugin>,
     /// The configuration.
@@ -53,7 +53,7 @@ pub struct State {
 }
 
 /// Reads the state at `path`; `None` when there is none.
-pub fn load(path: &Path) -> Result<Option<State>> {
+pub(crate) fn load(path: &Path) -> Result<Option<State>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -71,7 +71,7 @@ pub fn load(path: &Path) -> Result<Option<State>> {
 /// files directly in `conf_dir` (`.conflist`, `.conf`, `.json`) and a plugin binary named
 /// `redirect-cni`. The state file lives in a directory others write; what it names is undone
 /// (written, removed), so a name elsewhere would let its writer have any file rewritten.
-pub fn load_in(path: &Path, conf_dir: &Path) -> Result<Option<State>> {
+pub(crate) fn load_in(path: &Path, conf_dir: &Path) -> Result<Option<State>> {
     let Some(st) = load(path)? else {
         return Ok(None);
     };
@@ -109,7 +109,7 @@ pub fn load_in(path: &Path, conf_dir: &Path) -> Result<Option<State>> {
 }
 
 /// Writes `state` to `path` (atomically, mode 0600) when it differs from `before`.
-pub fn save(path: &Path, state: &State, before: Option<&State>) -> Result<()> {
+pub(crate) fn save(path: &Path, state: &State, before: Option<&State>) -> Result<()> {
     if before == Some(state) {
         return Ok(());
     }
