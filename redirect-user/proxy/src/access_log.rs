@@ -17,7 +17,7 @@ pub enum Format {
 
 /// One finished connection.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Record {
+pub(crate) struct Record {
     /// Always "access", so JSON consumers can tell these lines from the rest.
     pub kind: &'static str,
     /// Start time, RFC 3339 UTC with milliseconds.
@@ -44,7 +44,7 @@ pub struct Record {
 }
 
 /// Formats a `SystemTime` as RFC 3339 UTC with milliseconds, without a date crate.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
@@ -69,7 +69,7 @@ pub fn rfc3339(t: SystemTime) -> String {
 
 impl Record {
     /// The line as written to stdout.
-    pub fn line(&self, format: Format) -> String {
+    pub(crate) fn line(&self, format: Format) -> String {
         match format {
             Format::Off => String::new(),
             Format::Json => serde_json::to_string(self).unwrap_or_default(),

@@ -7,14 +7,14 @@ use tokio::{
 };
 
 /// Body Envoy sends when a cluster has no healthy upstream.
-pub const BODY: &str = "no healthy upstream";
+pub(crate) const BODY: &str = "no healthy upstream";
 /// How long to wait for a client to speak before closing.
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_HEAD: usize = 16 * 1024;
 
 /// True when `buf` starts like an HTTP/1.x request line (`TOKEN SP target SP HTTP/1.`), as
 /// far as it goes. `complete` asks for a whole request line.
-pub fn looks_like_http1(buf: &[u8], complete: bool) -> bool {
+pub(crate) fn looks_like_http1(buf: &[u8], complete: bool) -> bool {
     let line_end = buf.windows(2).position(|w| w == b"\r\n");
     let line = match line_end {
         Some(end) => &buf[..end],
@@ -37,7 +37,7 @@ pub fn looks_like_http1(buf: &[u8], complete: bool) -> bool {
 }
 
 /// Answers or closes a blackholed connection. Returns (bytes read, bytes written).
-pub async fn respond(mut client: TcpStream) -> (u64, u64) {
+pub(crate) async fn respond(mut client: TcpStream) -> (u64, u64) {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
     loop {

@@ -17,7 +17,7 @@ const COPY_BUF: usize = 64 * 1024;
 
 /// How forwarding ended.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Both directions finished: bytes up and down.
     Done(u64, u64),
     /// The upstream connect failed or timed out.
@@ -90,7 +90,7 @@ async fn connect(
 
 /// Forwards `client` to `upstream`, binding `source` first when given (transparent and marked
 /// with `mark`, TPROXY mode).
-pub async fn forward(
+pub(crate) async fn forward(
     mut client: TcpStream,
     upstream: SocketAddr,
     source: Option<IpAddr>,

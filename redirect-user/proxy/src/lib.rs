@@ -1,18 +1,40 @@
 //! redirect-proxy: a small L4 sidecar proxy with Istio's virtualOutbound (15001) and
 //! virtualInbound (15006) semantics, admin ports (15021, 15090, 15020, 15000) and an access log.
-pub mod access_log;
-pub mod admin;
-pub mod blackhole;
-pub mod control_plane;
-pub mod forward;
-pub mod inbound;
-pub mod listener;
-pub mod metrics;
-pub mod orig_dst;
-pub mod outbound;
-pub mod registry;
-pub mod state;
+//!
+//! Every module is the crate's own: the binary (`main.rs`) and the tests come in only through
+//! the doors below.
+#![deny(unreachable_pub)]
+mod access_log;
+mod admin;
+mod blackhole;
+mod control_plane;
+mod forward;
+mod inbound;
+mod listener;
+mod metrics;
+mod orig_dst;
+mod outbound;
+mod registry;
+mod state;
 
+// The state the listeners share, and the original destination they recover.
 pub use orig_dst::OrigDstAddr;
-pub use registry::{Cluster, OutboundTrafficPolicy, Registry};
 pub use state::Shared;
+
+// The registry: its file, the routing it answers.
+pub use registry::{
+    Cluster, OutboundTrafficPolicy, Registry, RegistryError, RegistryFile, Service,
+};
+
+// The listeners: the accept loop, the two routes it takes (and the static outbound one), the
+// admin ports, the transparent inbound bind, the wait for the control plane.
+pub use admin::{serve as serve_admin, Role};
+pub use control_plane::wait_reachable;
+pub use forward::bind_transparent;
+pub use inbound::route as route_inbound;
+pub use listener::serve as serve_listener;
+pub use outbound::{route as route_outbound, route_static as route_outbound_static};
+
+// The access log's format and the metrics' direction label.
+pub use access_log::Format as AccessLogFormat;
+pub use metrics::Direction;

@@ -10,11 +10,8 @@ use std::{
 use anyhow::{bail, Context as _};
 use clap::{Parser, ValueEnum};
 use redirect_proxy::{
-    access_log::Format,
-    admin::{self, Role},
-    inbound, listener,
-    metrics::Direction,
-    outbound, OutboundTrafficPolicy, Registry, Shared,
+    route_inbound, route_outbound, route_outbound_static, serve_admin, serve_listener,
+    AccessLogFormat as Format, Direction, OutboundTrafficPolicy, Registry, Role, Shared,
 };
 use tokio::net::TcpListener;
 
@@ -178,7 +175,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     runtime.block_on(async move {
         if let Some(addr) = args.control_plane {
             let timeout = Duration::from_secs(args.control_plane_timeout);
-            redirect_proxy::control_plane::wait_reachable(addr, timeout)
+            redirect_proxy::wait_reachable(addr, timeout)
                 .await
                 .context("--control-plane")?;
         }
@@ -188,14 +185,12 @@ fn run(args: Args) -> anyhow::Result<()> {
         } else {
             Some(match args.tproxy_mark {
                 None => bind("--inbound", args.inbound).await?,
-                Some(_) => {
-                    redirect_proxy::forward::bind_transparent(args.inbound).with_context(|| {
-                        format!(
-                            "binding --inbound on {} as a transparent listener (--tproxy-mark)",
-                            args.inbound
-                        )
-                    })?
-                }
+                Some(_) => redirect_proxy::bind_transparent(args.inbound).with_context(|| {
+                    format!(
+                        "binding --inbound on {} as a transparent listener (--tproxy-mark)",
+                        args.inbound
+                    )
+                })?,
             })
         };
         let admins = [
@@ -229,28 +224,28 @@ fn run(args: Args) -> anyhow::Result<()> {
         shared.tproxy_mark = args.tproxy_mark;
         let shared = Arc::new(shared);
         for (l, _) in statics {
-            tokio::spawn(listener::serve(
+            tokio::spawn(serve_listener(
                 l,
                 Arc::clone(&shared),
                 Direction::Outbound,
-                outbound::route_static,
+                route_outbound_static,
             ));
         }
         for (l, role) in admins {
-            tokio::spawn(admin::serve(l, Arc::clone(&shared), role));
+            tokio::spawn(serve_admin(l, Arc::clone(&shared), role));
         }
-        tokio::spawn(listener::serve(
+        tokio::spawn(serve_listener(
             outbound_l,
             Arc::clone(&shared),
             Direction::Outbound,
-            outbound::route,
+            route_outbound,
         ));
         if let Some(l) = inbound_l {
-            tokio::spawn(listener::serve(
+            tokio::spawn(serve_listener(
                 l,
                 Arc::clone(&shared),
                 Direction::Inbound,
-                inbound::route,
+                route_inbound,
             ));
         }
         tracing::info!(

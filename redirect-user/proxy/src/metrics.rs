@@ -11,7 +11,7 @@ use redirect_sys::prometheus::{Kind, Text};
 
 /// Counters of one (direction, cluster) pair.
 #[derive(Debug, Default)]
-pub struct ClusterStats {
+pub(crate) struct ClusterStats {
     /// Connections handled.
     pub connections: AtomicU64,
     /// Bytes sent upstream (client -> upstream).
@@ -24,7 +24,7 @@ pub struct ClusterStats {
 
 /// All proxy statistics.
 #[derive(Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     clusters: Mutex<BTreeMap<(&'static str, String), Arc<ClusterStats>>>,
     active: [AtomicI64; 2],
 }
@@ -40,7 +40,7 @@ pub enum Direction {
 
 impl Direction {
     /// Label value.
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Self::Outbound => "outbound",
             Self::Inbound => "inbound",
@@ -56,7 +56,7 @@ impl Direction {
 
 /// Decrements the active gauge when the connection ends.
 #[derive(Debug)]
-pub struct ActiveGuard<'a>(&'a AtomicI64);
+pub(crate) struct ActiveGuard<'a>(&'a AtomicI64);
 
 impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
@@ -69,7 +69,7 @@ type Family = (&'static str, &'static str, fn(&ClusterStats) -> u64);
 
 impl Stats {
     /// The counters for (direction, cluster), created on first use.
-    pub fn cluster(&self, direction: Direction, cluster: &str) -> Arc<ClusterStats> {
+    pub(crate) fn cluster(&self, direction: Direction, cluster: &str) -> Arc<ClusterStats> {
         let mut map = self
             .clusters
             .lock()
@@ -81,14 +81,14 @@ impl Stats {
     }
 
     /// Counts a connection as active until the guard drops.
-    pub fn active(&self, direction: Direction) -> ActiveGuard<'_> {
+    pub(crate) fn active(&self, direction: Direction) -> ActiveGuard<'_> {
         let gauge = &self.active[direction.index()];
         gauge.fetch_add(1, Ordering::Relaxed);
         ActiveGuard(gauge)
     }
 
     /// Prometheus text exposition of every metric.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let map = self
             .clusters
             .lock()

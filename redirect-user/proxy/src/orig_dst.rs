@@ -2,7 +2,7 @@
 //! the workspace's one `SO_ORIGINAL_DST` reader (`redirect_sys::orig_dst`).
 use std::{fmt, net::SocketAddr};
 
-pub use redirect_sys::orig_dst::Error as OrigDstError;
+pub(crate) use redirect_sys::orig_dst::Error as OrigDstError;
 use tokio::net::TcpStream;
 
 /// The original destination of a redirected connection, as `SO_ORIGINAL_DST` reports it.
@@ -18,6 +18,6 @@ impl fmt::Display for OrigDstAddr {
 /// Reads the original destination of an accepted socket: `(SOL_IP, SO_ORIGINAL_DST)` for IPv4
 /// and v4-mapped peers, `(SOL_IPV6, IP6T_SO_ORIGINAL_DST)` for IPv6; v4-mapped answers are
 /// folded to IPv4.
-pub fn original_dst(stream: &TcpStream) -> Result<OrigDstAddr, OrigDstError> {
+pub(crate) fn original_dst(stream: &TcpStream) -> Result<OrigDstAddr, OrigDstError> {
     redirect_sys::orig_dst::original_dst(stream).map(OrigDstAddr)
 }

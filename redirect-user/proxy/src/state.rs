@@ -15,25 +15,25 @@ pub struct Shared {
     /// Services and the outbound traffic policy.
     pub registry: Registry,
     /// Counters for /stats/prometheus.
-    pub stats: Stats,
+    pub(crate) stats: Stats,
     /// Access log format.
     pub log_format: Format,
     /// Upstream connect timeout.
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// Source address of inbound connections to the application (Istio: 127.0.0.6).
-    pub inbound_source: std::net::IpAddr,
+    pub(crate) inbound_source: std::net::IpAddr,
     /// Readiness requires a verified redirected connection.
-    pub validate: bool,
+    pub(crate) validate: bool,
     /// Set once an outbound connection arrived with a readable original destination.
-    pub validated: AtomicBool,
+    pub(crate) validated: AtomicBool,
     /// Listeners currently accepting.
-    pub listeners_up: AtomicUsize,
+    pub(crate) listeners_up: AtomicUsize,
     /// Listeners that should be accepting.
-    pub listeners_expected: usize,
+    pub(crate) listeners_expected: usize,
     /// Application metrics to merge into 15020 (`http://host:port/path`).
-    pub app_metrics: Option<String>,
+    pub(crate) app_metrics: Option<String>,
     /// Prometheus text file written by `redirect attach --metrics-file`, merged into 15020.
-    pub bpf_metrics_file: Option<PathBuf>,
+    pub(crate) bpf_metrics_file: Option<PathBuf>,
     /// Static listeners (`--static LISTEN=UPSTREAM`): listener address -> upstream.
     pub statics: Vec<(std::net::SocketAddr, std::net::SocketAddr)>,
     /// TPROXY mode: inbound connections reach the application from the client's address,
@@ -94,7 +94,7 @@ impl Shared {
     }
 
     /// A receiver that changes to `true` when draining starts.
-    pub fn drain_signal(&self) -> watch::Receiver<bool> {
+    pub(crate) fn drain_signal(&self) -> watch::Receiver<bool> {
         self.drain_tx.subscribe()
     }
 }

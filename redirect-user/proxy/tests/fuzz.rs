@@ -5,9 +5,7 @@ use std::error::Error as _;
 use std::net::{IpAddr, SocketAddr};
 
 use proptest::prelude::*;
-use redirect_proxy::registry::{
-    OutboundTrafficPolicy, Registry, RegistryError, RegistryFile, Service,
-};
+use redirect_proxy::{OutboundTrafficPolicy, Registry, RegistryError, RegistryFile, Service};
 use redirect_testkit::fuzz::{self, assert_names};
 use serde_json::Value;
 
