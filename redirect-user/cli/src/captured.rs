@@ -105,7 +105,7 @@ pub(crate) fn node_view(
             )),
             _ => None,
         };
-        let records = redirect_daemon_api::records::read(&dir)
+        let records = redirect_daemon_api::read_records(&dir)
             .into_iter()
             .map(|r| r.to_wire(false))
             .collect();

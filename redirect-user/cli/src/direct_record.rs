@@ -102,7 +102,7 @@ pub(crate) fn replacing(
     policy: &Policy,
 ) -> String {
     let recorded = record_dir(dirs, bpffs).and_then(|dir| {
-        redirect_daemon_api::records::read(&dir)
+        redirect_daemon_api::read_records(&dir)
             .into_iter()
             .find(|e| e.cookie == cookie)
     });

@@ -50,7 +50,7 @@ pub struct InstallCni {
         long,
         value_name = "LIST",
         value_delimiter = ',',
-        default_value = redirect_daemon_api::exclusions::DEFAULT_EXCLUDED_NAMESPACE
+        default_value = redirect_daemon_api::DEFAULT_EXCLUDED_NAMESPACE
     )]
     pub exclude_namespaces: Vec<String>,
     /// Our entry's log_level: the plugin's log level in cni.log beside the socket.
@@ -129,7 +129,7 @@ impl InstallCni {
             plugin,
             entry: conflist_entry(&self.daemon_socket, &exclude, &self.plugin_log_level),
             state_file: self.dirs.state_file(),
-            plugin_versions: redirect_daemon_api::cni_spec::SUPPORTED_VERSIONS
+            plugin_versions: redirect_daemon_api::SUPPORTED_CNI_VERSIONS
                 .map(str::to_owned)
                 .to_vec(),
         })

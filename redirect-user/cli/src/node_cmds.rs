@@ -73,7 +73,7 @@ pub fn daemon(
             let dir = dirs.daemon.path().to_path_buf();
             let names = dir.clone();
             let bound = daemon::spawn_metrics(endpoint, bpffs, dir, move || {
-                redirect_daemon_api::records::names(&names)
+                redirect_daemon_api::record_names(&names)
             })?;
             format!(" metrics=http://{bound}/metrics")
         }

@@ -9,7 +9,7 @@ use std::{
 };
 
 use crate::dir_args::Dirs;
-use redirect_daemon_api::{cni_failures::METRIC, Client, DaemonDir};
+use redirect_daemon_api::{Client, DaemonDir, CNI_UNREACHABLE_METRIC as METRIC};
 use redirect_datapath::{
     attach_instances, collect_node_status, remove_stale_instances, render_status, EnrolledNs,
     KernelPolicy, NodeDatapath, NodeStatus, Status,
@@ -45,7 +45,7 @@ const DAEMON_WAIT: Duration = Duration::from_secs(3);
 /// What the daemon directory's files say while the daemon does not answer: its enrollment
 /// files checked against the kernel, its last health record, the CNI failure count.
 fn from_files(node: &mut NodeStatus, dir: &Path, daemon: &DaemonDir) -> anyhow::Result<()> {
-    let records = redirect_daemon_api::records::read(daemon.path());
+    let records = redirect_daemon_api::read_records(daemon.path());
     let mut dp = NodeDatapath::open(dir)?;
     for e in &records {
         check_kernel(node, &mut dp, &e.netns, e.cookie, e.inbound);
@@ -59,7 +59,7 @@ fn from_files(node: &mut NodeStatus, dir: &Path, daemon: &DaemonDir) -> anyhow::
     );
     failures_warning(
         node,
-        redirect_daemon_api::cni_failures::read(daemon.path()).unwrap_or(0),
+        redirect_daemon_api::read_cni_unreachable(daemon.path()).unwrap_or(0),
     );
     Ok(())
 }

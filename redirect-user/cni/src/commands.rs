@@ -189,7 +189,7 @@ fn add(conf: &NetConf, phases: &mut Phases) -> Result<String, CniError> {
 /// Counts an ADD that found the daemon unreachable (beside its socket, under a lock: the
 /// daemon exports the count once it is back) and logs it with the count.
 fn count_unreachable(conf: &NetConf, pod: &PodRef, e: &CniError) {
-    match redirect_daemon_api::cni_failures::increment(daemon_dir(conf).path()) {
+    match redirect_daemon_api::count_cni_unreachable(daemon_dir(conf).path()) {
         Ok(total) => {
             tracing::error!(%pod, unreachable_total = total, error = %e, "ADD: the daemon is unreachable (failed closed, counted)")
         }

@@ -5,11 +5,11 @@ use std::{collections::BTreeMap, net::IpAddr, path::PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
-use redirect_daemon_api::{cni_spec, Exclusions};
+use redirect_daemon_api::{cni_allows, cni_introduced, cni_supported, Exclusions};
 
 use crate::error::{CniError, Code};
 
-pub use redirect_daemon_api::cni_spec::SUPPORTED_VERSIONS;
+pub use redirect_daemon_api::SUPPORTED_CNI_VERSIONS as SUPPORTED_VERSIONS;
 
 /// Our conflist entry, with what the runtime adds to it.
 #[derive(Debug, Clone, Deserialize)]
@@ -80,20 +80,20 @@ impl NetConf {
                 e,
             )
         })?;
-        if !cni_spec::supported(&conf.cni_version) {
+        if !cni_supported(&conf.cni_version) {
             return Err(CniError::new(
                 Code::IncompatibleVersion,
                 format!("unsupported cniVersion {:?}", conf.cni_version),
                 format!("this plugin speaks {}", SUPPORTED_VERSIONS.join(", ")),
             ));
         }
-        if !cni_spec::allows(&conf.cni_version, command) {
+        if !cni_allows(&conf.cni_version, command) {
             return Err(CniError::new(
                 Code::IncompatibleVersion,
                 format!("{command} is not part of cniVersion {:?}", conf.cni_version),
                 format!(
                     "{command} came with CNI {}",
-                    cni_spec::introduced(command).unwrap_or_default()
+                    cni_introduced(command).unwrap_or_default()
                 ),
             ));
         }

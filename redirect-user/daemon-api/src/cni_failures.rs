@@ -16,19 +16,19 @@ use std::{
 use nix::fcntl::{Flock, FlockArg};
 
 /// The file's name in the daemon directory.
-pub const FILE: &str = "cni-add-unreachable";
+pub(crate) const FILE: &str = "cni-add-unreachable";
 
 /// The metric's name.
 pub const METRIC: &str = "redirect_cni_add_unreachable_total";
 
 /// The file of the daemon's refusals.
-pub const REFUSED_FILE: &str = "cni-add-refused";
+pub(crate) const REFUSED_FILE: &str = "cni-add-refused";
 
 /// Its metric's name.
 pub const REFUSED_METRIC: &str = "redirect_cni_add_refused_total";
 
 /// The counter file of the daemon directory `dir`.
-pub fn path(dir: &Path) -> PathBuf {
+pub(crate) fn path(dir: &Path) -> PathBuf {
     crate::DaemonDir::new(dir).cni_failures()
 }
 

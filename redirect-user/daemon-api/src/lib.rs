@@ -6,26 +6,53 @@
 //! plugin the runtime execs on every pod start stays small.
 // Every dependency of the product build is used (the test build has dev-dependencies too).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
-pub mod answer;
-pub mod client;
-pub mod cni_failures;
-pub mod cni_spec;
+#![deny(unreachable_pub)]
+mod answer;
+mod client;
+mod cni_failures;
+mod cni_spec;
 mod dir;
-pub mod exclusions;
-pub mod netns_fd;
-pub mod peer;
-pub mod records;
+mod exclusions;
+mod netns_fd;
+mod peer;
+mod records;
 mod refusal;
-pub mod request;
-pub mod wire;
+mod request;
+mod wire;
 
+// The protocol: requests, one answer type per request, a typed refusal, the descriptor a
+// request carries.
 pub use answer::{
     Answer, Enrolled, Enrollment, EnrollmentRecord, GcDone, Listed, PodAnswer, PodOutcome, Status,
     Unenrolled, Uninstalled, Writer,
 };
-pub use client::{Client, ClientError};
-pub use dir::{DaemonDir, DEFAULT_DIR, DIR_ENV};
-pub use exclusions::{DaemonPods, Exclusions};
 pub use netns_fd::NetnsFd;
 pub use refusal::{Refusal, RefusalKind};
 pub use request::{PodRef, Request, PROTOCOL_VERSION};
+
+// The wire: frames read, both directions encoded and decoded, the size cap.
+pub use wire::{
+    decode_enrollment, decode_request, encode_answer, encode_request, read_frame, DecodeError,
+    MAX_REQUEST_BYTES,
+};
+
+// The client, and the daemon's judgement of who is calling.
+pub use client::{Client, ClientError};
+pub use peer::{judge as judge_peer, PeerProcess, Standing};
+
+// The daemon's directory: its path rule, the enrollment files' readers, the CNI failure
+// counters kept there.
+pub use cni_failures::{
+    increment as count_cni_unreachable, increment_refused as count_cni_refused,
+    read as read_cni_unreachable, read_refused as read_cni_refused, CounterError,
+    METRIC as CNI_UNREACHABLE_METRIC, REFUSED_METRIC as CNI_REFUSED_METRIC,
+};
+pub use dir::{DaemonDir, DEFAULT_DIR, DIR_ENV};
+pub use records::{names as record_names, read as read_records};
+
+// The plugin's side: the CNI versions and commands supported, its exclusions.
+pub use cni_spec::{
+    allows as cni_allows, introduced as cni_introduced, supported as cni_supported,
+    SUPPORTED_VERSIONS as SUPPORTED_CNI_VERSIONS,
+};
+pub use exclusions::{DaemonPods, Exclusions, DEFAULT_EXCLUDED_NAMESPACE};

@@ -16,16 +16,16 @@ use std::os::{fd::AsFd as _, unix::fs::MetadataExt as _, unix::net::UnixStream};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
 /// CAP_NET_ADMIN's bit in a capability set.
-pub const CAP_NET_ADMIN: u32 = 12;
+pub(crate) const CAP_NET_ADMIN: u32 = 12;
 
 /// The peer of a connected socket: uid and pid (0 when not visible in this PID namespace).
-pub fn credentials(stream: &UnixStream) -> std::io::Result<(u32, i32)> {
+pub(crate) fn credentials(stream: &UnixStream) -> std::io::Result<(u32, i32)> {
     let c = getsockopt(stream, PeerCredentials).map_err(std::io::Error::from)?;
     Ok((c.uid(), c.pid()))
 }
 
 /// The effective capability set of process `pid` (`/proc/PID/status`, `CapEff`).
-pub fn effective_caps(pid: i32) -> std::io::Result<u64> {
+pub(crate) fn effective_caps(pid: i32) -> std::io::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()
@@ -36,7 +36,7 @@ pub fn effective_caps(pid: i32) -> std::io::Result<u64> {
 
 /// Whether the capability set `caps` holds capability `cap`.
 #[must_use]
-pub fn holds(caps: u64, cap: u32) -> bool {
+pub(crate) fn holds(caps: u64, cap: u32) -> bool {
     caps & (1 << cap) != 0
 }
 

@@ -6,10 +6,10 @@ use std::io::Cursor;
 use std::path::PathBuf;
 
 use proptest::prelude::*;
-use redirect_daemon_api::wire::{
-    decode_enrollment, decode_request, encode_request, read_frame, DecodeError, MAX_REQUEST_BYTES,
+use redirect_daemon_api::{
+    decode_enrollment, decode_request, encode_request, read_frame, DecodeError,
+    EnrollmentRecord as Enrollment, PodRef, Request, MAX_REQUEST_BYTES,
 };
-use redirect_daemon_api::{EnrollmentRecord as Enrollment, PodRef, Request};
 use redirect_policy::{Cidrs, Policy};
 use redirect_testkit::fuzz;
 use serde_json::Value;

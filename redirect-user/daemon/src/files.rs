@@ -87,7 +87,7 @@ pub(crate) fn remove_enrollment(dir: &Path, cookie: NetnsCookie) {
 }
 
 pub(crate) fn read_enrollments(dir: &Path) -> Vec<Record> {
-    redirect_daemon_api::records::read(dir)
+    redirect_daemon_api::read_records(dir)
 }
 
 pub(crate) fn bind(dir: &Path) -> Result<UnixListener> {

@@ -10,7 +10,7 @@
 //!   proxy-cgroup binding, unenrolling deleted pods).
 //! - `files` the directory (lock, root-only socket, enrollment files, ownership record);
 //!   `state` the enrollment file's record (the wire and the files' readers are
-//!   `redirect_daemon_api::{wire, records}`); `repair` its check of its own pins and
+//!   `redirect_daemon_api`'s); `repair` its check of its own pins and
 //!   enrollments each tick (`DIR/health`); `metrics` the Prometheus endpoint.
 //! - `apiserver` the kube-rs client (in-cluster or `--kubeconfig`, bounded GET retries);
 //!   `pod_cache` this node's pods from a watch; `resolution` each pod's decision and policy,

@@ -148,10 +148,13 @@ pub fn spawn(
 /// The Prometheus text of the counts of failed ADDs: the CNI plugin's (the daemon was
 /// unreachable) and the daemon's (it answered with an error).
 fn render_cni_failures(dir: &std::path::Path) -> String {
-    use redirect_daemon_api::cni_failures::{read, read_refused, METRIC, REFUSED_METRIC};
+    use redirect_daemon_api::{
+        read_cni_refused as read_refused, read_cni_unreachable as read, CounterError,
+        CNI_REFUSED_METRIC as REFUSED_METRIC, CNI_UNREACHABLE_METRIC as METRIC,
+    };
     use redirect_sys::prometheus::{Kind, Text};
     let count = |n: Result<u64, _>| {
-        n.unwrap_or_else(|e: redirect_daemon_api::cni_failures::CounterError| {
+        n.unwrap_or_else(|e: CounterError| {
             tracing::warn!(error = %e, "reading a CNI ADD failure count");
             0
         })

@@ -235,7 +235,7 @@ impl Daemon {
                 repairs: self.health.repairs,
                 last_problem: self.health.last_problem.clone(),
                 alarm: self.health.alarm.clone(),
-                cni_add_unreachable: redirect_daemon_api::cni_failures::read(&self.opts.dir)
+                cni_add_unreachable: redirect_daemon_api::read_cni_unreachable(&self.opts.dir)
                     .unwrap_or_else(|e| {
                         tracing::warn!(error = %e, "reading the CNI ADD failure count");
                         0

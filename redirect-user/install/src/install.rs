@@ -28,8 +28,8 @@ pub struct Options {
     pub entry: Value,
     /// The state file.
     pub state_file: PathBuf,
-    /// The CNI versions the plugin speaks (`redirect_daemon_api::cni_spec`): a configuration
-    /// of another version is refused.
+    /// The CNI versions the plugin speaks (`redirect_daemon_api::SUPPORTED_CNI_VERSIONS`): a
+    /// configuration of another version is refused.
     pub plugin_versions: Vec<String>,
 }
 

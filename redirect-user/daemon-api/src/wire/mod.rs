@@ -95,7 +95,7 @@ pub fn encode_answer(result: &Result<Answer, Refusal>) -> String {
 
 /// Why an answer line gave no answer of the call's type.
 #[derive(Debug, thiserror::Error)]
-pub enum AnswerError {
+pub(crate) enum AnswerError {
     /// Not JSON, or not of the call's type.
     #[error("{0}")]
     Json(#[source] serde_json::Error),
@@ -109,7 +109,7 @@ pub enum AnswerError {
 
 /// The answer of call `op` in `line`: its version checked first, then the answer of type `A`
 /// or the typed refusal (a daemon before kinds: the kind from its `retry` flag).
-pub fn decode_answer<A: DeserializeOwned>(op: &str, line: &str) -> Result<A, AnswerError> {
+pub(crate) fn decode_answer<A: DeserializeOwned>(op: &str, line: &str) -> Result<A, AnswerError> {
     #[derive(Deserialize)]
     struct Frame<A> {
         ok: bool,

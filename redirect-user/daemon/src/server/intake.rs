@@ -19,10 +19,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redirect_daemon_api::{wire, Refusal, RefusalKind, Request};
+use redirect_daemon_api::{encode_answer, DecodeError, Refusal, RefusalKind, Request};
 
 use super::{peer, receive, reply};
-use redirect_daemon_api::wire::decode_request;
+use redirect_daemon_api::decode_request;
 
 /// How long a client has to send its whole request after it connected.
 pub(super) const DEADLINE: Duration = Duration::from_secs(1);
@@ -101,7 +101,7 @@ fn take(
         Ok(peer) => peer,
         Err(refused) => {
             tracing::warn!(%refused, "connection refused");
-            reply::send(stream, wire::encode_answer(&Err(refused)));
+            reply::send(stream, encode_answer(&Err(refused)));
             return;
         }
     };
@@ -115,7 +115,7 @@ fn take(
             RefusalKind::Busy,
             format!("the daemon is reading {MAX_READERS} requests already: retry (fail closed)"),
         ));
-        reply::send(stream, wire::encode_answer(&busy));
+        reply::send(stream, encode_answer(&busy));
         return;
     }
     let (tx, wake, left) = (tx.clone(), Arc::clone(wake), Arc::clone(readers));
@@ -147,7 +147,7 @@ fn read(stream: &UnixStream, deadline: Instant) -> Result<(Request, Option<Owned
         Ok(r) => decode_request(&r.line)
             .map(|req| (req, r.fd))
             .map_err(|e| bad(format!("bad request: {e}"))),
-        Err(redirect_daemon_api::wire::DecodeError::Read(e))
+        Err(DecodeError::Read(e))
             if matches!(
                 e.kind(),
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut

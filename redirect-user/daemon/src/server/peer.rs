@@ -12,10 +12,7 @@
 //! connected, never another given its pid later.
 use std::os::unix::net::UnixStream;
 
-use redirect_daemon_api::{
-    peer::{judge, Standing},
-    Refusal, RefusalKind, Request,
-};
+use redirect_daemon_api::{judge_peer as judge, Refusal, RefusalKind, Request, Standing};
 
 /// A client the daemon answers, and whether it may change capture (or why not).
 #[derive(Debug, Clone)]

@@ -12,7 +12,7 @@ use std::{
 
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
 
-use redirect_daemon_api::wire::{read_frame, DecodeError};
+use redirect_daemon_api::{read_frame, DecodeError};
 
 /// How much the first read takes (the rest of a longer line is read after it).
 const FIRST_READ: usize = 64 * 1024;

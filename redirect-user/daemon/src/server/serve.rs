@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redirect_daemon_api::{wire, DaemonDir, Refusal, RefusalKind, Request};
+use redirect_daemon_api::{encode_answer, DaemonDir, Refusal, RefusalKind, Request};
 
 use super::{intake, reply, resolver, Daemon, STOP_CHECK, TICK};
 use crate::error::{Error, Result};
@@ -84,7 +84,7 @@ impl Daemon {
     /// Counts an ADD answered with an error (`redirect_cni_add_refused_total`).
     fn count_refused<T, E>(&self, op: &str, result: &std::result::Result<T, E>) {
         if op == "pod_add" && result.is_err() {
-            if let Err(e) = redirect_daemon_api::cni_failures::increment_refused(&self.opts.dir) {
+            if let Err(e) = redirect_daemon_api::count_cni_refused(&self.opts.dir) {
                 tracing::warn!(error = %e, "counting a refused ADD");
             }
         }
@@ -104,7 +104,7 @@ impl Daemon {
             .handle_with(done.req, done.fd, Some(done.found))
             .map_err(|e| e.refusal());
         self.count_refused(op, &result);
-        reply::send(done.stream, wire::encode_answer(&result));
+        reply::send(done.stream, encode_answer(&result));
         tracing::debug!(
             op,
             ok = result.is_ok(),
@@ -142,7 +142,7 @@ impl Daemon {
                     tracing::warn!(op, %refused, "request refused");
                     let refused = Err(refused);
                     self.count_refused(op, &refused);
-                    reply::send(stream, wire::encode_answer(&refused));
+                    reply::send(stream, encode_answer(&refused));
                     return;
                 }
                 if let Some((kube, pod)) = self.needs_get(&req) {
@@ -154,7 +154,7 @@ impl Daemon {
                                 self.resolver.in_flight()
                             )));
                             self.count_refused(op, &busy);
-                            reply::send(stream, wire::encode_answer(&busy));
+                            reply::send(stream, encode_answer(&busy));
                             tracing::warn!(op, "pod request refused: every resolver is busy");
                             return;
                         }
@@ -169,7 +169,7 @@ impl Daemon {
         };
         phases.mark("handle");
         self.count_refused(op, &result);
-        reply::send(stream, wire::encode_answer(&result));
+        reply::send(stream, encode_answer(&result));
         phases.mark("reply");
         tracing::debug!(op, ok = result.is_ok(), elapsed_us = phases.total_us(), since_accept_us = accepted.elapsed().as_micros(), %phases, "request served");
     }
