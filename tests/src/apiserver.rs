@@ -26,13 +26,13 @@ pub fn recorded_pod_with_istio_init(
 
 fn pod_of(manifest: &str, migrate: bool, [namespace, name, uid, node]: [&str; 4]) -> Value {
     let text = reference::inject(manifest);
-    let mut docs = redirect_k8s::manifest::documents(&text).expect("the manifest parses");
+    let mut docs = redirect_k8s::documents(&text).expect("the manifest parses");
     let doc = docs
         .iter_mut()
         .find(|d| d.kind() == "Deployment" || d.kind() == "Pod")
         .expect("a workload in the manifest");
     if migrate {
-        redirect_k8s::manifest::migrate(doc).expect("migrate");
+        redirect_k8s::migrate(doc).expect("migrate");
     }
     let pod = doc.pod().expect("decode").expect("a pod");
     let mut v = serde_json::to_value(pod).expect("a Pod serialises");

@@ -5,8 +5,9 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use anyhow::{bail, Context as _};
-use redirect_k8s::compare::{compare, Comparison};
-use redirect_k8s::manifest::{self, Document};
+use redirect_k8s::{
+    compare, documents, istio_init_args, istio_init_policy, migrate, Comparison, Document,
+};
 use redirect_k8s::{decide, istio_iptables_args, policy, Decision};
 use redirect_policy::{describe_policy, Policy};
 use serde::Serialize;
@@ -75,12 +76,12 @@ pub fn run(
 ) -> anyhow::Result<()> {
     let text = read(file)?;
     let shown = file.display();
-    let docs = manifest::documents(&text).with_context(|| format!("reading {shown}"))?;
+    let docs = documents(&text).with_context(|| format!("reading {shown}"))?;
     if migrate {
         // The manifest's own text, edited where istio-init was: quoting, comments and
         // document separators stay as written.
-        let (out, fell_back) = redirect_k8s::migrate_text::migrate_text(&text)
-            .with_context(|| format!("migrating {shown}"))?;
+        let (out, fell_back) =
+            redirect_k8s::migrate_text(&text).with_context(|| format!("migrating {shown}"))?;
         for n in fell_back {
             eprintln!("warning: {shown}: document {n} could not be edited in place (flow style?): printed from its parsed value, without its comments and quoting");
         }
@@ -157,11 +158,11 @@ fn report(d: &Document, cluster_dns: Option<IpAddr>) -> anyhow::Result<Option<Re
     for w in &warnings {
         eprintln!("warning: {}: {w}", what(d));
     }
-    let init_args = manifest::istio_init_args(&pod);
+    let init_args = istio_init_args(&pod);
     let (target, migrated_decision) = match init_args {
         Some(_) => {
             let mut m = d.clone();
-            manifest::migrate(&mut m)?;
+            migrate(&mut m)?;
             let p = m.pod()?.context("the migrated document lost its pod")?;
             let decided = decide(&p);
             (p, Some(decided))
@@ -171,7 +172,7 @@ fn report(d: &Document, cluster_dns: Option<IpAddr>) -> anyhow::Result<Option<Re
     let istio_cni_args = istio_iptables_args(&target, cluster_dns)?;
     let policy = policy(&target, cluster_dns)?;
     let istio_init_policy = match &init_args {
-        Some(a) => Some(manifest::istio_init_policy(a).context("istio-init's arguments")?),
+        Some(a) => Some(istio_init_policy(a).context("istio-init's arguments")?),
         None => None,
     };
     let comparison = istio_init_policy.as_ref().map(|i| compare(&policy, i));

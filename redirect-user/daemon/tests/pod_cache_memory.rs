@@ -14,12 +14,12 @@ use serde_json::{json, Value};
 /// The pod template of Istio's kube-inject `hello.yaml`, migrated to istio-cni's form (no
 /// istio-init): what a meshed pod of the node looks like, before its bulk.
 fn injected_template() -> Value {
-    let docs = redirect_k8s::manifest::documents(&inject("hello.yaml")).expect("the manifest");
+    let docs = redirect_k8s::documents(&inject("hello.yaml")).expect("the manifest");
     let mut doc = docs
         .into_iter()
         .find(|d| d.kind() == "Deployment")
         .expect("a Deployment");
-    redirect_k8s::manifest::migrate(&mut doc).expect("migrated");
+    redirect_k8s::migrate(&mut doc).expect("migrated");
     let pod = doc.pod().expect("decodes").expect("a pod template");
     serde_json::to_value(pod).expect("a pod is JSON")
 }

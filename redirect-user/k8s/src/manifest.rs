@@ -280,7 +280,7 @@ fn cni_annotations(p: &Policy) -> Vec<(&'static str, String)> {
 }
 
 /// A document as YAML.
-pub fn to_yaml(doc: &Document) -> Result<String, Error> {
+pub(crate) fn to_yaml(doc: &Document) -> Result<String, Error> {
     serde_norway::to_string(&doc.value)
         .map_err(|e| doc.error(format!("does not print as YAML: {e}")))
 }

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 const PREFIXES: [&str; 2] = ["sidecar.istio.io/", "traffic.sidecar.istio.io/"];
 
 /// The keys Istio defines under [`PREFIXES`] (its annotation list), and ours read beside them.
-pub const KNOWN: &[&str] = &[
+pub(crate) const KNOWN: &[&str] = &[
     "sidecar.istio.io/inject",
     "sidecar.istio.io/status",
     "sidecar.istio.io/rewriteAppHTTPProbers",
