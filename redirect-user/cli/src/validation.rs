@@ -192,7 +192,7 @@ pub(crate) fn run(inv: &Invocation) -> anyhow::Result<Verdict> {
         }
         for (at, listener) in &listeners {
             while let Ok((mut conn, peer)) = listener.accept() {
-                let orig = redirect_sys::orig_dst::original_dst(&conn).map_err(|e| format!("{e}"));
+                let orig = redirect_sys::original_dst(&conn).map_err(|e| format!("{e}"));
                 // Its original port back, as Istio's validator echoes it.
                 if let Ok(o) = &orig {
                     let _ = conn.write_all(o.port().to_string().as_bytes());

@@ -91,13 +91,13 @@ pub fn judge(stream: &UnixStream) -> std::io::Result<PeerProcess> {
             net_ns: None,
         });
     }
-    let pidfd = redirect_sys::peer::peer_pidfd(stream.as_fd())?;
+    let pidfd = redirect_sys::peer_pidfd(stream.as_fd())?;
     let mut standing = read_standing(pid);
     let net_ns = std::fs::metadata(format!("/proc/{pid}/ns/net"))
         .ok()
         .map(|m| (m.dev(), m.ino()));
     if let Some(pidfd) = &pidfd {
-        if !redirect_sys::peer::still_there(pidfd.as_fd())? {
+        if !redirect_sys::peer_still_there(pidfd.as_fd())? {
             standing = Standing::Gone;
         }
     }

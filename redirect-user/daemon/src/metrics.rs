@@ -152,7 +152,7 @@ fn render_cni_failures(dir: &std::path::Path) -> String {
         read_cni_refused as read_refused, read_cni_unreachable as read, CounterError,
         CNI_REFUSED_METRIC as REFUSED_METRIC, CNI_UNREACHABLE_METRIC as METRIC,
     };
-    use redirect_sys::prometheus::{Kind, Text};
+    use redirect_sys::{MetricKind as Kind, PrometheusText as Text};
     let count = |n: Result<u64, _>| {
         n.unwrap_or_else(|e: CounterError| {
             tracing::warn!(error = %e, "reading a CNI ADD failure count");

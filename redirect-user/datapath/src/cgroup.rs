@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-pub(crate) use redirect_sys::mountinfo::{cgroup2_mount_in, mount_of, parse_mountinfo, Mount};
+pub(crate) use redirect_sys::{cgroup2_mount_in, mount_of, parse_mountinfo, Mount};
 
 fn read_mounts() -> Result<Vec<Mount>> {
     let path = "/proc/self/mountinfo";

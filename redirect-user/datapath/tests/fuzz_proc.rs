@@ -7,7 +7,6 @@ use std::path::PathBuf;
 
 use proptest::prelude::*;
 use redirect_datapath::test_support as adopt;
-use redirect_sys::mountinfo;
 use redirect_testkit::fuzz;
 
 /// Random lines of whitespace-separated fields, some of them hex like the kernel's.
@@ -46,9 +45,9 @@ proptest! {
     #[test]
     fn random_proc_text_never_panics(text in proc_text(), port in any::<u16>(), ipv6 in any::<bool>()) {
         let _ = adopt::parse_listeners(&text, port, ipv6);
-        let mounts = mountinfo::parse_mountinfo(&text);
-        let _ = mountinfo::cgroup2_mount_in(&mounts);
-        let _ = mountinfo::unescape(&text);
+        let mounts = redirect_sys::parse_mountinfo(&text);
+        let _ = redirect_sys::cgroup2_mount_in(&mounts);
+        let _ = redirect_sys::unescape_mountinfo(&text);
     }
 
     #[test]
@@ -85,10 +84,10 @@ proptest! {
                 format!("{} 1 0:{i} / {} rw,relatime shared:{i} - {fstype} none rw\n", 20 + i, escape(p))
             })
             .collect();
-        let mounts = mountinfo::parse_mountinfo(&text);
+        let mounts = redirect_sys::parse_mountinfo(&text);
         let points: Vec<PathBuf> = mounts.iter().map(|m| m.mount_point.clone()).collect();
         prop_assert_eq!(points, paths.iter().map(PathBuf::from).collect::<Vec<_>>());
         let want = PathBuf::from(&paths[pick]);
-        prop_assert_eq!(mountinfo::cgroup2_mount_in(&mounts), Some(want.as_path()));
+        prop_assert_eq!(redirect_sys::cgroup2_mount_in(&mounts), Some(want.as_path()));
     }
 }

@@ -7,7 +7,7 @@ use std::{
     },
 };
 
-use redirect_sys::prometheus::{Kind, Text};
+use redirect_sys::{MetricKind as Kind, PrometheusText as Text};
 
 /// Counters of one (direction, cluster) pair.
 #[derive(Debug, Default)]

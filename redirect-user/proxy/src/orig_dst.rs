@@ -1,8 +1,8 @@
 //! `OrigDstAddr`: the destination a captured connection was originally sent to, read with
-//! the workspace's one `SO_ORIGINAL_DST` reader (`redirect_sys::orig_dst`).
+//! the workspace's one `SO_ORIGINAL_DST` reader (`redirect_sys::original_dst`).
 use std::{fmt, net::SocketAddr};
 
-pub(crate) use redirect_sys::orig_dst::Error as OrigDstError;
+pub(crate) use redirect_sys::OrigDstError;
 use tokio::net::TcpStream;
 
 /// The original destination of a redirected connection, as `SO_ORIGINAL_DST` reports it.
@@ -19,5 +19,5 @@ impl fmt::Display for OrigDstAddr {
 /// and v4-mapped peers, `(SOL_IPV6, IP6T_SO_ORIGINAL_DST)` for IPv6; v4-mapped answers are
 /// folded to IPv4.
 pub(crate) fn original_dst(stream: &TcpStream) -> Result<OrigDstAddr, OrigDstError> {
-    redirect_sys::orig_dst::original_dst(stream).map(OrigDstAddr)
+    redirect_sys::original_dst(stream).map(OrigDstAddr)
 }

@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::Context as _;
 use clap::Parser;
-use redirect_sys::orig_dst::{fold_v4_mapped, original_dst};
+use redirect_sys::{fold_v4_mapped, original_dst};
 use redirect_testkit::{probe::Landing, Listen as Bind};
 use redirect_tests::place::Place;
 

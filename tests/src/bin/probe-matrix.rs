@@ -18,7 +18,7 @@ use nix::{
         SockaddrStorage,
     },
 };
-use redirect_sys::orig_dst::fold_v4_mapped;
+use redirect_sys::fold_v4_mapped;
 use redirect_testkit::probe::{Landing, ProbeResult};
 use redirect_tests::place::Place;
 

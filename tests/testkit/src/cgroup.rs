@@ -9,12 +9,12 @@ use anyhow::Context as _;
 
 use crate::{env::unique_name, wait};
 
-pub use redirect_sys::mountinfo::{cgroup2_mount_in, parse_mountinfo, Mount};
+pub use redirect_sys::{cgroup2_mount_in, parse_mountinfo, Mount};
 
 /// Where cgroup v2 is mounted on this host (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on a
 /// hybrid host, ...), from `/proc/self/mountinfo`.
 pub fn cgroup2_root() -> anyhow::Result<PathBuf> {
-    redirect_sys::mountinfo::cgroup2_root()
+    redirect_sys::cgroup2_root()
         .context("reading /proc/self/mountinfo")?
         .context("no cgroup v2 filesystem is mounted (/proc/self/mountinfo)")
 }

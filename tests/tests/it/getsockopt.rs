@@ -67,7 +67,7 @@ fn snapshot(stream: &TcpStream) -> Vec<(&'static str, String)> {
 
 /// `getsockopt(SOL_IP, SO_ORIGINAL_DST)`, or the kernel's errno.
 fn orig_dst(stream: &TcpStream) -> Result<SocketAddrV4, Option<i32>> {
-    redirect_sys::orig_dst::ipv4(stream).map_err(|e| e.raw_os_error())
+    redirect_sys::original_dst_v4(stream).map_err(|e| e.raw_os_error())
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! `redirect attach --metrics-file`: one metric name per counter, every series exported, zeros
 //! included.
 use redirect_common::NetnsCookie;
-use redirect_sys::prometheus::{Kind, Text};
+use redirect_sys::{MetricKind as Kind, PrometheusText as Text};
 use std::path::Path;
 
 use crate::error::{Error, Result};

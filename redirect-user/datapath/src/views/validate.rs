@@ -93,7 +93,7 @@ fn arrival(listener: &TcpListener, timeout: Duration) -> Option<SocketAddr> {
     let start = std::time::Instant::now();
     while start.elapsed() < timeout {
         if let Ok((s, _)) = listener.accept() {
-            return redirect_sys::orig_dst::original_dst(&s)
+            return redirect_sys::original_dst(&s)
                 .ok()
                 .or_else(|| s.local_addr().ok());
         }
