@@ -30,7 +30,7 @@ pub struct Response {
 }
 
 /// Prometheus' text exposition format.
-pub const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 impl Response {
     /// `status` with a plain-text body.
