@@ -10,7 +10,7 @@ use crate::cli_values::{
 
 /// `redirect attach`'s flags.
 #[derive(Debug, Args)]
-pub struct AttachArgs {
+pub(crate) struct AttachArgs {
     #[command(flatten)]
     pub state: crate::dir_args::StateDirArg,
     /// Cgroup v2 directory whose processes are captured.

@@ -15,7 +15,7 @@ use redirect_datapath::{
 
 use crate::{cli, dir_args::Dirs};
 
-pub fn attach(
+pub(crate) fn attach(
     dirs: &Dirs,
     options: AttachOptions,
     metrics_file: Option<&Path>,
@@ -119,7 +119,7 @@ fn refuse_near_a_node_datapath(dirs: &Dirs, cgroup: &Path) -> anyhow::Result<()>
 }
 
 /// Adds the CIDRs listed in `file` (one per line, `#` comments) to `cidrs`.
-pub fn with_cidr_file(
+pub(crate) fn with_cidr_file(
     mut cidrs: Vec<ipnet::Ipv4Net>,
     file: Option<&Path>,
 ) -> anyhow::Result<Vec<ipnet::Ipv4Net>> {

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-pub use crate::cli_values::*;
+pub(crate) use crate::cli_values::*;
 
 /// eBPF traffic capture for sidecar meshes: replaces istio-init's iptables rules.
 ///
@@ -49,7 +49,7 @@ pub use crate::cli_values::*;
     propagate_version = true,
     verbatim_doc_comment
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -57,7 +57,7 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Load and attach the capture programs, stay in the foreground, detach on SIGINT/SIGTERM.
     ///
     /// connect4/6, sendmsg, recvmsg and getpeername are attached at --cgroup; the getsockopt
@@ -406,7 +406,7 @@ pub enum Command {
 
 impl Command {
     /// The directory flags this command takes (`--daemon-dir`, `--state-dir`).
-    pub fn dirs(
+    pub(crate) fn dirs(
         &self,
     ) -> (
         Option<&crate::dir_args::DaemonDirArg>,

@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// Parses a TCP port, 1..=65535.
-pub fn parse_port(s: &str) -> Result<u16, String> {
+pub(crate) fn parse_port(s: &str) -> Result<u16, String> {
     let n: u64 = s.trim().parse().map_err(|_| {
         format!("'{s}' is not a port number: use a number from 1 to 65535, e.g. 15001")
     })?;
@@ -20,7 +20,7 @@ pub fn parse_port(s: &str) -> Result<u16, String> {
 }
 
 /// Parses an IPv4 CIDR (a bare address is a /32).
-pub fn parse_cidr(s: &str) -> Result<ipnet::Ipv4Net, String> {
+pub(crate) fn parse_cidr(s: &str) -> Result<ipnet::Ipv4Net, String> {
     let s = s.trim();
     s.parse::<ipnet::Ipv4Net>()
         .or_else(|_| s.parse::<std::net::Ipv4Addr>().map(ipnet::Ipv4Net::from))
@@ -29,7 +29,7 @@ pub fn parse_cidr(s: &str) -> Result<ipnet::Ipv4Net, String> {
 }
 
 /// Parses an `--inbound` spec.
-pub fn parse_inbound(s: &str) -> Result<redirect_policy::InboundSpec, String> {
+pub(crate) fn parse_inbound(s: &str) -> Result<redirect_policy::InboundSpec, String> {
     let spec: redirect_policy::InboundSpec = s.parse()?;
     if !spec.netns.exists() {
         return Err(format!(
@@ -41,7 +41,7 @@ pub fn parse_inbound(s: &str) -> Result<redirect_policy::InboundSpec, String> {
 }
 
 /// Parses an aya-log level name into its number.
-pub fn parse_bpf_log(s: &str) -> Result<u8, String> {
+pub(crate) fn parse_bpf_log(s: &str) -> Result<u8, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "off" => Ok(0),
         "error" => Ok(1),
@@ -56,7 +56,7 @@ pub fn parse_bpf_log(s: &str) -> Result<u8, String> {
 }
 
 /// Parses a numeric uid or gid.
-pub fn parse_id(s: &str) -> Result<u32, String> {
+pub(crate) fn parse_id(s: &str) -> Result<u32, String> {
     s.trim().parse().map_err(|_| {
         format!("'{s}' is not a numeric id: give the number (e.g. 1337); for a user name, look it up with `id -u {s}`")
     })
@@ -64,7 +64,7 @@ pub fn parse_id(s: &str) -> Result<u32, String> {
 
 /// Parses a cgroup v2 directory (`--cgroup`, `--proxy-cgroup`): it must exist on the cgroup v2
 /// mount, which the hint names.
-pub fn parse_cgroup(s: &str) -> Result<PathBuf, String> {
+pub(crate) fn parse_cgroup(s: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(s);
     redirect_datapath::validate_cgroup(&path)
         .map(|_| path)
@@ -73,7 +73,7 @@ pub fn parse_cgroup(s: &str) -> Result<PathBuf, String> {
 
 /// Names the argument clap refused as not UTF-8 (clap's own message names none): its position,
 /// its bytes shown lossily, and the flag it is the value of.
-pub fn non_utf8_argument(args: impl IntoIterator<Item = OsString>) -> String {
+pub(crate) fn non_utf8_argument(args: impl IntoIterator<Item = OsString>) -> String {
     let args: Vec<OsString> = args.into_iter().collect();
     let Some(i) = args.iter().position(|a| a.to_str().is_none()) else {
         return "an argument is not UTF-8: give every argument as text".into();
@@ -92,7 +92,7 @@ pub fn non_utf8_argument(args: impl IntoIterator<Item = OsString>) -> String {
 
 /// Parses a destination `IP:PORT` (`[IPv6]:PORT`), naming what is wrong: the address, or the
 /// port and its range.
-pub fn parse_dst(s: &str) -> Result<std::net::SocketAddr, String> {
+pub(crate) fn parse_dst(s: &str) -> Result<std::net::SocketAddr, String> {
     let s = s.trim();
     if let Ok(addr) = s.parse() {
         return Ok(addr);
@@ -111,7 +111,7 @@ pub fn parse_dst(s: &str) -> Result<std::net::SocketAddr, String> {
 
 /// Parses a listening address `IP:PORT` (`[IPv6]:PORT`); `[IPv4]:PORT` is taken too, so one
 /// manifest (`[$(NODE_IP)]:9967`) fits IPv4 and IPv6 nodes alike.
-pub fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+pub(crate) fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     let s = s.trim();
     let bad = || {
         format!("'{s}' is not an address to listen on: give IP:PORT, e.g. 127.0.0.1:9967, [::1]:9967 or [10.0.0.5]:9967")

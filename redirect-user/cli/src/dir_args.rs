@@ -14,7 +14,7 @@ pub(crate) const STATE_ENV: &str = "REDIRECT_STATE_DIR";
 
 /// `--daemon-dir`.
 #[derive(Debug, Clone, Default, Args)]
-pub struct DaemonDirArg {
+pub(crate) struct DaemonDirArg {
     /// The daemon's directory: socket, lock and enrollment files [default: /run/redirect/daemon].
     #[arg(long, value_name = "DIR", env = "REDIRECT_DAEMON_DIR")]
     pub daemon_dir: Option<PathBuf>,
@@ -22,7 +22,7 @@ pub struct DaemonDirArg {
 
 /// `--state-dir`.
 #[derive(Debug, Clone, Default, Args)]
-pub struct StateDirArg {
+pub(crate) struct StateDirArg {
     /// Where running `redirect attach` instances keep their state files [default: /run/redirect/attach].
     #[arg(long, value_name = "DIR", env = "REDIRECT_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
@@ -30,7 +30,7 @@ pub struct StateDirArg {
 
 /// The directories in effect for one run of the CLI.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dirs {
+pub(crate) struct Dirs {
     /// The daemon directory: `--daemon-dir`, else `REDIRECT_DAEMON_DIR`, else the default.
     pub daemon: DaemonDir,
     /// Whether the daemon directory was named (by the flag or the variable) rather than taken
@@ -47,7 +47,7 @@ pub struct Dirs {
 impl Dirs {
     /// Resolves the directories from a command's flags (either may be absent: the command has
     /// no such flag) and `env` (the process environment in `main`, a map in tests).
-    pub fn resolve(
+    pub(crate) fn resolve(
         daemon_dir: Option<&DaemonDirArg>,
         state_dir: Option<&StateDirArg>,
         env: impl Fn(&str) -> Option<OsString>,
@@ -74,7 +74,7 @@ impl Dirs {
     }
 
     /// The pin directory of a command: its `--bpffs`, else [`Dirs::bpffs`].
-    pub fn bpffs_or_default(&self, flag: Option<PathBuf>) -> PathBuf {
+    pub(crate) fn bpffs_or_default(&self, flag: Option<PathBuf>) -> PathBuf {
         flag.unwrap_or_else(|| self.bpffs.clone())
     }
 }

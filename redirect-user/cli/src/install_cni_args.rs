@@ -7,7 +7,7 @@ use redirect_install::{conflist_entry, FightRule as Rule, Options, PLUGIN_NAME, 
 
 /// The CNI directories and the state file, shared by both commands.
 #[derive(Debug, Clone, Args)]
-pub struct Dirs {
+pub(crate) struct Dirs {
     /// The CNI configuration directory the runtime (containerd, CRI-O) reads.
     #[arg(long, value_name = "DIR", default_value = "/etc/cni/net.d")]
     pub cni_conf_dir: PathBuf,
@@ -19,7 +19,7 @@ pub struct Dirs {
 
 impl Dirs {
     /// The state file in effect.
-    pub fn state_file(&self) -> PathBuf {
+    pub(crate) fn state_file(&self) -> PathBuf {
         self.state_file
             .clone()
             .unwrap_or_else(|| self.cni_conf_dir.join(STATE_FILE))
@@ -28,7 +28,7 @@ impl Dirs {
 
 /// `install-cni`.
 #[derive(Debug, Clone, Args)]
-pub struct InstallCni {
+pub(crate) struct InstallCni {
     #[command(flatten)]
     pub dirs: Dirs,
     /// The CNI bin directory the plugin is copied into.
@@ -107,7 +107,7 @@ pub struct InstallCni {
 
 impl InstallCni {
     /// The library's options; the default plugin is found beside this executable.
-    pub fn options(&self) -> anyhow::Result<Options> {
+    pub(crate) fn options(&self) -> anyhow::Result<Options> {
         use anyhow::Context as _;
         let plugin = match &self.plugin {
             Some(p) => p.clone(),
@@ -136,7 +136,7 @@ impl InstallCni {
     }
 
     /// The fight rule.
-    pub fn rule(&self) -> Rule {
+    pub(crate) fn rule(&self) -> Rule {
         Rule {
             limit: self.fight_limit,
             window: Duration::from_secs(self.fight_window),

@@ -10,7 +10,7 @@ use redirect_install::{check, install, uninstall, watch, Change, Wake};
 use crate::install_cni_args::{Dirs, InstallCni};
 
 /// `install-cni --help`'s closing text.
-pub const HELP: &str = "\
+pub(crate) const HELP: &str = "\
 Examples:
   # One pass (idempotent: a second run writes nothing):
   redirect install-cni --cni-bin-dir /opt/cni/bin --cni-conf-dir /etc/cni/net.d
@@ -38,7 +38,7 @@ The fight rule (--watch): our entry is put back when another writer drops it, at
 not made: an error is logged (\"fight detected\"), the count is kept in the state file
 (\"fights\"), and re-insertion pauses for --fight-backoff seconds, then starts afresh.";
 
-pub fn run(args: &InstallCni) -> anyhow::Result<()> {
+pub(crate) fn run(args: &InstallCni) -> anyhow::Result<()> {
     let opts = args.options()?;
     if args.check {
         let what = check(&opts)?;
@@ -116,7 +116,7 @@ pub fn run(args: &InstallCni) -> anyhow::Result<()> {
 }
 
 /// `uninstall-cni`.
-pub fn uninstall_cni(dirs: &Dirs) -> anyhow::Result<()> {
+pub(crate) fn uninstall_cni(dirs: &Dirs) -> anyhow::Result<()> {
     // One line per change, on stdout only (a log line beside it said everything twice).
     for done in uninstall(&dirs.state_file(), &dirs.cni_conf_dir)? {
         println!("{done}");

@@ -128,7 +128,7 @@ pub(crate) fn pre_scan(args: &[String], flag: &str) -> Option<String> {
 /// ([`redirect_datapath::pod_file_sources`]; this process's own `/etc` only when the target
 /// is the namespace it runs in). `vm`: the target is a VM (`redirect vm`), whose files are
 /// this host's own ([`vm_file_sources`]), not a pod's.
-pub fn parse_for(args: &[String], vm: bool) -> anyhow::Result<Invocation> {
+pub(crate) fn parse_for(args: &[String], vm: bool) -> anyhow::Result<Invocation> {
     let netns = pre_scan(args, "--netns")
         .or_else(|| pre_scan(args, "--network-namespace"))
         .or_else(|| std::env::var("NETWORK_NAMESPACE").ok())
@@ -153,7 +153,7 @@ pub fn parse_for(args: &[String], vm: bool) -> anyhow::Result<Invocation> {
 }
 
 /// Runs `redirect istio-iptables ARGS`.
-pub fn run(dirs: &Dirs, args: &[String]) -> anyhow::Result<()> {
+pub(crate) fn run(dirs: &Dirs, args: &[String]) -> anyhow::Result<()> {
     if args.iter().any(|a| a == "-h" || a == "--help") {
         print!("{}", help());
         return Ok(());

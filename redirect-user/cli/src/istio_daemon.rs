@@ -25,7 +25,7 @@ fn enrolled_path(client: &Client, ns: &Path) -> anyhow::Result<Option<PathBuf>> 
 /// directly, if any. An apply always goes through the daemon, with the namespace's
 /// descriptor: run inside the pod (`/proc/self/ns/net`), the daemon finds the name its runtime
 /// gave the namespace, or refuses naming where it looked.
-pub fn run(
+pub(crate) fn run(
     pid: u32,
     client: &Client,
     ns: &Path,

@@ -8,7 +8,7 @@ use redirect_daemon::KubeOptions;
 /// How the daemon reaches the apiserver (in-cluster config wins when KUBERNETES_SERVICE_HOST
 /// is set).
 #[derive(Debug, Clone, Args)]
-pub struct KubeArgs {
+pub(crate) struct KubeArgs {
     /// A kubeconfig, used outside a cluster (no KUBERNETES_SERVICE_HOST). Without either, pod
     /// requests of the CNI plugin fail (closed).
     #[arg(long, value_name = "FILE")]
@@ -73,7 +73,7 @@ pub struct KubeArgs {
 
 impl KubeArgs {
     /// The daemon's options.
-    pub fn options(&self) -> anyhow::Result<KubeOptions> {
+    pub(crate) fn options(&self) -> anyhow::Result<KubeOptions> {
         let pod_cgroup_roots = match &self.pod_cgroup_root {
             Some(dir) => vec![redirect_datapath::validate_cgroup(dir)
                 .map_err(|e| anyhow::anyhow!("--pod-cgroup-root {}: {e}", dir.display()))?],

@@ -13,7 +13,7 @@ pub(crate) const NOTHING: &str =
     "nothing is captured: no namespace has a policy in the kernel's maps and no `redirect attach` runs";
 
 /// Prints the list (a table, or `--json`: one object per row).
-pub fn list(dirs: &Dirs, json: bool) -> anyhow::Result<()> {
+pub(crate) fn list(dirs: &Dirs, json: bool) -> anyhow::Result<()> {
     let view = node_view(dirs, &dirs.bpffs)?;
     if let Some(note) = &view.records_note {
         eprintln!("WARNING: {note}");

@@ -6,7 +6,7 @@ use redirect_policy::{Invocation, PolicyError};
 
 /// How the command typed is asked for the missing inputs.
 #[derive(Debug, Clone, Copy)]
-pub struct Asking {
+pub(crate) struct Asking {
     /// The command, for the example.
     pub command: &'static str,
     /// The flag the istio-iptables flags go inside, if any (`--args`, `--istio-args`).
@@ -19,21 +19,21 @@ pub struct Asking {
 
 impl Asking {
     /// `redirect istio-iptables`: the flags themselves.
-    pub const ISTIO_IPTABLES: Asking = Asking {
+    pub(crate) const ISTIO_IPTABLES: Asking = Asking {
         command: "redirect istio-iptables",
         inside: None,
         subject: "pod",
         vm: false,
     };
     /// `redirect enroll`: inside `--istio-args`.
-    pub const ENROLL: Asking = Asking {
+    pub(crate) const ENROLL: Asking = Asking {
         command: "redirect enroll --netns NS",
         inside: Some("--istio-args"),
         subject: "pod",
         vm: false,
     };
     /// `redirect vm`: inside `--args`.
-    pub const VM: Asking = Asking {
+    pub(crate) const VM: Asking = Asking {
         command: "redirect vm --cluster-env FILE",
         inside: Some("--args"),
         subject: "VM",
@@ -50,7 +50,7 @@ impl Asking {
 
 /// The invocation of `argv`; when inputs from the target's files are missing, one error names
 /// every one of them, each with its fix for the command typed.
-pub fn resolve(argv: &[String], asking: &Asking) -> anyhow::Result<Invocation> {
+pub(crate) fn resolve(argv: &[String], asking: &Asking) -> anyhow::Result<Invocation> {
     let mut argv = argv.to_vec();
     let mut missing: Vec<String> = Vec::new();
     let mut examples: Vec<&str> = Vec::new();
@@ -103,14 +103,14 @@ pub fn resolve(argv: &[String], asking: &Asking) -> anyhow::Result<Invocation> {
 }
 
 /// Says once where values no flag gave came from (`note: proxy uid 1337 (no -u): ...`).
-pub fn say_notes(inv: &Invocation) {
+pub(crate) fn say_notes(inv: &Invocation) {
     for n in &inv.notes {
         println!("note: {n}");
     }
 }
 
 /// A recorded source with the notes beside it, so `list` shows them too.
-pub fn with_notes(source: String, notes: &[String]) -> String {
+pub(crate) fn with_notes(source: String, notes: &[String]) -> String {
     if notes.is_empty() {
         source
     } else {

@@ -29,7 +29,7 @@ fn client(dirs: &Dirs) -> Client {
 
 /// Runs the daemon until SIGINT/SIGTERM (capture stays pinned) or an uninstall; `metrics` is
 /// the Prometheus endpoint, if any.
-pub fn daemon(
+pub(crate) fn daemon(
     dirs: &Dirs,
     bpffs: Option<PathBuf>,
     cgroup: Option<PathBuf>,
@@ -117,7 +117,7 @@ pub(crate) fn split_args(s: &str) -> anyhow::Result<Vec<String>> {
 }
 
 /// Enrolls a namespace with a policy from istio-iptables args, a cluster.env or a JSON file.
-pub fn enroll(
+pub(crate) fn enroll(
     dirs: &Dirs,
     netns_name: &str,
     istio_args: Option<&str>,
@@ -222,14 +222,14 @@ fn enroll_dry_run(dirs: &Dirs, netns_name: &str, policy: &Policy) -> anyhow::Res
 }
 
 /// Removes a namespace's policy.
-pub fn unenroll(dirs: &Dirs, netns_name: &str) -> anyhow::Result<()> {
+pub(crate) fn unenroll(dirs: &Dirs, netns_name: &str) -> anyhow::Result<()> {
     let r = client(dirs).unenroll(&resolve_netns(Some(netns_name)))?;
     println!("{}", r.message);
     Ok(())
 }
 
 /// Removes every pin, attachment and enrollment.
-pub fn uninstall(dirs: &Dirs, bpffs: Option<PathBuf>) -> anyhow::Result<()> {
+pub(crate) fn uninstall(dirs: &Dirs, bpffs: Option<PathBuf>) -> anyhow::Result<()> {
     let dir = dirs.bpffs_or_default(bpffs);
     let mut refused = None;
     if socket(dirs).exists() {

@@ -16,7 +16,7 @@ use crate::dir_args::Dirs;
 
 /// What `redirect explain` asks about one outbound connect.
 #[derive(Debug)]
-pub struct ExplainOptions<'a> {
+pub(crate) struct ExplainOptions<'a> {
     /// The namespace (a name in /run/netns or a path).
     pub netns: &'a str,
     /// The caller's uid.
@@ -40,7 +40,7 @@ pub struct ExplainOptions<'a> {
 }
 
 /// Explains one connection from the pinned maps.
-pub fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
+pub(crate) fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
     let ExplainOptions {
         netns: netns_name,
         uid,
@@ -118,7 +118,7 @@ pub fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
 }
 
 /// Explains one connection arriving at a namespace from the pinned maps.
-pub fn explain_inbound(
+pub(crate) fn explain_inbound(
     netns_name: &str,
     src: &str,
     dst: SocketAddr,
@@ -200,7 +200,7 @@ fn cookie_filter(netns_name: Option<&str>) -> anyhow::Result<Option<NetnsCookie>
 }
 
 /// Validates capture in a namespace; exits 1 when a check fails.
-pub fn validate(
+pub(crate) fn validate(
     netns_name: &str,
     cgroup: Option<&Path>,
     timeout_ms: u64,
@@ -266,7 +266,7 @@ fn validate_hint(dp: &mut NodeDatapath) -> Option<String> {
 /// Per-namespace decision counters: every namespace with a policy (whoever wrote it) or a
 /// count, by path ("path unknown" when nothing names it) and cookie. JSON lists every counter,
 /// zeros included; the table only those that counted.
-pub fn stats(
+pub(crate) fn stats(
     dirs: &Dirs,
     netns_name: Option<&str>,
     bpffs: PathBuf,
@@ -336,7 +336,7 @@ pub fn stats(
 }
 
 /// Streams decisions until Ctrl-C, `count` or `seconds`.
-pub fn trace(
+pub(crate) fn trace(
     dirs: &Dirs,
     netns_name: Option<&str>,
     count: Option<usize>,

@@ -13,7 +13,7 @@ use redirect_policy::{describe_policy, Policy};
 use serde::Serialize;
 
 /// `--help`'s closing text.
-pub const HELP: &str = "\
+pub(crate) const HELP: &str = "\
 How a pod is decided (istio-cni's rules, first match wins):
   hostNetwork: true                           skipped: never captured
   istio.io/dataplane-mode=ambient             skipped: ztunnel's (label or annotation)
@@ -68,7 +68,7 @@ struct Report {
     warnings: Vec<redirect_k8s::UnknownKey>,
 }
 
-pub fn run(
+pub(crate) fn run(
     file: &Path,
     json: bool,
     migrate: bool,

@@ -7,7 +7,7 @@ use redirect_datapath::Quotas;
 
 /// Node sizing, used only when the datapath is created (later runs use the pinned one's).
 #[derive(Debug, Clone, Args)]
-pub struct Sizing {
+pub(crate) struct Sizing {
     /// Namespaces the node datapath holds; every shared map is sized from it times the quotas.
     #[arg(long, value_name = "N", env = "REDIRECT_MAX_PODS", default_value_t = Quotas::default().max_pods, value_parser = clap::value_parser!(u32).range(1..=65_535))]
     pub max_pods: u32,
@@ -46,7 +46,7 @@ pub struct Sizing {
 impl Sizing {
     /// The quotas these flags say. Whether the connection maps hold every namespace's hand-off
     /// quota is checked only when a datapath is created with them (a pinned one keeps its own).
-    pub fn quotas(&self) -> Quotas {
+    pub(crate) fn quotas(&self) -> Quotas {
         let max_connections = self
             .max_connections
             .unwrap_or_else(|| Quotas::default_max_connections(self.max_pods));
@@ -67,7 +67,7 @@ impl Sizing {
 
     /// The sizing the environment (`REDIRECT_MAX_PODS`, `REDIRECT_QUOTA_*`) asks for, else the
     /// defaults; a bad value is an error naming the variable.
-    pub fn from_env() -> anyhow::Result<Quotas> {
+    pub(crate) fn from_env() -> anyhow::Result<Quotas> {
         #[derive(Parser)]
         struct EnvOnly {
             #[command(flatten)]

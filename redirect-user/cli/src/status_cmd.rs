@@ -16,7 +16,7 @@ use redirect_datapath::{
 };
 
 /// Prints the report (text or JSON).
-pub fn status(dirs: &Dirs, bpffs: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+pub(crate) fn status(dirs: &Dirs, bpffs: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
     let dir = dirs.bpffs_or_default(bpffs);
     let instances = attach_instances(&dirs.state)?;
     let node = if NodeDatapath::exists(&dir) {

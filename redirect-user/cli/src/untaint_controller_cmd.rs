@@ -6,7 +6,7 @@ use clap::Args;
 use redirect_daemon::{parse_taint, run_untaint_controller, Taint, UntaintControllerOptions};
 
 /// `untaint-controller --help`'s closing text.
-pub const HELP: &str = "\
+pub(crate) const HELP: &str = "\
 What it watches: the DaemonSet's pods only (--selector in --namespace). When one is Ready
 (condition Ready=True: the daemon answers and install-cni's probe found the plugin and our
 entry in place) and scheduled (spec.nodeName), it removes --taint from that Node: a GET, then a
@@ -27,7 +27,7 @@ Examples:
 
 /// `untaint-controller`'s flags.
 #[derive(Debug, Clone, Args)]
-pub struct UntaintController {
+pub(crate) struct UntaintController {
     /// The readiness taint to remove (KEY:EFFECT; the value is not compared).
     #[arg(long, value_name = "KEY:EFFECT", default_value = redirect_daemon::DEFAULT_TAINT, value_parser = parse_taint)]
     pub taint: Taint,
@@ -44,7 +44,7 @@ pub struct UntaintController {
 }
 
 /// Runs the controller until SIGTERM or SIGINT.
-pub fn run(args: &UntaintController) -> anyhow::Result<()> {
+pub(crate) fn run(args: &UntaintController) -> anyhow::Result<()> {
     run_untaint_controller(&UntaintControllerOptions {
         taint: args.taint.clone(),
         namespace: args.namespace.clone(),

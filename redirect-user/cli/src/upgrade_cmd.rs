@@ -6,7 +6,7 @@ use redirect_datapath::{
 };
 
 /// Upgrades (or with `check`, only says whether it would) the datapath pinned at `bpffs`.
-pub fn upgrade(dir: PathBuf, check: bool) -> anyhow::Result<()> {
+pub(crate) fn upgrade(dir: PathBuf, check: bool) -> anyhow::Result<()> {
     let this = format!(
         "layout v{} build {:016x} (upgrades in place from: the same layout{})",
         LAYOUT_VERSION,

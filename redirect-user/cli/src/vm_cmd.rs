@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// What `redirect vm` was given.
-pub struct VmArgs<'a> {
+pub(crate) struct VmArgs<'a> {
     pub cluster_env: &'a Path,
     pub netns: Option<&'a str>,
     pub extra: Option<&'a str>,
@@ -23,7 +23,7 @@ pub struct VmArgs<'a> {
 }
 
 /// Enrolls the VM, or with `dry_run` prints what it would get.
-pub fn vm(dirs: &Dirs, args: VmArgs<'_>) -> anyhow::Result<()> {
+pub(crate) fn vm(dirs: &Dirs, args: VmArgs<'_>) -> anyhow::Result<()> {
     let VmArgs {
         cluster_env,
         netns: netns_name,

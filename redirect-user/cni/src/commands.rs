@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// Carries out `command`; `Some(text)` is printed on stdout. `phases` times an ADD.
-pub fn run(
+pub(crate) fn run(
     command: &str,
     stdin: &[u8],
     version: &str,

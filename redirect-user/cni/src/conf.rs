@@ -9,12 +9,12 @@ use redirect_daemon_api::{cni_allows, cni_introduced, cni_supported, Exclusions}
 
 use crate::error::{CniError, Code};
 
-pub use redirect_daemon_api::SUPPORTED_CNI_VERSIONS as SUPPORTED_VERSIONS;
+pub(crate) use redirect_daemon_api::SUPPORTED_CNI_VERSIONS as SUPPORTED_VERSIONS;
 
 /// Our conflist entry, with what the runtime adds to it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NetConf {
+pub(crate) struct NetConf {
     /// The config's CNI version.
     pub cni_version: String,
     /// The daemon's socket.
@@ -44,14 +44,14 @@ pub struct NetConf {
 /// One entry of `cni.dev/valid-attachments`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Attachment {
+pub(crate) struct Attachment {
     /// The container id.
     #[serde(rename = "containerID")]
     pub container_id: String,
 }
 
 /// The socket of the daemon in the DaemonSet (its default directory).
-pub fn default_socket() -> PathBuf {
+pub(crate) fn default_socket() -> PathBuf {
     redirect_daemon_api::DaemonDir::new(redirect_daemon_api::DEFAULT_DIR).socket()
 }
 
@@ -66,13 +66,13 @@ fn default_timeout() -> u64 {
 impl NetConf {
     /// Parses stdin (for an ADD); a version we do not speak is CNI error 1.
     #[cfg(test)]
-    pub fn parse(bytes: &[u8]) -> Result<Self, CniError> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Self, CniError> {
         Self::parse_for(bytes, "ADD")
     }
 
     /// Parses stdin for `command`; a version we do not speak, or one without `command`
     /// (CHECK before 0.4.0, STATUS and GC before 1.1.0), is CNI error 1.
-    pub fn parse_for(bytes: &[u8], command: &str) -> Result<Self, CniError> {
+    pub(crate) fn parse_for(bytes: &[u8], command: &str) -> Result<Self, CniError> {
         let conf: NetConf = serde_json::from_slice(bytes).map_err(|e| {
             CniError::new(
                 Code::Decoding,
@@ -101,7 +101,7 @@ impl NetConf {
     }
 
     /// The addresses prevResult gives the pod (`ips[].address`, CIDR form).
-    pub fn prev_ips(&self) -> Result<Vec<IpAddr>, CniError> {
+    pub(crate) fn prev_ips(&self) -> Result<Vec<IpAddr>, CniError> {
         let Some(prev) = &self.prev_result else {
             return Err(CniError::new(
                 Code::InvalidConfig,
@@ -134,7 +134,7 @@ impl NetConf {
 }
 
 /// `CNI_ARGS`: `K=V;K=V`.
-pub fn cni_args(text: &str) -> BTreeMap<String, String> {
+pub(crate) fn cni_args(text: &str) -> BTreeMap<String, String> {
     text.split(';')
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))

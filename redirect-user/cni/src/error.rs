@@ -3,7 +3,7 @@ use serde::Serialize;
 
 /// The error codes this plugin returns: the spec's, and ours from 100 up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
+pub(crate) enum Code {
     /// 1: the configuration's cniVersion is not one this plugin speaks.
     IncompatibleVersion,
     /// 4: a variable the runtime must set is absent or unknown.
@@ -22,7 +22,7 @@ pub enum Code {
 
 impl Code {
     /// The number on the wire.
-    pub fn number(self) -> u32 {
+    pub(crate) fn number(self) -> u32 {
         match self {
             Code::IncompatibleVersion => 1,
             Code::InvalidEnvironment => 4,
@@ -44,7 +44,7 @@ impl Serialize for Code {
 /// A CNI error.
 #[derive(Debug, Clone, Serialize, thiserror::Error)]
 #[error("{msg}: {details}")]
-pub struct CniError {
+pub(crate) struct CniError {
     /// The code.
     pub code: Code,
     /// What failed, naming the pod.
@@ -55,7 +55,7 @@ pub struct CniError {
 
 impl CniError {
     /// An error with `code`.
-    pub fn new(code: Code, msg: impl Into<String>, details: impl std::fmt::Display) -> Self {
+    pub(crate) fn new(code: Code, msg: impl Into<String>, details: impl std::fmt::Display) -> Self {
         Self {
             code,
             msg: msg.into(),
@@ -64,7 +64,7 @@ impl CniError {
     }
 
     /// The JSON the runtime reads, in `version`.
-    pub fn to_json(&self, version: &str) -> String {
+    pub(crate) fn to_json(&self, version: &str) -> String {
         serde_json::json!({
             "cniVersion": version,
             "code": self.code.number(),

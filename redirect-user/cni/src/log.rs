@@ -7,7 +7,7 @@ use std::{fs::OpenOptions, path::Path, sync::Mutex};
 use tracing_subscriber::EnvFilter;
 
 /// The log file for a daemon socket at `socket`.
-pub fn path(socket: &Path) -> std::path::PathBuf {
+pub(crate) fn path(socket: &Path) -> std::path::PathBuf {
     socket
         .parent()
         .unwrap_or_else(|| Path::new("/run/redirect/daemon"))
@@ -18,7 +18,7 @@ pub fn path(socket: &Path) -> std::path::PathBuf {
 const ROTATE_AT: u64 = 4 << 20;
 
 /// Logs at `level` to [`path`]; when the file cannot be opened, logs nowhere.
-pub fn init(socket: &Path, level: &str) {
+pub(crate) fn init(socket: &Path, level: &str) {
     let file = path(socket);
     if let Some(dir) = file.parent() {
         let _ = std::fs::create_dir_all(dir);

@@ -8,7 +8,7 @@ use nix::time::{clock_gettime, ClockId};
 
 /// Marks taken in order; each phase is the time since the previous mark.
 #[derive(Debug)]
-pub struct Phases {
+pub(crate) struct Phases {
     start: Instant,
     last: Instant,
     marks: Vec<(&'static str, u128)>,
@@ -16,7 +16,7 @@ pub struct Phases {
 
 impl Phases {
     /// Starts the clock (first thing in `main`).
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let now = Instant::now();
         Self {
             start: now,
@@ -26,7 +26,7 @@ impl Phases {
     }
 
     /// Ends phase `name` now.
-    pub fn mark(&mut self, name: &'static str) {
+    pub(crate) fn mark(&mut self, name: &'static str) {
         let now = Instant::now();
         self.marks
             .push((name, now.duration_since(self.last).as_micros()));
@@ -34,7 +34,7 @@ impl Phases {
     }
 
     /// `name=us` pairs, space-separated, in order.
-    pub fn field(&self) -> String {
+    pub(crate) fn field(&self) -> String {
         let mut out = String::new();
         for (i, (name, us)) in self.marks.iter().enumerate() {
             let _ = write!(out, "{}{name}={us}", if i == 0 { "" } else { " " });
@@ -43,14 +43,14 @@ impl Phases {
     }
 
     /// Microseconds since `main` began.
-    pub fn main_us(&self) -> u128 {
+    pub(crate) fn main_us(&self) -> u128 {
         self.start.elapsed().as_micros()
     }
 }
 
 /// The process's CPU time so far (user and system, every thread, from its exec), in
 /// microseconds; `None` when the clock cannot be read.
-pub fn cpu_us() -> Option<u64> {
+pub(crate) fn cpu_us() -> Option<u64> {
     let t = clock_gettime(ClockId::CLOCK_PROCESS_CPUTIME_ID).ok()?;
     let us = t.tv_sec() * 1_000_000 + t.tv_nsec() / 1_000;
     u64::try_from(us).ok()
