@@ -31,7 +31,7 @@ fn ebpf_cargo_in(subcommand: &str, target_dir: &str) -> std::process::Command {
 }
 
 /// Builds the BPF object with BTF into target/ebpf.
-pub fn build_ebpf() -> anyhow::Result<()> {
+pub(crate) fn build_ebpf() -> anyhow::Result<()> {
     run(&mut ebpf_cargo("build"))
         .context("building the BPF programs (cargo xtask setup installs the toolchain)")?;
     let object = util::ebpf_object();
@@ -46,7 +46,7 @@ pub fn build_ebpf() -> anyhow::Result<()> {
 /// The upgrade test's `redirect` of the next layout (`layout-next` of redirect-ebpf and
 /// redirect-datapath: this build's layout + 1, one map wider), built from this tree beside the real one, at
 /// `<target>/debug/layout-next/redirect`. Never shipped.
-pub fn build_next_layout() -> anyhow::Result<()> {
+pub(crate) fn build_next_layout() -> anyhow::Result<()> {
     run(ebpf_cargo_in("build", "target/ebpf-next").args(["--features", "layout-next"]))
         .context("building the next layout's BPF programs")?;
     let object = util::workspace_root()
@@ -72,7 +72,7 @@ pub fn build_next_layout() -> anyhow::Result<()> {
 }
 
 /// Builds the host binaries with the BPF object embedded.
-pub fn build_bins(release: bool) -> anyhow::Result<()> {
+pub(crate) fn build_bins(release: bool) -> anyhow::Result<()> {
     let mut cmd = util::cargo(None);
     cmd.args([
         "build",
@@ -89,7 +89,7 @@ pub fn build_bins(release: bool) -> anyhow::Result<()> {
 }
 
 /// rustfmt and clippy (-D warnings) on the host crates and the BPF crate.
-pub fn lint() -> anyhow::Result<()> {
+pub(crate) fn lint() -> anyhow::Result<()> {
     setup::setup()?;
     run(util::cargo(None).args(["fmt", "--all", "--", "--check"]))
         .context("rustfmt: run `cargo fmt --all`")?;

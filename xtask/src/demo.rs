@@ -70,7 +70,7 @@ impl Scene {
 }
 
 /// Runs the demo; with `once`, exits after the request instead of waiting for Ctrl-C.
-pub fn run(once: bool) -> anyhow::Result<()> {
+pub(crate) fn run(once: bool) -> anyhow::Result<()> {
     if !util::is_root() {
         bail!(
             "`cargo xtask run` needs root (BPF, cgroups, network namespaces): rerun it with sudo"

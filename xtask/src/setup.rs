@@ -39,7 +39,7 @@ const TOOL_PACKAGES: [&str; 16] = [
 ];
 
 /// LLVM major version of the nightly toolchain (`rustc +nightly -vV`).
-pub fn nightly_llvm_major() -> anyhow::Result<u32> {
+pub(crate) fn nightly_llvm_major() -> anyhow::Result<u32> {
     let text = output("rustc", &["+nightly", "-vV"]).context(
         "the nightly toolchain is missing: install it with `rustup toolchain install nightly` \
          (the BPF crate is built with -Z build-std)",
@@ -85,7 +85,7 @@ fn bpf_linker_ok() -> bool {
 /// Installs with apt the Debian packages of `packages` that are not installed yet (nothing to do
 /// and no apt call when all are present).
 /// With `no_remove`, apt fails rather than remove an installed package to satisfy a conflict.
-pub fn install_missing(packages: &[String], no_remove: bool) -> anyhow::Result<()> {
+pub(crate) fn install_missing(packages: &[String], no_remove: bool) -> anyhow::Result<()> {
     let missing: Vec<&String> = packages.iter().filter(|p| !package_installed(p)).collect();
     if missing.is_empty() {
         return Ok(());
@@ -133,7 +133,7 @@ fn mount_bpffs() -> anyhow::Result<()> {
 }
 
 /// Installs whatever is missing. With everything present it only runs a few queries.
-pub fn setup() -> anyhow::Result<()> {
+pub(crate) fn setup() -> anyhow::Result<()> {
     mount_bpffs()?;
     let llvm = nightly_llvm_major()?;
     let mut packages: Vec<String> =

@@ -11,7 +11,7 @@ use crate::{
 
 /// Setup, lint, build (the image too: `REDIRECT_IMAGE`, `REDIRECT_IMAGE_ARCHIVE`), then every
 /// test (unit and root integration tests).
-pub fn test(extra: &[String]) -> anyhow::Result<()> {
+pub(crate) fn test(extra: &[String]) -> anyhow::Result<()> {
     setup::setup()?;
     build_ebpf()?;
     lint()?;

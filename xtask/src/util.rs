@@ -7,7 +7,7 @@ use std::{
 use anyhow::{bail, Context as _};
 
 /// The workspace root (parent of xtask/).
-pub fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().map_or(manifest.clone(), PathBuf::from)
 }
@@ -15,7 +15,7 @@ pub fn workspace_root() -> PathBuf {
 /// Every crate directory of the workspace (the root's children and grandchildren that hold a
 /// Cargo.toml: the card's layout nests crates one level under redirect-ebpf/, redirect-user/
 /// and tests/).
-pub fn crate_dirs() -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn crate_dirs() -> anyhow::Result<Vec<PathBuf>> {
     let root = workspace_root();
     let mut out = Vec::new();
     for top in std::fs::read_dir(&root).with_context(|| format!("listing {}", root.display()))? {
@@ -38,7 +38,7 @@ pub fn crate_dirs() -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// Where cargo puts the host binaries: `$CARGO_TARGET_DIR`, else `<workspace>/target`.
-pub fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .map_or_else(
@@ -54,13 +54,13 @@ pub fn target_dir() -> PathBuf {
 }
 
 /// Where the BPF object lands.
-pub fn ebpf_object() -> PathBuf {
+pub(crate) fn ebpf_object() -> PathBuf {
     workspace_root().join("target/ebpf/bpfel-unknown-none/release/redirect-ebpf")
 }
 
 /// A cargo command with the environment that `cargo run` leaks into us removed, so the
 /// toolchain chosen with `+nightly` or by rustup is the one that runs.
-pub fn cargo(toolchain: Option<&str>) -> Command {
+pub(crate) fn cargo(toolchain: Option<&str>) -> Command {
     let mut cmd = Command::new("cargo");
     if let Some(tc) = toolchain {
         cmd.arg(format!("+{tc}"));
@@ -81,7 +81,7 @@ pub fn cargo(toolchain: Option<&str>) -> Command {
 }
 
 /// Runs a command, failing with its command line when it exits non-zero.
-pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
+pub(crate) fn run(cmd: &mut Command) -> anyhow::Result<()> {
     let shown = format!("{cmd:?}");
     let status = cmd.status().with_context(|| format!("starting {shown}"))?;
     if !status.success() {
@@ -91,7 +91,7 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
 }
 
 /// Runs a command and returns its stdout, or `None` if it cannot start or fails.
-pub fn output(program: &str, args: &[&str]) -> Option<String> {
+pub(crate) fn output(program: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
@@ -104,6 +104,6 @@ pub fn output(program: &str, args: &[&str]) -> Option<String> {
 }
 
 /// True when running as root.
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }

@@ -8,7 +8,7 @@ use super::{
 };
 
 /// `KubeletConfiguration` (v1beta1) as YAML.
-pub fn config(pki: &Pki, cgroup_root: &str) -> String {
+pub(super) fn config(pki: &Pki, cgroup_root: &str) -> String {
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration

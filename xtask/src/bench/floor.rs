@@ -8,10 +8,10 @@ use serde_json::Value;
 use super::stats::{median, Sample};
 
 /// The churn's entry: every program's run time per connection, summed (ns).
-pub const HOOKS_NS: &str = "churn: every hook, ns per connection";
+pub(super) const HOOKS_NS: &str = "churn: every hook, ns per connection";
 
 /// Prefix of the entries [`floor`] adds (report.md gives them a table of their own).
-pub const PREFIX: &str = "floor: ";
+pub(super) const PREFIX: &str = "floor: ";
 
 /// The explicit mode's median of `f` over the short-connection samples of `variant`.
 fn explicit(samples: &[Sample], variant: &str, f: impl Fn(&Sample) -> Option<f64>) -> Option<f64> {
@@ -28,7 +28,7 @@ fn explicit(samples: &[Sample], variant: &str, f: impl Fn(&Sample) -> Option<f64
 /// eBPF / explicit they allow: at full concurrency both CPUs are busy, so conn/s scales with
 /// 1 / CPU per connection (explicit's own, plus the hooks); at c=1 the hooks are on each
 /// connection's critical path, so it scales with 1 / latency.
-pub fn floor(samples: &[Sample], concurrency: usize, memory: &mut BTreeMap<String, Value>) {
+pub(super) fn floor(samples: &[Sample], concurrency: usize, memory: &mut BTreeMap<String, Value>) {
     measured(samples, concurrency, memory);
     let Some(hooks_us) = memory
         .get(HOOKS_NS)

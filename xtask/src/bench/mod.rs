@@ -10,7 +10,7 @@ mod phases;
 mod plugin_phases;
 mod pods;
 mod report;
-pub use report::check;
+pub(crate) use report::check;
 mod scaling;
 mod scene;
 mod stats;
@@ -36,7 +36,7 @@ use crate::{build, setup, util};
 
 /// How big a run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Size {
+pub(crate) enum Size {
     /// The published run (BENCHMARKS.md).
     Full,
     /// About 11 minutes on a 2-vCPU machine.
@@ -218,7 +218,7 @@ fn environment(
 }
 
 /// The workloads `--only` can name, in the order a run takes them.
-pub const WORKLOADS: [&str; 11] = [
+pub(crate) const WORKLOADS: [&str; 11] = [
     "cps",
     "keepalive",
     "bulk",
@@ -239,7 +239,7 @@ fn want_plugin(want: &dyn Fn(&str) -> bool) -> bool {
 
 /// Runs the benchmark of `size` (only the workloads in `only`, when it names any) and writes
 /// the report into `out`.
-pub fn run(size: Size, out: &Path, only: &[String]) -> anyhow::Result<()> {
+pub(crate) fn run(size: Size, out: &Path, only: &[String]) -> anyhow::Result<()> {
     let want = |w: &str| only.is_empty() || only.iter().any(|o| o == w);
     if !util::is_root() {
         bail!("`cargo xtask bench` needs root (BPF, cgroups, network namespaces, iptables): rerun it with sudo");

@@ -12,7 +12,7 @@ use super::{
 
 /// Everything one run produced.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Report {
+pub(super) struct Report {
     /// Machine, kernel, command, steal.
     pub environment: BTreeMap<String, String>,
     /// Raw samples.
@@ -22,7 +22,7 @@ pub struct Report {
 }
 
 /// Every mode, in report order.
-pub const MODES: [&str; 5] = [
+pub(super) const MODES: [&str; 5] = [
     "direct",
     "explicit",
     "ebpf",
@@ -84,7 +84,7 @@ fn fmt_ratio(r: Option<f64>) -> String {
 }
 
 /// Renders report.md.
-pub fn markdown(report: &Report) -> String {
+pub(super) fn markdown(report: &Report) -> String {
     let mut out = String::from("# Benchmark report\n\n");
     for (k, v) in &report.environment {
         let _ = writeln!(out, "- {k}: {v}");
@@ -229,7 +229,7 @@ fn line_chart(
 }
 
 /// Writes report.md, report.json and the charts into `dir`.
-pub fn write(report: &Report, dir: &Path) -> anyhow::Result<()> {
+pub(super) fn write(report: &Report, dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
     std::fs::write(
         dir.join("report.json"),
@@ -294,13 +294,13 @@ pub fn write(report: &Report, dir: &Path) -> anyhow::Result<()> {
 }
 
 /// Reads a report.json back (the smoke test checks it parses and has every mode).
-pub fn read(dir: &Path) -> anyhow::Result<Report> {
+pub(super) fn read(dir: &Path) -> anyhow::Result<Report> {
     let text = std::fs::read_to_string(dir.join("report.json")).context("reading report.json")?;
     Ok(serde_json::from_str(&text)?)
 }
 
 /// Checks a report has samples from every mode and parses; used by `cargo xtask test`.
-pub fn check(out: &Path) -> anyhow::Result<usize> {
+pub(crate) fn check(out: &Path) -> anyhow::Result<usize> {
     let report = read(out)?;
     for mode in MODES {
         let n = report

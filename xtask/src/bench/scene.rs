@@ -7,7 +7,7 @@ use redirect_testkit::{veth, Child, Netns, Spawn};
 
 /// How a pod's outbound traffic reaches the app.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(super) enum Mode {
     /// Client -> app.
     Direct,
     /// Client dials the proxy's static listener.
@@ -22,7 +22,7 @@ pub enum Mode {
 
 impl Mode {
     /// Every mode.
-    pub const ALL: [Mode; 5] = [
+    pub(super) const ALL: [Mode; 5] = [
         Mode::Direct,
         Mode::Explicit,
         Mode::Ebpf,
@@ -31,7 +31,7 @@ impl Mode {
     ];
 
     /// Report name.
-    pub const fn name(self) -> &'static str {
+    pub(super) const fn name(self) -> &'static str {
         match self {
             Mode::Direct => "direct",
             Mode::Explicit => "explicit",
@@ -42,7 +42,7 @@ impl Mode {
     }
 
     /// The iptables-restore binary of an iptables mode.
-    pub const fn restore(self) -> Option<&'static str> {
+    pub(super) const fn restore(self) -> Option<&'static str> {
         match self {
             Mode::IptablesLegacy => Some("iptables-legacy-restore"),
             Mode::IptablesNft => Some("iptables-nft-restore"),
@@ -56,7 +56,7 @@ const READY: Duration = Duration::from_secs(20);
 
 /// Spawns `cmd` as `name` (SIGTERM, then SIGKILL after a second, on drop) and waits for a
 /// stdout line containing `ready`.
-pub fn spawn(name: &str, cmd: Command, ready: &str) -> anyhow::Result<Child> {
+pub(super) fn spawn(name: &str, cmd: Command, ready: &str) -> anyhow::Result<Child> {
     let mut child = Spawn::new(name)
         .terminate_on_drop(Duration::from_secs(1))
         .start(cmd)?;
@@ -69,7 +69,7 @@ pub fn spawn(name: &str, cmd: Command, ready: &str) -> anyhow::Result<Child> {
 /// A namespace with TIME_WAIT reuse and the full ephemeral port range: at thousands of short
 /// connections per second the default range runs out in seconds (the same tuning in every
 /// mode).
-pub fn netns(prefix: &str) -> anyhow::Result<Netns> {
+pub(super) fn netns(prefix: &str) -> anyhow::Result<Netns> {
     let ns = Netns::new(prefix)?;
     ns.sysctl(&[
         "net.ipv4.tcp_tw_reuse=1",
@@ -80,7 +80,7 @@ pub fn netns(prefix: &str) -> anyhow::Result<Netns> {
 
 /// Joins `pod` to `app` with a veth: pod `198.18.N.1/24` (eth0), app `198.18.N.2/24` (ethN);
 /// returns the app server's address for the pod.
-pub fn link(pod: &Netns, app: &Netns, subnet: u8) -> anyhow::Result<SocketAddr> {
+pub(super) fn link(pod: &Netns, app: &Netns, subnet: u8) -> anyhow::Result<SocketAddr> {
     veth(
         (pod, "eth0", &format!("198.18.{subnet}.1/24")),
         (
@@ -97,7 +97,7 @@ pub fn link(pod: &Netns, app: &Netns, subnet: u8) -> anyhow::Result<SocketAddr> 
 /// Istio's rules for the default sidecar flags (`-i '*' -b '*' -d 15090,15021,15020`):
 /// the inbound-ports-wildcard golden plus its `-d` returns and the `-i '*'` redirect, with
 /// `exclusions` non-matching `-d CIDR -j RETURN` rules before the redirect.
-pub fn sidecar_rules(golden: &str, exclusions: &[String]) -> String {
+pub(super) fn sidecar_rules(golden: &str, exclusions: &[String]) -> String {
     let mut out = String::new();
     let mut in_nat = false;
     for line in golden.lines() {
@@ -128,14 +128,14 @@ pub fn sidecar_rules(golden: &str, exclusions: &[String]) -> String {
 }
 
 /// `n` distinct /32s in 100.64.0.0/10 that the benchmark never dials.
-pub fn exclusions(n: usize) -> Vec<String> {
+pub(super) fn exclusions(n: usize) -> Vec<String> {
     (0..n)
         .map(|i| format!("100.{}.{}.{}/32", 64 + i / 65_536, (i / 256) % 256, i % 256))
         .collect()
 }
 
 /// User + system CPU milliseconds of a process so far.
-pub fn cpu_ms(pid: u32) -> f64 {
+pub(super) fn cpu_ms(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };
@@ -149,7 +149,7 @@ pub fn cpu_ms(pid: u32) -> f64 {
 }
 
 /// Resident set size of a process in KiB.
-pub fn rss_kib(pid: u32) -> u64 {
+pub(super) fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -161,7 +161,7 @@ pub fn rss_kib(pid: u32) -> u64 {
 }
 
 /// (steal, total) jiffies from /proc/stat.
-pub fn steal() -> (u64, u64) {
+pub(super) fn steal() -> (u64, u64) {
     let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let Some(line) = text.lines().next() else {
         return (0, 0);
@@ -176,12 +176,12 @@ pub fn steal() -> (u64, u64) {
 
 /// `kernel.bpf_stats_enabled` switched on while this lives (the kernel then counts each
 /// program's runs and run time: the per-hook table), put back as it was on drop.
-pub struct BpfStats(Option<String>);
+pub(super) struct BpfStats(Option<String>);
 
 impl BpfStats {
     const PATH: &'static str = "/proc/sys/kernel/bpf_stats_enabled";
 
-    pub fn enable() -> Self {
+    pub(super) fn enable() -> Self {
         let before = std::fs::read_to_string(Self::PATH).ok();
         if std::fs::write(Self::PATH, "1").is_err() {
             eprintln!(

@@ -3,7 +3,7 @@ use serde::{Deserialize, Serialize};
 
 /// One measurement of one mode in one round.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Sample {
+pub(super) struct Sample {
     /// Workload (`cps`, `keepalive-rps`, `bulk`, `rules`, `enroll`, ...).
     pub workload: String,
     /// Variant within it (`c=1`, `rules=1000`, ...).
@@ -27,7 +27,7 @@ pub struct Sample {
 
 impl Sample {
     /// A sample without CPU or error counts.
-    pub fn new(
+    pub(super) fn new(
         workload: &str,
         variant: &str,
         mode: &str,
@@ -51,7 +51,7 @@ impl Sample {
 }
 
 /// Median of `v` (mean of the middle two for even lengths); `None` when empty.
-pub fn median(v: &[f64]) -> Option<f64> {
+pub(super) fn median(v: &[f64]) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
@@ -66,7 +66,7 @@ pub fn median(v: &[f64]) -> Option<f64> {
 }
 
 /// The `pct` percentile of `v` by nearest rank; `None` when empty.
-pub fn percentile(v: &[f64], pct: f64) -> Option<f64> {
+pub(super) fn percentile(v: &[f64], pct: f64) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
@@ -78,7 +78,7 @@ pub fn percentile(v: &[f64], pct: f64) -> Option<f64> {
 
 /// Summary of one mode in one (workload, variant).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Summary {
+pub(super) struct Summary {
     /// Mode.
     pub mode: String,
     /// Number of samples.
@@ -115,7 +115,7 @@ fn per_round_ratio(samples: &[&Sample], mode: &str, reference: &str) -> Option<f
 }
 
 /// Summaries per mode, in `modes` order, for the samples of one (workload, variant).
-pub fn summarise(samples: &[&Sample], modes: &[&str]) -> Vec<Summary> {
+pub(super) fn summarise(samples: &[&Sample], modes: &[&str]) -> Vec<Summary> {
     modes
         .iter()
         .filter_map(|mode| {

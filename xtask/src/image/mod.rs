@@ -3,8 +3,8 @@
 //! Kubernetes client), tagged with the crate version, entrypoint `redirect`; also written as an OCI archive (`podman load`, `kind load
 //! image-archive`, `ctr images import`). `cargo xtask test` builds it in storage of its own and
 //! hands the archive to `tests/tests/it/image.rs`.
-pub mod musl;
-pub mod next;
+pub(crate) mod musl;
+pub(crate) mod next;
 
 use std::{
     path::{Path, PathBuf},
@@ -17,7 +17,7 @@ use anyhow::Context as _;
 use crate::util::{self, run};
 
 /// The image's repository.
-pub const REPOSITORY: &str = "localhost/redirect";
+pub(crate) const REPOSITORY: &str = "localhost/redirect";
 
 /// Where the binaries go inside the image (and `PATH`).
 const BIN_DIR: &str = "/usr/local/bin";
@@ -26,12 +26,12 @@ const BIN_DIR: &str = "/usr/local/bin";
 const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// The workspace's version, which tags the image.
-pub fn version() -> &'static str {
+pub(crate) fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
 /// The default tags: `localhost/redirect:<version>` and `:latest`.
-pub fn default_tags() -> Vec<String> {
+pub(crate) fn default_tags() -> Vec<String> {
     vec![
         format!("{REPOSITORY}:{}", version()),
         format!("{REPOSITORY}:latest"),
@@ -40,7 +40,7 @@ pub fn default_tags() -> Vec<String> {
 
 /// Where buildah keeps images.
 #[derive(Debug, Clone)]
-pub enum Storage {
+pub(crate) enum Storage {
     /// The host's default containers storage (`podman images` lists the result).
     Host,
     /// A directory of our own (vfs driver: plain directories, no mounts), e.g. for the tests.
@@ -63,7 +63,7 @@ impl Storage {
 
 /// What was built.
 #[derive(Debug)]
-pub struct Built {
+pub(crate) struct Built {
     /// The tags, first the main one.
     pub tags: Vec<String>,
     /// The OCI archive of the image (the first tag inside).
@@ -72,7 +72,7 @@ pub struct Built {
 
 /// Builds the static binaries and the image with `tags` in `storage`, and the OCI archive at
 /// `archive`. Prints how long each part took.
-pub fn build(tags: &[String], storage: &Storage, archive: &Path) -> anyhow::Result<Built> {
+pub(crate) fn build(tags: &[String], storage: &Storage, archive: &Path) -> anyhow::Result<Built> {
     anyhow::ensure!(!tags.is_empty(), "no tag for the image");
     let started = Instant::now();
     let binaries = musl::build()?;
@@ -235,7 +235,7 @@ fn image_id(storage: &Storage, tag: &str) -> Option<String> {
 }
 
 /// `cargo xtask image`: into the host's storage, archive under `target/image`.
-pub fn image(tags: Vec<String>) -> anyhow::Result<()> {
+pub(crate) fn image(tags: Vec<String>) -> anyhow::Result<()> {
     crate::setup::setup()?;
     crate::build::build_ebpf()?;
     let tags = if tags.is_empty() {
@@ -248,7 +248,7 @@ pub fn image(tags: Vec<String>) -> anyhow::Result<()> {
 }
 
 /// `target/image/redirect-<version>.oci.tar`.
-pub fn archive_path() -> PathBuf {
+pub(crate) fn archive_path() -> PathBuf {
     util::target_dir()
         .join("image")
         .join(format!("redirect-{}.oci.tar", version()))
@@ -258,7 +258,7 @@ pub fn archive_path() -> PathBuf {
 /// built in storage of its own under `target/image/storage` (removed once the archive is
 /// written), so the host's images are left alone. `None` when not root (buildah needs it here):
 /// the image test then skips, saying so; with `CI=true` that is an error.
-pub fn for_tests() -> anyhow::Result<Option<Built>> {
+pub(crate) fn for_tests() -> anyhow::Result<Option<Built>> {
     if !util::is_root() {
         anyhow::ensure!(
             std::env::var("CI").as_deref() != Ok("true"),

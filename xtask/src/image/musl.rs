@@ -12,14 +12,14 @@ use object::{
 use crate::util::{self, run};
 
 /// The static target (`rustup target add`, which `cargo xtask setup` does).
-pub const TARGET: &str = "x86_64-unknown-linux-musl";
+pub(crate) const TARGET: &str = "x86_64-unknown-linux-musl";
 
 /// (package, binary, embeds the BPF object) of what the image holds: the node agent the
 /// DaemonSet runs (`redirect daemon`, `redirect list` for readiness, `redirect install-cni`),
 /// which loads the datapath, and the CNI plugin it installs (a socket client: the linker drops
 /// the object from it), and the reference sidecar proxy (`redirect-proxy`: the image is also
 /// the proxy image of the containerd tests' meshed pods).
-pub const BINARIES: [(&str, &str, bool); 3] = [
+pub(crate) const BINARIES: [(&str, &str, bool); 3] = [
     ("redirect-cli", "redirect", true),
     ("redirect-cni", "redirect-cni", false),
     ("redirect-proxy", "redirect-proxy", false),
@@ -30,7 +30,7 @@ const PLUGIN: &str = "redirect-cni";
 
 /// Builds [`BINARIES`] in release for [`TARGET`] with the BPF object embedded; returns their
 /// paths (under `target/x86_64-unknown-linux-musl/release`), each checked.
-pub fn build() -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn build() -> anyhow::Result<Vec<PathBuf>> {
     let object = util::ebpf_object();
     let mut cmd = util::cargo(None);
     cmd.args(["build", "--release", "--target", TARGET]);
@@ -79,7 +79,7 @@ pub fn build() -> anyhow::Result<Vec<PathBuf>> {
 
 /// Fails, naming the binary, unless it is an ELF with no program interpreter (a static or
 /// static-pie executable: it runs in an image with nothing else in it).
-pub fn check_static(path: &Path, data: &[u8]) -> anyhow::Result<()> {
+pub(crate) fn check_static(path: &Path, data: &[u8]) -> anyhow::Result<()> {
     let elf = ElfFile64::<Endianness>::parse(data)
         .with_context(|| format!("{} is not a 64-bit ELF file", path.display()))?;
     let endian = elf.endian();

@@ -13,11 +13,11 @@ use super::{assemble, musl, Built, Storage};
 use crate::util::{self, run};
 
 /// The tag.
-pub const TAG: &str = "localhost/redirect:next-layout";
+pub(crate) const TAG: &str = "localhost/redirect:next-layout";
 
 /// Builds the next layout's image after this build's (its static `redirect-cni` and
 /// `redirect-proxy` reused), into `target/image/redirect-next-layout.oci.tar`.
-pub fn for_tests() -> anyhow::Result<Built> {
+pub(crate) fn for_tests() -> anyhow::Result<Built> {
     let object_next =
         util::workspace_root().join("target/ebpf-next/bpfel-unknown-none/release/redirect-ebpf");
     anyhow::ensure!(

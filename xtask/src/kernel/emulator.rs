@@ -24,7 +24,7 @@ const EXTRACTED: [&str; 4] = [
 
 /// An extracted emulator (binary, TCG module, firmware).
 #[derive(Debug)]
-pub struct Emulator {
+pub(super) struct Emulator {
     /// The extracted tree (usr/bin, usr/share/qemu, usr/share/seabios).
     pub root: PathBuf,
     /// `qemu-system-x86` version, for the report.
@@ -33,7 +33,7 @@ pub struct Emulator {
 
 impl Emulator {
     /// A command running this qemu with its firmware directories.
-    pub fn command(&self) -> Command {
+    pub(super) fn command(&self) -> Command {
         let mut cmd = Command::new(self.root.join("usr/bin/qemu-system-x86_64"));
         // The TCG accelerator is a loadable module of the package.
         cmd.env(
@@ -94,7 +94,7 @@ fn parse_depends(text: &str) -> Vec<String> {
 }
 
 /// Downloads and extracts the emulator once per version; installs its missing libraries.
-pub fn prepare(kernels_dir: &Path) -> anyhow::Result<Emulator> {
+pub(super) fn prepare(kernels_dir: &Path) -> anyhow::Result<Emulator> {
     let names: Vec<String> = EXTRACTED.iter().map(|p| (*p).to_owned()).collect();
     let mut found = fetch::candidates(&names);
     if found.len() < names.len() {

@@ -11,7 +11,7 @@ use crate::util::{output, run};
 
 /// One unpacked kernel package.
 #[derive(Debug)]
-pub struct Kernel {
+pub(super) struct Kernel {
     /// Series asked for (`6.1`, `6.12`).
     pub series: String,
     /// Debian package name, e.g. `linux-image-6.1.0-57-cloud-amd64-unsigned`.
@@ -27,11 +27,11 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    pub fn vmlinuz(&self) -> PathBuf {
+    pub(super) fn vmlinuz(&self) -> PathBuf {
         self.root.join(format!("boot/vmlinuz-{}", self.release))
     }
 
-    pub fn modules(&self) -> PathBuf {
+    pub(super) fn modules(&self) -> PathBuf {
         self.root.join("lib/modules").join(&self.release)
     }
 }
@@ -99,7 +99,7 @@ fn resolve(series: &str) -> anyhow::Result<(String, String)> {
 }
 
 /// Resolves, downloads (once) and unpacks (once) the newest cloud kernel of `series`.
-pub fn fetch(series: &str, kernels_dir: &Path) -> anyhow::Result<Kernel> {
+pub(super) fn fetch(series: &str, kernels_dir: &Path) -> anyhow::Result<Kernel> {
     let (package, version) = resolve(series)?;
     std::fs::create_dir_all(kernels_dir)?;
     let unpacked = kernels_dir.join(format!("{package}_{version}"));
@@ -176,7 +176,7 @@ fn single_dir(dir: &Path) -> anyhow::Result<String> {
 }
 
 /// Accepts `6.1`, `6.12` or `all`.
-pub fn series_list(arg: &str) -> anyhow::Result<Vec<String>> {
+pub(super) fn series_list(arg: &str) -> anyhow::Result<Vec<String>> {
     match arg {
         "all" => Ok(vec!["6.1".into(), "6.12".into()]),
         s if s.split('.').count() == 2 && s.split('.').all(|p| p.parse::<u32>().is_ok()) => {

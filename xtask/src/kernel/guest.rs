@@ -22,7 +22,7 @@ const PATH_DIRS: &[&str] = &[
 
 /// One test binary to run in the guest.
 #[derive(Debug, Clone)]
-pub struct TestRun {
+pub(super) struct TestRun {
     /// Test target name (`outbound`).
     pub name: String,
     /// Its executable on the host (and in the guest).
@@ -53,7 +53,7 @@ fn iptables_tools() -> Vec<String> {
 
 /// The parts every kernel's guest shares: busybox, tools, libraries, /etc, project files.
 /// `stripped` maps a project binary to its debug-stripped copy.
-pub fn base(
+pub(super) fn base(
     tree: &mut Tree,
     project_bins: &[(PathBuf, PathBuf)],
     data_dirs: &[PathBuf],
@@ -141,7 +141,7 @@ fn quote(s: &str) -> String {
 }
 
 /// Adds the modules under /lib/modules/<release> and the /init that runs `runs`.
-pub fn init(
+pub(super) fn init(
     tree: &mut Tree,
     release: &str,
     modules: Vec<Module>,

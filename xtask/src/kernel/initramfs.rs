@@ -27,7 +27,7 @@ enum Entry {
 
 /// Guest paths (absolute) to what they hold.
 #[derive(Debug, Default)]
-pub struct Tree {
+pub(super) struct Tree {
     entries: BTreeMap<PathBuf, Entry>,
 }
 
@@ -56,7 +56,7 @@ fn ldd(path: &Path) -> Vec<PathBuf> {
 }
 
 impl Tree {
-    pub fn contains(&self, path: &Path) -> bool {
+    pub(super) fn contains(&self, path: &Path) -> bool {
         self.entries.contains_key(path)
     }
 
@@ -79,24 +79,24 @@ impl Tree {
         self.entries.insert(path, entry);
     }
 
-    pub fn dir(&mut self, path: &str) {
+    pub(super) fn dir(&mut self, path: &str) {
         self.insert(Path::new(path), Entry::Dir);
     }
 
-    pub fn symlink(&mut self, path: &str, target: &str) {
+    pub(super) fn symlink(&mut self, path: &str, target: &str) {
         self.insert(Path::new(path), Entry::Symlink(PathBuf::from(target)));
     }
 
-    pub fn char_dev(&mut self, path: &str, major: u32, minor: u32) {
+    pub(super) fn char_dev(&mut self, path: &str, major: u32, minor: u32) {
         self.insert(Path::new(path), Entry::CharDev(major, minor));
     }
 
-    pub fn bytes(&mut self, path: &Path, data: Vec<u8>, mode: u32) {
+    pub(super) fn bytes(&mut self, path: &Path, data: Vec<u8>, mode: u32) {
         self.insert(path, Entry::Bytes { data, mode });
     }
 
     /// Copies host files whose top-level path is a symlink (/bin -> usr/bin on a merged-/usr host).
-    pub fn host_root_symlinks(&mut self) {
+    pub(super) fn host_root_symlinks(&mut self) {
         for top in ["bin", "sbin", "lib", "lib64", "lib32", "libx32"] {
             if let Ok(target) = std::fs::read_link(Path::new("/").join(top)) {
                 self.insert(&Path::new("/").join(top), Entry::Symlink(target));
@@ -107,7 +107,7 @@ impl Tree {
     /// Adds the host file `path` at the same guest path (its real file at its canonical path, `path`
     /// a symlink to it when they differ), and every library it needs. With `stripped`, `src` replaces
     /// the contents (a debug-stripped copy of `path`).
-    pub fn host_file(&mut self, path: &Path, stripped: Option<&Path>) -> anyhow::Result<()> {
+    pub(super) fn host_file(&mut self, path: &Path, stripped: Option<&Path>) -> anyhow::Result<()> {
         let real = path
             .canonicalize()
             .with_context(|| format!("{} is missing", path.display()))?;
@@ -137,7 +137,7 @@ impl Tree {
     }
 
     /// `path` with a top-level relative symlink of the guest replaced (/bin/sh -> /usr/bin/sh).
-    pub fn resolve(&self, path: &Path) -> PathBuf {
+    pub(super) fn resolve(&self, path: &Path) -> PathBuf {
         let mut comps = path.components();
         let (Some(Component::RootDir), Some(Component::Normal(top))) = (comps.next(), comps.next())
         else {
@@ -155,7 +155,7 @@ impl Tree {
     }
 
     /// Adds every file under the host directory `dir` (not following symlinked directories).
-    pub fn host_dir(&mut self, dir: &Path) -> anyhow::Result<()> {
+    pub(super) fn host_dir(&mut self, dir: &Path) -> anyhow::Result<()> {
         for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
             let path = entry?.path();
             let meta = std::fs::symlink_metadata(&path)?;
@@ -172,7 +172,7 @@ impl Tree {
     }
 
     /// Writes the tree as a newc cpio archive; returns its size in bytes.
-    pub fn write_cpio(&self, out: &Path) -> anyhow::Result<u64> {
+    pub(super) fn write_cpio(&self, out: &Path) -> anyhow::Result<u64> {
         let file =
             std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
         let mut w = Cpio {

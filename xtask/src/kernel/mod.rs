@@ -24,14 +24,15 @@ use crate::{build, setup, util};
 /// Test modules (of the one binary) run in each kernel unless `--kernel-tests` says otherwise: the outbound, inbound
 /// and daemon suites, TPROXY mode's routing and the accepted-sockets relay whole, and the conformance cases for DNS (IPv4 and IPv6), inbound ports `*`,
 /// owner groups with exclusions (IPv4 and IPv6 DNS) and an excluded interface. docs/developer.md lists it.
-pub const DEFAULT_TESTS: &str = "outbound,inbound,daemon,probe_fallback,tproxy,accepted_sockets,\
+pub(crate) const DEFAULT_TESTS: &str =
+    "outbound,inbound,daemon,probe_fallback,tproxy,accepted_sockets,\
     conformance=dns_uid_gid+inbound_ports_wildcard+outbound_owner_groups_exclude+basic_exclude_nic";
 /// Host packages the guest is built from (qemu itself is extracted, see `emulator`).
 const PACKAGES: [&str; 2] = ["busybox-static", "xz-utils"];
 
 /// What `--kernel` runs.
 #[derive(Debug)]
-pub struct Options {
+pub(crate) struct Options {
     /// `6.1`, `6.12` or `all`.
     pub kernel: String,
     /// `NAME[=FILTER],...`: modules of tests/tests/it, with optional name filters.
@@ -113,7 +114,7 @@ fn strip_all(bins: &[PathBuf], into: &Path) -> anyhow::Result<Vec<(PathBuf, Path
 }
 
 /// Everything `--kernel` does; fails when a test failed on any kernel.
-pub fn test(opts: &Options) -> anyhow::Result<()> {
+pub(crate) fn test(opts: &Options) -> anyhow::Result<()> {
     let series = fetch::series_list(&opts.kernel)?;
     let wanted = selection(&opts.tests)?;
     setup::setup()?;

@@ -9,7 +9,7 @@ use std::{
 use anyhow::Context as _;
 
 /// Modules the tests use; their dependencies are added. Built-in ones are skipped.
-pub const WANTED: &[&str] = &[
+pub(super) const WANTED: &[&str] = &[
     "veth",
     "nf_conntrack",
     "nf_nat",
@@ -45,7 +45,7 @@ pub const WANTED: &[&str] = &[
 
 /// A module ready for the initramfs.
 #[derive(Debug)]
-pub struct Module {
+pub(super) struct Module {
     pub name: String,
     /// Uncompressed object.
     pub bytes: Vec<u8>,
@@ -112,7 +112,7 @@ fn depends(bytes: &[u8]) -> Vec<String> {
 
 /// The wanted modules and their dependencies, dependencies first, plus the names neither
 /// built in nor shipped by this kernel.
-pub fn collect(modules_dir: &Path) -> anyhow::Result<(Vec<Module>, Vec<String>)> {
+pub(super) fn collect(modules_dir: &Path) -> anyhow::Result<(Vec<Module>, Vec<String>)> {
     let mut index = BTreeMap::new();
     walk(&modules_dir.join("kernel"), &mut index)
         .with_context(|| format!("listing {}", modules_dir.display()))?;

@@ -11,18 +11,18 @@ use anyhow::Context as _;
 
 /// How the guest ended.
 #[derive(Debug)]
-pub struct Outcome {
+pub(super) struct Outcome {
     pub wall: Duration,
     pub timed_out: bool,
 }
 
 /// Lines the guest's /init prints start with this; only they and what follows the first one are
 /// echoed live (the kernel's boot messages stay in the log).
-pub const MARK: &str = "@@@";
+pub(super) const MARK: &str = "@@@";
 
 /// Runs qemu until the guest powers off (or `timeout`), echoing the console from /init's first
 /// line on, each line prefixed with `tag`.
-pub fn boot(
+pub(super) fn boot(
     emulator: &super::emulator::Emulator,
     vmlinuz: &Path,
     initrd: &Path,

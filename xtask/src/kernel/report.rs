@@ -5,7 +5,7 @@ use super::qemu::MARK;
 
 /// What one test binary did inside the guest.
 #[derive(Debug, Default, PartialEq)]
-pub struct Binary {
+pub(super) struct Binary {
     pub name: String,
     pub passed: u32,
     pub failed: u32,
@@ -19,7 +19,7 @@ pub struct Binary {
 
 /// What the whole guest run did.
 #[derive(Debug, Default)]
-pub struct Report {
+pub(super) struct Report {
     pub binaries: Vec<Binary>,
     /// Lines /init printed about problems (a module that did not load, a mount that failed).
     pub init_errors: Vec<String>,
@@ -44,7 +44,7 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// Parses the console written by the /init of `initramfs`.
-pub fn parse(console: &str) -> Report {
+pub(super) fn parse(console: &str) -> Report {
     let mut report = Report::default();
     let mut current: Option<(Binary, f64)> = None;
     for raw in console.lines() {
@@ -101,7 +101,7 @@ pub fn parse(console: &str) -> Report {
 }
 
 /// `1m23s`.
-pub fn human(d: Duration) -> String {
+pub(super) fn human(d: Duration) -> String {
     let s = d.as_secs();
     if s >= 60 {
         format!("{}m{:02}s", s / 60, s % 60)

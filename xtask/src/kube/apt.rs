@@ -137,13 +137,13 @@ fn host_sources() -> Vec<Source> {
 
 /// The private configuration: `APT_CONFIG` for every apt command of the build.
 #[derive(Debug)]
-pub struct Apt {
+pub(super) struct Apt {
     config: PathBuf,
 }
 
 impl Apt {
     /// Writes the configuration under `dir` for `suite`, from the archive the host's sources name.
-    pub fn new(dir: &Path, suite: &str) -> anyhow::Result<Self> {
+    pub(super) fn new(dir: &Path, suite: &str) -> anyhow::Result<Self> {
         let (uri, signed_by) = archive_of(&host_sources(), suite).with_context(|| {
             format!(
                 "no `deb` source for Debian {suite} main in {HOST_SOURCES}/sources.list(.d): \
@@ -188,7 +188,7 @@ impl Apt {
     }
 
     /// `apt-get ARGS` under the private configuration, run in `dir`.
-    pub fn get(&self, dir: &Path, args: &[&str]) -> Command {
+    pub(super) fn get(&self, dir: &Path, args: &[&str]) -> Command {
         let mut cmd = Command::new("apt-get");
         cmd.arg("-q")
             .args(args)

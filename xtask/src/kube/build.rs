@@ -22,7 +22,7 @@ const VERSION_PACKAGES: [&str; 2] = [
 ];
 
 /// `dpkg-deb -x` of each of `debs` into a fresh `root`.
-pub fn unpack_packages(step: &Step, debs: &[PathBuf], root: &Path) -> anyhow::Result<()> {
+pub(super) fn unpack_packages(step: &Step, debs: &[PathBuf], root: &Path) -> anyhow::Result<()> {
     remove_dir(root)?;
     for deb in debs {
         step.command(Command::new("dpkg-deb").arg("-x").arg(deb).arg(root))?;
@@ -31,7 +31,7 @@ pub fn unpack_packages(step: &Step, debs: &[PathBuf], root: &Path) -> anyhow::Re
 }
 
 /// `dpkg-source -x` of the source package `dsc` into a fresh `tree` (Debian's patches applied).
-pub fn unpack_source(step: &Step, dsc: &Path, tree: &Path) -> anyhow::Result<()> {
+pub(super) fn unpack_source(step: &Step, dsc: &Path, tree: &Path) -> anyhow::Result<()> {
     remove_dir(tree)?;
     if let Some(parent) = tree.parent() {
         std::fs::create_dir_all(parent)?;
@@ -61,7 +61,7 @@ fn ldflags(version: &str) -> String {
 /// The environment the Kubernetes build runs in: the unpacked Go and rsync first on PATH,
 /// GOPATH mode, no module proxy, no cgo, nothing of the caller's Go settings.
 #[derive(Debug)]
-pub struct GoEnv {
+pub(super) struct GoEnv {
     root: PathBuf,
     tree: PathBuf,
     gopath: PathBuf,
@@ -70,7 +70,7 @@ pub struct GoEnv {
 
 impl GoEnv {
     /// `root`: the unpacked packages; `work`: where the source tree, GOPATH and Go's cache are.
-    pub fn new(root: &Path, work: &Path) -> Self {
+    pub(super) fn new(root: &Path, work: &Path) -> Self {
         Self {
             root: root.to_owned(),
             tree: work.join("kubernetes"),
@@ -79,7 +79,7 @@ impl GoEnv {
         }
     }
 
-    pub fn tree(&self) -> &Path {
+    pub(super) fn tree(&self) -> &Path {
         &self.tree
     }
 
@@ -119,7 +119,7 @@ impl GoEnv {
 
     /// Links the tree into GOPATH and runs `make generated_files` (the openapi definitions,
     /// deep copies, conversions and defaulters are not in the source package).
-    pub fn generate(&self, step: &Step) -> anyhow::Result<()> {
+    pub(super) fn generate(&self, step: &Step) -> anyhow::Result<()> {
         let link = self.package_dir();
         if let Some(parent) = link.parent() {
             std::fs::create_dir_all(parent)?;
@@ -132,7 +132,13 @@ impl GoEnv {
     }
 
     /// `go build ./cmd/<name>` into `bin/<name>`, reporting `version`.
-    pub fn build(&self, step: &Step, name: &str, bin: &Path, version: &str) -> anyhow::Result<()> {
+    pub(super) fn build(
+        &self,
+        step: &Step,
+        name: &str,
+        bin: &Path,
+        version: &str,
+    ) -> anyhow::Result<()> {
         std::fs::create_dir_all(bin)?;
         step.command(
             self.command("go", &self.package_dir())

@@ -26,7 +26,7 @@ use self::{
 use crate::util::output;
 
 /// The Kubernetes release the binaries report.
-pub const KUBE_VERSION: &str = "v1.20.2";
+pub(crate) const KUBE_VERSION: &str = "v1.20.2";
 /// The Debian release whose archive everything comes from.
 const SUITE: &str = "bookworm";
 /// The source package (`apt-get source kubernetes/bookworm`).
@@ -63,7 +63,7 @@ const HOST_TOOLS: [&str; 6] = [
 
 /// The cache: `$REDIRECT_KUBE_CACHE`, else `/var/cache/redirect-xtask/kubernetes-v1.20.2` (outside
 /// the repository, so a fresh clone on the same machine reuses it).
-pub fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     std::env::var_os("REDIRECT_KUBE_CACHE")
         .filter(|d| !d.is_empty())
         .map_or_else(
@@ -77,7 +77,7 @@ pub fn cache_dir() -> PathBuf {
 }
 
 /// Where the binaries are (what the tests get as `REDIRECT_KUBE_BIN`).
-pub fn bin_dir() -> PathBuf {
+pub(crate) fn bin_dir() -> PathBuf {
     cache_dir().join("bin")
 }
 
@@ -98,7 +98,7 @@ fn cached(bin: &Path) -> Option<Stamp> {
 /// Makes sure the binaries are in `bin_dir()`: nothing but a few stats when they are; otherwise
 /// downloads and builds what is missing (about 10 minutes on 2 cores), resuming an interrupted
 /// build. Any failure is an error naming the step, the command and its log.
-pub fn ensure() -> anyhow::Result<()> {
+pub(crate) fn ensure() -> anyhow::Result<()> {
     let cache = cache_dir();
     if cached(&cache.join("bin")).is_some() {
         return Ok(());
@@ -140,7 +140,7 @@ fn on_path(tool: &str) -> bool {
 }
 
 /// Files in `dir` whose name ends with `suffix`, sorted.
-pub fn files_ending(dir: &Path, suffix: &str) -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn files_ending(dir: &Path, suffix: &str) -> anyhow::Result<Vec<PathBuf>> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("listing {}", dir.display()))?
         .filter_map(Result::ok)
@@ -299,7 +299,7 @@ fn check_versions(bin: &Path) -> anyhow::Result<()> {
 }
 
 /// `cargo xtask kube`: builds (or finds cached) and prints what is there.
-pub fn show() -> anyhow::Result<()> {
+pub(crate) fn show() -> anyhow::Result<()> {
     ensure()?;
     let bin = bin_dir();
     let stamp = cached(&bin).context("the Kubernetes cache is incomplete after building it")?;

@@ -3,11 +3,11 @@
 use std::path::Path;
 
 /// Bumped whenever the build's recipe changes, so caches made by an older recipe are rebuilt.
-pub const RECIPE: u32 = 1;
+pub(super) const RECIPE: u32 = 1;
 
 /// The contents of `<cache>/bin/.complete`, one `key=value` a line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stamp {
+pub(super) struct Stamp {
     pub recipe: u32,
     /// Kubernetes' version, as the binaries report it (`v1.20.2`).
     pub kubernetes: String,
@@ -20,7 +20,7 @@ pub struct Stamp {
 }
 
 impl Stamp {
-    pub fn render(&self) -> String {
+    pub(super) fn render(&self) -> String {
         format!(
             "recipe={}\nkubernetes={}\nsource={}\netcd={}\ngo={}\n",
             self.recipe, self.kubernetes, self.source, self.etcd, self.go
@@ -28,7 +28,7 @@ impl Stamp {
     }
 
     /// `None` unless every field is there (a truncated stamp is no stamp).
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(super) fn parse(text: &str) -> Option<Self> {
         let field = |key: &str| {
             text.lines()
                 .filter_map(|l| l.split_once('='))
@@ -46,19 +46,19 @@ impl Stamp {
     }
 
     /// Whether this stamp is of the current recipe and Kubernetes version.
-    pub fn is_current(&self, kubernetes: &str) -> bool {
+    pub(super) fn is_current(&self, kubernetes: &str) -> bool {
         self.recipe == RECIPE && self.kubernetes == kubernetes
     }
 
     /// The stamp at `path`, if there is a readable and complete one.
-    pub fn read(path: &Path) -> Option<Self> {
+    pub(super) fn read(path: &Path) -> Option<Self> {
         Self::parse(&std::fs::read_to_string(path).ok()?)
     }
 }
 
 /// The Debian version in a file name apt wrote for `package`: `<package>_<version>_<arch>.deb`
 /// or `<package>_<version>.dsc` (apt writes an epoch's ':' as `%3a`).
-pub fn file_version(file_name: &str, package: &str) -> Option<String> {
+pub(super) fn file_version(file_name: &str, package: &str) -> Option<String> {
     let rest = file_name.strip_prefix(package)?.strip_prefix('_')?;
     let version = match rest.strip_suffix(".dsc") {
         Some(v) => v,

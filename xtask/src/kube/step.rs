@@ -16,14 +16,14 @@ const TAIL_LINES: usize = 25;
 
 /// Where the steps keep their logs and their completion markers.
 #[derive(Debug)]
-pub struct Steps {
+pub(super) struct Steps {
     logs: PathBuf,
     markers: PathBuf,
 }
 
 /// One running step: the commands it runs append to its log.
 #[derive(Debug)]
-pub struct Step {
+pub(super) struct Step {
     name: String,
     log: PathBuf,
     /// A command failed: its log's end is shown once the step's line is finished.
@@ -44,7 +44,7 @@ fn slug(name: &str) -> String {
 }
 
 impl Steps {
-    pub fn new(logs: PathBuf, markers: PathBuf) -> anyhow::Result<Self> {
+    pub(super) fn new(logs: PathBuf, markers: PathBuf) -> anyhow::Result<Self> {
         for dir in [&logs, &markers] {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
@@ -52,7 +52,7 @@ impl Steps {
     }
 
     /// Runs `body` unless an earlier run finished this step (its marker is there), timed.
-    pub fn run(
+    pub(super) fn run(
         &self,
         name: &str,
         body: impl FnOnce(&Step) -> anyhow::Result<()>,
@@ -67,7 +67,7 @@ impl Steps {
     }
 
     /// Runs `body`, printing `xtask setup: kubernetes: <name> ... (N.N s)`.
-    pub fn timed<T>(
+    pub(super) fn timed<T>(
         &self,
         name: &str,
         body: impl FnOnce(&Step) -> anyhow::Result<T>,
@@ -104,7 +104,7 @@ impl Steps {
     }
 
     /// Forgets every finished step (what they made is gone or no longer needed).
-    pub fn forget(&self) -> anyhow::Result<()> {
+    pub(super) fn forget(&self) -> anyhow::Result<()> {
         remove_dir(&self.markers)
     }
 }
@@ -112,7 +112,7 @@ impl Steps {
 impl Step {
     /// Runs `cmd` with its output appended to the step's log; a failure names the step, the
     /// command and the log, and shows the log's last lines.
-    pub fn command(&self, cmd: &mut Command) -> anyhow::Result<()> {
+    pub(super) fn command(&self, cmd: &mut Command) -> anyhow::Result<()> {
         let shown = format!("{cmd:?}");
         let log = File::options()
             .append(true)
@@ -150,7 +150,7 @@ impl Step {
 }
 
 /// Removes a directory tree if it exists.
-pub fn remove_dir(dir: &Path) -> anyhow::Result<()> {
+pub(super) fn remove_dir(dir: &Path) -> anyhow::Result<()> {
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(e).with_context(|| format!("removing {}", dir.display()))

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Match {
+pub(crate) enum Match {
     Proto(String),
     Dport(u16),
     In(String),
@@ -19,7 +19,7 @@ pub enum Match {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Target {
+pub(crate) enum Target {
     Return,
     Accept,
     Jump(String),
@@ -27,7 +27,7 @@ pub enum Target {
 }
 
 #[derive(Debug, Clone)]
-pub struct Rule {
+pub(crate) struct Rule {
     pub text: String,
     pub matches: Vec<(bool, Match)>,
     pub target: Target,
@@ -91,7 +91,7 @@ fn parse_rule(text: &str, tokens: &[&str]) -> Rule {
 }
 
 /// The nat table of one iptables-restore half, as chains of rules in their final order.
-pub fn nat_chains(half: &str) -> HashMap<String, Vec<Rule>> {
+pub(crate) fn nat_chains(half: &str) -> HashMap<String, Vec<Rule>> {
     let mut chains: HashMap<String, Vec<Rule>> = HashMap::new();
     let mut inside = false;
     for line in half.lines() {
@@ -122,7 +122,7 @@ pub fn nat_chains(half: &str) -> HashMap<String, Vec<Rule>> {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub struct Packet<'a> {
+pub(crate) struct Packet<'a> {
     pub tcp: bool,
     pub src: IpAddr,
     pub dst: IpAddr,
@@ -147,7 +147,7 @@ fn matches(rule: &Rule, p: &Packet) -> bool {
 
 /// Where a packet ends after a chain walk: a REDIRECT's port (`None`: left alone), and the
 /// last rule that decided or returned (`None`: no rule matched that ends a walk).
-pub type Landing<'r> = (Option<u16>, Option<&'r Rule>);
+pub(crate) type Landing<'r> = (Option<u16>, Option<&'r Rule>);
 
 /// Walks `chain`; `Err` carries the landing once a rule ended the walk, `Ok` means the chain
 /// ran out or returned (with the RETURN rule) and the caller goes on.
@@ -178,7 +178,7 @@ fn walk<'r>(
 }
 
 /// The nat PREROUTING verdict for `p`.
-pub fn prerouting<'r>(chains: &'r HashMap<String, Vec<Rule>>, p: &Packet) -> Landing<'r> {
+pub(crate) fn prerouting<'r>(chains: &'r HashMap<String, Vec<Rule>>, p: &Packet) -> Landing<'r> {
     let mut why = None;
     match walk(chains, "PREROUTING", p, 0, &mut why) {
         Ok(()) => (None, why),

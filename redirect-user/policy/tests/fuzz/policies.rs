@@ -6,7 +6,7 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use proptest::prelude::*;
 use redirect_policy::{Cidrs, Group, InboundPorts, Mode, NoProxy, OwnerGroups, Policy};
 
-pub fn port() -> impl Strategy<Value = u16> {
+pub(crate) fn port() -> impl Strategy<Value = u16> {
     1..=u16::MAX
 }
 
@@ -67,7 +67,7 @@ fn loopback() -> impl Strategy<Value = Ipv4Net> {
 }
 
 /// Any policy [`Policy::validate`] accepts and istio-iptables' flags and env can express.
-pub fn valid() -> impl Strategy<Value = Policy> {
+pub(crate) fn valid() -> impl Strategy<Value = Policy> {
     let ports_and_ids = (port(), port(), port(), ids(), ids(), any::<bool>());
     let outbound = (
         prop_oneof![Just(Cidrs::All), nets().prop_map(Cidrs::List)],

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::policies;
 
 /// Any JSON value, a few levels deep.
-pub fn json() -> impl Strategy<Value = Value> {
+pub(crate) fn json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),

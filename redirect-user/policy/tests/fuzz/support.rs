@@ -7,7 +7,7 @@ use redirect_policy::{
 
 /// Groups `java` (1001) and `ftp` (14), no users, and a resolv.conf naming one server.
 #[derive(Debug, Default)]
-pub struct Stub;
+pub(crate) struct Stub;
 
 fn listed(found: Option<u32>, file: &str) -> Result<Id, LookupError> {
     Ok(match found {
@@ -45,7 +45,7 @@ impl SystemLookup for Stub {
 
 /// What a flag's value is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Port,
     Ports,
     PortsOrStar,
@@ -63,7 +63,7 @@ pub enum Kind {
 
 /// One istio-iptables flag: short name, long name, env var, value kind.
 #[derive(Debug, Clone, Copy)]
-pub struct Flag {
+pub(crate) struct Flag {
     pub short: Option<char>,
     pub long: &'static str,
     pub env: Option<&'static str>,
@@ -72,7 +72,7 @@ pub struct Flag {
 
 impl Flag {
     /// As errors name it: `-p/--envoy-port` or `--redirect-dns`.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self.short {
             Some(c) => format!("-{c}/--{}", self.long),
             None => format!("--{}", self.long),
@@ -96,7 +96,7 @@ const fn flag(
 
 /// Every flag with a meaning (the ignored ones are in [`IGNORED`]).
 #[rustfmt::skip]
-pub const FLAGS: &[Flag] = &[
+pub(crate) const FLAGS: &[Flag] = &[
     flag(Some('p'), "envoy-port", None, Kind::Port),
     flag(Some('z'), "inbound-capture-port", Some("INBOUND_CAPTURE_PORT"), Kind::Port),
     flag(Some('e'), "inbound-tunnel-port", Some("INBOUND_TUNNEL_PORT"), Kind::Port),
@@ -130,7 +130,7 @@ pub const FLAGS: &[Flag] = &[
 ];
 
 /// Accepted and ignored: (long name, takes a value).
-pub const IGNORED: &[(&str, bool)] = &[
+pub(crate) const IGNORED: &[(&str, bool)] = &[
     ("istio-inbound-tproxy-mark", true),
     ("istio-inbound-tproxy-route-table", true),
     ("iptables-probe-port", true),
@@ -143,7 +143,7 @@ pub const IGNORED: &[(&str, bool)] = &[
 ];
 
 /// The environment variables istio-iptables reads besides the flags' own.
-pub const OTHER_ENV: &[&str] = &[
+pub(crate) const OTHER_ENV: &[&str] = &[
     "ISTIO_META_DNS_CAPTURE",
     "INVALID_DROP",
     "ISTIO_DUAL_STACK",
@@ -154,16 +154,19 @@ pub const OTHER_ENV: &[&str] = &[
 ];
 
 /// Parses `args` under `env` with the [`Stub`] system.
-pub fn run(args: &[String], env: &HashMap<String, String>) -> Result<Invocation, PolicyError> {
+pub(crate) fn run(
+    args: &[String],
+    env: &HashMap<String, String>,
+) -> Result<Invocation, PolicyError> {
     parse_invocation(args, env, &Stub)
 }
 
 /// istio's list split: on `,`, empty items dropped.
-pub fn items(v: &str) -> Vec<&str> {
+pub(crate) fn items(v: &str) -> Vec<&str> {
     v.split(',').filter(|i| !i.is_empty()).collect()
 }
 
 /// A port as istio-iptables reads it: ASCII digits only, 1-65535.
-pub fn port_ok(v: &str) -> bool {
+pub(crate) fn port_ok(v: &str) -> bool {
     !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && matches!(v.parse::<u16>(), Ok(1..))
 }
