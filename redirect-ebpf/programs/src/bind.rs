@@ -15,14 +15,14 @@ use crate::{
 
 /// Always allows the bind (returns 1).
 #[cgroup_sock_addr(bind4)]
-pub fn redirect_bind4(ctx: SockAddrContext) -> i32 {
+pub(crate) fn redirect_bind4(ctx: SockAddrContext) -> i32 {
     mark(&ctx);
     1
 }
 
 /// Always allows the bind (returns 1).
 #[cgroup_sock_addr(bind6)]
-pub fn redirect_bind6(ctx: SockAddrContext) -> i32 {
+pub(crate) fn redirect_bind6(ctx: SockAddrContext) -> i32 {
     mark(&ctx);
     1
 }

@@ -31,7 +31,7 @@ use crate::readiness::proxy_listens;
 /// The namespace's policy and the key its entries are stored under (the netns cookie, or 0
 /// for the default policy of `redirect attach`).
 #[inline(always)]
-pub fn policy_of(netns: u64) -> Option<(&'static OutboundPolicy, u64)> {
+pub(crate) fn policy_of(netns: u64) -> Option<(&'static OutboundPolicy, u64)> {
     // SAFETY: map values live as long as the program run; they are only read.
     unsafe {
         if let Some(p) = NETNS_OUTBOUND.get(netns) {
@@ -106,7 +106,7 @@ impl Lookups for Maps {
 /// The calling task's uid, gid and whether it runs in the policy's proxy cgroup (false when
 /// the policy binds none).
 #[inline(always)]
-pub fn caller(policy: &OutboundPolicy) -> (u32, u32, bool) {
+pub(crate) fn caller(policy: &OutboundPolicy) -> (u32, u32, bool) {
     let uid_gid = bpf_get_current_uid_gid();
     let in_proxy_cgroup = policy.flags & OUT_PROXY_CGROUP != 0 && {
         // SAFETY: the helper only reads the current task's cgroup.
@@ -118,7 +118,7 @@ pub fn caller(policy: &OutboundPolicy) -> (u32, u32, bool) {
 }
 
 /// A destination as the sock_addr hook saw it.
-pub struct Dest {
+pub(crate) struct Dest {
     /// [`AF_INET`] for IPv4 and v4-mapped, else `AF_INET6`.
     pub family: u16,
     /// TCP (else UDP).
@@ -139,7 +139,7 @@ pub struct Dest {
 /// storage (read by sock_ops, getpeername and recvmsg). Returns the counter and, when
 /// redirecting, where to rewrite to ([`target`]).
 #[inline(always)]
-pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<Target>) {
+pub(crate) fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<Target>) {
     // SAFETY: bpf_get_netns_cookie accepts a sock_addr context.
     let netns = unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
     let Some((policy, key)) = policy_of(netns) else {
@@ -207,7 +207,7 @@ pub fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<Target>
 /// A global function returns only a scalar: the verdict as [`Verdict::to_word`].
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn redirect_decide(
+pub(crate) extern "C" fn redirect_decide(
     policy: *const OutboundPolicy,
     conn: *const Conn,
     netns: u64,
@@ -269,9 +269,9 @@ fn trace(netns: u64, conn: &Conn, counter: Counter, port: Option<u16>) {
 
 /// True when a network-order IPv4 source is the passthrough address.
 #[inline(always)]
-pub fn is_passthrough_v4(src: u32) -> bool {
+pub(crate) fn is_passthrough_v4(src: u32) -> bool {
     src == PASSTHROUGH_V4
 }
 
 /// Family constant re-exported for the hooks.
-pub const FAMILY_V4: u16 = AF_INET;
+pub(crate) const FAMILY_V4: u16 = AF_INET;

@@ -12,7 +12,7 @@ use crate::{
 
 /// Always allows the connect (returns 1); only the destination may change.
 #[cgroup_sock_addr(connect4)]
-pub fn redirect_connect4(ctx: SockAddrContext) -> i32 {
+pub(crate) fn redirect_connect4(ctx: SockAddrContext) -> i32 {
     count(capture4::<false>(&ctx));
     1
 }

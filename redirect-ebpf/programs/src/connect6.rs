@@ -11,7 +11,7 @@ use crate::{
 };
 
 #[cgroup_sock_addr(connect6)]
-pub fn redirect_connect6(ctx: SockAddrContext) -> i32 {
+pub(crate) fn redirect_connect6(ctx: SockAddrContext) -> i32 {
     count(capture6::<false>(&ctx));
     1
 }

@@ -18,7 +18,7 @@ const ORIGINAL_DST: i32 = 80;
 const PAGE_SIZE: i32 = 4096;
 
 #[cgroup_sockopt(getsockopt)]
-pub fn redirect_getsockopt(ctx: SockoptContext) -> i32 {
+pub(crate) fn redirect_getsockopt(ctx: SockoptContext) -> i32 {
     try_getsockopt(&ctx);
     1
 }

@@ -10,7 +10,7 @@ use crate::maps::{IFACES, INBOUND_PORTS, LOCAL_CONNECTS, NETNS_INBOUND, POD_ADDR
 
 /// The namespace owning local address `addr` (`POD_ADDRS`), if it is enrolled.
 #[inline(always)]
-pub fn netns_of(family: u16, addr: [u32; 4]) -> Option<u64> {
+pub(crate) fn netns_of(family: u16, addr: [u32; 4]) -> Option<u64> {
     let key = AddrKey {
         addr,
         family,
@@ -22,13 +22,13 @@ pub fn netns_of(family: u16, addr: [u32; 4]) -> Option<u64> {
 
 /// The namespace's inbound policy (`NETNS_INBOUND`), if it has one.
 #[inline(always)]
-pub fn policy_of(netns: u64) -> Option<InboundPolicy> {
+pub(crate) fn policy_of(netns: u64) -> Option<InboundPolicy> {
     // SAFETY: value copied out at once.
     unsafe { NETNS_INBOUND.get(netns) }.copied()
 }
 
 /// Map-backed [`Lookups`]: every key carries the connection's netns cookie.
-pub struct Maps;
+pub(crate) struct Maps;
 
 impl Lookups for Maps {
     #[inline(always)]

@@ -17,7 +17,7 @@ use crate::{
 /// of its own namespace's addresses (of a namespace with inbound capture). True when the
 /// connect was one (recorded or not).
 #[inline(always)]
-pub fn on_connect(ctx: &SockOpsContext) -> bool {
+pub(crate) fn on_connect(ctx: &SockOpsContext) -> bool {
     let key = key_as_client(ctx);
     let ns = key.netns.0;
     if netns_of(key.family, key.server_addr) != Some(ns) || policy_of(ns).is_none() {
@@ -49,7 +49,7 @@ pub fn on_connect(ctx: &SockOpsContext) -> bool {
 /// will reach sk_lookup again; its record goes. Only the delete that wins counts back. A
 /// connect to loopback (every redirected one) was never recorded: no lookup at all.
 #[inline(always)]
-pub fn on_handshake_done(ctx: &SockOpsContext) {
+pub(crate) fn on_handshake_done(ctx: &SockOpsContext) {
     let (family, _, remote) = addrs(ctx);
     if !tracking::may_hold_local_record(family, &remote) {
         return;

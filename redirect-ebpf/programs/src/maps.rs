@@ -16,35 +16,38 @@ use redirect_common::{
 
 /// Netns cookie -> outbound policy of that namespace (0: the default for the others).
 #[map(name = "NETNS_OUTBOUND")]
-pub static NETNS_OUTBOUND: HashMap<u64, OutboundPolicy> =
+pub(crate) static NETNS_OUTBOUND: HashMap<u64, OutboundPolicy> =
     HashMap::with_max_entries(MAX_NAMESPACES + 1, BPF_F_NO_PREALLOC);
 
 /// (netns, CIDR) -> 1: outbound destinations never captured (`-x`).
 #[map(name = "OUT_EXCLUDE")]
-pub static OUT_EXCLUDE: LpmTrie<CidrKey, u8> = LpmTrie::with_max_entries(CIDR_MAX_ENTRIES, 0);
+pub(crate) static OUT_EXCLUDE: LpmTrie<CidrKey, u8> =
+    LpmTrie::with_max_entries(CIDR_MAX_ENTRIES, 0);
 
 /// (netns, CIDR) -> 1: outbound destinations captured (`-i` list).
 #[map(name = "OUT_INCLUDE")]
-pub static OUT_INCLUDE: LpmTrie<CidrKey, u8> = LpmTrie::with_max_entries(CIDR_MAX_ENTRIES, 0);
+pub(crate) static OUT_INCLUDE: LpmTrie<CidrKey, u8> =
+    LpmTrie::with_max_entries(CIDR_MAX_ENTRIES, 0);
 
 /// (netns, route prefix) -> 1 when the route leaves through an excluded interface (`-c`), 0
 /// otherwise: the namespace's main routing table, so the longest match is the route taken.
 #[map(name = "OUT_ROUTES")]
-pub static OUT_ROUTES: LpmTrie<CidrKey, u8> = LpmTrie::with_max_entries(CIDR_MAX_ENTRIES, 0);
+pub(crate) static OUT_ROUTES: LpmTrie<CidrKey, u8> = LpmTrie::with_max_entries(CIDR_MAX_ENTRIES, 0);
 
 /// (netns, ifindex) -> `IFACE_*` bits: arriving traffic is not inbound-captured.
 #[map(name = "IFACES")]
-pub static IFACES: HashMap<IfKey, u8> =
+pub(crate) static IFACES: HashMap<IfKey, u8> =
     HashMap::with_max_entries(MAX_NAMESPACES * 4, BPF_F_NO_PREALLOC);
 
 /// (netns, port) -> `OUT_PORT_EXCLUDE` (`-o`) | `OUT_PORT_INCLUDE` (`-q`); full-length keys (a
 /// trie holds only the rules written, see [`PortKey`]).
 #[map(name = "OUT_PORTS")]
-pub static OUT_PORTS: LpmTrie<PortKey, u8> = LpmTrie::with_max_entries(MAX_NAMESPACES * 16, 0);
+pub(crate) static OUT_PORTS: LpmTrie<PortKey, u8> =
+    LpmTrie::with_max_entries(MAX_NAMESPACES * 16, 0);
 
 /// One u64 per [`Counter`], per CPU.
 #[map(name = "COUNTERS")]
-pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+pub(crate) static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
 
 /// Slots of `COUNTERS`: one per counter (one more in the upgrade test's next layout).
 #[cfg(not(feature = "layout-next"))]
@@ -57,13 +60,13 @@ const COUNTER_SLOTS: u32 = Counter::COUNT + 1;
 /// claims and deletes it when its handshake completes (`PASSIVE_ESTABLISHED_CB`). Each policy
 /// may hold at most `HANDOFF_QUOTA` entries (counted in `HANDOFFS`).
 #[map(name = "TRACKED")]
-pub static TRACKED: HashMap<ConnKey, Tracked> =
+pub(crate) static TRACKED: HashMap<ConnKey, Tracked> =
     HashMap::with_max_entries(TRACKED_MAX_ENTRIES, BPF_F_NO_PREALLOC);
 
 /// Policy key (netns cookie, or 0 for the default policy) -> its `TRACKED` entries now
 /// (wrapping adds of +1 / -1; the loader removes a namespace's entry with its policy).
 #[map(name = "HANDOFFS")]
-pub static HANDOFFS: HashMap<u64, u64> =
+pub(crate) static HANDOFFS: HashMap<u64, u64> =
     HashMap::with_max_entries(MAX_NAMESPACES + 1, BPF_F_NO_PREALLOC);
 
 /// A connect made inside an enrolled namespace to one of its own addresses (netns + 4-tuple,
@@ -72,12 +75,12 @@ pub static HANDOFFS: HashMap<u64, u64> =
 /// only when its connection is here (a SYN from the wire never is). Each namespace may hold
 /// at most `HANDOFF_QUOTA` entries (counted in `LOCAL_COUNTS`).
 #[map(name = "LOCAL_CONNECTS")]
-pub static LOCAL_CONNECTS: HashMap<ConnKey, u64> =
+pub(crate) static LOCAL_CONNECTS: HashMap<ConnKey, u64> =
     HashMap::with_max_entries(TRACKED_MAX_ENTRIES, BPF_F_NO_PREALLOC);
 
 /// Netns cookie -> its `LOCAL_CONNECTS` entries now (wrapping adds, as `HANDOFFS`).
 #[map(name = "LOCAL_COUNTS")]
-pub static LOCAL_COUNTS: HashMap<u64, u64> =
+pub(crate) static LOCAL_COUNTS: HashMap<u64, u64> =
     HashMap::with_max_entries(MAX_NAMESPACES + 1, BPF_F_NO_PREALLOC);
 
 /// `TRACKED` entries one policy may hold at once (`--quota-handshakes`), set by the loader.
@@ -86,7 +89,7 @@ static HANDOFF_QUOTA: u64 = 0;
 
 /// The per-policy hand-off quota the loader set.
 #[inline(always)]
-pub fn handoff_quota() -> u64 {
+pub(crate) fn handoff_quota() -> u64 {
     // SAFETY: a read of read-only data the loader filled in before loading.
     unsafe { core::ptr::read_volatile(&raw const HANDOFF_QUOTA) }
 }
@@ -94,26 +97,28 @@ pub fn handoff_quota() -> u64 {
 /// Inbound connections steered by sk_lookup (netns + 4-tuple) -> original destination (the
 /// local address). LRU: a SYN that never completes must not leak an entry.
 #[map(name = "INBOUND")]
-pub static INBOUND: LruHashMap<ConnKey, Tracked> =
+pub(crate) static INBOUND: LruHashMap<ConnKey, Tracked> =
     LruHashMap::with_max_entries(INBOUND_MAX_ENTRIES, 0);
 
 /// Netns cookie -> inbound policy of an enrolled namespace.
 #[map(name = "NETNS_INBOUND")]
-pub static NETNS_INBOUND: HashMap<u64, InboundPolicy> =
+pub(crate) static NETNS_INBOUND: HashMap<u64, InboundPolicy> =
     HashMap::with_max_entries(MAX_NAMESPACES, BPF_F_NO_PREALLOC);
 
 /// (netns cookie, port) -> PORT_EXCLUDED or PORT_INCLUDED; full-length keys, as `OUT_PORTS`.
 #[map(name = "INBOUND_PORTS")]
-pub static INBOUND_PORTS: LpmTrie<PortKey, u8> = LpmTrie::with_max_entries(MAX_NAMESPACES * 16, 0);
+pub(crate) static INBOUND_PORTS: LpmTrie<PortKey, u8> =
+    LpmTrie::with_max_entries(MAX_NAMESPACES * 16, 0);
 
 /// An enrolled namespace's own address -> its netns cookie (sk_lookup cannot read the cookie).
 #[map(name = "POD_ADDRS")]
-pub static POD_ADDRS: HashMap<AddrKey, u64> =
+pub(crate) static POD_ADDRS: HashMap<AddrKey, u64> =
     HashMap::with_max_entries(MAX_NAMESPACES * 4, BPF_F_NO_PREALLOC);
 
 /// (netns cookie, family) -> the proxy's inbound listener, filled by sock_ops TCP_LISTEN_CB.
 #[map(name = "LISTENERS")]
-pub static LISTENERS: SockHash<ListenerKey> = SockHash::with_max_entries(MAX_NAMESPACES * 2, 0);
+pub(crate) static LISTENERS: SockHash<ListenerKey> =
+    SockHash::with_max_entries(MAX_NAMESPACES * 2, 0);
 
 /// Allocate hash entries on insert instead of up front: TRACKED alone would otherwise pin
 /// ~40 MB; the per-namespace maps change only at enrollment. (LPM tries are always allocated on insert.)
@@ -121,22 +126,22 @@ const BPF_F_NO_PREALLOC: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
 
 /// (netns cookie, counter slot) -> count on this CPU: `redirect stats --netns`.
 #[map(name = "NETNS_COUNTERS")]
-pub static NETNS_COUNTERS: PerCpuHashMap<NsCounterKey, u64> =
+pub(crate) static NETNS_COUNTERS: PerCpuHashMap<NsCounterKey, u64> =
     PerCpuHashMap::with_max_entries(MAX_NAMESPACES * 32, BPF_F_NO_PREALLOC);
 
 /// Netns cookie -> number of sockets listening on its outbound port (sock_ops keeps it; the
 /// loader seeds it for a proxy that listened before enrollment).
 #[map(name = "PROXY_LISTENERS")]
-pub static PROXY_LISTENERS: HashMap<u64, u64> =
+pub(crate) static PROXY_LISTENERS: HashMap<u64, u64> =
     HashMap::with_max_entries(MAX_NAMESPACES, BPF_F_NO_PREALLOC);
 
 /// Socket storage: per-socket marks and original destinations, gone with the socket.
 #[btf_map]
-pub static SOCK_STATE: SkStorage<SockState> = SkStorage::new();
+pub(crate) static SOCK_STATE: SkStorage<SockState> = SkStorage::new();
 
 /// The `SOCK_STATE` of socket `sk` (NULL-checked), created zeroed when `create` and absent.
 #[inline(always)]
-pub fn sock_state_of(sk: *mut bpf_sock, create: bool) -> Option<*mut SockState> {
+pub(crate) fn sock_state_of(sk: *mut bpf_sock, create: bool) -> Option<*mut SockState> {
     if sk.is_null() {
         return None;
     }
@@ -160,22 +165,22 @@ pub fn sock_state_of(sk: *mut bpf_sock, create: bool) -> Option<*mut SockState> 
 
 /// The `SOCK_STATE` of the socket a sock_ops callback runs for, if it has one (or created).
 #[inline(always)]
-pub fn sock_state(ctx: &SockOpsContext, create: bool) -> Option<*mut SockState> {
+pub(crate) fn sock_state(ctx: &SockOpsContext, create: bool) -> Option<*mut SockState> {
     // SAFETY: the context is valid for the program run; `sk` may be NULL (checked).
     sock_state_of(unsafe { (*ctx.ops).__bindgen_anon_2.sk }, create)
 }
 
 /// Decisions streamed to `redirect trace` (only while `TRACE_ON[0]` is non-zero).
 #[map(name = "TRACE")]
-pub static TRACE: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+pub(crate) static TRACE: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
 /// Non-zero while a `redirect trace` is reading.
 #[map(name = "TRACE_ON")]
-pub static TRACE_ON: Array<u32> = Array::with_max_entries(1, 0);
+pub(crate) static TRACE_ON: Array<u32> = Array::with_max_entries(1, 0);
 
 /// Adds one to namespace `netns`'s counter on this CPU.
 #[inline(always)]
-pub fn count_ns(netns: u64, counter: Counter) {
+pub(crate) fn count_ns(netns: u64, counter: Counter) {
     let key = NsCounterKey {
         netns: NetnsCookie(netns),
         slot: counter as u32,
@@ -191,13 +196,13 @@ pub fn count_ns(netns: u64, counter: Counter) {
 
 /// True while a tracer is attached.
 #[inline(always)]
-pub fn tracing_on() -> bool {
+pub(crate) fn tracing_on() -> bool {
     TRACE_ON.get(0).is_some_and(|v| *v != 0)
 }
 
 /// Adds one to a decision counter on this CPU.
 #[inline(always)]
-pub fn count(counter: Counter) {
+pub(crate) fn count(counter: Counter) {
     if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
         // SAFETY: per-CPU slot, valid for the program's lifetime; no other CPU writes it.
         unsafe { *slot += 1 };

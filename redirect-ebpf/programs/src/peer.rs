@@ -87,25 +87,25 @@ fn restore6(ctx: &SockAddrContext, which: Ports) {
 }
 
 #[cgroup_sock_addr(recvmsg4)]
-pub fn redirect_recvmsg4(ctx: SockAddrContext) -> i32 {
+pub(crate) fn redirect_recvmsg4(ctx: SockAddrContext) -> i32 {
     restore4(&ctx, Ports::Dns);
     1
 }
 
 #[cgroup_sock_addr(recvmsg6)]
-pub fn redirect_recvmsg6(ctx: SockAddrContext) -> i32 {
+pub(crate) fn redirect_recvmsg6(ctx: SockAddrContext) -> i32 {
     restore6(&ctx, Ports::Dns);
     1
 }
 
 #[cgroup_sock_addr(getpeername4)]
-pub fn redirect_getpeername4(ctx: SockAddrContext) -> i32 {
+pub(crate) fn redirect_getpeername4(ctx: SockAddrContext) -> i32 {
     restore4(&ctx, Ports::Any);
     1
 }
 
 #[cgroup_sock_addr(getpeername6)]
-pub fn redirect_getpeername6(ctx: SockAddrContext) -> i32 {
+pub(crate) fn redirect_getpeername6(ctx: SockAddrContext) -> i32 {
     restore6(&ctx, Ports::Any);
     1
 }

@@ -14,7 +14,7 @@ use redirect_common::sock;
 use crate::maps::{sock_state, PROXY_LISTENERS};
 
 /// `TCP_LISTEN` in the kernel's state numbering.
-pub const TCP_LISTEN: u32 = 10;
+pub(crate) const TCP_LISTEN: u32 = 10;
 
 #[inline(always)]
 fn add(netns: u64, up: bool) {
@@ -46,7 +46,7 @@ fn add(netns: u64, up: bool) {
 
 /// `TCP_LISTEN_CB`: the proxy's marked listener counts once, and is watched until it closes.
 #[inline(always)]
-pub fn on_listen(ctx: &SockOpsContext, netns: u64) {
+pub(crate) fn on_listen(ctx: &SockOpsContext, netns: u64) {
     let Some(state) = sock_state(ctx, false) else {
         return;
     };
@@ -62,7 +62,7 @@ pub fn on_listen(ctx: &SockOpsContext, netns: u64) {
 
 /// `STATE_CB` LISTEN -> CLOSE: a counted listener counts back.
 #[inline(always)]
-pub fn on_listener_close(ctx: &SockOpsContext, netns: u64) {
+pub(crate) fn on_listener_close(ctx: &SockOpsContext, netns: u64) {
     let Some(state) = sock_state(ctx, false) else {
         return;
     };
@@ -76,7 +76,7 @@ pub fn on_listener_close(ctx: &SockOpsContext, netns: u64) {
 
 /// True when the proxy listens on the namespace's outbound port.
 #[inline(always)]
-pub fn proxy_listens(netns: u64) -> bool {
+pub(crate) fn proxy_listens(netns: u64) -> bool {
     // SAFETY: value read at once.
     unsafe { PROXY_LISTENERS.get(netns) }.is_some_and(|n| *n > 0)
 }

@@ -7,13 +7,13 @@ use aya_ebpf::{macros::cgroup_sock_addr, programs::SockAddrContext};
 use crate::{connect4::capture4, connect6::capture6, maps::count};
 
 #[cgroup_sock_addr(sendmsg4)]
-pub fn redirect_sendmsg4(ctx: SockAddrContext) -> i32 {
+pub(crate) fn redirect_sendmsg4(ctx: SockAddrContext) -> i32 {
     count(capture4::<true>(&ctx));
     1
 }
 
 #[cgroup_sock_addr(sendmsg6)]
-pub fn redirect_sendmsg6(ctx: SockAddrContext) -> i32 {
+pub(crate) fn redirect_sendmsg6(ctx: SockAddrContext) -> i32 {
     count(capture6::<true>(&ctx));
     1
 }

@@ -18,7 +18,7 @@ use crate::{
 };
 
 #[sk_lookup]
-pub fn redirect_sk_lookup(ctx: SkLookupContext) -> u32 {
+pub(crate) fn redirect_sk_lookup(ctx: SkLookupContext) -> u32 {
     try_sk_lookup::<true>(&ctx)
 }
 
@@ -26,7 +26,7 @@ pub fn redirect_sk_lookup(ctx: SkLookupContext) -> u32 {
 /// fails verification): the arrival interface is unknown ([`IFINDEX_UNKNOWN`]); the loader
 /// picks this one when the probe says the field is missing and refuses `-c`/`-k` then.
 #[sk_lookup]
-pub fn redirect_sk_lookup_no_ifindex(ctx: SkLookupContext) -> u32 {
+pub(crate) fn redirect_sk_lookup_no_ifindex(ctx: SkLookupContext) -> u32 {
     try_sk_lookup::<false>(&ctx)
 }
 

@@ -39,7 +39,7 @@ const TCP_SYN_SENT: u32 = 2;
 const TCP_CLOSE: u32 = 7;
 
 #[sock_ops]
-pub fn redirect_sock_ops(ctx: SockOpsContext) -> u32 {
+pub(crate) fn redirect_sock_ops(ctx: SockOpsContext) -> u32 {
     try_sock_ops(&ctx);
     1
 }

@@ -13,11 +13,11 @@ use crate::{
 };
 use redirect_common::{outbound::TPROXY_MARK, AF_INET6};
 
-pub use redirect_common::types::IPPROTO_TCP;
+pub(crate) use redirect_common::types::IPPROTO_TCP;
 /// 127.0.0.1 as a network-order word.
-pub const LOCALHOST_NET: u32 = u32::from_ne_bytes([127, 0, 0, 1]);
+pub(crate) const LOCALHOST_NET: u32 = u32::from_ne_bytes([127, 0, 0, 1]);
 /// Word 2 of a v4-mapped address (`::ffff:0:0/96`) in network order.
-pub const MAPPED_WORD: u32 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
+pub(crate) const MAPPED_WORD: u32 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
 /// Word 3 of `::1` and `::6`.
 const V6_ONE: u32 = u32::from_ne_bytes([0, 0, 0, 1]);
 const V6_SIX: u32 = u32::from_ne_bytes([0, 0, 0, 6]);
@@ -41,21 +41,21 @@ fn sa(ctx: &SockAddrContext) -> *mut bpf_sock_addr {
 
 /// The socket's protocol.
 #[inline(always)]
-pub fn protocol(ctx: &SockAddrContext) -> u32 {
+pub(crate) fn protocol(ctx: &SockAddrContext) -> u32 {
     // SAFETY: field address of the context.
     rd(unsafe { &raw const (*sa(ctx)).protocol })
 }
 
 /// The user port in host order (bind, connect: both families keep it in the same field).
 #[inline(always)]
-pub fn user_port(ctx: &SockAddrContext) -> u16 {
+pub(crate) fn user_port(ctx: &SockAddrContext) -> u16 {
     // SAFETY: field address of the context.
     u16::from_be(rd(unsafe { &raw const (*sa(ctx)).user_port }) as u16)
 }
 
 /// The IPv4 user address (network order) and port (network order, low 16 bits).
 #[inline(always)]
-pub fn user4(ctx: &SockAddrContext) -> (u32, u16) {
+pub(crate) fn user4(ctx: &SockAddrContext) -> (u32, u16) {
     // SAFETY: field addresses of the context.
     unsafe {
         (
@@ -67,7 +67,7 @@ pub fn user4(ctx: &SockAddrContext) -> (u32, u16) {
 
 /// The IPv6 user address words (network order) and port (network order).
 #[inline(always)]
-pub fn user6(ctx: &SockAddrContext) -> ([u32; 4], u16) {
+pub(crate) fn user6(ctx: &SockAddrContext) -> ([u32; 4], u16) {
     // SAFETY: field addresses of the context.
     unsafe {
         let ip = &raw const (*sa(ctx)).user_ip6;
@@ -85,7 +85,7 @@ pub fn user6(ctx: &SockAddrContext) -> ([u32; 4], u16) {
 
 /// Rewrites the IPv4 user address and port (both network order).
 #[inline(always)]
-pub fn set_user4(ctx: &SockAddrContext, ip: u32, port: u16) {
+pub(crate) fn set_user4(ctx: &SockAddrContext, ip: u32, port: u16) {
     // SAFETY: field addresses of the context, writable in these hooks.
     unsafe {
         wr(&raw mut (*sa(ctx)).user_ip4, ip);
@@ -95,7 +95,7 @@ pub fn set_user4(ctx: &SockAddrContext, ip: u32, port: u16) {
 
 /// Rewrites the IPv6 user address and port (network order).
 #[inline(always)]
-pub fn set_user6(ctx: &SockAddrContext, ip: [u32; 4], port: u16) {
+pub(crate) fn set_user6(ctx: &SockAddrContext, ip: [u32; 4], port: u16) {
     // SAFETY: field addresses of the context, writable in these hooks.
     unsafe {
         let p = &raw mut (*sa(ctx)).user_ip6;
@@ -109,7 +109,7 @@ pub fn set_user6(ctx: &SockAddrContext, ip: [u32; 4], port: u16) {
 
 /// The socket's bound IPv4 source (network order; 0 when unbound).
 #[inline(always)]
-pub fn bound_src4(ctx: &SockAddrContext) -> u32 {
+pub(crate) fn bound_src4(ctx: &SockAddrContext) -> u32 {
     // SAFETY: `sk` is a valid socket pointer for sock_addr hooks; src_ip4 is readable.
     unsafe {
         let sk = (*sa(ctx)).__bindgen_anon_1.sk;
@@ -119,7 +119,7 @@ pub fn bound_src4(ctx: &SockAddrContext) -> u32 {
 
 /// The socket's bound IPv6 source words (network order).
 #[inline(always)]
-pub fn bound_src6(ctx: &SockAddrContext) -> [u32; 4] {
+pub(crate) fn bound_src6(ctx: &SockAddrContext) -> [u32; 4] {
     // SAFETY: as in `bound_src4`.
     unsafe {
         let sk = (*sa(ctx)).__bindgen_anon_1.sk;
@@ -135,7 +135,7 @@ pub fn bound_src6(ctx: &SockAddrContext) -> [u32; 4] {
 
 /// The socket carries the TPROXY mark (the proxy's transparent hop, `SO_MARK` 1337).
 #[inline(always)]
-pub fn tproxy_marked(ctx: &SockAddrContext) -> bool {
+pub(crate) fn tproxy_marked(ctx: &SockAddrContext) -> bool {
     // SAFETY: as in `bound_src4`; `mark` is readable.
     unsafe {
         let sk = (*sa(ctx)).__bindgen_anon_1.sk;
@@ -145,7 +145,7 @@ pub fn tproxy_marked(ctx: &SockAddrContext) -> bool {
 
 /// True for a v4-mapped address.
 #[inline(always)]
-pub fn is_mapped(ip: &[u32; 4]) -> bool {
+pub(crate) fn is_mapped(ip: &[u32; 4]) -> bool {
     ip[0] == 0 && ip[1] == 0 && ip[2] == MAPPED_WORD
 }
 
@@ -157,7 +157,7 @@ fn is_tcp(ctx: &SockAddrContext, udp: bool) -> bool {
 
 /// The destination of an IPv4 hook (`udp`: the hook only sees UDP sockets).
 #[inline(always)]
-pub fn dest4(ctx: &SockAddrContext, udp: bool) -> Dest {
+pub(crate) fn dest4(ctx: &SockAddrContext, udp: bool) -> Dest {
     let (ip, port) = user4(ctx);
     let src = bound_src4(ctx);
     Dest {
@@ -174,7 +174,7 @@ pub fn dest4(ctx: &SockAddrContext, udp: bool) -> Dest {
 /// The destination of an IPv6 hook whose address is v4-mapped (`mapped`, known by the
 /// caller) or native; v4-mapped destinations are IPv4 (their packets are).
 #[inline(always)]
-pub fn dest6(ctx: &SockAddrContext, udp: bool, mapped: bool) -> Dest {
+pub(crate) fn dest6(ctx: &SockAddrContext, udp: bool, mapped: bool) -> Dest {
     let (ip, port) = user6(ctx);
     let src = bound_src6(ctx);
     let tcp = is_tcp(ctx, udp);
@@ -204,7 +204,7 @@ pub fn dest6(ctx: &SockAddrContext, udp: bool, mapped: bool) -> Dest {
 
 /// Loopback in the form an IPv6 socket dials for `family`: `::1`, or `::ffff:127.0.0.1`.
 #[inline(always)]
-pub fn loopback6(family: u16) -> [u32; 4] {
+pub(crate) fn loopback6(family: u16) -> [u32; 4] {
     if family == AF_INET6 {
         [0, 0, 0, V6_ONE]
     } else {
@@ -216,7 +216,7 @@ pub fn loopback6(family: u16) -> [u32; 4] {
 /// at connect, as with `IP_BIND_ADDRESS_NO_PORT`. connect4 only (`bpf_bind`); the kernel's
 /// refusal is left to the caller, whose connect then leaves from the route's source.
 #[inline(always)]
-pub fn bind4(ctx: &SockAddrContext, ip: u32) -> bool {
+pub(crate) fn bind4(ctx: &SockAddrContext, ip: u32) -> bool {
     let mut addr = SockaddrIn {
         family: FAMILY_V4,
         port: 0,
@@ -236,7 +236,7 @@ pub fn bind4(ctx: &SockAddrContext, ip: u32) -> bool {
 
 /// [`bind4`] for an IPv6 socket (connect6): `ip` native or v4-mapped, network-order words.
 #[inline(always)]
-pub fn bind6(ctx: &SockAddrContext, ip: [u32; 4]) -> bool {
+pub(crate) fn bind6(ctx: &SockAddrContext, ip: [u32; 4]) -> bool {
     let mut addr = SockaddrIn6 {
         family: AF_INET6,
         port: 0,
