@@ -6,7 +6,6 @@
 //! plugin the runtime execs on every pod start stays small.
 // Every dependency of the product build is used (the test build has dev-dependencies too).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
-#![deny(unreachable_pub)]
 mod answer;
 mod client;
 mod cni_failures;

@@ -28,7 +28,6 @@
 //! feature `test-support`, `test_support` opens what the integration tests reach under them.
 // Every dependency of the product build is used (the test build has dev-dependencies too).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
-#![deny(unreachable_pub)]
 mod apiserver;
 mod cluster_dns;
 mod credentials;

@@ -21,7 +21,6 @@
 //! Every room is the crate's own: other crates come in only through the doors below, so none
 //! can write a map or call bpf(2) past `apply`'s order and rollback. With feature
 //! `test-support`, `test_support` opens what the integration tests reach under the doors.
-#![deny(unreachable_pub)]
 mod attach;
 mod cgroup;
 mod error;

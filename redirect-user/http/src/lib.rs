@@ -4,7 +4,6 @@
 //! `GET` the proxy scrapes its application with.
 // Every dependency of the product build is used (the test build has dev-dependencies too).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
-#![deny(unreachable_pub)]
 mod client;
 mod error;
 mod exchange;

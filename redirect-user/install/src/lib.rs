@@ -12,7 +12,6 @@
 //! Every module is the crate's own: the CLI and the daemon come in only through the doors below.
 // Every dependency of the product build is used (the test build has dev-dependencies too).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
-#![deny(unreachable_pub)]
 mod atomic;
 mod confdir;
 mod conflist;
