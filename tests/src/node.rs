@@ -6,7 +6,7 @@ use std::{
     process::{Command, Output},
 };
 
-use redirect_testkit::{unique_name, Child, Spawn};
+use redirect_testkit::{apiserver::PodServer, unique_name, Child, Spawn};
 
 use crate::{env::bin_path, procs::attached_program_ids};
 
@@ -64,6 +64,24 @@ impl Node {
     pub fn daemon_with(&self, extra: &[&str]) -> (Child, String) {
         self.start_daemon(Spawn::new("redirect daemon"), self.daemon_cmd(extra))
             .expect("redirect daemon ready")
+    }
+
+    /// Same, reading pods from the recorded apiserver `api` (`--kubeconfig`), as node
+    /// `node_name` when given, with the cluster DNS 10.96.0.10, then `extra`.
+    pub fn pod_daemon(
+        &self,
+        api: &PodServer,
+        node_name: Option<&str>,
+        extra: &[&str],
+    ) -> (Child, String) {
+        let kubeconfig = api.kubeconfig().display().to_string();
+        let mut args = vec!["--kubeconfig", kubeconfig.as_str()];
+        if let Some(name) = node_name {
+            args.extend(["--node-name", name]);
+        }
+        args.extend(["--cluster-dns", "10.96.0.10"]);
+        args.extend_from_slice(extra);
+        self.daemon_with(&args)
     }
 
     /// `redirect istio-iptables --netns NETNS --cgroup <the node's> ARGS` with this node's

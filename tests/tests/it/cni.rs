@@ -36,21 +36,14 @@ fn assert_passed_through(ran: &redirect_tests::cni::Run, pod: &Sandbox<'_>) {
 
 /// A daemon of the node reading pods from `api`, retrying a GET `attempts` times 100 ms apart.
 fn daemon(node: &Node, api: &PodServer, attempts: u32) -> redirect_testkit::Child {
-    let kubeconfig = api.kubeconfig().display().to_string();
     let attempts = attempts.to_string();
-    node.daemon_with(&[
-        "--kubeconfig",
-        &kubeconfig,
-        "--node-name",
-        NODE,
-        "--cluster-dns",
-        "10.96.0.10",
+    let extra = [
         "--pod-get-attempts",
         &attempts,
         "--pod-get-interval-ms",
         "100",
-    ])
-    .0
+    ];
+    node.pod_daemon(api, Some(NODE), &extra).0
 }
 
 #[test]

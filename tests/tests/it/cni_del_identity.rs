@@ -2,7 +2,7 @@
 //! (its container id and uid) with a path that names a live pod's namespace now (a reused
 //! `/proc/PID/ns/net`, a recycled name) leaves that pod enrolled and captured; its own DEL
 //! removes it.
-use redirect_testkit::{privileged, unique_name, Child};
+use redirect_testkit::{privileged, unique_name};
 use redirect_tests::{
     apiserver::{recorded_pod, PodServer},
     cni::{entry, plugins_missing, CniHost, GATEWAY},
@@ -13,19 +13,12 @@ use serde_json::Value;
 
 const NODE: &str = "node-del";
 
-/// The daemon of `node` reading pods from `api` (the cluster DNS given).
-pub(crate) fn pod_daemon(node: &Node, api: &PodServer) -> Child {
-    let kubeconfig = api.kubeconfig().display().to_string();
-    node.daemon_with(&["--kubeconfig", &kubeconfig, "--cluster-dns", "10.96.0.10"])
-        .0
-}
-
 #[test]
 fn a_del_of_another_pod_naming_a_live_pods_namespace_removes_nothing() {
     privileged!(plugins_missing());
     let node = Node::new();
     let api = PodServer::start(&node.dir.join("api"));
-    let _daemon = pod_daemon(&node, &api);
+    let _daemon = node.pod_daemon(&api, None, &[]).0;
     let conf = entry(&node.dir.join("daemon.sock"));
     let host = CniHost::new();
     let uid = unique_name("uid");

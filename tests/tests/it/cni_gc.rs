@@ -42,17 +42,7 @@ fn gc_removes_only_dead_pods_whatever_the_runtimes_list_says() {
     privileged!(plugins_missing());
     let node = Node::new();
     let api = PodServer::start(&node.dir.join("api"));
-    let kubeconfig = api.kubeconfig().display().to_string();
-    let _daemon = node
-        .daemon_with(&[
-            "--kubeconfig",
-            &kubeconfig,
-            "--node-name",
-            NODE,
-            "--cluster-dns",
-            "10.96.0.10",
-        ])
-        .0;
+    let _daemon = node.pod_daemon(&api, Some(NODE), &[]).0;
     let conf = entry(&node.dir.join("daemon.sock"));
     let host = CniHost::new();
     let (uid_a, uid_b) = (unique_name("uid"), unique_name("uid"));

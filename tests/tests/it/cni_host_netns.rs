@@ -17,10 +17,7 @@ fn an_add_naming_the_hosts_namespace_is_refused_and_nothing_is_enrolled() {
     privileged!(plugins_missing());
     let node = Node::new();
     let api = PodServer::start(&node.dir.join("api"));
-    let kubeconfig = api.kubeconfig().display().to_string();
-    let _daemon = node
-        .daemon_with(&["--kubeconfig", &kubeconfig, "--cluster-dns", "10.96.0.10"])
-        .0;
+    let _daemon = node.pod_daemon(&api, None, &[]).0;
     let conf = entry(&node.dir.join("daemon.sock"));
     let host = CniHost::new();
     let uid = unique_name("uid");

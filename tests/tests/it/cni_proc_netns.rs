@@ -17,14 +17,12 @@ use serde_json::Value;
 
 const NODE: &str = "node-proc";
 
-use crate::cni_del_identity::pod_daemon;
-
 #[test]
 fn a_pod_named_by_a_process_stays_enrolled_when_that_process_exits() {
     privileged!(plugins_missing());
     let node = Node::new();
     let api = PodServer::start(&node.dir.join("api"));
-    let mut daemon = pod_daemon(&node, &api);
+    let mut daemon = node.pod_daemon(&api, None, &[]).0;
     let conf = entry(&node.dir.join("daemon.sock"));
     let host = CniHost::new();
     let uid = unique_name("uid");

@@ -25,19 +25,8 @@ fn an_add_waiting_on_the_apiserver_holds_no_other_request_nor_the_tick() {
     privileged!(plugins_missing());
     let node = Node::new();
     let api = PodServer::start(&node.dir.join("api"));
-    let kubeconfig = api.kubeconfig().display().to_string();
-    let (_daemon, _) = node.daemon_with(&[
-        "--kubeconfig",
-        &kubeconfig,
-        "--node-name",
-        NODE,
-        "--cluster-dns",
-        "10.96.0.10",
-        "--pod-get-attempts",
-        "30",
-        "--pod-get-interval-ms",
-        "1000",
-    ]);
+    let extra = ["--pod-get-attempts", "30", "--pod-get-interval-ms", "1000"];
+    let (_daemon, _) = node.pod_daemon(&api, Some(NODE), &extra);
     let conf = entry(&node.dir.join("daemon.sock"));
     let host = CniHost::new();
     let late = host.sandbox("shop", "late-1", "uid-late");

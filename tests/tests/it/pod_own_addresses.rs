@@ -13,8 +13,6 @@ use redirect_tests::{
 };
 use serde_json::Value;
 
-use crate::cni_del_identity::pod_daemon;
-
 const NODE: &str = "node-own";
 
 /// The addresses `redirect list` shows for the enrollment of pod `name`.
@@ -36,7 +34,7 @@ fn a_pod_never_claims_the_address_the_next_pod_will_be_given() {
     privileged!(plugins_missing());
     let node = Node::new();
     let api = PodServer::start(&node.dir.join("api"));
-    let _daemon = pod_daemon(&node, &api);
+    let _daemon = node.pod_daemon(&api, None, &[]).0;
     let conf = entry(&node.dir.join("daemon.sock"));
     let host = CniHost::new();
     let (uid_a, uid_b) = (unique_name("uid-a"), unique_name("uid-b"));

@@ -14,17 +14,7 @@ fn a_quiet_node_keeps_one_watch_open() {
     privileged!();
     let node = Node::new();
     let api = PodServer::start(&node.dir.join("api"));
-    let kubeconfig = api.kubeconfig().display().to_string();
-    let _daemon = node
-        .daemon_with(&[
-            "--kubeconfig",
-            &kubeconfig,
-            "--node-name",
-            NODE,
-            "--cluster-dns",
-            "10.96.0.10",
-        ])
-        .0;
+    let _daemon = node.pod_daemon(&api, Some(NODE), &[]).0;
     let watches = || {
         api.hits()
             .iter()

@@ -31,20 +31,17 @@ fn the_daemon_removes_its_nodes_readiness_taint_once_the_entry_is_in_place() {
     );
     let cni = Dirs::new();
     std::fs::write(cni.file("10-bridge.conflist"), BRIDGE).expect("the primary's conflist");
-    let kubeconfig = api.kubeconfig().display().to_string();
     let conf_dir = cni.conf.display().to_string();
-    let (mut daemon, _) = node.daemon_with(&[
-        "--kubeconfig",
-        &kubeconfig,
-        "--node-name",
-        "node-t",
-        "--cluster-dns",
-        "10.96.0.10",
-        "--untaint",
-        "redirect.dev/not-ready:NoSchedule",
-        "--cni-conf-dir",
-        &conf_dir,
-    ]);
+    let (mut daemon, _) = node.pod_daemon(
+        &api,
+        Some("node-t"),
+        &[
+            "--untaint",
+            "redirect.dev/not-ready:NoSchedule",
+            "--cni-conf-dir",
+            &conf_dir,
+        ],
+    );
     let patches = || -> Vec<String> {
         api.hits()
             .into_iter()
