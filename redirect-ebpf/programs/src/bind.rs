@@ -8,7 +8,7 @@ use aya_ebpf::{
 use redirect_common::sock::{marks_proxy_bind, SOCK_PROXY_OUTBOUND};
 
 use crate::{
-    capture::{caller, policy_of},
+    capture::{caller, outbound_policy_of},
     maps::SOCK_STATE,
     sockaddr::user_port,
 };
@@ -31,7 +31,7 @@ pub(crate) fn redirect_bind6(ctx: SockAddrContext) -> i32 {
 fn mark(ctx: &SockAddrContext) {
     // SAFETY: bpf_get_netns_cookie accepts a sock_addr context.
     let netns = unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
-    let Some((policy, _)) = policy_of(netns) else {
+    let Some((policy, _)) = outbound_policy_of(netns) else {
         return;
     };
     let port = user_port(ctx);

@@ -31,7 +31,7 @@ use crate::readiness::proxy_listens;
 /// The namespace's policy and the key its entries are stored under (the netns cookie, or 0
 /// for the default policy of `redirect attach`).
 #[inline(always)]
-pub(crate) fn policy_of(netns: u64) -> Option<(&'static OutboundPolicy, u64)> {
+pub(crate) fn outbound_policy_of(netns: u64) -> Option<(&'static OutboundPolicy, u64)> {
     // SAFETY: map values live as long as the program run; they are only read.
     unsafe {
         if let Some(p) = NETNS_OUTBOUND.get(netns) {
@@ -94,7 +94,7 @@ impl Lookups for Maps {
 
     #[inline(always)]
     fn tproxy_takes(&self, conn: &Conn) -> bool {
-        let Some(inbound) = crate::inbound::policy_of(self.netns) else {
+        let Some(inbound) = crate::inbound::inbound_policy_of(self.netns) else {
             return false;
         };
         let key = Key::new(PortKey::BITS, PortKey::new(self.netns, conn.dport));
@@ -142,7 +142,7 @@ pub(crate) struct Dest {
 pub(crate) fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<Target>) {
     // SAFETY: bpf_get_netns_cookie accepts a sock_addr context.
     let netns = unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
-    let Some((policy, key)) = policy_of(netns) else {
+    let Some((policy, key)) = outbound_policy_of(netns) else {
         return (Counter::NoPolicy, None);
     };
     let (uid, gid, in_proxy_cgroup) = caller(policy);
@@ -197,7 +197,7 @@ pub(crate) fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<
     };
     count_ns(netns, counter);
     if tracing_on() {
-        trace(netns, &conn, counter, port);
+        trace_outbound(netns, &conn, counter, port);
     }
     (counter, to)
 }
@@ -241,7 +241,7 @@ fn decided(word: u32) -> Verdict {
 
 /// Streams one decision to `redirect trace`; dropped silently when the ring is full.
 #[inline(never)]
-fn trace(netns: u64, conn: &Conn, counter: Counter, port: Option<u16>) {
+fn trace_outbound(netns: u64, conn: &Conn, counter: Counter, port: Option<u16>) {
     let Some(mut entry) = TRACE.reserve::<TraceEvent>(0) else {
         return;
     };

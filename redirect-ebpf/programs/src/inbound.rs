@@ -22,7 +22,7 @@ pub(crate) fn netns_of(family: u16, addr: [u32; 4]) -> Option<u64> {
 
 /// The namespace's inbound policy (`NETNS_INBOUND`), if it has one.
 #[inline(always)]
-pub(crate) fn policy_of(netns: u64) -> Option<InboundPolicy> {
+pub(crate) fn inbound_policy_of(netns: u64) -> Option<InboundPolicy> {
     // SAFETY: value copied out at once.
     unsafe { NETNS_INBOUND.get(netns) }.copied()
 }

@@ -8,26 +8,27 @@ use aya_ebpf::{bindings::BPF_SOCK_OPS_STATE_CB_FLAG, programs::SockOpsContext};
 use redirect_common::{tracking, Counter};
 
 use crate::{
-    inbound::{netns_of, policy_of},
+    inbound::{inbound_policy_of, netns_of},
     maps::{count, count_ns, LOCAL_CONNECTS, LOCAL_COUNTS},
-    sock_ops::{addrs, cookie, key_as_client, quota_add, quota_sub},
+    quota::{quota_add, quota_sub},
+    sock_ops_ctx::{key_as_client, ops_addrs, ops_cookie},
 };
 
 /// `TCP_CONNECT_CB` of a socket the capture hooks did not redirect: records a connect to one
 /// of its own namespace's addresses (of a namespace with inbound capture). True when the
 /// connect was one (recorded or not).
 #[inline(always)]
-pub(crate) fn on_connect(ctx: &SockOpsContext) -> bool {
+pub(crate) fn record_local_connect(ctx: &SockOpsContext) -> bool {
     let key = key_as_client(ctx);
     let ns = key.netns.0;
-    if netns_of(key.family, key.server_addr) != Some(ns) || policy_of(ns).is_none() {
+    if netns_of(key.family, key.server_addr) != Some(ns) || inbound_policy_of(ns).is_none() {
         return false;
     }
     if !quota_add(&LOCAL_COUNTS, ns) {
         refused(ns);
         return true;
     }
-    if LOCAL_CONNECTS.insert(key, cookie(ctx), 0).is_err() {
+    if LOCAL_CONNECTS.insert(key, ops_cookie(ctx), 0).is_err() {
         quota_sub(&LOCAL_COUNTS, ns);
         refused(ns);
         return true;
@@ -49,8 +50,8 @@ pub(crate) fn on_connect(ctx: &SockOpsContext) -> bool {
 /// will reach sk_lookup again; its record goes. Only the delete that wins counts back. A
 /// connect to loopback (every redirected one) was never recorded: no lookup at all.
 #[inline(always)]
-pub(crate) fn on_handshake_done(ctx: &SockOpsContext) {
-    let (family, _, remote) = addrs(ctx);
+pub(crate) fn forget_local_connect(ctx: &SockOpsContext) {
+    let (family, _, remote) = ops_addrs(ctx);
     if !tracking::may_hold_local_record(family, &remote) {
         return;
     }

@@ -14,10 +14,12 @@ mod inbound;
 mod local;
 mod maps;
 mod peer;
+mod quota;
 mod readiness;
 mod sendmsg;
 mod sk_lookup;
 mod sock_ops;
+mod sock_ops_ctx;
 mod sockaddr;
 mod sockaddr_in;
 

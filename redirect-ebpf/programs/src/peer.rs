@@ -8,7 +8,7 @@ use aya_ebpf::{
 use redirect_common::{sock, Counter, OrigDst, AF_INET, AF_INET6};
 
 use crate::{
-    capture::policy_of,
+    capture::outbound_policy_of,
     maps::{count, SOCK_STATE},
     sockaddr::{
         is_mapped, loopback6, set_user4, set_user6, user4, user6, LOCALHOST_NET, MAPPED_WORD,
@@ -28,7 +28,7 @@ enum Ports {
 fn original(ctx: &SockAddrContext, port: u16, which: Ports) -> Option<OrigDst> {
     // SAFETY: the helper accepts a sock_addr context.
     let netns = unsafe { bpf_get_netns_cookie(ctx.as_ptr()) };
-    let (policy, _) = policy_of(netns)?;
+    let (policy, _) = outbound_policy_of(netns)?;
     let known = port == policy.dns_port
         || (which == Ports::Any && (port == policy.proxy_port || port == policy.inbound_port));
     if !known {

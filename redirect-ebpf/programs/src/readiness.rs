@@ -46,7 +46,7 @@ fn add(netns: u64, up: bool) {
 
 /// `TCP_LISTEN_CB`: the proxy's marked listener counts once, and is watched until it closes.
 #[inline(always)]
-pub(crate) fn on_listen(ctx: &SockOpsContext, netns: u64) {
+pub(crate) fn count_proxy_listener(ctx: &SockOpsContext, netns: u64) {
     let Some(state) = sock_state(ctx, false) else {
         return;
     };
@@ -62,11 +62,11 @@ pub(crate) fn on_listen(ctx: &SockOpsContext, netns: u64) {
 
 /// `STATE_CB` LISTEN -> CLOSE: a counted listener counts back.
 #[inline(always)]
-pub(crate) fn on_listener_close(ctx: &SockOpsContext, netns: u64) {
+pub(crate) fn uncount_proxy_listener(ctx: &SockOpsContext, netns: u64) {
     let Some(state) = sock_state(ctx, false) else {
         return;
     };
-    // SAFETY: as in `on_listen`.
+    // SAFETY: as in `count_proxy_listener`.
     let state = unsafe { &mut *state };
     if let Some(flags) = sock::on_close(state.flags) {
         state.flags = flags;

@@ -13,7 +13,7 @@ use redirect_common::{
 };
 
 use crate::{
-    inbound::{netns_of, policy_of, Maps},
+    inbound::{inbound_policy_of, netns_of, Maps},
     maps::{count, count_ns, tracing_on, INBOUND, LISTENERS, TRACE},
 };
 
@@ -82,7 +82,7 @@ fn try_sk_lookup<const IFINDEX: bool>(ctx: &SkLookupContext) -> u32 {
     let Some(netns) = netns_of(family, local) else {
         return SK_PASS; // not an address of an enrolled namespace
     };
-    let Some(policy) = policy_of(netns) else {
+    let Some(policy) = inbound_policy_of(netns) else {
         return SK_PASS;
     };
     // SAFETY: remote_port is a readable __be16 (with padding).
@@ -144,14 +144,14 @@ fn counted(conn: &InboundConn, counter: Counter, port: u16) {
     count(counter);
     count_ns(conn.netns, counter);
     if tracing_on() {
-        trace(conn, counter, port);
+        trace_inbound(conn, counter, port);
     }
 }
 
 /// Streams one inbound decision; dropped silently when the ring is full. No caller runs here
 /// (a SYN arriving): pid, uid, gid and comm stay zero and `direction` says so.
 #[inline(never)]
-fn trace(conn: &InboundConn, counter: Counter, port: u16) {
+fn trace_inbound(conn: &InboundConn, counter: Counter, port: u16) {
     let Some(mut entry) = TRACE.reserve::<TraceEvent>(0) else {
         return;
     };

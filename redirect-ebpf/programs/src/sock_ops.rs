@@ -6,33 +6,26 @@
 //! policy's hand-off quota. The proxy's accepted socket (passive side) claims the entry into its
 //! own storage when the handshake completes and deletes it; an entry never claimed goes when the
 //! application's socket closes (the rules: [`redirect_common::tracking`]).
-use core::intrinsics::{atomic_xadd, AtomicOrdering};
-
 use aya_ebpf::{
     bindings::{
-        BPF_ANY, BPF_NOEXIST, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB,
+        BPF_ANY, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB,
         BPF_SOCK_OPS_STATE_CB_FLAG, BPF_SOCK_OPS_TCP_CONNECT_CB, BPF_SOCK_OPS_TCP_LISTEN_CB,
     },
-    helpers::generated::{bpf_get_netns_cookie, bpf_get_socket_cookie},
     macros::sock_ops,
-    maps::HashMap,
     programs::SockOpsContext,
-    EbpfContext,
 };
 use redirect_common::{
-    normalise_addr,
     outbound::is_loopback,
     sock::{self, SOCK_HANDOFF},
-    tracking, ConnKey, Counter, ListenerKey, NetnsCookie, Tracked, AF_INET, AF_INET6,
+    tracking, Counter, ListenerKey, NetnsCookie, Tracked, AF_INET, AF_INET6,
 };
 
 use crate::{
-    local,
-    maps::{
-        count, count_ns, handoff_quota, sock_state, HANDOFFS, INBOUND, LISTENERS, NETNS_INBOUND,
-        TRACKED,
-    },
-    readiness,
+    local::{forget_local_connect, record_local_connect},
+    maps::{count, count_ns, sock_state, HANDOFFS, INBOUND, LISTENERS, NETNS_INBOUND, TRACKED},
+    quota::{quota_add, quota_sub},
+    readiness::{count_proxy_listener, uncount_proxy_listener, TCP_LISTEN},
+    sock_ops_ctx::{key_as_client, key_as_proxy, ops_cookie, ops_netns},
 };
 
 const TCP_SYN_SENT: u32 = 2;
@@ -50,9 +43,9 @@ fn try_sock_ops(ctx: &SockOpsContext) {
         return;
     }
     match ctx.op() {
-        BPF_SOCK_OPS_TCP_LISTEN_CB => on_listen(ctx),
+        BPF_SOCK_OPS_TCP_LISTEN_CB => on_tcp_listen(ctx),
         // Dual-stack sockets connect to ::ffff:127.0.0.1; their keys fold to IPv4.
-        BPF_SOCK_OPS_TCP_CONNECT_CB => on_connect(ctx),
+        BPF_SOCK_OPS_TCP_CONNECT_CB => on_tcp_connect(ctx),
         BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => on_passive_established(ctx),
         BPF_SOCK_OPS_STATE_CB => on_state(ctx),
         _ => {}
@@ -65,86 +58,15 @@ fn try_sock_ops(ctx: &SockOpsContext) {
 fn on_state(ctx: &SockOpsContext) {
     let (old, new) = (ctx.arg(0), ctx.arg(1));
     if old == TCP_SYN_SENT {
-        local::on_handshake_done(ctx);
+        forget_local_connect(ctx);
     }
     if new != TCP_CLOSE {
         return;
     }
-    if old == readiness::TCP_LISTEN {
-        readiness::on_listener_close(ctx, netns(ctx));
+    if old == TCP_LISTEN {
+        uncount_proxy_listener(ctx, ops_netns(ctx));
     } else {
-        on_close(ctx);
-    }
-}
-
-/// Remote port in host order. sock_ops stores it in network order, in the high half on
-/// little-endian kernels; accept either placement.
-#[inline(always)]
-fn remote_port(ctx: &SockOpsContext) -> u16 {
-    let raw = ctx.remote_port();
-    let net = if raw > 0xffff {
-        (raw >> 16) as u16
-    } else {
-        raw as u16
-    };
-    u16::from_be(net)
-}
-
-#[inline(always)]
-pub(crate) fn netns(ctx: &SockOpsContext) -> u64 {
-    // SAFETY: bpf_get_netns_cookie accepts a sock_ops context.
-    unsafe { bpf_get_netns_cookie(ctx.as_ptr()) }
-}
-
-#[inline(always)]
-pub(crate) fn cookie(ctx: &SockOpsContext) -> u64 {
-    // SAFETY: bpf_get_socket_cookie accepts a sock_ops context.
-    unsafe { bpf_get_socket_cookie(ctx.as_ptr()) }
-}
-
-/// (family, local address, remote address) of the socket, v4-mapped folded to IPv4.
-#[inline(always)]
-pub(crate) fn addrs(ctx: &SockOpsContext) -> (u16, [u32; 4], [u32; 4]) {
-    if ctx.family() == u32::from(AF_INET) {
-        (
-            AF_INET,
-            [ctx.local_ip4(), 0, 0, 0],
-            [ctx.remote_ip4(), 0, 0, 0],
-        )
-    } else {
-        let (family, local) = normalise_addr(AF_INET6, ctx.local_ip6());
-        let (_, remote) = normalise_addr(AF_INET6, ctx.remote_ip6());
-        (family, local, remote)
-    }
-}
-
-/// Key as seen from the application's (connecting) socket.
-#[inline(always)]
-pub(crate) fn key_as_client(ctx: &SockOpsContext) -> ConnKey {
-    let (family, local, remote) = addrs(ctx);
-    ConnKey {
-        netns: NetnsCookie(netns(ctx)),
-        client_addr: local,
-        server_addr: remote,
-        client_port: ctx.local_port() as u16,
-        server_port: remote_port(ctx),
-        family,
-        _pad: 0,
-    }
-}
-
-/// Key as seen from the proxy's accepted socket.
-#[inline(always)]
-fn key_as_proxy(ctx: &SockOpsContext) -> ConnKey {
-    let (family, local, remote) = addrs(ctx);
-    ConnKey {
-        netns: NetnsCookie(netns(ctx)),
-        client_addr: remote,
-        server_addr: local,
-        client_port: remote_port(ctx),
-        server_port: ctx.local_port() as u16,
-        family,
-        _pad: 0,
+        on_app_close(ctx);
     }
 }
 
@@ -156,13 +78,13 @@ fn watch_close(ctx: &SockOpsContext) {
 
 /// `tcp_connect()`: a redirected application socket publishes its hand-off under the
 /// connection's 4-tuple, within its policy's quota, before the SYN leaves; any other connect
-/// to one of its namespace's own addresses is recorded ([`local::on_connect`]). A redirected
+/// to one of its namespace's own addresses is recorded ([`record_local_connect`]). A redirected
 /// socket connects to loopback, never to one of its pod's addresses, so the socket's storage
 /// is read first and the address lookup is left to the others. A socket that connects again
 /// after a redirected attempt failed keeps its mark, so the mark counts only for a connect
 /// where the capture hooks sent it: loopback, or (TPROXY mode's inbound port) its original
 /// address on another port.
-fn on_connect(ctx: &SockOpsContext) {
+fn on_tcp_connect(ctx: &SockOpsContext) {
     let redirected = sock_state(ctx, false).and_then(|state| {
         // SAFETY: the socket's own storage, valid for the program run; its callbacks run
         // under the socket's lock, one at a time.
@@ -174,18 +96,18 @@ fn on_connect(ctx: &SockOpsContext) {
         is_loopback(key.family, &key.server_addr)
             || (key.server_addr == orig.addr && key.server_port != orig.port.host())
     }) else {
-        local::on_connect(ctx);
+        record_local_connect(ctx);
         return;
     };
     let quota_key = state.quota_key;
     if !quota_add(&HANDOFFS, quota_key) {
         count(Counter::HandoffQuota);
-        count_ns(netns(ctx), Counter::HandoffQuota);
+        count_ns(ops_netns(ctx), Counter::HandoffQuota);
         return;
     }
     let entry = Tracked {
         dst: orig,
-        client_cookie: cookie(ctx),
+        client_cookie: ops_cookie(ctx),
         quota_key,
     };
     if TRACKED.insert(key, entry, 0).is_err() {
@@ -197,49 +119,10 @@ fn on_connect(ctx: &SockOpsContext) {
     watch_close(ctx);
 }
 
-/// Counts one more entry for `key` in `counts` (`HANDOFFS` or `LOCAL_COUNTS`); false (and
-/// nothing counted) when over the quota.
-#[inline(always)]
-pub(crate) fn quota_add(counts: &HashMap<u64, u64>, key: u64) -> bool {
-    let slot = match counts.get_ptr_mut(key) {
-        Some(n) => n,
-        None => {
-            // The key's first entry; a concurrent first insert makes this one fail.
-            let _ = counts.insert(key, 0, u64::from(BPF_NOEXIST));
-            match counts.get_ptr_mut(key) {
-                Some(n) => n,
-                None => return false,
-            }
-        }
-    };
-    // SAFETY: a map value valid for the program run, changed only by atomic adds (as in
-    // `readiness`); the read after the add may see other CPUs' adds too, so a policy can go
-    // over its quota by at most the number of CPUs adding at that instant.
-    let after = unsafe {
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(slot, 1);
-        core::ptr::read_volatile(slot)
-    };
-    if tracking::admit(after, handoff_quota()) {
-        return true;
-    }
-    // SAFETY: as above.
-    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(slot, u64::MAX) };
-    false
-}
-
-/// Counts one entry of `key` less in `counts` (its entry was deleted).
-#[inline(always)]
-pub(crate) fn quota_sub(counts: &HashMap<u64, u64>, key: u64) {
-    if let Some(slot) = counts.get_ptr_mut(key) {
-        // SAFETY: as in `quota_add`.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(slot, u64::MAX) };
-    }
-}
-
 /// Registers the proxy's inbound listener of an enrolled namespace for sk_lookup.
-fn on_listen(ctx: &SockOpsContext) {
-    let ns = netns(ctx);
-    readiness::on_listen(ctx, ns);
+fn on_tcp_listen(ctx: &SockOpsContext) {
+    let ns = ops_netns(ctx);
+    count_proxy_listener(ctx, ns);
     // SAFETY: value copied out at once.
     let Some(policy) = (unsafe { NETNS_INBOUND.get(ns) }).copied() else {
         return;
@@ -294,7 +177,7 @@ fn on_passive_established(ctx: &SockOpsContext) {
 
 /// An application socket with a hand-off closes: an entry still there was never claimed and
 /// goes with it.
-fn on_close(ctx: &SockOpsContext) {
+fn on_app_close(ctx: &SockOpsContext) {
     let Some(state) = sock_state(ctx, false) else {
         return;
     };
@@ -309,7 +192,9 @@ fn on_close(ctx: &SockOpsContext) {
         return;
     };
     // SAFETY: pointer into a map value, valid for this program run.
-    if tracking::app_close_deletes(cookie(ctx), unsafe { &*entry }) && TRACKED.remove(key).is_ok() {
+    if tracking::app_close_deletes(ops_cookie(ctx), unsafe { &*entry })
+        && TRACKED.remove(key).is_ok()
+    {
         quota_sub(&HANDOFFS, state.quota_key);
     }
 }
