@@ -1,43 +1,39 @@
 //! The daemon's loop: single-instance lock, adopt-or-create the datapath, reconcile enrollment
 //! files, serve the socket, follow addresses every second.
-use redirect_common::NetnsCookie;
 use std::{
-    collections::BTreeMap,
     fs::File,
     os::unix::net::UnixListener,
     path::PathBuf,
-    sync::Arc,
     time::{Duration, Instant},
 };
 
 mod datapath;
+mod enrollments;
 mod followed;
 mod gone;
 mod intake;
 mod netns_in;
 mod outside;
 mod peer;
+mod pod_state;
 mod pods;
 pub(crate) mod private_dir;
 mod proxy_binding;
 mod receive;
 mod reconcile;
 mod reply;
+mod requests;
 mod resolver;
 mod serve;
 
-use self::followed::{gone, Followed};
+use self::{enrollments::Enrollments, followed::gone};
 use crate::{
-    error::{Error, Result},
-    files::{
-        bind, enrollment_dir, read_enrollments, remove_enrollment, single_instance, take_ownership,
-        write_enrollment,
-    },
+    error::Result,
+    files::{bind, read_enrollments, single_instance, take_ownership},
 };
-use redirect_daemon_api::{Answer, Enrolled, Listed, Request, Status, Unenrolled, Uninstalled};
+use redirect_daemon_api::{Answer, Request};
 use redirect_datapath::{
-    bpffs_open_to_all, hold_as_daemon, lock_node, netns_cookie, remove_node_dir, NodeAttach,
-    NodeDatapath, Opened, SkLookupKey,
+    bpffs_open_to_all, hold_as_daemon, lock_node, NodeAttach, NodeDatapath, Opened, SkLookupKey,
 };
 
 /// How the daemon was started.
@@ -65,18 +61,16 @@ const STOP_CHECK: Duration = Duration::from_millis(100);
 pub struct Daemon {
     opts: Options,
     dp: NodeDatapath,
-    enrollments: BTreeMap<NetnsCookie, Followed>,
+    /// The enrollments and their files.
+    enrollments: Enrollments,
     listener: UnixListener,
     _lock: nix::fcntl::Flock<File>,
     uninstalled: bool,
     health: crate::repair::Health,
     /// Held for the daemon's lifetime: how a process in another PID namespace tells it runs.
     _pins: nix::fcntl::Flock<File>,
-    /// The apiserver client of pod requests (`with_kube`), shared with the resolver threads.
-    kube: Option<Arc<crate::apiserver::Kube>>,
-    /// Pod requests whose pod is being read from the apiserver, off this thread.
-    resolver: resolver::Resolver,
-    reconcile: reconcile::Reconcile,
+    /// The apiserver client, the resolver threads and the reconcile's state.
+    pods: pod_state::Pods,
     reindexed: Instant,
     /// Holds the kernel's sk_lookup switch on while the daemon runs (see `SkLookupKey`).
     lookup_key: Option<SkLookupKey>,
@@ -116,22 +110,14 @@ impl Daemon {
         }
         let mut daemon = Self {
             listener: bind(&opts.dir)?,
+            enrollments: Enrollments::new(&opts.dir),
             opts,
             dp,
-            enrollments: BTreeMap::new(),
             _lock: lock,
             uninstalled: false,
             health: crate::repair::Health::default(),
             _pins: pins,
-            kube: None,
-            resolver: resolver::Resolver::new().map_err(|e| {
-                Error::io(
-                    "creating the resolver's wake-up pair",
-                    PathBuf::from("socketpair"),
-                    e,
-                )
-            })?,
-            reconcile: reconcile::Reconcile::default(),
+            pods: pod_state::Pods::new()?,
             reindexed: Instant::now(),
             lookup_key: None,
         };
@@ -176,43 +162,9 @@ impl Daemon {
                 writer,
             } => {
                 let (e, was) = self.enroll(&netns, fd, *policy, source, writer)?;
-                let proxy_listening = self.dp.proxy_listening(e.cookie);
-                // Its connections outside capture are counted at the next tick, off this
-                // request's path.
-                if let Some(f) = self.enrollments.get_mut(&e.cookie) {
-                    f.outside_due = true;
-                }
-                Answer::Enrolled(Enrolled {
-                    message: format!(
-                        "enrolled {} (netns cookie {}){}",
-                        netns.display(),
-                        e.cookie,
-                        followed::replaced(was.as_ref(), &e)
-                    ),
-                    enrollment: e.to_wire(proxy_listening),
-                })
+                Answer::Enrolled(self.enrolled(&netns, e, was))
             }
-            Request::Unenroll { netns } => {
-                let netns = netns_in::seen_path(&netns);
-                let found = self
-                    .enrollments
-                    .values()
-                    .find(|f| f.record.netns == netns)
-                    .map(|f| f.record.cookie)
-                    .or_else(|| {
-                        netns_cookie(&netns)
-                            .ok()
-                            .filter(|c| self.enrollments.contains_key(c))
-                    });
-                match found {
-                    Some(cookie) => Answer::Unenrolled(self.unenroll_cookie(cookie)?),
-                    // Idempotent, like CNI DEL: what is not enrolled is already as asked.
-                    None => Answer::Unenrolled(Unenrolled {
-                        message: format!("nothing to do: {} is not enrolled", netns.display()),
-                        removed: false,
-                    }),
-                }
-            }
+            Request::Unenroll { netns } => Answer::Unenrolled(self.unenroll_path(&netns)?),
             Request::PodAdd { pod, netns, ips } => {
                 Answer::Pod(self.pod_add(pod, &netns, fd, &ips, found)?)
             }
@@ -224,49 +176,9 @@ impl Daemon {
                 Answer::Pod(self.pod_check(&pod, &netns, fd, &ips, found)?)
             }
             Request::PodGc { valid } => Answer::Gc(self.pod_gc(&valid)?),
-            Request::Status => Answer::Status(Status {
-                message: format!(
-                    "the redirect daemon (pid {}) answers; {} namespace(s) enrolled",
-                    std::process::id(),
-                    self.enrollments.len()
-                ),
-                pid: std::process::id(),
-                enrolled: self.enrollments.len(),
-                repairs: self.health.repairs,
-                last_problem: self.health.last_problem.clone(),
-                alarm: self.health.alarm.clone(),
-                cni_add_unreachable: redirect_daemon_api::read_cni_unreachable(&self.opts.dir)
-                    .unwrap_or_else(|e| {
-                        tracing::warn!(error = %e, "reading the CNI ADD failure count");
-                        0
-                    }),
-            }),
-            Request::List => Answer::Listed(Listed {
-                enrollments: self
-                    .enrollments
-                    .values()
-                    .map(|f| {
-                        let mut e = f.record.to_wire(self.dp.proxy_listening(f.record.cookie));
-                        e.outside_capture = f.outside;
-                        e
-                    })
-                    .collect(),
-            }),
-            Request::Uninstall => {
-                remove_node_dir(&self.opts.bpffs)?;
-                // The last reference to the program: nothing of the datapath stays loaded.
-                self.lookup_key = None;
-                let _ = std::fs::remove_dir_all(enrollment_dir(&self.opts.dir));
-                self.enrollments.clear();
-                self.uninstalled = true;
-                Answer::Uninstalled(Uninstalled {
-                    message: format!(
-                        "uninstalled: {} unpinned, every program detached; the daemon (pid {}) stops",
-                        self.opts.bpffs.display(),
-                        std::process::id()
-                    ),
-                })
-            }
+            Request::Status => Answer::Status(self.status()),
+            Request::List => Answer::Listed(self.list()),
+            Request::Uninstall => Answer::Uninstalled(self.uninstall()?),
         })
     }
 
@@ -284,8 +196,8 @@ impl Daemon {
             Ok(gone) if !gone.is_empty() => {
                 tracing::info!(cookies = %redirect_policy::Comma(&gone), "removed the policies of namespaces that are gone");
                 for cookie in gone {
-                    if self.enrollments.remove(&cookie).is_some() {
-                        remove_enrollment(&self.opts.dir, cookie);
+                    if self.enrollments.contains_key(&cookie) {
+                        self.enrollments.forget(cookie);
                     }
                 }
             }
@@ -308,8 +220,7 @@ impl Daemon {
         for cookie in self.outside_due() {
             self.check_outside(cookie, false);
         }
-        let cookies: Vec<NetnsCookie> = self.enrollments.keys().copied().collect();
-        for cookie in cookies {
+        for cookie in self.enrollments.cookies() {
             self.rehome(cookie);
             let Some(f) = self.enrollments.get(&cookie) else {
                 continue;
@@ -318,19 +229,15 @@ impl Daemon {
             if gone(&self.dp, f) {
                 tracing::info!(netns = %e.netns.display(), %cookie, "enrolled namespace is gone: removing its policy");
                 let _ = self.dp.remove_policy(cookie, None, &e.netns);
-                self.enrollments.remove(&cookie);
-                remove_enrollment(&self.opts.dir, cookie);
+                self.enrollments.forget(cookie);
                 continue;
             }
             // Through the descriptor held since the enrollment: never the path again.
             let Some(ns) = &f.ns else { continue };
             match self.dp.refresh(ns, &e.policy) {
                 Ok(addrs) if addrs != e.addrs => {
-                    let mut updated = e;
-                    updated.addrs = addrs;
-                    let _ = write_enrollment(&self.opts.dir, &updated);
-                    if let Some(f) = self.enrollments.get_mut(&cookie) {
-                        f.record = updated;
+                    if let Err(err) = self.enrollments.amend(cookie, |r| r.addrs = addrs) {
+                        tracing::warn!(netns = %e.netns.display(), error = %err, "recording the enrollment's addresses");
                     }
                 }
                 Ok(_) => {}
@@ -341,7 +248,7 @@ impl Daemon {
         }
         phases.mark("follow");
         self.reconcile_pods();
-        if let Some(kube) = &self.kube {
+        if let Some(kube) = &self.pods.kube {
             kube.tick_untaint();
         }
         phases.mark("reconcile");

@@ -11,7 +11,6 @@ use redirect_datapath::{NetnsHandle, NodeDatapath, Phases};
 use super::Daemon;
 use crate::{
     error::{Error, Result},
-    files::{remove_enrollment, write_enrollment},
     state::Record as Enrollment,
 };
 
@@ -110,12 +109,8 @@ impl Daemon {
 
     /// Re-applies every enrollment whose policy is not in the maps.
     pub(super) fn reapply_missing(&mut self, alarm: &mut Option<String>) {
-        let missing: Vec<NetnsCookie> = self
-            .enrollments
-            .keys()
-            .filter(|cookie| !self.dp.kernel_policy(**cookie).is_ok_and(|k| k.outbound))
-            .copied()
-            .collect();
+        let mut missing = self.enrollments.cookies();
+        missing.retain(|cookie| !self.dp.kernel_policy(*cookie).is_ok_and(|k| k.outbound));
         for cookie in missing {
             let Some(f) = self.enrollments.get(&cookie) else {
                 continue;
@@ -169,10 +164,10 @@ impl Daemon {
         if renamed.cookie() != f.record.cookie {
             return false;
         }
-        let was = std::mem::replace(&mut f.record.netns, renamed.path().to_path_buf());
-        tracing::info!(pod = %f.record.pod.as_ref().map_or_else(|| "-".to_owned(), ToString::to_string), %cookie, was = %was.display(), now = %renamed.path().display(), "the pod's enrolled path no longer names its namespace, which still runs: followed under its other name");
+        let now = renamed.path().to_path_buf();
+        tracing::info!(pod = %f.record.pod.as_ref().map_or_else(|| "-".to_owned(), ToString::to_string), %cookie, was = %f.record.netns.display(), now = %now.display(), "the pod's enrolled path no longer names its namespace, which still runs: followed under its other name");
         f.ns = Some(renamed);
-        if let Err(error) = write_enrollment(&self.opts.dir, &f.record) {
+        if let Err(error) = self.enrollments.amend(cookie, |r| r.netns = now) {
             tracing::warn!(%cookie, %error, "recording the enrollment's new path");
         }
         true
@@ -226,15 +221,12 @@ impl Daemon {
                 // Its previous policy is still in the maps: keep it listed and followed, so
                 // `unenroll` and the namespace-gone check still reach it.
                 tracing::warn!(netns = %e.netns.display(), error = %err, "re-applying an enrollment failed; the previous policy stays");
-                self.enrollments.insert(
-                    e.cookie,
-                    Followed {
-                        record: e,
-                        ns,
-                        outside: 0,
-                        outside_due: false,
-                    },
-                );
+                self.enrollments.adopt(Followed {
+                    record: e,
+                    ns,
+                    outside: 0,
+                    outside_due: false,
+                });
             }
         }
     }
@@ -246,22 +238,19 @@ impl Daemon {
         if let Err(err) = self.dp.remove_policy(e.cookie, None, &e.netns) {
             tracing::warn!(error = %err, "removing a stale policy");
         }
-        remove_enrollment(&self.opts.dir, e.cookie);
+        self.enrollments.forget(e.cookie);
     }
 
     /// A live namespace's enrollment the daemon cannot reach by any name: its policy stays in
     /// the maps (capture goes on), listed, not followed, until the kernel says it is gone.
     fn keep_unfollowed(&mut self, e: Enrollment, why: &str) {
         tracing::warn!(netns = %e.netns.display(), cookie = %e.cookie, why, "the recorded path no longer names this enrolled namespace, which still runs: its policy stays (capture goes on), not followed");
-        self.enrollments.insert(
-            e.cookie,
-            Followed {
-                record: e,
-                ns: None,
-                outside: 0,
-                outside_due: false,
-            },
-        );
+        self.enrollments.adopt(Followed {
+            record: e,
+            ns: None,
+            outside: 0,
+            outside_due: false,
+        });
     }
 
     pub(super) fn enroll(
@@ -336,17 +325,13 @@ impl Daemon {
             pod,
             writer: origin.writer,
         };
-        write_enrollment(&self.opts.dir, &e)?;
+        self.enrollments.record(Followed {
+            record: e.clone(),
+            ns: Some(ns),
+            outside: 0,
+            outside_due: false,
+        })?;
         phases.mark("record");
-        self.enrollments.insert(
-            e.cookie,
-            Followed {
-                record: e.clone(),
-                ns: Some(ns),
-                outside: 0,
-                outside_due: false,
-            },
-        );
         Ok(e)
     }
 
@@ -366,8 +351,7 @@ impl Daemon {
         // path may name another now.
         let ns = self.enrollments.get(&cookie).and_then(|f| f.ns.as_ref());
         self.dp.remove_policy(cookie, ns, &netns)?;
-        self.enrollments.remove(&cookie);
-        remove_enrollment(&self.opts.dir, cookie);
+        self.enrollments.forget(cookie);
         Ok(Unenrolled {
             message: format!("unenrolled {}", netns.display()),
             removed: true,

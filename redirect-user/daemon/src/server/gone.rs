@@ -25,10 +25,10 @@ impl Daemon {
     /// Starts the confirmations of the pod enrollments whose pod is not among `pods` (the
     /// watch's listing), unless some are still running.
     pub(super) fn unenroll_gone_pods(&mut self, pods: &[&Pod]) {
-        if self.reconcile.gone.is_some() {
+        if self.pods.reconcile.gone.is_some() {
             return;
         }
-        let Some(kube) = &self.kube else { return };
+        let Some(kube) = &self.pods.kube else { return };
         let listed: Vec<&str> = pods.iter().map(|p| uid(p)).collect();
         let candidates: Vec<(NetnsCookie, PodRef)> = self
             .enrollments
@@ -59,7 +59,7 @@ impl Daemon {
                     .collect()
             });
         match spawned {
-            Ok(handle) => self.reconcile.gone = Some(handle),
+            Ok(handle) => self.pods.reconcile.gone = Some(handle),
             Err(error) => tracing::warn!(%error, "starting the pod-gone confirmations"),
         }
     }
@@ -67,6 +67,7 @@ impl Daemon {
     /// Unenrolls what finished confirmations found gone (every tick).
     pub(super) fn apply_gone_checks(&mut self) {
         if !self
+            .pods
             .reconcile
             .gone
             .as_ref()
@@ -74,7 +75,7 @@ impl Daemon {
         {
             return;
         }
-        let Some(handle) = self.reconcile.gone.take() else {
+        let Some(handle) = self.pods.reconcile.gone.take() else {
             return;
         };
         for (cookie, pod, gone) in handle.join().unwrap_or_default() {

@@ -34,7 +34,7 @@ impl Daemon {
     /// Gives the daemon its Kubernetes client (pod requests fail without one).
     #[must_use]
     pub fn with_kube(mut self, kube: Kube) -> Self {
-        self.kube = Some(std::sync::Arc::new(kube));
+        self.pods.kube = Some(std::sync::Arc::new(kube));
         self
     }
 
@@ -45,6 +45,7 @@ impl Daemon {
         let found = match found {
             Some(found) => found?,
             None => self
+                .pods
                 .kube
                 .as_ref()
                 .ok_or_else(|| Error::NoKube {
@@ -69,6 +70,7 @@ impl Daemon {
     /// A pod's policy with the node's `--strict-proxy-binding`: its bypass starts closed.
     pub(super) fn node_binding(&self, mut policy: Policy) -> Policy {
         if self
+            .pods
             .kube
             .as_ref()
             .is_some_and(|k| k.options().strict_proxy_binding)
@@ -335,7 +337,7 @@ impl Daemon {
     /// and pods enrolled in place whose sandbox id is unknown stay too (the reconcile
     /// unenrolls those once the apiserver no longer has them).
     pub(super) fn pod_gc(&mut self, valid: &[String]) -> Result<GcDone> {
-        let cookies: Vec<NetnsCookie> = self.enrollments.keys().copied().collect();
+        let cookies = self.enrollments.cookies();
         for cookie in cookies {
             self.rehome(cookie);
         }
@@ -348,7 +350,7 @@ impl Daemon {
                 if p.container_id.is_empty() || valid.contains(&p.container_id) {
                     return None;
                 }
-                let deleted = self.kube.as_ref().is_some_and(|k| k.seen_deleted(p));
+                let deleted = self.pods.kube.as_ref().is_some_and(|k| k.seen_deleted(p));
                 if deleted || super::followed::gone(&self.dp, f) {
                     Some((f.record.cookie, p.container_id.clone()))
                 } else {

@@ -15,10 +15,7 @@ use k8s_openapi::api::core::v1::ContainerStatus;
 use redirect_k8s::Pod;
 
 use super::Daemon;
-use crate::{
-    files::write_enrollment,
-    pod_cgroups::{bare_container_id, runs_in, PodDir},
-};
+use crate::pod_cgroups::{bare_container_id, runs_in, PodDir};
 
 /// The proxy's container, as Istio's injector names it.
 const PROXY: &str = "istio-proxy";
@@ -117,7 +114,7 @@ impl Daemon {
         if next_cgroup == current && closed == was.proxy_bypass_closed {
             return;
         }
-        let Some(f) = self.enrollments.get_mut(&cookie) else {
+        let Some(f) = self.enrollments.get(&cookie) else {
             return;
         };
         let Some(ns) = &f.ns else { return };
@@ -133,9 +130,11 @@ impl Daemon {
         // Applied over the namespace's current policy in place: no capture gap.
         match self.dp.apply(ns, &policy) {
             Ok(applied) => {
-                f.record.policy = policy;
-                f.record.addrs = applied.addrs;
-                if let Err(error) = write_enrollment(&self.opts.dir, &f.record) {
+                let recorded = self.enrollments.amend(cookie, |r| {
+                    r.policy = policy;
+                    r.addrs = applied.addrs;
+                });
+                if let Err(error) = recorded {
                     tracing::warn!(pod = name, %error, "recording the enrollment");
                 }
                 match &next {

@@ -103,7 +103,8 @@ impl Daemon {
     /// Whether `pod`'s connections outside capture are to be reset: the node's
     /// `--reset-uncaptured`, or the pod's annotation.
     fn reset_wanted(&self, pod: &Pod) -> bool {
-        self.kube
+        self.pods
+            .kube
             .as_ref()
             .is_some_and(|k| k.options().reset_uncaptured)
             || redirect_k8s::reset_uncaptured(pod)
@@ -155,7 +156,7 @@ impl Daemon {
     /// the daemon's start one), a bound proxy cgroup is gone, or the interval passed.
     pub(super) fn reconcile_pods(&mut self) {
         self.apply_gone_checks();
-        let Some(kube) = &self.kube else { return };
+        let Some(kube) = &self.pods.kube else { return };
         // Whether one is due is decided before any pod is copied: copying a node's pods
         // every tick cost a 400-pod node 11 ms of CPU a second, during which no request
         // was served.
@@ -173,8 +174,9 @@ impl Daemon {
                     .is_some_and(|d| !d.exists())
         });
         let due = binding_gone
-            || generation != self.reconcile.generation
+            || generation != self.pods.reconcile.generation
             || self
+                .pods
                 .reconcile
                 .last
                 .is_none_or(|t| t.elapsed() >= interval.max(Duration::from_secs(1)));
@@ -186,8 +188,8 @@ impl Daemon {
         };
         let conf_dir = kube.options().cni_conf_dir.clone();
         let pods: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
-        self.reconcile.last = Some(Instant::now());
-        self.reconcile.generation = generation;
+        self.pods.reconcile.last = Some(Instant::now());
+        self.pods.reconcile.generation = generation;
         self.unenroll_gone_pods(&pods);
         let enrolled: HashMap<String, NetnsCookie> = self
             .enrollments
@@ -202,11 +204,12 @@ impl Daemon {
             .filter(|p| decide(p) == Decision::Meshed)
             .collect();
         let listed: HashSet<&str> = pods.iter().map(|p| uid(p)).collect();
-        self.reconcile
+        self.pods
+            .reconcile
             .excluded
             .retain(|u| listed.contains(u.as_str()));
         if !missing.is_empty() {
-            let rec = &mut self.reconcile;
+            let rec = &mut self.pods.reconcile;
             let exclusions = rec
                 .exclusions
                 .get_or_insert_with(|| ConfExclusions::new(conf_dir))
@@ -316,7 +319,7 @@ impl Daemon {
                 return;
             }
         };
-        let kube = self.kube.as_ref().map(|k| k.options().cluster_dns);
+        let kube = self.pods.kube.as_ref().map(|k| k.options().cluster_dns);
         let mut policy = match redirect_k8s::policy(pod, kube.flatten()) {
             Ok(p) => self.node_binding(p),
             Err(error) => {

@@ -31,7 +31,7 @@ impl Daemon {
             let until_tick = TICK.saturating_sub(last_tick.elapsed());
             let (arrived, resolved) = self.wait_readable(&intake, until_tick.min(STOP_CHECK));
             if resolved {
-                for done in self.resolver.drain() {
+                for done in self.pods.resolver.drain() {
                     self.finish(done);
                 }
             }
@@ -71,7 +71,7 @@ impl Daemon {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         let mut fds = [
             PollFd::new(intake.wake_fd(), PollFlags::POLLIN),
-            PollFd::new(self.resolver.wake_fd(), PollFlags::POLLIN),
+            PollFd::new(self.pods.resolver.wake_fd(), PollFlags::POLLIN),
         ];
         let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
         if !matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0) {
@@ -122,7 +122,7 @@ impl Daemon {
             Request::PodAdd { pod, .. } | Request::PodCheck { pod, .. } => pod,
             _ => return None,
         };
-        let kube = self.kube.as_ref()?;
+        let kube = self.pods.kube.as_ref()?;
         kube.needs_get(pod).then(|| (Arc::clone(kube), pod.clone()))
     }
 
@@ -146,12 +146,12 @@ impl Daemon {
                     return;
                 }
                 if let Some((kube, pod)) = self.needs_get(&req) {
-                    match self.resolver.spawn(kube, pod, (stream, req, fd)) {
+                    match self.pods.resolver.spawn(kube, pod, (stream, req, fd)) {
                         Ok(()) => return,
                         Err(stream) => {
                             let busy = Err(Refusal::new(RefusalKind::Busy, format!(
                                 "the daemon is reading {} pods from the apiserver already: retry (fail closed)",
-                                self.resolver.in_flight()
+                                self.pods.resolver.in_flight()
                             )));
                             self.count_refused(op, &busy);
                             reply::send(stream, encode_answer(&busy));
