@@ -26,7 +26,8 @@ fn main() {
     } else {
         fs::write(&dest, []).expect("write the empty stub object");
         println!(
-            "cargo:warning=no BPF object at {}: embedding a stub (run `cargo xtask build-ebpf` for a working `redirect`)",
+            "cargo:warning=no BPF object at {}: embedding a stub (run `cargo xtask build-ebpf` for \
+                a working `redirect`)",
             object.display()
         );
     }

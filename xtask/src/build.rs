@@ -88,11 +88,13 @@ pub(crate) fn build_bins(release: bool) -> anyhow::Result<()> {
     run(&mut cmd)
 }
 
-/// rustfmt and clippy (-D warnings) on the host crates and the BPF crate.
+/// rustfmt, the line width (`line_width`) and clippy (-D warnings) on the host crates and the
+/// BPF crate.
 pub(crate) fn lint() -> anyhow::Result<()> {
     setup::setup()?;
     run(util::cargo(None).args(["fmt", "--all", "--", "--check"]))
         .context("rustfmt: run `cargo fmt --all`")?;
+    crate::line_width::check(&util::workspace_root())?;
     run(util::cargo(None)
         .args([
             "clippy",

@@ -215,7 +215,12 @@ pub(crate) fn run(once: bool) -> anyhow::Result<()> {
     if once {
         return Ok(());
     }
-    println!("\nxtask run: capture stays active; try: {} exec --cgroup {} -- ip netns exec {pod} curl -s {url}", redirect.display(), cgroup.display());
+    println!(
+        "\nxtask run: capture stays active; try: {} exec --cgroup {} -- ip netns exec {pod} curl \
+        -s {url}",
+        redirect.display(),
+        cgroup.display()
+    );
     println!(
         "xtask run: or watch decisions: REDIRECT_BPFFS={dev_pins} {} trace --netns {pod}",
         redirect.display()

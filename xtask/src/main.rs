@@ -5,6 +5,7 @@ mod demo;
 mod image;
 mod kernel;
 mod kube;
+mod line_width;
 mod setup;
 mod test;
 mod util;

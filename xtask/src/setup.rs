@@ -99,7 +99,11 @@ pub(crate) fn install_missing(packages: &[String], no_remove: bool) -> anyhow::R
         );
     }
     if output("apt-get", &["--version"]).is_none() {
-        bail!("missing packages {} and apt-get is not available: install them with your package manager", names.join(", "));
+        bail!(
+            "missing packages {} and apt-get is not available: install them with your package \
+            manager",
+            names.join(", ")
+        );
     }
     eprintln!("xtask setup: installing {}", names.join(" "));
     run(Command::new("apt-get").arg("update").arg("-q"))?;

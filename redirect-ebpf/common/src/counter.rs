@@ -65,7 +65,8 @@ counters! {
         "Inbound connection to a port outside the -b list: not captured.";
     InboundNoListener = 11, "inbound_no_listener", "REDIRECT --to-ports <-z> with nothing listening: refused",
         "No inbound listener in the namespace: refused, or passed through when so configured.";
-    InboundPassthroughSource = 12, "inbound_passthrough_source", "(not in PREROUTING) the proxy's hop from 127.0.0.6/::6 to the application",
+    InboundPassthroughSource = 12, "inbound_passthrough_source", "(not in PREROUTING) the proxy's \
+        hop from 127.0.0.6/::6 to the application",
         "Inbound connection from the proxy's passthrough source (127.0.0.6 / ::6): not captured.";
     InboundLocal = 13, "inbound_local", "(not in PREROUTING) the pod's own connection, decided by OUTPUT",
         "Connection from inside the pod to its own address: left to the outbound rules.";
@@ -75,7 +76,8 @@ counters! {
         "Left alone: IPv6 in a namespace whose policy is not dual-stack.";
     NoPolicy = 16, "no_policy", "no rules in this namespace",
         "Left alone: the namespace has no policy.";
-    InboundRedirectLocal = 17, "inbound_redirect_local", "-o lo ! -d 127.0.0.1/32 -p tcp ! --dport <-e> -m owner --uid-owner <-u> -j ISTIO_IN_REDIRECT",
+    InboundRedirectLocal = 17, "inbound_redirect_local", "-o lo ! -d 127.0.0.1/32 -p tcp ! --dport \
+        <-e> -m owner --uid-owner <-u> -j ISTIO_IN_REDIRECT",
         "The proxy connecting to its own pod (via lo, not 127.0.0.1): sent to the inbound port.";
     PassthroughSource = 18, "passthrough_source", "-o lo -s 127.0.0.6/32 -j RETURN",
         "Left alone: bound to the passthrough source 127.0.0.6 / ::6.";
@@ -99,18 +101,32 @@ counters! {
         "The proxy does not listen yet and the policy says passthrough: left alone.";
     NoProxyRefused = 28, "no_proxy_refused", "(redirect) the proxy does not listen yet: --no-proxy refuse",
         "The proxy does not listen yet and the policy says refuse: sent to the closed port.";
-    StateError = 29, "state_error", "(redirect) no socket storage: getpeername and the TRACKED hand-off lose the original destination",
-        "A captured socket's original destination could not be kept in its socket storage; it was redirected anyway (fail closed).";
-    InboundTrackError = 30, "inbound_track_error", "(redirect) INBOUND full: SO_ORIGINAL_DST of the steered connection falls back to its local address",
+    StateError = 29, "state_error", "(redirect) no socket storage: getpeername and the TRACKED \
+        hand-off lose the original destination",
+        "A captured socket's original destination could not be kept in its socket storage; it was \
+            redirected anyway (fail closed).";
+    InboundTrackError = 30, "inbound_track_error", "(redirect) INBOUND full: SO_ORIGINAL_DST of the \
+        steered connection falls back to its local address",
         "sk_lookup steered a connection but could not record it in INBOUND.";
-    ListenerError = 31, "listener_error", "(redirect) LISTENERS update failed: the proxy's inbound listener is not known",
-        "The proxy's inbound listener could not be put into LISTENERS; inbound connections are refused until it listens again.";
-    HandoffQuota = 32, "handoff_quota", "(redirect) the policy has its --quota-handshakes connections in hand-off: SO_ORIGINAL_DST unanswered",
-        "A captured connect went to the proxy without a TRACKED hand-off: its namespace already has its quota of connections whose proxy side has not completed the handshake.";
-    LocalQuota = 33, "local_quota", "(redirect) the pod's connect to itself could not be recorded (--quota-handshakes or LOCAL_CONNECTS full): sk_lookup captures it",
-        "A connect inside the pod to one of its own addresses could not be recorded in LOCAL_CONNECTS (its namespace has its quota of such connects in handshake, or the map is full): sk_lookup steers it to the proxy instead of exempting it (fail closed).";
-    TproxyLocal = 34, "tproxy_local", "mangle: OUTPUT ! -d 127.0.0.1/32 -p tcp -o lo -m owner --uid-owner|--gid-owner <-u|-g> -j MARK --set-mark 1338; PREROUTING ISTIO_TPROXY -j TPROXY --on-port <-z>",
-        "TPROXY mode: the proxy's own connect (its uid or gid, not marked 1337, not from 127.0.0.6) to an address of its pod that nat left alone: sent to the inbound port, its address kept.";
+    ListenerError = 31, "listener_error", "(redirect) LISTENERS update failed: the proxy's inbound \
+        listener is not known",
+        "The proxy's inbound listener could not be put into LISTENERS; inbound connections are \
+            refused until it listens again.";
+    HandoffQuota = 32, "handoff_quota", "(redirect) the policy has its --quota-handshakes \
+        connections in hand-off: SO_ORIGINAL_DST unanswered",
+        "A captured connect went to the proxy without a TRACKED hand-off: its namespace already has \
+            its quota of connections whose proxy side has not completed the handshake.";
+    LocalQuota = 33, "local_quota", "(redirect) the pod's connect to itself could not be recorded \
+        (--quota-handshakes or LOCAL_CONNECTS full): sk_lookup captures it",
+        "A connect inside the pod to one of its own addresses could not be recorded in \
+            LOCAL_CONNECTS (its namespace has its quota of such connects in handshake, or the map \
+            is full): sk_lookup steers it to the proxy instead of exempting it (fail closed).";
+    TproxyLocal = 34, "tproxy_local", "mangle: OUTPUT ! -d 127.0.0.1/32 -p tcp -o lo -m owner \
+        --uid-owner|--gid-owner <-u|-g> -j MARK --set-mark 1338; PREROUTING ISTIO_TPROXY -j TPROXY \
+        --on-port <-z>",
+        "TPROXY mode: the proxy's own connect (its uid or gid, not marked 1337, not from 127.0.0.6) \
+            to an address of its pod that nat left alone: sent to the inbound port, its address \
+            kept.";
 }
 
 impl Counter {

@@ -42,7 +42,8 @@ pub mod map_names {
     pub const INBOUND: &str = "INBOUND";
     /// `HashMap<u64, InboundPolicy>`: netns cookie -> inbound capture policy of an enrolled namespace.
     pub const NETNS_INBOUND: &str = "NETNS_INBOUND";
-    /// `LpmTrie<PortKey, u8>` (full-length keys): (netns cookie, port) -> [`crate::PORT_EXCLUDED`] or [`crate::PORT_INCLUDED`].
+    /// `LpmTrie<PortKey, u8>` (full-length keys): (netns cookie, port) -> [`crate::PORT_EXCLUDED`]
+    /// or [`crate::PORT_INCLUDED`].
     pub const INBOUND_PORTS: &str = "INBOUND_PORTS";
     /// `HashMap<AddrKey, u64>`: an enrolled namespace's own address -> its netns cookie.
     pub const POD_ADDRS: &str = "POD_ADDRS";

@@ -1,6 +1,7 @@
 //! Whether each namespace's proxy listens on its outbound port, from sock_ops: a listener the
 //! proxy itself bound (marked in `SOCK_STATE` by the bind hooks) counts up at `TCP_LISTEN_CB`
-//! and back down when it closes, atomically (a u64: the BPF target's atomic width); anyone else's listener on that port counts
+//! and back down when it closes, atomically (a u64: the BPF target's atomic width); anyone else's
+//! listener on that port counts
 //! nothing. The capture hooks read it to treat applications that start before their proxy
 //! (refuse or pass through, per policy).
 use core::intrinsics::{atomic_xadd, AtomicOrdering};

@@ -60,6 +60,8 @@ pub(crate) struct AttachArgs {
     /// Connections in hand-off at once (connected to the proxy, its side of the handshake
     /// not complete): the size of TRACKED and LOCAL_CONNECTS; the inbound LRU gets half of it
     /// (at least 256 per CPU, 1024 to 65536).
-    #[arg(long, value_name = "M", env = "REDIRECT_MAX_CONNECTIONS", default_value_t = redirect_datapath::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1025..=4_194_304))]
+    #[arg(long, value_name = "M", env = "REDIRECT_MAX_CONNECTIONS",
+        default_value_t = redirect_datapath::DEFAULT_MAX_CONNECTIONS,
+        value_parser = clap::value_parser!(u32).range(1025..=4_194_304))]
     pub max_connections: u32,
 }

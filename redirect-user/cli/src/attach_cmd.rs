@@ -38,7 +38,8 @@ pub(crate) fn attach(
     };
     let state_file = StateFile::create(&dirs.state, &instance)?;
     for a in datapath.attachments() {
-        tracing::info!(program = %a.program, hook = %a.attach_type, target = %a.target.display(), id = a.program_id, "attached");
+        tracing::info!(program = %a.program, hook = %a.attach_type, target = %a.target.display(),
+            id = a.program_id, "attached");
     }
     let mut stdout = std::io::stdout().lock();
     writeln!(
@@ -107,7 +108,11 @@ fn refuse_near_a_node_datapath(dirs: &Dirs, cgroup: &Path) -> anyhow::Result<()>
                 Owner::Cli => "the CLI".to_owned(),
             };
             bail!(
-                "--cgroup {}: the node datapath pinned at {} (owner: {owner}) already captures at {}, which is this cgroup, above or below it; a second datapath would capture the same processes twice. Enroll the namespace with it instead (`redirect enroll`, `redirect istio-iptables`), or remove it first (`redirect uninstall --bpffs {}`)",
+                "--cgroup {}: the node datapath pinned at {} (owner: {owner}) already captures at \
+                    {}, which is this cgroup, above or below it; a second datapath would capture \
+                    the same processes twice. Enroll the namespace with it instead (`redirect \
+                    enroll`, `redirect istio-iptables`), or remove it first (`redirect uninstall \
+                    --bpffs {}`)",
                 cgroup.display(),
                 dir.display(),
                 at.display(),

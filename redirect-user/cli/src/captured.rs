@@ -116,7 +116,11 @@ pub(crate) fn node_view(
             Ok(l) => (Some(pid), l.enrollments, None),
             Err(e) => {
                 let (records, _) = files();
-                let note = format!("the daemon (pid {pid}) that owns the datapath does not answer ({e}): its records are shown from its files, and nothing follows them until it answers");
+                let note = format!(
+                    "the daemon (pid {pid}) that owns the datapath does not answer \
+                    ({e}): its records are shown from its files, and nothing follows them until it \
+                    answers"
+                );
                 (None, records, Some(note))
             }
         },

@@ -124,7 +124,8 @@ pub(crate) enum Command {
         /// Milliseconds one rendering of --metrics serves the scrapes that follow it (each
         /// rendering walks the maps; scrapes arriving together share one): a pod that scrapes
         /// in a loop costs the daemon one walk per period at most.
-        #[arg(long, value_name = "MS", default_value_t = 1000, requires = "metrics", value_parser = clap::value_parser!(u64).range(0..=60_000))]
+        #[arg(long, value_name = "MS", default_value_t = 1000, requires = "metrics",
+            value_parser = clap::value_parser!(u64).range(0..=60_000))]
         metrics_cache_ms: u64,
         #[command(flatten)]
         sizing: crate::sizing_args::Sizing,
@@ -300,7 +301,8 @@ pub(crate) enum Command {
         #[arg(long)]
         inbound: bool,
         /// The caller's uid (outbound; required there).
-        #[arg(long, conflicts_with = "inbound", value_name = "UID", value_parser = parse_id, required_unless_present = "inbound")]
+        #[arg(long, conflicts_with = "inbound", value_name = "UID", value_parser = parse_id,
+            required_unless_present = "inbound")]
         uid: Option<u32>,
         /// The caller's gid [default: the uid].
         #[arg(long, conflicts_with = "inbound", value_name = "GID", value_parser = parse_id)]

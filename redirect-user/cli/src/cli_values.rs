@@ -33,7 +33,8 @@ pub(crate) fn parse_inbound(s: &str) -> Result<redirect_policy::InboundSpec, Str
     let spec: redirect_policy::InboundSpec = s.parse()?;
     if !spec.netns.exists() {
         return Err(format!(
-            "network namespace {} does not exist (`ip netns list` shows the names; a path such as /proc/PID/ns/net works too)",
+            "network namespace {} does not exist (`ip netns list` shows the names; a path such as \
+                /proc/PID/ns/net works too)",
             spec.netns.display()
         ));
     }
@@ -114,7 +115,10 @@ pub(crate) fn parse_dst(s: &str) -> Result<std::net::SocketAddr, String> {
 pub(crate) fn parse_listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     let s = s.trim();
     let bad = || {
-        format!("'{s}' is not an address to listen on: give IP:PORT, e.g. 127.0.0.1:9967, [::1]:9967 or [10.0.0.5]:9967")
+        format!(
+            "'{s}' is not an address to listen on: give IP:PORT, e.g. 127.0.0.1:9967, [::1]:9967 \
+            or [10.0.0.5]:9967"
+        )
     };
     if let Ok(addr) = s.parse() {
         return Ok(addr);

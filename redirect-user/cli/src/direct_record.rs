@@ -22,11 +22,14 @@ pub(crate) fn record(
     source: String,
 ) {
     let Some(dir) = record_dir(dirs, bpffs) else {
-        tracing::debug!(bpffs = %bpffs.display(), "a pin directory of its own and no REDIRECT_DAEMON_DIR: the policy is not recorded");
+        tracing::debug!(bpffs = %bpffs.display(), "a pin directory of its own and no \
+            REDIRECT_DAEMON_DIR: the policy is not recorded");
         return;
     };
     let Some(path) = lasting_name(ns) else {
-        tracing::warn!(netns = %ns.path().display(), cookie = %applied.cookie, "no name of this namespace outlives this process (no /run/netns name, no other process inside): not recorded, so a daemon will not follow it; pass --netns NAME");
+        tracing::warn!(netns = %ns.path().display(), cookie = %applied.cookie,
+            "no name of this namespace outlives this process (no /run/netns name, no other process \
+            inside): not recorded, so a daemon will not follow it; pass --netns NAME");
         return;
     };
     let record = EnrollmentRecord {
@@ -41,7 +44,8 @@ pub(crate) fn record(
         writer,
     };
     if let Err(error) = redirect_daemon::record_direct(&dir, &record) {
-        tracing::warn!(dir = %dir.display(), %error, "recording the policy for `redirect list` and the next daemon failed (the policy is applied)");
+        tracing::warn!(dir = %dir.display(), %error, "recording the policy for `redirect list` and \
+            the next daemon failed (the policy is applied)");
     }
 }
 

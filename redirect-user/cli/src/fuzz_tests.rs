@@ -120,9 +120,16 @@ proptest! {
         equals in any::<[bool; 2]>(),
         between in proptest::collection::vec("-[a-z]=[0-9]{0,3}", 0..3),
     ) {
-        let given = |v: &str, eq: bool| if eq { vec![format!("--netns={v}")] } else { vec!["--netns".into(), v.to_owned()] };
-        let argv: Vec<String> = given(&first, equals[0]).into_iter().chain(between).chain(given(&last, equals[1])).collect();
-        let parsed = redirect_policy::parse_invocation(&argv, &std::collections::HashMap::new(), &redirect_policy::Sources::new("fuzz", vec![Box::new(redirect_policy::OwnFiles)]));
+        let given = |v: &str, eq: bool| {
+            if eq { vec![format!("--netns={v}")] } else { vec!["--netns".into(), v.to_owned()] }
+        };
+        let argv: Vec<String> = given(&first, equals[0])
+            .into_iter()
+            .chain(between)
+            .chain(given(&last, equals[1]))
+            .collect();
+        let sources = redirect_policy::Sources::new("fuzz", vec![Box::new(redirect_policy::OwnFiles)]);
+        let parsed = redirect_policy::parse_invocation(&argv, &std::collections::HashMap::new(), &sources);
         prop_assert_eq!(crate::istio::pre_scan(&argv, "--netns"), Some(last.clone()));
         if let Ok(inv) = parsed {
             prop_assert_eq!(inv.netns, Some(last));

@@ -54,7 +54,8 @@ pub(crate) struct InstallCni {
     )]
     pub exclude_namespaces: Vec<String>,
     /// Our entry's log_level: the plugin's log level in cni.log beside the socket.
-    #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
+    #[arg(long, value_name = "LEVEL", default_value = "info",
+        value_parser = ["error", "warn", "info", "debug", "trace"])]
     pub plugin_log_level: String,
     /// Stay running: install again whenever the configuration or bin directory changes
     /// (another writer dropping our entry), within the fight rule.
@@ -75,7 +76,8 @@ pub(crate) struct InstallCni {
     /// plugin, new pods wait) or is gone, being deleted or no longer selects the node (its
     /// removal: uninstall, or the node refuses every new pod); an apiserver that cannot say
     /// keeps it. The decision is logged with its reason.
-    #[arg(long, value_name = "NAMESPACE/NAME", requires = "node_name", value_parser = redirect_daemon::parse_dns_service)]
+    #[arg(long, value_name = "NAMESPACE/NAME", requires = "node_name",
+        value_parser = redirect_daemon::parse_dns_service)]
     pub daemonset: Option<(String, String)>,
     /// This node (with --daemonset).
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
@@ -93,15 +95,18 @@ pub(crate) struct InstallCni {
     pub fight_limit: u32,
     /// ... seconds; one more needed within it is not made: an error is logged and
     /// re-insertion slows down for --fight-backoff seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, value_name = "SECONDS", default_value_t = 60,
+        value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub fight_window: u64,
     /// Seconds re-insertion stays slow after a fight.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, value_name = "SECONDS", default_value_t = 300,
+        value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub fight_backoff: u64,
     /// Meanwhile, at most one re-insertion every SECONDS, each logged as an alarm (never
     /// none: while our entry is out, new pods start uncaptured until the daemon's reconcile
     /// enrolls them).
-    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, value_name = "SECONDS", default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub fight_slow: u64,
 }
 

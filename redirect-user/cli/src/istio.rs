@@ -252,7 +252,10 @@ pub(crate) fn run(dirs: &Dirs, args: &[String]) -> anyhow::Result<()> {
 fn validate(inv: &Invocation) -> anyhow::Result<()> {
     match crate::validation::run(inv)? {
         crate::validation::Verdict::Passed(listener, orig) => {
-            println!("validation passed: the probe arrived at {listener} with original destination {orig}: capture is in place");
+            println!(
+                "validation passed: the probe arrived at {listener} with original destination \
+                {orig}: capture is in place"
+            );
             Ok(())
         }
         crate::validation::Verdict::Failed(why) => {

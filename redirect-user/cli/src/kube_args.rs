@@ -24,7 +24,8 @@ pub(crate) struct KubeArgs {
     pub cluster_dns: Option<IpAddr>,
     /// Without --cluster-dns: the Service whose cluster IP the cluster DNS address is (RBAC:
     /// get on it, rbac.yaml).
-    #[arg(long, value_name = "NAMESPACE/NAME", default_value = "kube-system/kube-dns", value_parser = redirect_daemon::parse_dns_service)]
+    #[arg(long, value_name = "NAMESPACE/NAME", default_value = "kube-system/kube-dns",
+        value_parser = redirect_daemon::parse_dns_service)]
     pub cluster_dns_service: (String, String),
     /// GETs of a pod before its CNI ADD fails (istio-cni: 30).
     #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=600))]

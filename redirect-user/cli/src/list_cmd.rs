@@ -97,7 +97,9 @@ fn warnings(rows: &[Row], daemon: Option<u32>) {
         let outside = r.record.as_ref().map_or(0, |e| e.outside_capture);
         if outside > 0 {
             eprintln!(
-                "WARNING: {outside} connection(s) of {} were opened before its capture and bypass the proxy until they close (the daemon's --reset-uncaptured, or the pod annotation redirect.dev/reset-uncaptured: \"true\", resets them)",
+                "WARNING: {outside} connection(s) of {} were opened before its capture and bypass \
+                    the proxy until they close (the daemon's --reset-uncaptured, or the pod \
+                    annotation redirect.dev/reset-uncaptured: \"true\", resets them)",
                 shown_place(r)
             );
         }
@@ -107,16 +109,27 @@ fn warnings(rows: &[Row], daemon: Option<u32>) {
         .filter(|r| r.record.is_some() && r.kernel != "ok")
         .count();
     if drifted > 0 {
-        eprintln!("WARNING: {drifted} recorded policy(ies) differ from what the kernel's maps hold (kernel column): re-enroll them (`redirect enroll`) or restart the daemon, which re-applies its enrollments");
+        eprintln!(
+            "WARNING: {drifted} recorded policy(ies) differ from what the kernel's maps hold \
+            (kernel column): re-enroll them (`redirect enroll`) or restart the daemon, which \
+            re-applies its enrollments"
+        );
     }
     let unfollowed = rows
         .iter()
         .filter(|r| r.followed == Followed::NotByTheDaemon)
         .count();
     if let (Some(pid), true) = (daemon, unfollowed > 0) {
-        eprintln!("WARNING: {unfollowed} namespace(s) are captured but not followed by the daemon (pid {pid}): their addresses are not kept up to date; `redirect enroll` them, or `redirect istio-iptables --cleanup-only` them");
+        eprintln!(
+            "WARNING: {unfollowed} namespace(s) are captured but not followed by the daemon \
+            (pid {pid}): their addresses are not kept up to date; `redirect enroll` them, or \
+            `redirect istio-iptables --cleanup-only` them"
+        );
     }
     if daemon.is_none() && rows.iter().any(|r| r.followed == Followed::NoDaemon) {
-        eprintln!("note: no daemon runs: captured namespaces are not followed (addresses, repair) until `redirect daemon` starts and adopts the recorded ones");
+        eprintln!(
+            "note: no daemon runs: captured namespaces are not followed (addresses, repair) \
+            until `redirect daemon` starts and adopts the recorded ones"
+        );
     }
 }

@@ -112,7 +112,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(name) = needs_root(&cli.command) {
         let euid = nix::unistd::geteuid().as_raw();
         if euid != 0 {
-            bail!("redirect {name} must run as root (effective uid is {euid}): it reads and writes the datapath's BPF maps, pins and links and the root-only daemon socket, which needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN; rerun it with sudo");
+            bail!(
+                "redirect {name} must run as root (effective uid is {euid}): it reads and writes \
+                the datapath's BPF maps, pins and links and the root-only daemon socket, which \
+                needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN; rerun it with sudo"
+            );
         }
     }
     match cli.command {

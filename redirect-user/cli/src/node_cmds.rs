@@ -104,7 +104,8 @@ fn wait_signal(signals: &SigSet) -> (i32, i32) {
         if signal > 0 {
             return (signal, from);
         }
-        tracing::info!(error = %std::io::Error::last_os_error(), "the wait for a stop signal was interrupted (a debugger attaching, a stop and continue): still running");
+        tracing::info!(error = %std::io::Error::last_os_error(), "the wait for a stop signal was \
+            interrupted (a debugger attaching, a stop and continue): still running");
     }
 }
 
@@ -244,7 +245,8 @@ pub(crate) fn uninstall(dirs: &Dirs, bpffs: Option<PathBuf>) -> anyhow::Result<(
     if dirs.daemon.running() {
         let why = refused.map_or_else(String::new, |e| format!(" ({e})"));
         bail!(
-            "a redirect daemon is running ({}) but did not uninstall{why}; stop it first, then run `redirect uninstall` again",
+            "a redirect daemon is running ({}) but did not uninstall{why}; stop it first, then run \
+                `redirect uninstall` again",
             dirs.daemon.path().display()
         );
     }
@@ -263,7 +265,9 @@ pub(crate) fn uninstall(dirs: &Dirs, bpffs: Option<PathBuf>) -> anyhow::Result<(
             if let Owner::Daemon { pid, .. } = layout.owner {
                 if layout.owner.is_live_daemon() {
                     bail!(
-                        "the datapath at {} is owned by the redirect daemon pid {pid}, which is running with another daemon directory than {}: uninstall through it (REDIRECT_DAEMON_DIR) or stop it first",
+                        "the datapath at {} is owned by the redirect daemon pid {pid}, which is \
+                            running with another daemon directory than {}: uninstall through it \
+                            (REDIRECT_DAEMON_DIR) or stop it first",
                         dir.display(),
                         dirs.daemon.path().display()
                     );

@@ -256,7 +256,8 @@ fn validate_hint(dp: &mut NodeDatapath) -> Option<String> {
         return None;
     }
     Some(format!(
-        "hint: capture applies to processes under cgroup {}, where this datapath is attached; this check ran in {}, outside it: rerun with --cgroup {} (or the pod's own cgroup below it)",
+        "hint: capture applies to processes under cgroup {}, where this datapath is attached; this \
+            check ran in {}, outside it: rerun with --cgroup {} (or the pod's own cgroup below it)",
         attached.display(),
         own.display(),
         attached.display()

@@ -1,4 +1,5 @@
-//! `redirect pod-policy FILE`: istio-cni's decision and policy for a manifest's pods beside their istio-init arguments, or `--migrate` to the istio-cni form.
+//! `redirect pod-policy FILE`: istio-cni's decision and policy for a manifest's pods beside their
+//! istio-init arguments, or `--migrate` to the istio-cni form.
 
 use std::io::Read as _;
 use std::net::IpAddr;
@@ -83,7 +84,10 @@ pub(crate) fn run(
         let (out, fell_back) =
             redirect_k8s::migrate_text(&text).with_context(|| format!("migrating {shown}"))?;
         for n in fell_back {
-            eprintln!("warning: {shown}: document {n} could not be edited in place (flow style?): printed from its parsed value, without its comments and quoting");
+            eprintln!(
+                "warning: {shown}: document {n} could not be edited in place (flow style?): \
+                printed from its parsed value, without its comments and quoting"
+            );
         }
         return emit(&out);
     }

@@ -9,7 +9,8 @@ use redirect_datapath::Quotas;
 #[derive(Debug, Clone, Args)]
 pub(crate) struct Sizing {
     /// Namespaces the node datapath holds; every shared map is sized from it times the quotas.
-    #[arg(long, value_name = "N", env = "REDIRECT_MAX_PODS", default_value_t = Quotas::default().max_pods, value_parser = clap::value_parser!(u32).range(1..=65_535))]
+    #[arg(long, value_name = "N", env = "REDIRECT_MAX_PODS",
+        default_value_t = Quotas::default().max_pods, value_parser = clap::value_parser!(u32).range(1..=65_535))]
     pub max_pods: u32,
     /// Connections in hand-off at once on the node (connected to a proxy, its side of the
     /// handshake not complete; a pod's connects to its own addresses in handshake): the size of
@@ -17,29 +18,36 @@ pub(crate) struct Sizing {
     /// front) gets half of it, at least 256 per CPU, 1024 to 65536. It must hold every
     /// namespace's --quota-handshakes at once.
     /// [default: 16384, or (N + 1) x 16 + 1024 when that is larger]
-    #[arg(long, value_name = "M", env = "REDIRECT_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1025..=4_194_304))]
+    #[arg(long, value_name = "M", env = "REDIRECT_MAX_CONNECTIONS",
+        value_parser = clap::value_parser!(u32).range(1025..=4_194_304))]
     pub max_connections: Option<u32>,
     /// Per namespace: ports in each port list (-b, -d, -o, -q).
-    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_PORTS", default_value_t = Quotas::default().ports, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_PORTS",
+        default_value_t = Quotas::default().ports, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     pub quota_ports: u32,
     /// Per namespace: CIDRs in each of -i and -x, per address family.
-    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_CIDRS", default_value_t = Quotas::default().cidrs, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_CIDRS",
+        default_value_t = Quotas::default().cidrs, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub quota_cidrs: u32,
     /// Per namespace: its addresses.
-    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_ADDRESSES", default_value_t = Quotas::default().addresses, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_ADDRESSES",
+        default_value_t = Quotas::default().addresses, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub quota_addresses: u32,
     /// Per namespace: interfaces named by -c and -k.
-    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_INTERFACES", default_value_t = Quotas::default().interfaces, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_INTERFACES",
+        default_value_t = Quotas::default().interfaces, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub quota_interfaces: u32,
     /// Per namespace: routes followed for -c.
-    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_ROUTES", default_value_t = Quotas::default().routes, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_ROUTES",
+        default_value_t = Quotas::default().routes, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub quota_routes: u32,
     /// Per namespace: redirected connections in hand-off at once (connected to the proxy's
     /// port, its side of the handshake not yet complete); above it SO_ORIGINAL_DST is unanswered
     /// for that namespace only (counter handoff_quota). The same bound applies to the pod's
     /// connects to its own addresses in handshake (above it, steered inbound: local_quota).
     /// Default: an equal share of --max-connections, (M - 1024) / (N + 1) (138 at the defaults).
-    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_HANDSHAKES", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(long, value_name = "N", env = "REDIRECT_QUOTA_HANDSHAKES",
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub quota_handshakes: Option<u32>,
 }
 

@@ -84,7 +84,8 @@ fn check_kernel(
             if inbound_on { "off" } else { "on" }
         )),
         _ => node.warnings.push(format!(
-            "{} is enrolled (netns cookie {cookie}) but the kernel's maps hold no policy for it: its traffic is not captured; re-enroll it or restart the daemon",
+            "{} is enrolled (netns cookie {cookie}) but the kernel's maps hold no policy for it: \
+                its traffic is not captured; re-enroll it or restart the daemon",
             netns.display(),
         )),
     }
@@ -106,7 +107,8 @@ fn health_warnings(node: &mut NodeStatus, alarm: Option<&str>, repairs: u64, las
 fn failures_warning(node: &mut NodeStatus, n: u64) {
     if n > 0 {
         node.warnings.push(format!(
-            "{n} CNI ADD(s) found the daemon unreachable and failed closed (the kubelet retries them; {METRIC} in the metrics, the plugin's cni.log says which pods)"
+            "{n} CNI ADD(s) found the daemon unreachable and failed closed (the kubelet retries \
+                them; {METRIC} in the metrics, the plugin's cni.log says which pods)"
         ));
     }
 }
@@ -146,7 +148,8 @@ fn node_report(dirs: &Dirs, dir: &Path) -> anyhow::Result<NodeStatus> {
         Err(e) => {
             if node.owner == "daemon" {
                 node.warnings.push(format!(
-                    "the daemon that owns this datapath does not answer ({e}): its enrollments are not followed until it is back"
+                    "the daemon that owns this datapath does not answer ({e}): its enrollments are \
+                        not followed until it is back"
                 ));
             }
             from_files(&mut node, dir, &daemon_dir)?;

@@ -50,7 +50,10 @@ pub(crate) fn upgrade(dir: PathBuf, check: bool) -> anyhow::Result<()> {
                 .map(|(m, n)| format!("{m} ({n} entries)"))
                 .collect();
             println!(
-                "upgraded {} in place: layout v{} build {:016x} -> layout v{} build {:016x}; {} links and {} namespaces' sk_lookup given the new programs; {} maps kept with their state; recreated and carried over: {}; new: {}; policies of older builds completed: {}",
+                "upgraded {} in place: layout v{} build {:016x} -> layout v{} build {:016x}; {} \
+                    links and {} namespaces' sk_lookup given the new programs; {} maps kept with \
+                    their state; recreated and carried over: {}; new: {}; policies of older builds \
+                    completed: {}",
                 dir.display(),
                 u.from.0,
                 u.from.1,
@@ -59,8 +62,16 @@ pub(crate) fn upgrade(dir: PathBuf, check: bool) -> anyhow::Result<()> {
                 u.links,
                 u.namespaces,
                 u.kept.len(),
-                if carried.is_empty() { "none".to_owned() } else { carried.join(", ") },
-                if u.created.is_empty() { "none".to_owned() } else { u.created.join(", ") },
+                if carried.is_empty() {
+                    "none".to_owned()
+                } else {
+                    carried.join(", ")
+                },
+                if u.created.is_empty() {
+                    "none".to_owned()
+                } else {
+                    u.created.join(", ")
+                },
                 u.completed
             );
         }

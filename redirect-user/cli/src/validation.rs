@@ -128,12 +128,17 @@ pub(crate) fn failure(plan: &Plan, last: Option<&str>, uid: u32, proxy_uids: &[u
     } else {
         let uids: Vec<String> = proxy_uids.iter().map(ToString::to_string).collect();
         format!(
-            ", which is not a proxy uid (-u {}): istio-validation runs as the proxy's uid, whose dial capture sends to the inbound port",
+            ", which is not a proxy uid (-u {}): istio-validation runs as the proxy's uid, whose \
+                dial capture sends to the inbound port",
             uids.join(",")
         )
     };
     format!(
-        "validation failed: in {:?} no connection dialled to {} arrived at {} with original destination port {}{last}. Capture is not in place for this process (uid {uid}{not_proxy}): the workload is not ready for the mesh; with a CNI plugin (redirect-cni, istio-cni) this happens when the pod started before the node captured it: delete the pod so that it starts again on a node that does",
+        "validation failed: in {:?} no connection dialled to {} arrived at {} with original \
+            destination port {}{last}. Capture is not in place for this process (uid \
+            {uid}{not_proxy}): the workload is not ready for the mesh; with a CNI plugin \
+            (redirect-cni, istio-cni) this happens when the pod started before the node captured \
+            it: delete the pod so that it starts again on a node that does",
         plan.timeout,
         plan.probe,
         listen.join(" or "),
@@ -156,10 +161,16 @@ pub(crate) fn run(inv: &Invocation) -> anyhow::Result<Verdict> {
     }
     let addrs = local_addresses()?;
     let pod = pod_address(addrs.iter().copied()).with_context(|| {
-        format!("no valid local IP address found (the namespace holds only loopback or link-local ones: {addrs:?}): the validation's family is the pod address's, as istio-iptables takes it")
+        format!(
+            "no valid local IP address found (the namespace holds only loopback or link-local \
+            ones: {addrs:?}): the validation's family is the pod address's, as istio-iptables \
+            takes it"
+        )
     })?;
     let plan = Plan::new(inv, pod.is_ipv6());
-    tracing::info!(pod_address = %pod, probe = %plan.probe, timeout = ?plan.timeout, "starting the capture validation (istio-validation's check): it verifies that capture is in place for the pod's network");
+    tracing::info!(pod_address = %pod, probe = %plan.probe, timeout = ?plan.timeout,
+        "starting the capture validation (istio-validation's check): it verifies that capture is in \
+        place for the pod's network");
     let listeners = listen(&plan.listen);
     if listeners.is_empty() {
         let all: Vec<String> = plan.listen.iter().map(ToString::to_string).collect();
@@ -181,7 +192,11 @@ pub(crate) fn run(inv: &Invocation) -> anyhow::Result<Verdict> {
         }
         if now >= next_dial {
             last = Some(match dial(&plan, (deadline - now).min(DIAL_EVERY)) {
-                Ok(()) => format!("the dial to {} connected, but nothing arrived at the validation's listeners: something else answers there", plan.probe),
+                Ok(()) => format!(
+                    "the dial to {} connected, but nothing arrived at the \
+                    validation's listeners: something else answers there",
+                    plan.probe
+                ),
                 Err(e) => {
                     let why = dial_failure(&e, plan.probe);
                     tracing::warn!("{why}");
@@ -200,12 +215,19 @@ pub(crate) fn run(inv: &Invocation) -> anyhow::Result<Verdict> {
                 match judge(orig, plan.probe.port()) {
                     Arrival::Probe(orig) => return Ok(Verdict::Passed(*at, orig)),
                     Arrival::Other(orig) => {
-                        tracing::info!(%peer, listener = %at, %orig, "a connection that is not the probe (another original destination port)");
-                        last = Some(format!("a connection from {peer} arrived at {at} with original destination {orig}, not the probe's port"));
+                        tracing::info!(%peer, listener = %at, %orig, "a connection that is not the \
+                            probe (another original destination port)");
+                        last = Some(format!(
+                            "a connection from {peer} arrived at {at} with original \
+                            destination {orig}, not the probe's port"
+                        ));
                     }
                     Arrival::Unknown(why) => {
                         tracing::warn!(%peer, listener = %at, "error getting the original destination: {why}");
-                        last = Some(format!("a connection from {peer} arrived at {at} without an original destination ({why})"));
+                        last = Some(format!(
+                            "a connection from {peer} arrived at {at} without an \
+                            original destination ({why})"
+                        ));
                     }
                 }
             }
@@ -283,7 +305,8 @@ fn enter(name: &str) -> anyhow::Result<()> {
     let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
     nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).with_context(|| {
         format!(
-            "entering the network namespace {} for the validation (istio-validation runs inside the pod, without --netns)",
+            "entering the network namespace {} for the validation (istio-validation runs inside the \
+                pod, without --netns)",
             path.display()
         )
     })
@@ -384,7 +407,11 @@ mod tests {
         );
         let text = failure(&plan, Some(&why), 1337, &[1337]);
         assert!(
-            text.starts_with("validation failed: in 5s no connection dialled to 127.0.0.6:15002 arrived at 127.0.0.1:15001 or 127.0.0.1:15006 with original destination port 15002 (last: the dial was refused"),
+            text.starts_with(
+                "validation failed: in 5s no connection dialled to 127.0.0.6:15002 \
+                arrived at 127.0.0.1:15001 or 127.0.0.1:15006 with original destination port 15002 \
+                (last: the dial was refused"
+            ),
             "{text}"
         );
         assert!(!text.contains("not a proxy uid"), "{text}");

@@ -191,10 +191,12 @@ fn add(conf: &NetConf, phases: &mut Phases) -> Result<String, CniError> {
 fn count_unreachable(conf: &NetConf, pod: &PodRef, e: &CniError) {
     match redirect_daemon_api::count_cni_unreachable(daemon_dir(conf).path()) {
         Ok(total) => {
-            tracing::error!(%pod, unreachable_total = total, error = %e, "ADD: the daemon is unreachable (failed closed, counted)")
+            tracing::error!(%pod, unreachable_total = total, error = %e,
+                "ADD: the daemon is unreachable (failed closed, counted)")
         }
         Err(count) => {
-            tracing::error!(%pod, error = %e, %count, "ADD: the daemon is unreachable (failed closed; the count could not be kept)")
+            tracing::error!(%pod, error = %e, %count, "ADD: the daemon is unreachable (failed \
+                closed; the count could not be kept)")
         }
     }
 }
@@ -255,7 +257,10 @@ fn gc(conf: &NetConf) -> Result<(), CniError> {
         return Err(CniError::new(
             Code::InvalidConfig,
             "GC without cni.dev/valid-attachments: refused",
-            "the configuration lists no valid attachments (neither cni.dev/valid-attachments nor cni.dev/attachments), so every pod's enrollment would be taken for stale: nothing was garbage-collected; a runtime sends the list (CNI 1.1), and `cnitool gc` needs it given",
+            "the configuration lists no valid attachments (neither cni.dev/valid-attachments nor \
+                cni.dev/attachments), so every pod's enrollment would be taken for stale: nothing \
+                was garbage-collected; a runtime sends the list (CNI 1.1), and `cnitool gc` needs \
+                it given",
         ));
     };
     let valid = listed.iter().map(|a| a.container_id.clone()).collect();

@@ -105,7 +105,8 @@ impl NetConf {
         let Some(prev) = &self.prev_result else {
             return Err(CniError::new(
                 Code::InvalidConfig,
-                "no prevResult: redirect-cni is a chained plugin and must come after the plugin that gives the pod its addresses",
+                "no prevResult: redirect-cni is a chained plugin and must come after the plugin \
+                    that gives the pod its addresses",
                 "",
             ));
         };

@@ -68,7 +68,8 @@ pub enum ClientError {
         source: serde_json::Error,
     },
     /// The daemon speaks another protocol version.
-    #[error("the redirect daemon at {} speaks protocol version {theirs}, this client {PROTOCOL_VERSION}: run the same release of redirect, redirect-cni and the daemon", socket.display())]
+    #[error("the redirect daemon at {} speaks protocol version {theirs}, this client \
+        {PROTOCOL_VERSION}: run the same release of redirect, redirect-cni and the daemon", socket.display())]
     Version {
         /// The socket.
         socket: PathBuf,

@@ -2,7 +2,8 @@
 //! JSON request per line (`{"v": VERSION, "call": ...}`) and one typed answer per request, a
 //! protocol version both sides check, the client, the daemon directory's path rule, the CNI
 //! plugin's failure counter file and the CNI versions it speaks. A request about a namespace
-//! carries the caller's descriptor of it beside the line ([`NetnsFd`]). It links no datapath, cluster client or async runtime, so the
+//! carries the caller's descriptor of it beside the line ([`NetnsFd`]). It links no datapath,
+//! cluster client or async runtime, so the
 //! plugin the runtime execs on every pod start stays small.
 // Every dependency of the product build is used (the test build has dev-dependencies too).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]

@@ -150,7 +150,8 @@ proptest! {
     #![proptest_config(fuzz::config(256))]
 
     #[test]
-    fn random_frames_never_panic(bytes in prop_oneof![fuzz::bytes(300), json().prop_map(|v| v.to_string().into_bytes())]) {
+    fn random_frames_never_panic(bytes in prop_oneof![fuzz::bytes(300),
+        json().prop_map(|v| v.to_string().into_bytes())]) {
         let mut framed = bytes.clone();
         framed.push(b'\n');
         let line = read_frame(Cursor::new(framed)).expect("a line");
@@ -228,7 +229,8 @@ fn an_enroll_request_with_an_invalid_policy_is_refused_naming_the_field() {
     ] {
         let mut policy = as_object(&Policy::default());
         policy.insert(field.to_owned(), value);
-        let line = serde_json::json!({"v": redirect_daemon_api::PROTOCOL_VERSION, "call": "enroll", "netns": "/run/netns/x", "policy": policy, "source": "test"});
+        let line = serde_json::json!({"v": redirect_daemon_api::PROTOCOL_VERSION, "call": "enroll",
+            "netns": "/run/netns/x", "policy": policy, "source": "test"});
         let e = decode_request(line.to_string().as_bytes()).expect_err("refused");
         assert!(e.to_string().contains(&format!("policy.{field}")), "{e}");
     }

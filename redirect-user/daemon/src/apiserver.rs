@@ -69,7 +69,10 @@ impl Default for KubeOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
     /// Neither in a cluster nor given a kubeconfig.
-    #[error("the daemon has no Kubernetes access (KUBERNETES_SERVICE_HOST is not set and no --kubeconfig was given), so it cannot read {0}")]
+    #[error(
+        "the daemon has no Kubernetes access (KUBERNETES_SERVICE_HOST is not set and no \
+        --kubeconfig was given), so it cannot read {0}"
+    )]
     NoAccess(String),
     /// The configuration could not be loaded.
     #[error("loading the Kubernetes client configuration ({from}): {reason}")]
@@ -159,12 +162,15 @@ impl Kube {
             let (ns, name) = &opts.cluster_dns_service;
             match crate::cluster_dns::read(&rt, &config, &opts.cluster_dns_service) {
                 Ok(ip) => {
-                    tracing::info!(%ip, service = %format!("{ns}/{name}"), "cluster DNS address from the Service's cluster IP");
+                    tracing::info!(%ip, service = %format!("{ns}/{name}"),
+                        "cluster DNS address from the Service's cluster IP");
                     opts.cluster_dns = Some(ip);
                 }
                 Err(error) => tracing::warn!(
                     %error,
-                    "no cluster DNS address: pods that capture DNS with dnsPolicy ClusterFirst fail ADD; pass --cluster-dns (the kubelet's clusterDNS) or let the daemon read the Service (rbac.yaml)"
+                    "no cluster DNS address: pods that capture DNS with dnsPolicy ClusterFirst fail \
+                        ADD; pass --cluster-dns (the kubelet's clusterDNS) or let the daemon read \
+                        the Service (rbac.yaml)"
                 ),
             }
         }

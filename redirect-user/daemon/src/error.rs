@@ -20,7 +20,8 @@ pub enum Error {
         source: serde_json::Error,
     },
     /// Another daemon holds the single-instance lock.
-    #[error("another redirect daemon is running (pid {pid}, lock {}): one datapath per node, never two; stop it first or talk to it with `redirect enroll/list`", lock.display())]
+    #[error("another redirect daemon is running (pid {pid}, lock {}): one datapath per node, never \
+        two; stop it first or talk to it with `redirect enroll/list`", lock.display())]
     AlreadyRunning {
         /// Pid recorded in the lock file.
         pid: String,
@@ -28,7 +29,9 @@ pub enum Error {
         lock: PathBuf,
     },
     /// The daemon directory is not one only the daemon controls.
-    #[error("daemon directory {}: {why}; the socket and the enrollment files live there and whoever controls it steers the node's capture: refused to start (remove it, or give a directory root owns with --daemon-dir / REDIRECT_DAEMON_DIR)", dir.display())]
+    #[error("daemon directory {}: {why}; the socket and the enrollment files live there and whoever \
+        controls it steers the node's capture: refused to start (remove it, or give a directory \
+        root owns with --daemon-dir / REDIRECT_DAEMON_DIR)", dir.display())]
     DirNotPrivate {
         /// The directory.
         dir: PathBuf,
@@ -36,14 +39,20 @@ pub enum Error {
         why: String,
     },
     /// A namespace path the daemon cannot keep using (relative, or another process's view).
-    #[error("--netns {}: the daemon opens the namespace itself and keeps following it, so give a path that names it from any process and stays valid: /run/netns/NAME, or /proc/PID/ns/net of a long-lived process of the pod (run inside the pod, as istio-init's container, the namespace needs a name under the daemon's /run/netns, which a runtime gives its sandboxes)", path.display())]
+    #[error("--netns {}: the daemon opens the namespace itself and keeps following it, so give a \
+        path that names it from any process and stays valid: /run/netns/NAME, or /proc/PID/ns/net \
+        of a long-lived process of the pod (run inside the pod, as istio-init's container, the \
+        namespace needs a name under the daemon's /run/netns, which a runtime gives its sandboxes)", path.display())]
     NetnsPath {
         /// The path given.
         path: PathBuf,
     },
     /// A namespace handed over by descriptor that the daemon cannot see by any path it shares
     /// with the caller: it could neither tell when it goes nor find it again after a restart.
-    #[error("network namespace {}: the daemon sees no path to it in its own mount namespace (it looked at {}), so it could not follow it or find it after a restart: mount the directory that holds it into the daemon at the same path (the DaemonSet mounts the host's /run/netns, which containerd's /var/run/netns is)", named.display(), looked.join(", "))]
+    #[error("network namespace {}: the daemon sees no path to it in its own mount namespace (it \
+        looked at {}), so it could not follow it or find it after a restart: mount the directory \
+        that holds it into the daemon at the same path (the DaemonSet mounts the host's \
+        /run/netns, which containerd's /var/run/netns is)", named.display(), looked.join(", "))]
     NetnsNotVisible {
         /// The path the caller named it by.
         named: PathBuf,
@@ -85,7 +94,8 @@ pub enum Error {
         source: Box<Error>,
     },
     /// A pod request named the host's own network namespace (the daemon's, or init's).
-    #[error("{pod}: CNI_NETNS {} is the host's network namespace, not a pod's: refused (capturing the node's own traffic would cut it off; a runtime names the sandbox's namespace)", netns.display())]
+    #[error("{pod}: CNI_NETNS {} is the host's network namespace, not a pod's: refused (capturing \
+        the node's own traffic would cut it off; a runtime names the sandbox's namespace)", netns.display())]
     HostNetns {
         /// The pod.
         pod: String,
@@ -94,7 +104,9 @@ pub enum Error {
     },
     /// `enroll` (or `istio-iptables` through the daemon) named the host's own network
     /// namespace, by whatever path: only `redirect vm`, made to capture a VM's host, may.
-    #[error("{} is the host's network namespace (the daemon's, or init's), not a pod's: refused (capturing the node's own traffic would send its connects to a proxy port nothing listens on; to capture a VM's host, run `redirect vm`)", netns.display())]
+    #[error("{} is the host's network namespace (the daemon's, or init's), not a pod's: refused \
+        (capturing the node's own traffic would send its connects to a proxy port nothing listens \
+        on; to capture a VM's host, run `redirect vm`)", netns.display())]
     EnrollHostNetns {
         /// The path the client named.
         netns: PathBuf,

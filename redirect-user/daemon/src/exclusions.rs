@@ -32,7 +32,8 @@ impl ConfExclusions {
         match entry.map(serde_json::from_value::<Exclusions>) {
             Some(Ok(e)) => self.last = e,
             Some(Err(error)) => {
-                tracing::warn!(dir = %self.dir.display(), %error, "our conflist entry's exclusions do not parse: the last ones read hold");
+                tracing::warn!(dir = %self.dir.display(), %error, "our conflist entry's exclusions \
+                    do not parse: the last ones read hold");
             }
             None => {}
         }

@@ -75,7 +75,9 @@ pub(crate) fn pod_dirs(roots: &[PathBuf]) -> HashMap<String, PodDir> {
         .map(|r| (r.clone(), 0))
         .collect();
     if todo.is_empty() {
-        tracing::warn!(roots = %redirect_policy::Paths(roots), "no kubelet pod cgroup root exists (a root-owned directory): no pod can be enrolled in place nor its proxy bypass bound; pass --pod-cgroup-root (the directory below a kubelet --cgroup-root)");
+        tracing::warn!(roots = %redirect_policy::Paths(roots), "no kubelet pod cgroup root exists \
+            (a root-owned directory): no pod can be enrolled in place nor its proxy bypass bound; \
+            pass --pod-cgroup-root (the directory below a kubelet --cgroup-root)");
     }
     let mut seen = 0;
     while let Some((dir, depth)) = todo.pop() {
@@ -108,7 +110,9 @@ pub(crate) fn pod_dirs(roots: &[PathBuf]) -> HashMap<String, PodDir> {
     }
     for (uid, first) in twice {
         if let Some(again) = found.remove(&uid) {
-            tracing::error!(pod_uid = uid, first = %first.display(), again = %again.dir.display(), "ALARM: two cgroup directories name the same pod, so neither is trusted: the pod is neither enrolled in place nor has its proxy bypass bound until one is removed");
+            tracing::error!(pod_uid = uid, first = %first.display(), again = %again.dir.display(),
+                "ALARM: two cgroup directories name the same pod, so neither is trusted: the pod is \
+                neither enrolled in place nor has its proxy bypass bound until one is removed");
         }
     }
     found

@@ -84,14 +84,22 @@ impl Daemon {
         private_dir::make_private(&opts.dir)?;
         let lock = single_instance(&opts.dir)?;
         if let Some((mount, mode)) = bpffs_open_to_all(&opts.bpffs) {
-            tracing::warn!(mount = %mount.display(), mode = format!("{mode:o}"), fix = format!("mount -t bpf -o mode=700 bpf {}", mount.display()), "any user may create entries in the bpf filesystem holding the pins: another user could make the pin directory or the lock before the daemon (it then refuses to start, naming them)");
+            tracing::warn!(mount = %mount.display(), mode = format!("{mode:o}"),
+                fix = format!("mount -t bpf -o mode=700 bpf {}", mount.display()),
+                "any user may create entries in the bpf filesystem holding the pins: another user \
+                could make the pin directory or the lock before the daemon (it then refuses to \
+                start, naming them)");
         }
         let guard = lock_node(&opts.bpffs)?;
         if NodeDatapath::exists(&opts.bpffs) {
             // A new daemon is how a node is upgraded: it takes the pinned datapath over in
             // place (no capture gap), or refuses to start naming the layout it cannot take.
             if let Some(u) = NodeDatapath::upgrade(&opts.bpffs)? {
-                tracing::info!(dir = %opts.bpffs.display(), from = u.from.0, to = u.to.0, links = u.links, namespaces = u.namespaces, completed = u.completed, carried = %redirect_policy::Comma(&u.carried.iter().map(|(m, n)| format!("{m}:{n}")).collect::<Vec<_>>()), "upgraded the pinned datapath in place");
+                let carried: Vec<String> =
+                    u.carried.iter().map(|(m, n)| format!("{m}:{n}")).collect();
+                tracing::info!(dir = %opts.bpffs.display(), from = u.from.0, to = u.to.0,
+                    links = u.links, namespaces = u.namespaces, completed = u.completed,
+                    carried = %redirect_policy::Comma(&carried), "upgraded the pinned datapath in place");
             }
         }
         let Opened {
@@ -106,7 +114,8 @@ impl Daemon {
         if created {
             tracing::info!(dir = %opts.bpffs.display(), links, "created and pinned the node datapath");
         } else {
-            tracing::info!(dir = %opts.bpffs.display(), links, "adopted the pinned node datapath (nothing attached again)");
+            tracing::info!(dir = %opts.bpffs.display(), links, "adopted the pinned node datapath \
+                (nothing attached again)");
         }
         let mut daemon = Self {
             listener: bind(&opts.dir)?,
@@ -194,7 +203,8 @@ impl Daemon {
         // Policies of namespaces that are gone, enrolled here or not (the kernel says which).
         match self.dp.remove_stale() {
             Ok(gone) if !gone.is_empty() => {
-                tracing::info!(cookies = %redirect_policy::Comma(&gone), "removed the policies of namespaces that are gone");
+                tracing::info!(cookies = %redirect_policy::Comma(&gone),
+                    "removed the policies of namespaces that are gone");
                 for cookie in gone {
                     if self.enrollments.contains_key(&cookie) {
                         self.enrollments.forget(cookie);
@@ -237,7 +247,8 @@ impl Daemon {
             match self.dp.refresh(ns, &e.policy) {
                 Ok(addrs) if addrs != e.addrs => {
                     if let Err(err) = self.enrollments.amend(cookie, |r| r.addrs = addrs) {
-                        tracing::warn!(netns = %e.netns.display(), error = %err, "recording the enrollment's addresses");
+                        tracing::warn!(netns = %e.netns.display(), error = %err,
+                            "recording the enrollment's addresses");
                     }
                 }
                 Ok(_) => {}

@@ -41,7 +41,13 @@ pub fn ask(
             c.read_timeout = Some(std::time::Duration::from_secs(5));
             c
         }
-        Ok(None) => return Exit::Keep("no Kubernetes access (not in a cluster, no --kubeconfig): the apiserver cannot say whether the DaemonSet is gone, kept".into()),
+        Ok(None) => {
+            return Exit::Keep(
+                "no Kubernetes access (not in a cluster, no --kubeconfig): \
+            the apiserver cannot say whether the DaemonSet is gone, kept"
+                    .into(),
+            )
+        }
         Err(e) => return Exit::Keep(format!("{e}: kept")),
     };
     let client = {
@@ -84,12 +90,15 @@ pub(crate) fn decide(
     let spec = ds.spec.and_then(|s| s.template.spec).unwrap_or_default();
     match selects(&spec, &labels) {
         Ok(true) => Exit::Keep(format!(
-            "DaemonSet {ds_name} exists and selects node {node_name} (an upgrade or a restart): kept, new pods wait for the next daemon"
+            "DaemonSet {ds_name} exists and selects node {node_name} (an upgrade or a restart): \
+                kept, new pods wait for the next daemon"
         )),
         Ok(false) => Exit::Remove(format!(
             "DaemonSet {ds_name} no longer selects node {node_name}: removed"
         )),
-        Err(e) => Exit::Keep(format!("cannot tell whether DaemonSet {ds_name} selects node {node_name} ({e}): kept")),
+        Err(e) => Exit::Keep(format!(
+            "cannot tell whether DaemonSet {ds_name} selects node {node_name} ({e}): kept"
+        )),
     }
 }
 
@@ -182,7 +191,8 @@ mod tests {
             matches!(run(Ok(Some(ds(spec.clone()))), Ok(Some(on.clone()))), Exit::Keep(r) if r.contains("upgrade"))
         );
         assert!(
-            matches!(run(Err("connection refused".into()), Ok(Some(on.clone()))), Exit::Keep(r) if r.contains("connection refused"))
+            matches!(run(Err("connection refused".into()), Ok(Some(on.clone()))),
+                Exit::Keep(r) if r.contains("connection refused"))
         );
         assert!(
             matches!(run(Ok(Some(ds(spec))), Err("forbidden".into())), Exit::Keep(r) if r.contains("forbidden"))

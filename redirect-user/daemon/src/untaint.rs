@@ -69,7 +69,8 @@ impl Untaint {
             if self.said_waiting {
                 tracing::debug!(%dir, "the node's conflist holds no redirect-cni entry yet: the taint stays");
             } else {
-                tracing::info!(%dir, key = %self.taint.key, "the node's conflist holds no redirect-cni entry yet: the taint stays until install-cni puts it in");
+                tracing::info!(%dir, key = %self.taint.key, "the node's conflist holds no \
+                    redirect-cni entry yet: the taint stays until install-cni puts it in");
                 self.said_waiting = true;
             }
             return;
@@ -88,11 +89,14 @@ impl Untaint {
         let spawned = std::thread::Builder::new().name("untaint".into()).spawn(move || {
             match rt.block_on(crate::node_taint::remove(client, &node, &taint)) {
                 Ok(true) => {
-                    tracing::info!(node = %node, key = %taint.key, effect = %taint.effect, "the plugin entry is in place and ADDs are served: removed the readiness taint");
+                    tracing::info!(node = %node, key = %taint.key, effect = %taint.effect,
+                        "the plugin entry is in place and ADDs are served: removed the readiness \
+                        taint");
                     done.store(true, Ordering::Relaxed);
                 }
                 Ok(false) => {
-                    tracing::info!(node = %node, key = %taint.key, "the node has no readiness taint: nothing to remove");
+                    tracing::info!(node = %node, key = %taint.key,
+                        "the node has no readiness taint: nothing to remove");
                     done.store(true, Ordering::Relaxed);
                 }
                 Err(error) => tracing::warn!(node = %node, %error, "removing the readiness taint failed: tried again"),

@@ -42,7 +42,10 @@ pub enum ControllerError {
     #[error(transparent)]
     Config(#[from] KubeError),
     /// Neither in a cluster nor given a kubeconfig.
-    #[error("the untaint controller has no Kubernetes access (KUBERNETES_SERVICE_HOST is not set and no --kubeconfig was given)")]
+    #[error(
+        "the untaint controller has no Kubernetes access (KUBERNETES_SERVICE_HOST is not set \
+        and no --kubeconfig was given)"
+    )]
     NoAccess,
     /// The client could not be built.
     #[error("the Kubernetes client: {0}")]
@@ -93,7 +96,8 @@ pub fn run(opts: &ControllerOptions) -> Result<(), ControllerError> {
 /// watch runs: the watcher retries with its backoff).
 async fn serve(client: Client, opts: &ControllerOptions) {
     let Taint { key, effect } = &opts.taint;
-    tracing::info!(namespace = %opts.namespace, selector = %opts.selector, %key, %effect, "untaint controller: watching the DaemonSet's pods");
+    tracing::info!(namespace = %opts.namespace, selector = %opts.selector, %key, %effect,
+        "untaint controller: watching the DaemonSet's pods");
     let pods: Api<Pod> = Api::namespaced(client.clone(), &opts.namespace);
     let events = watcher(pods, watcher::Config::default().labels(&opts.selector)).default_backoff();
     let mut events = std::pin::pin!(events);
@@ -103,7 +107,8 @@ async fn serve(client: Client, opts: &ControllerOptions) {
         tokio::select! {
             event = events.next() => match event {
                 Some(Ok(e)) => nodes.apply(e),
-                Some(Err(error)) => tracing::warn!(%error, namespace = %opts.namespace, "watching the DaemonSet's pods"),
+                Some(Err(error)) => tracing::warn!(%error, namespace = %opts.namespace,
+                    "watching the DaemonSet's pods"),
                 None => return,
             },
             _ = retry.tick() => {}
@@ -111,7 +116,8 @@ async fn serve(client: Client, opts: &ControllerOptions) {
         for node in nodes.due() {
             match remove(client.clone(), &node, &opts.taint).await {
                 Ok(true) => {
-                    tracing::info!(%node, %key, %effect, "the node's DaemonSet pod is Ready: removed the readiness taint");
+                    tracing::info!(%node, %key, %effect, "the node's DaemonSet pod is Ready: \
+                        removed the readiness taint");
                     nodes.done(&node);
                 }
                 Ok(false) => {

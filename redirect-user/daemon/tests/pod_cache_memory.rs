@@ -123,7 +123,8 @@ fn pod_cache_memory_5000_pods_of_100_kb() {
     let kept = cached_json_bytes(&cache);
     let grown = after.saturating_sub(before);
     println!(
-        "5000 pods of {} bytes (JSON) each: the cache holds {} pods, {} bytes of JSON each; resident memory grew {grown} KiB ({} bytes a pod)",
+        "5000 pods of {} bytes (JSON) each: the cache holds {} pods, {} bytes of JSON each; \
+            resident memory grew {grown} KiB ({} bytes a pod)",
         whole / 5000,
         cache.len(),
         kept / 5000,

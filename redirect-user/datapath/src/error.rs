@@ -6,7 +6,10 @@ use std::{io, path::PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The cgroup directory does not exist.
-    #[error("cgroup {path} does not exist: create it (mkdir {suggest}) or pass an existing directory under the cgroup v2 mount {mount}")]
+    #[error(
+        "cgroup {path} does not exist: create it (mkdir {suggest}) or pass an existing \
+        directory under the cgroup v2 mount {mount}"
+    )]
     CgroupMissing {
         /// The path given.
         path: PathBuf,
@@ -17,7 +20,10 @@ pub enum Error {
         mount: PathBuf,
     },
     /// The path exists but is not a cgroup v2 directory.
-    #[error("{path} is not a cgroup v2 directory (its filesystem is {fstype}); BPF programs attach only to cgroup v2, which is mounted at {mount} here: pass a directory under it")]
+    #[error(
+        "{path} is not a cgroup v2 directory (its filesystem is {fstype}); BPF programs attach \
+        only to cgroup v2, which is mounted at {mount} here: pass a directory under it"
+    )]
     NotCgroup2 {
         /// The path given.
         path: PathBuf,
@@ -27,16 +33,25 @@ pub enum Error {
         mount: PathBuf,
     },
     /// No cgroup2 filesystem is mounted.
-    #[error("no cgroup v2 filesystem is mounted (none in /proc/self/mountinfo); mount one, e.g. `mkdir -p /sys/fs/cgroup/unified && mount -t cgroup2 none /sys/fs/cgroup/unified`")]
+    #[error(
+        "no cgroup v2 filesystem is mounted (none in /proc/self/mountinfo); mount one, e.g. \
+        `mkdir -p /sys/fs/cgroup/unified && mount -t cgroup2 none /sys/fs/cgroup/unified`"
+    )]
     NoCgroup2Mount,
     /// Not running with the privileges BPF needs.
-    #[error("redirect must run as root (effective uid is {euid}): loading and attaching BPF programs needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN; rerun it with sudo")]
+    #[error(
+        "redirect must run as root (effective uid is {euid}): loading and attaching BPF \
+        programs needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN; rerun it with sudo"
+    )]
     NotRoot {
         /// The effective uid we run as.
         euid: u32,
     },
     /// The binary was built with the empty stub object.
-    #[error("this build of redirect has no BPF object embedded: run `cargo xtask build-ebpf` and rebuild (or use `cargo xtask run`)")]
+    #[error(
+        "this build of redirect has no BPF object embedded: run `cargo xtask build-ebpf` and \
+        rebuild (or use `cargo xtask run`)"
+    )]
     NoObject,
     /// Parsing or loading the BPF object failed.
     #[error("loading the BPF object")]
@@ -99,7 +114,10 @@ pub enum Error {
         source: serde_json::Error,
     },
     /// Two enrolled namespaces claim the same address (sk_lookup finds a pod by address).
-    #[error("address {addr} of network namespace {netns} is already enrolled for another namespace: pod addresses must be unique within one datapath")]
+    #[error(
+        "address {addr} of network namespace {netns} is already enrolled for another namespace: \
+        pod addresses must be unique within one datapath"
+    )]
     AddressConflict {
         /// The address.
         addr: std::net::IpAddr,
@@ -108,7 +126,11 @@ pub enum Error {
     },
     /// The path named another namespace (or none) by the end of an apply than the one it
     /// opened at the start (a reused pid, a remounted name): the apply was rolled back.
-    #[error("network namespace {path} changed during the apply: it was opened as netns cookie {cookie} (inode {inode}), and the path now names {found}; everything written for cookie {cookie} was removed: apply again")]
+    #[error(
+        "network namespace {path} changed during the apply: it was opened as netns cookie \
+        {cookie} (inode {inode}), and the path now names {found}; everything written for cookie \
+        {cookie} was removed: apply again"
+    )]
     NetnsChanged {
         /// The path given.
         path: PathBuf,
@@ -123,7 +145,11 @@ pub enum Error {
     #[error(transparent)]
     PolicyLimit(#[from] redirect_policy::PolicyLimit),
     /// An enrollment would use more of a shared map than the node's per-namespace quota.
-    #[error("{netns}: {count} {what} is over the per-namespace quota of {limit}, so nothing was written (the node datapath was created with {flag} {limit}; recreate it with a larger {flag} to allow more)")]
+    #[error(
+        "{netns}: {count} {what} is over the per-namespace quota of {limit}, so nothing was \
+        written (the node datapath was created with {flag} {limit}; recreate it with a larger \
+        {flag} to allow more)"
+    )]
     Quota {
         /// The namespace being enrolled.
         netns: PathBuf,
@@ -143,7 +169,12 @@ pub enum Error {
         why: String,
     },
     /// The pin directory's parent is not a bpf filesystem (none is mounted on its behalf).
-    #[error("{mount} is not a bpf filesystem, so the datapath cannot be pinned at {dir}: run where the host's bpffs is mounted (a container needs -v /sys/fs/bpf:/sys/fs/bpf, or pass --bpffs inside a mounted bpffs); mounting a new one here would be private to this mount namespace and the capture would die with it")]
+    #[error(
+        "{mount} is not a bpf filesystem, so the datapath cannot be pinned at {dir}: run where \
+        the host's bpffs is mounted (a container needs -v /sys/fs/bpf:/sys/fs/bpf, or pass --bpffs \
+        inside a mounted bpffs); mounting a new one here would be private to this mount namespace \
+        and the capture would die with it"
+    )]
     NoBpffs {
         /// The pin directory asked for.
         dir: PathBuf,
@@ -152,7 +183,10 @@ pub enum Error {
     },
     /// The lock directory or the pin directory was made by another user, or others may write
     /// it (a bpffs of mode 1777 lets any user create entries beside the pins).
-    #[error("{} is owned by uid {uid} with mode {mode:o}, where only root may write: refused, as another user could hold the datapath's lock or change its pins; remove it as root (`rm -r {}`) and mount the bpf filesystem so only root may create entries there (`mount -t bpf -o mode=700 bpf {}`)", path.display(), path.display(), mount.display())]
+    #[error("{} is owned by uid {uid} with mode {mode:o}, where only root may write: refused, as \
+        another user could hold the datapath's lock or change its pins; remove it as root (`rm -r \
+        {}`) and mount the bpf filesystem so only root may create entries there (`mount -t bpf -o \
+        mode=700 bpf {}`)", path.display(), path.display(), mount.display())]
     NotRootsOwn {
         /// The directory.
         path: PathBuf,
@@ -175,7 +209,13 @@ pub enum Error {
         source: io::Error,
     },
     /// The pinned datapath has another layout than this build reads and writes.
-    #[error("the datapath pinned at {dir} has layout v{found}, this redirect reads and writes layout v{expected}: upgrade it in place with `redirect upgrade --bpffs {dir}` (or start the new daemon) when this build upgrades from v{found} (`redirect upgrade --check` lists the layouts it does); otherwise remove it with `redirect uninstall --bpffs {dir}` (every namespace loses capture until it is enrolled again) or use the redirect that created it")]
+    #[error(
+        "the datapath pinned at {dir} has layout v{found}, this redirect reads and writes \
+        layout v{expected}: upgrade it in place with `redirect upgrade --bpffs {dir}` (or start \
+        the new daemon) when this build upgrades from v{found} (`redirect upgrade --check` lists \
+        the layouts it does); otherwise remove it with `redirect uninstall --bpffs {dir}` (every \
+        namespace loses capture until it is enrolled again) or use the redirect that created it"
+    )]
     Layout {
         /// The pin directory.
         dir: PathBuf,
@@ -206,7 +246,11 @@ pub enum Error {
         source: io::Error,
     },
     /// A running daemon owns the pinned datapath.
-    #[error("the datapath pinned at {dir} is owned by the redirect daemon pid {pid}, which is running: one owner per datapath; stop it first, or talk to it (`redirect list`, `redirect enroll` with its REDIRECT_DAEMON_DIR)")]
+    #[error(
+        "the datapath pinned at {dir} is owned by the redirect daemon pid {pid}, which is \
+        running: one owner per datapath; stop it first, or talk to it (`redirect list`, `redirect \
+        enroll` with its REDIRECT_DAEMON_DIR)"
+    )]
     OwnedByDaemon {
         /// The pin directory.
         dir: PathBuf,
@@ -214,7 +258,11 @@ pub enum Error {
         pid: u32,
     },
     /// The pinned datapath is attached at another cgroup than the one asked for.
-    #[error("the datapath pinned at {dir} is attached at {recorded} (cgroup id {recorded_id}), not at {asked} as --cgroup asks: it is never moved silently; run `redirect uninstall --bpffs {dir}` first to attach it elsewhere")]
+    #[error(
+        "the datapath pinned at {dir} is attached at {recorded} (cgroup id {recorded_id}), not \
+        at {asked} as --cgroup asks: it is never moved silently; run `redirect uninstall --bpffs \
+        {dir}` first to attach it elsewhere"
+    )]
     AttachedElsewhere {
         /// The pin directory.
         dir: PathBuf,
@@ -226,7 +274,10 @@ pub enum Error {
         asked: PathBuf,
     },
     /// The kernel lacks a feature the datapath uses.
-    #[error("this kernel ({kernel}) lacks {feature}, which {needed_by} needs (first in Linux: {since}){detail}; `redirect probe` lists every feature and what this kernel has")]
+    #[error(
+        "this kernel ({kernel}) lacks {feature}, which {needed_by} needs (first in Linux: \
+        {since}){detail}; `redirect probe` lists every feature and what this kernel has"
+    )]
     MissingFeature {
         /// The feature.
         feature: &'static str,
@@ -240,7 +291,12 @@ pub enum Error {
         detail: String,
     },
     /// A policy needs a feature the pinned datapath was loaded without.
-    #[error("this kernel ({kernel}) lacks {feature}{why}, which {flag} needs with inbound capture (first in Linux: {since}): the node datapath runs sk_lookup without the arrival interface, so this policy is refused and nothing was written; drop {flag}, or turn inbound capture off for this namespace (-b '')")]
+    #[error(
+        "this kernel ({kernel}) lacks {feature}{why}, which {flag} needs with inbound capture \
+        (first in Linux: {since}): the node datapath runs sk_lookup without the arrival interface, \
+        so this policy is refused and nothing was written; drop {flag}, or turn inbound capture \
+        off for this namespace (-b '')"
+    )]
     FeatureNeeded {
         /// The feature.
         feature: &'static str,
@@ -255,7 +311,10 @@ pub enum Error {
         why: String,
     },
     /// The feature override names an unknown feature.
-    #[error("{var} names {id:?}, which is no probed feature: name one or more of {known} (comma-separated), or unset it")]
+    #[error(
+        "{var} names {id:?}, which is no probed feature: name one or more of {known} \
+        (comma-separated), or unset it"
+    )]
     UnknownFeatureId {
         /// The environment variable.
         var: &'static str,
@@ -265,7 +324,10 @@ pub enum Error {
         known: String,
     },
     /// Another `redirect trace` reads the decision stream.
-    #[error("another `redirect trace` (pid {pid}) is reading the decision stream, which has one reader: stop it, or filter its output (`--netns`, `--json`)")]
+    #[error(
+        "another `redirect trace` (pid {pid}) is reading the decision stream, which has one \
+        reader: stop it, or filter its output (`--netns`, `--json`)"
+    )]
     TraceBusy {
         /// The reading process.
         pid: u32,

@@ -1,5 +1,6 @@
 //! Property tests ("fuzz" target) of the parsers of what the kernel prints as text: listening
-//! sockets (`/proc/net/tcp{,6}`, the fallback without socket diagnostics) and `/proc/self/mountinfo` (routes come over rtnetlink, parsed
+//! sockets (`/proc/net/tcp{,6}`, the fallback without socket diagnostics) and
+//! `/proc/self/mountinfo` (routes come over rtnetlink, parsed
 //! by netlink-packet-route). Random text never panics; lines printed as the kernel prints
 //! them parse back. Bounded; `PROPTEST_CASES=100000 cargo test -p redirect-datapath --test
 //! fuzz_proc` runs longer.
@@ -52,14 +53,19 @@ proptest! {
 
     #[test]
     fn printed_listeners_parse_back(
-        sockets in proptest::collection::vec((any::<u16>(), prop_oneof![Just("0A"), Just("01"), Just("06")], any::<u64>()), 0..6),
+        sockets in proptest::collection::vec(
+            (any::<u16>(), prop_oneof![Just("0A"), Just("01"), Just("06")], any::<u64>()),
+            0..6,
+        ),
         port in any::<u16>(),
         ipv6 in any::<bool>(),
     ) {
-        let mut text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n".to_owned();
+        let mut text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when \
+            retrnsmt   uid  timeout inode\n".to_owned();
         for (i, (p, st, inode)) in sockets.iter().enumerate() {
             text.push_str(&format!(
-                "{i:4}: 0100007F:{p:04X} 00000000:0000 {st} 00000000:00000000 00:00000000 00000000  1337        0 {inode} 1 0000000000000000 100 0 0 10 0\n"
+                "{i:4}: 0100007F:{p:04X} 00000000:0000 {st} 00000000:00000000 00:00000000 00000000  \
+                    1337        0 {inode} 1 0000000000000000 100 0 0 10 0\n"
             ));
         }
         let want: Vec<adopt::Listening> = sockets

@@ -11,9 +11,10 @@
 //! - External sources arrive on the pod's interfaces (eth0, ens5 and the row's `-c`/`-k` ones),
 //!   never on lo (the kernel drops them as martians); local sources on every interface and lo.
 //! - Destinations are the pod's own addresses: sk_lookup only runs for local delivery.
-//! - istio's `-k` rule `-i <nic> [-d X] -j ISTIO_REDIRECT` sends such traffic to 15001; the eBPF
-//!   datapath does not (docs/operator.md, "Behaviour worth knowing": forwarded KubeVirt traffic is not reproduced). Those packets are
-//!   checked to be passed as `inbound_interface` and counted separately, not compared.
+//! - istio's `-k` rule `-i <nic> [-d X] -j ISTIO_REDIRECT` sends such traffic to 15001; the
+//!   eBPF datapath does not (docs/operator.md, "Behaviour worth knowing": forwarded KubeVirt
+//!   traffic is not reproduced). Those packets are checked to be passed as
+//!   `inbound_interface` and counted separately, not compared.
 //! - Outcome = the port the connection lands on: a REDIRECT's port, else its own destination
 //!   port (so a connection to 15006 itself lands on 15006 either way); and when iptables left it
 //!   alone, the counter must name the rule that did (`-i` RETURN, `--dport` RETURN, no rule).

@@ -1,5 +1,6 @@
 //! The one HTTP/1 server of the daemon's metrics port and the proxy's admin ports, on hyper:
-//! concurrent connections up to a cap (and a share of it per peer address), a cap on the request head and body, a header read
+//! concurrent connections up to a cap (and a share of it per peer address), a cap on the request
+//! head and body, a header read
 //! timeout and a whole-connection deadline, one request per connection; and the bounded
 //! `GET` the proxy scrapes its application with.
 // Every dependency of the product build is used (the test build has dev-dependencies too).

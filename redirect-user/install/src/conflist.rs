@@ -82,7 +82,9 @@ pub(crate) fn refusal(list: &Value, versions: &[String]) -> Option<String> {
         .any(|p| p.get("type").and_then(Value::as_str) == Some("istio-cni"))
     {
         return Some(
-            "it chains istio-cni already: istio-cni and redirect-cni must not both capture a pod's traffic; remove istio-cni first (its DaemonSet re-inserts it: uninstall the istio-cni chart), then install redirect-cni".into(),
+            "it chains istio-cni already: istio-cni and redirect-cni must not both capture a pod's \
+                traffic; remove istio-cni first (its DaemonSet re-inserts it: uninstall the \
+                istio-cni chart), then install redirect-cni".into(),
         );
     }
     let version = runtime_version(list)?;

@@ -16,7 +16,9 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The configuration directory holds no valid CNI network configuration.
-    #[error("no CNI network configuration in {}: no valid *.conflist, *.conf or *.json file{}; redirect-cni is a chained plugin and needs the primary plugin's configuration (start the primary CNI first, or pass --watch to wait for it)", dir.display(), skipped_text(skipped))]
+    #[error("no CNI network configuration in {}: no valid *.conflist, *.conf or *.json file{}; \
+        redirect-cni is a chained plugin and needs the primary plugin's configuration (start the \
+        primary CNI first, or pass --watch to wait for it)", dir.display(), skipped_text(skipped))]
     NoConfig {
         /// The directory.
         dir: PathBuf,
@@ -32,7 +34,12 @@ pub enum Error {
         reason: String,
     },
     /// Converting a `.conf` would overwrite a conflist that is not ours.
-    #[error("converting {} into a conflist would overwrite {}, which install-cni did not write: move one of them away", from.display(), to.display())]
+    #[error(
+        "converting {} into a conflist would overwrite {}, which install-cni did not write: move \
+        one of them away",
+        from.display(),
+        to.display()
+    )]
     WouldOverwrite {
         /// The single-plugin config.
         from: PathBuf,
@@ -49,7 +56,9 @@ pub enum Error {
     },
     /// `--check`: something is not in place.
     /// A configuration file that is a symlink out of its directory.
-    #[error("{} is a symlink to {}, outside the CNI configuration directory: refused, the entry not written (install-cni writes through a link only into its own directory, as a ConfigMap's ..data; replace the link with the file)", path.display(), target.display())]
+    #[error("{} is a symlink to {}, outside the CNI configuration directory: refused, the entry not \
+        written (install-cni writes through a link only into its own directory, as a ConfigMap's \
+        ..data; replace the link with the file)", path.display(), target.display())]
     LinkOutside {
         /// The link.
         path: PathBuf,
@@ -57,7 +66,9 @@ pub enum Error {
         target: PathBuf,
     },
     /// The configuration file changed between install-cni's read and its write.
-    #[error("{} changed between install-cni's read and its write (another writer, e.g. the primary plugin's installer): not replaced, so that write is kept; it is read again at the next pass", path.display())]
+    #[error("{} changed between install-cni's read and its write (another writer, e.g. the primary \
+        plugin's installer): not replaced, so that write is kept; it is read again at the next \
+        pass", path.display())]
     ChangedMeanwhile {
         /// The file.
         path: PathBuf,

@@ -92,7 +92,8 @@ pub(crate) fn install_gated(opts: &Options, gate: &mut dyn FnMut() -> bool) -> R
     // The highest-priority file changed (a new primary): our entry leaves the old one first.
     if let Some(old) = st.config.take_if(|c| c.path != target) {
         for done in undo_config(&old)? {
-            tracing::info!(file = %old.path.display(), done, "our entry moved to the new highest-priority configuration");
+            tracing::info!(file = %old.path.display(), done,
+                "our entry moved to the new highest-priority configuration");
         }
     }
     let mine = st.config.take();

@@ -100,7 +100,8 @@ fn reconcile(opts: &Options, tracker: &mut Tracker, waiting_said: &mut bool) {
                 backoff_s = rule.backoff.as_secs(),
                 slow_s = rule.slow.as_secs(),
                 fights,
-                "another writer keeps removing our entry: fight detected, re-inserting only once every slow_s for the backoff (install-cni --help: the fight rule)"
+                "another writer keeps removing our entry: fight detected, re-inserting only once \
+                    every slow_s for the backoff (install-cni --help: the fight rule)"
             );
             return;
         }
@@ -115,7 +116,9 @@ fn reconcile(opts: &Options, tracker: &mut Tracker, waiting_said: &mut bool) {
             tracing::error!(
                 conf_dir = %opts.conf_dir.display(),
                 slow_s = tracker.rule().slow.as_secs(),
-                "ALARM: our entry re-inserted during the fight's backoff; another writer keeps removing it, and pods that start while it is out run uncaptured until the daemon's reconcile enrolls them"
+                "ALARM: our entry re-inserted during the fight's backoff; another writer keeps \
+                    removing it, and pods that start while it is out run uncaptured until the \
+                    daemon's reconcile enrolls them"
             );
         }
         _ => {}
@@ -127,7 +130,8 @@ fn reconcile(opts: &Options, tracker: &mut Tracker, waiting_said: &mut bool) {
                 Change::Unchanged if !done.plugin.written => {}
                 change => tracing::info!(
                     config = %done.config.display(),
-                    converted_from = %done.converted_from.as_ref().map_or_else(|| "-".to_owned(), |p| p.display().to_string()),
+                    converted_from = %done.converted_from.as_ref().map_or_else(|| "-".to_owned(),
+                        |p| p.display().to_string()),
                     plugin = %done.plugin.path.display(),
                     ?change,
                     "installed"

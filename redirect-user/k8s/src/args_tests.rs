@@ -1,4 +1,5 @@
-//! Every annotation and proxy field against the istio-iptables arguments istio-cni computes for it, and the errors for bad values.
+//! Every annotation and proxy field against the istio-iptables arguments istio-cni computes for it,
+//! and the errors for bad values.
 
 use std::net::IpAddr;
 

@@ -1,4 +1,5 @@
-//! [`compare`]: where the policy istio-cni's path gives a pod differs from its istio-init's, field by field (lists compared as sets).
+//! [`compare`]: where the policy istio-cni's path gives a pod differs from its istio-init's, field
+//! by field (lists compared as sets).
 
 use redirect_policy::Policy;
 use serde::Serialize;

@@ -1,4 +1,5 @@
-//! The DNS servers a DNS-capturing pod's resolv.conf will name, from its dnsPolicy, dnsConfig and the cluster DNS address (never the node's resolv.conf).
+//! The DNS servers a DNS-capturing pod's resolv.conf will name, from its dnsPolicy, dnsConfig and
+//! the cluster DNS address (never the node's resolv.conf).
 
 use std::net::IpAddr;
 
@@ -38,14 +39,19 @@ pub(crate) fn servers(pod: &Pod, cluster_dns: Option<IpAddr>) -> Result<Vec<IpAd
             Some(ip) => vec![ip],
             None => {
                 return Err(Error::NoDnsServer(format!(
-                    "{NEEDS} and its dnsPolicy is {policy}, so its DNS server is the cluster DNS, whose address is not known here: give the daemon --cluster-dns (the kubelet's clusterDNS, e.g. 10.96.0.10), or let it read the kube-dns Service at start (rbac.yaml)"
+                    "{NEEDS} and its dnsPolicy is {policy}, so its DNS server is the cluster DNS, \
+                        whose address is not known here: give the daemon --cluster-dns (the \
+                        kubelet's clusterDNS, e.g. 10.96.0.10), or let it read the kube-dns \
+                        Service at start (rbac.yaml)"
                 )))
             }
         },
         "None" => Vec::new(),
         "Default" => {
             return Err(Error::NoDnsServer(format!(
-                "{NEEDS} and its dnsPolicy is Default, so its DNS servers are the node's resolv.conf's, which is never read for a pod: give the pod dnsPolicy None with dnsConfig.nameservers, or ClusterFirst"
+                "{NEEDS} and its dnsPolicy is Default, so its DNS servers are the node's \
+                    resolv.conf's, which is never read for a pod: give the pod dnsPolicy None with \
+                    dnsConfig.nameservers, or ClusterFirst"
             )))
         }
         other => {

@@ -1,4 +1,6 @@
-//! Kubernetes pods as istio-cni sees them: whether a pod is meshed ([`decide`]) and the capture [`Policy`](redirect_policy::Policy) its annotations and istio-proxy container ask for ([`policy`]).
+//! Kubernetes pods as istio-cni sees them: whether a pod is meshed ([`decide`]) and the capture
+//! [`Policy`](redirect_policy::Policy) its annotations and istio-proxy container ask for
+//! ([`policy`]).
 //!
 //! The rules are istio-cni's (its plugin's pod checks and its annotation-to-istio-iptables
 //! mapping): [`istio_iptables_args`] builds the arguments istio-cni would hand istio-iptables

@@ -1,4 +1,5 @@
-//! Pod and workload manifests (YAML or JSON, several documents): their pods, istio-init's arguments, and [`migrate`] to what Istio's injector emits with istio-cni enabled.
+//! Pod and workload manifests (YAML or JSON, several documents): their pods, istio-init's
+//! arguments, and [`migrate`] to what Istio's injector emits with istio-cni enabled.
 
 use std::collections::HashMap;
 

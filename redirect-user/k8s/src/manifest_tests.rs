@@ -1,4 +1,5 @@
-//! Istio's kube-inject manifests: istio-cni's path agrees with their istio-init, and their migrated form is meshed with the same policy.
+//! Istio's kube-inject manifests: istio-cni's path agrees with their istio-init, and their migrated
+//! form is meshed with the same policy.
 
 use redirect_testkit::reference::inject;
 

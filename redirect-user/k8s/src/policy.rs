@@ -1,4 +1,5 @@
-//! [`policy`]: a pod's istio-cni arguments parsed by redirect-policy's istio-iptables parser, errors traced back to the annotation.
+//! [`policy`]: a pod's istio-cni arguments parsed by redirect-policy's istio-iptables parser,
+//! errors traced back to the annotation.
 
 use std::collections::HashMap;
 use std::net::IpAddr;

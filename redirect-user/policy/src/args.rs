@@ -100,7 +100,8 @@ const FLAGS: &[Flag] = &[
     f(Some('i'), "istio-service-cidr", V, Some("ISTIO_SERVICE_CIDR"), None, Key::ServiceCidr),
     f(Some('x'), "istio-service-exclude-cidr", V, Some("ISTIO_SERVICE_EXCLUDE_CIDR"), None, Key::ExcludeCidr),
     f(Some('q'), "istio-outbound-ports", V, Some("ISTIO_OUTBOUND_PORTS"), None, Key::OutboundPorts),
-    f(Some('o'), "istio-local-outbound-ports-exclude", V, Some("ISTIO_LOCAL_OUTBOUND_PORTS_EXCLUDE"), None, Key::OutboundExclude),
+    f(Some('o'), "istio-local-outbound-ports-exclude", V,
+        Some("ISTIO_LOCAL_OUTBOUND_PORTS_EXCLUDE"), None, Key::OutboundExclude),
     f(Some('k'), "kube-virt-interfaces", V, Some("KUBE_VIRT_INTERFACES"), None, Key::KubeVirt),
     f(Some('n'), "dry-run", B, Some("DRY_RUN"), None, Key::DryRun),
     f(None, "skip-rule-apply", B, Some("SKIP_RULE_APPLY"), None, Key::SkipRuleApply),
@@ -145,7 +146,8 @@ const FLAGS: &[Flag] = &[
 const RENAMED: &[(&str, &str, &str)] = &[(
     "proxy-cgroup",
     "bind-proxy-cgroup",
-    "it binds the -u/-g bypass to the proxy's cgroup; `--proxy-cgroup` of `daemon` and `attach` is where the proxy hooks attach",
+    "it binds the -u/-g bypass to the proxy's cgroup; `--proxy-cgroup` of `daemon` and `attach` is \
+        where the proxy hooks attach",
 )];
 
 /// The error for `--NAME` that is not a flag: a renamed flag's new name, else the closest one.
@@ -218,7 +220,10 @@ fn fixed_default(flag: &Flag, value: &str) -> Result<(), PolicyError> {
     Err(PolicyError::Invalid {
         flag: flag.label(),
         value: value.to_owned(),
-        reason: format!("is not Istio's default {default}, the only value supported (TPROXY mode's mark 1337 and route table 133 are built in): leave the flag out or pass {default}"),
+        reason: format!(
+            "is not Istio's default {default}, the only value supported (TPROXY mode's \
+            mark 1337 and route table 133 are built in): leave the flag out or pass {default}"
+        ),
     })
 }
 

@@ -65,7 +65,12 @@ pub(super) fn invocation(
     };
     let exclude_cidrs = match v.get(Key::ExcludeCidr) {
         Some(raw) if raw.value == "*" => {
-            return Err(bad(raw, "*", "is not allowed: istio-iptables refuses it (invalid value for OUTBOUND_IP_RANGES_EXCLUDE)"));
+            return Err(bad(
+                raw,
+                "*",
+                "is not allowed: istio-iptables refuses it (invalid value for \
+                OUTBOUND_IP_RANGES_EXCLUDE)",
+            ));
         }
         Some(raw) => cidrs(raw)?,
         None => Vec::new(),
@@ -162,7 +167,8 @@ fn pod_nameservers(v: &Values, sys: &dyn SystemLookup) -> Result<Vec<IpAddr>> {
     })?;
     let servers = nameservers(&view.text);
     if servers.is_empty() {
-        tracing::warn!(from = %view.from, "--redirect-dns is set but resolv.conf names no DNS server: DNS capture is off (as istio-iptables does)");
+        tracing::warn!(from = %view.from, "--redirect-dns is set but resolv.conf names no DNS \
+            server: DNS capture is off (as istio-iptables does)");
     } else {
         tracing::info!(servers = %crate::shown::Comma(&servers), from = %view.from, "DNS servers of the pod");
     }
@@ -201,10 +207,13 @@ fn ports(raw: &Raw) -> Result<Vec<u16>> {
 fn cidrs(raw: &Raw) -> Result<Vec<IpNet>> {
     items(&raw.value)
         .map(|i| {
-            let net = i.parse::<IpNet>().map_err(|_| bad(raw, i, "is not a CIDR"))?;
+            let net = i
+                .parse::<IpNet>()
+                .map_err(|_| bad(raw, i, "is not a CIDR"))?;
             let trunc = net.trunc();
             if trunc != net {
-                tracing::warn!(flag = %raw.origin, given = %net, taken = %trunc, "a CIDR with host bits set: taken as its network, as iptables normalises it");
+                tracing::warn!(flag = %raw.origin, given = %net, taken = %trunc,
+                    "a CIDR with host bits set: taken as its network, as iptables normalises it");
             }
             Ok(trunc)
         })
@@ -225,7 +234,10 @@ pub(super) fn too_many(flag: &str, value: &str, n: usize, what: &str) -> Result<
         return Err(PolicyError::invalid(
             flag,
             value,
-            format!("lists {n} {what}; at most {MAX_OWNER_IDS} are supported (the eBPF datapath's fixed per-policy limit)"),
+            format!(
+                "lists {n} {what}; at most {MAX_OWNER_IDS} are supported (the eBPF datapath's \
+                fixed per-policy limit)"
+            ),
         ));
     }
     Ok(())

@@ -59,7 +59,9 @@ pub fn policy_lines(p: &Policy, ipv6: bool) -> Vec<String> {
             "mode (-m)              {}",
             match p.mode {
                 Mode::Redirect => "REDIRECT (inbound: the application sees the proxy as its peer)",
-                Mode::Tproxy => "TPROXY (inbound: the application sees the client's own address; the pod gets the fwmark 1337 rule and local table 133)",
+                Mode::Tproxy =>
+                    "TPROXY (inbound: the application sees the client's own address; \
+                    the pod gets the fwmark 1337 rule and local table 133)",
             }
         ),
         format!("include CIDRs (-i)     {include}"),

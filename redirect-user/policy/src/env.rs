@@ -155,7 +155,8 @@ mod tests {
         assert_eq!(id_in_db(passwd, "istio-proxy"), Some(1337));
         assert_eq!(id_in_db(passwd, "istio"), None);
         assert_eq!(id_in_db("java:x:1001:\n", "java"), Some(1001));
-        let resolv = "# x\nsearch a b\nnameserver 10.96.0.10\nnameserver ::1\nnameserver fe80::1%eth0\noptions ndots:5\n";
+        let resolv = "# x\nsearch a b\nnameserver 10.96.0.10\nnameserver ::1\nnameserver \
+            fe80::1%eth0\noptions ndots:5\n";
         assert_eq!(
             nameservers(resolv),
             vec![

@@ -21,7 +21,10 @@ pub enum PolicyError {
     #[error("flag {0} needs a value")]
     MissingValue(String),
     /// A positional argument (istio-iptables takes none).
-    #[error("unexpected argument {0:?}: istio-iptables takes no positional arguments (a bool flag takes its value as --flag=false)")]
+    #[error(
+        "unexpected argument {0:?}: istio-iptables takes no positional arguments (a bool flag \
+        takes its value as --flag=false)"
+    )]
     UnexpectedArgument(String),
     /// A value that must come from the pod's files (its resolv.conf, passwd or group), and no
     /// source of them could answer.

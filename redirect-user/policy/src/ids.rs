@@ -53,25 +53,38 @@ pub(super) fn default_uid(
             tracing::info!(user = %user, uid = id, from = %from, "proxy uid of the pod's user");
             Ok((
                 id,
-                Some(format!("proxy uid {id} (no -u): ENVOY_USER {user:?} in {from}")),
+                Some(format!(
+                    "proxy uid {id} (no -u): ENVOY_USER {user:?} in {from}"
+                )),
             ))
         }
         Ok(Id::NotListed { searched }) => {
-            tracing::info!(user = %user, searched = %searched, "proxy user not listed: istio-iptables' default uid 1337");
+            tracing::info!(user = %user, searched = %searched,
+                "proxy user not listed: istio-iptables' default uid 1337");
             Ok((
                 1337,
-                Some(format!("proxy uid 1337 (no -u): istio-iptables' default, ENVOY_USER {user:?} is not listed in {searched}")),
+                Some(format!(
+                    "proxy uid 1337 (no -u): istio-iptables' default, ENVOY_USER {user:?} \
+                    is not listed in {searched}"
+                )),
             ))
         }
         Err(lookup @ LookupError::NoSource { .. }) => {
-            tracing::info!(user = %user, reason = %lookup, "ENVOY_USER cannot be resolved from the namespace's own files: istio-iptables' default proxy uid 1337 (and gid, unless -g)");
+            tracing::info!(user = %user, reason = %lookup, "ENVOY_USER cannot be resolved from the \
+                namespace's own files: istio-iptables' default proxy uid 1337 (and gid, unless -g)");
             Ok((
                 1337,
-                Some(format!("proxy uid 1337 (no -u): istio-iptables' default, ENVOY_USER {user:?} cannot be resolved ({lookup})")),
+                Some(format!(
+                    "proxy uid 1337 (no -u): istio-iptables' default, ENVOY_USER {user:?} \
+                    cannot be resolved ({lookup})"
+                )),
             ))
         }
         Err(lookup) => Err(PolicyError::PodFile {
-            needed: format!("-u/--proxy-uid is not given, so the proxy uid is that of ENVOY_USER ({user:?}) in the pod's /etc/passwd"),
+            needed: format!(
+                "-u/--proxy-uid is not given, so the proxy uid is that of ENVOY_USER \
+                ({user:?}) in the pod's /etc/passwd"
+            ),
             lookup: Box::new(lookup),
             fix: "pass -u UID (istio's default is 1337)".into(),
         }),

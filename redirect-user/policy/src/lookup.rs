@@ -1,4 +1,5 @@
-//! Where a policy's user names, group names and DNS servers come from: the pod's own files, read through ordered sources.
+//! Where a policy's user names, group names and DNS servers come from: the pod's own files, read
+//! through ordered sources.
 //!
 //! An explicit flag never gets here (`--dns-servers`, numeric `-u`/`-g`, numeric owner groups).
 //! What is left is asked of a [`SystemLookup`]; [`Sources`] is the one built from

@@ -55,7 +55,10 @@ fn count(field: &str, n: usize, shown: impl Fn() -> String, what: &str) -> Resul
         return Err(invalid(
             field,
             shown(),
-            &format!("lists {n} {what}s; at most {MAX_OWNER_IDS} are supported (the eBPF datapath's fixed per-policy limit)"),
+            &format!(
+                "lists {n} {what}s; at most {MAX_OWNER_IDS} are supported (the eBPF datapath's \
+                fixed per-policy limit)"
+            ),
         ));
     }
     Ok(())

@@ -55,7 +55,8 @@ pub(crate) async fn respond(mut client: TcpStream) -> (u64, u64) {
         }
     }
     let response = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-length: {}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n{BODY}",
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-length: {}\r\ncontent-type: \
+            text/plain\r\nconnection: close\r\n\r\n{BODY}",
         BODY.len()
     );
     let written = client

@@ -159,7 +159,10 @@ async fn bind(flag: &str, addr: SocketAddr) -> anyhow::Result<TcpListener> {
 fn run(args: Args) -> anyhow::Result<()> {
     // TPROXY mode runs as root by design (Istio: uid 0, gid 1337), bypassed by its gid.
     if nix::unistd::geteuid().is_root() && !args.allow_root && args.tproxy_mark.is_none() {
-        bail!("refusing to run as root: run as the proxy uid (e.g. `setpriv --reuid 1337 --regid 1337 --clear-groups redirect-proxy`) or pass --allow-root");
+        bail!(
+            "refusing to run as root: run as the proxy uid (e.g. `setpriv --reuid 1337 --regid \
+            1337 --clear-groups redirect-proxy`) or pass --allow-root"
+        );
     }
     let mut registry = match &args.registry {
         Some(path) => Registry::load(path)?,

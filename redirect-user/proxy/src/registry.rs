@@ -82,7 +82,10 @@ pub enum RegistryError {
         source: serde_json::Error,
     },
     /// An address is neither an IP nor a CIDR.
-    #[error("service {service}: address '{address}' is neither an IP address nor a CIDR (e.g. 10.96.0.10 or 10.96.0.0/16)")]
+    #[error(
+        "service {service}: address '{address}' is neither an IP address nor a CIDR (e.g. \
+        10.96.0.10 or 10.96.0.0/16)"
+    )]
     Address {
         /// The service.
         service: String,

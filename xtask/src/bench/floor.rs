@@ -52,7 +52,10 @@ pub(super) fn floor(samples: &[Sample], concurrency: usize, memory: &mut BTreeMa
     // CPU ms per 1,000 connections is us per connection.
     if let Some(cpu_us) = explicit(samples, &full, |s| s.cpu_per_1000) {
         add(
-            format!("conn/s eBPF / explicit the hooks allow at {full} (explicit: {cpu_us:.0} us of CPU per connection)"),
+            format!(
+                "conn/s eBPF / explicit the hooks allow at {full} (explicit: {cpu_us:.0} us of \
+                CPU per connection)"
+            ),
             Value::from(round3(cpu_us / (cpu_us + hooks_us))),
         );
     }
@@ -101,7 +104,10 @@ fn measured(samples: &[Sample], concurrency: usize, memory: &mut BTreeMap<String
         memory.insert(format!("{PREFIX}{k}"), v);
     };
     add(
-        format!("the capture's whole CPU per connection at {full}, measured (eBPF - explicit, median of per-round differences), us"),
+        format!(
+            "the capture's whole CPU per connection at {full}, measured (eBPF - explicit, \
+            median of per-round differences), us"
+        ),
         Value::from(round2(whole_us)),
     );
     add(

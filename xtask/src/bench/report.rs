@@ -96,11 +96,18 @@ pub(super) fn markdown(report: &Report) -> String {
             "\n**Warning: {errors} failed connections during the run; rates exclude them.**"
         );
     }
-    out.push_str("\nMedians over interleaved rounds; ratios are medians of per-round ratios (value / reference in the same round). For latencies and enrollment time lower is better, so a ratio below 1 is a win there.\n");
+    out.push_str(
+        "\nMedians over interleaved rounds; ratios are medians of per-round ratios (value \
+        / reference in the same round). For latencies and enrollment time lower is better, so a \
+        ratio below 1 is a win there.\n",
+    );
     for ((workload, variant), samples) in groups(&report.samples) {
         let unit = samples.first().map(|s| s.unit.clone()).unwrap_or_default();
         let _ = writeln!(out, "\n## {workload} ({variant}), {unit}\n");
-        out.push_str("| mode | n | median | p99 | min-max | / explicit | / iptables-legacy | CPU ms per 1,000 conns |\n|---|---|---|---|---|---|---|---|\n");
+        out.push_str(
+            "| mode | n | median | p99 | min-max | / explicit | / iptables-legacy | CPU ms \
+            per 1,000 conns |\n|---|---|---|---|---|---|---|---|\n",
+        );
         for s in summarise(&samples, &rows_of(&samples)) {
             let _ = writeln!(
                 out,
@@ -123,7 +130,15 @@ pub(super) fn markdown(report: &Report) -> String {
         .iter()
         .partition(|(k, _)| k.starts_with(floor::PREFIX));
     if !floor.is_empty() {
-        out.push_str("\n## The capture's floor\n\nWhat the hooks' own run time over the churn (`bpf_stats`) allows against the explicit hop of this run, and what the capture's whole cost allows (eBPF's CPU per connection over explicit's in the same rounds): at full concurrency conn/s scales with 1 / CPU per connection, at c=1 with 1 / latency. `bpf_stats` times the programs' instructions only; the kernel's work around each run and the release of socket storage lie outside it, so its floor is an upper bound.\n\n| what | value |\n|---|---|\n");
+        out.push_str(
+            "\n## The capture's floor\n\nWhat the hooks' own run time over the churn \
+            (`bpf_stats`) allows against the explicit hop of this run, and what the capture's \
+            whole cost allows (eBPF's CPU per connection over explicit's in the same rounds): at \
+            full concurrency conn/s scales with 1 / CPU per connection, at c=1 with 1 / latency. \
+            `bpf_stats` times the programs' instructions only; the kernel's work around each run \
+            and the release of socket storage lie outside it, so its floor is an upper bound.\n\n| \
+            what | value |\n|---|---|\n",
+        );
         for (k, v) in floor {
             let _ = writeln!(out, "| {} | {v} |", &k[floor::PREFIX.len()..]);
         }

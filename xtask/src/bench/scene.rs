@@ -207,11 +207,19 @@ mod tests {
 
     #[test]
     fn sidecar_rules_add_excludes_and_redirect() {
-        let golden = "iptables-save\n* nat\n-N ISTIO_OUTPUT\n-A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN\n-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN\nCOMMIT\niptables-save\n";
+        let golden =
+            "iptables-save\n* nat\n-N ISTIO_OUTPUT\n-A ISTIO_INBOUND -p tcp --dport 15008 \
+            -j RETURN\n-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN\nCOMMIT\niptables-save\n";
         let rules = sidecar_rules(golden, &exclusions(2));
         assert!(rules.starts_with("* nat\n"));
         assert!(rules.contains("--dport 15021 -j RETURN"));
-        assert!(rules.ends_with("-A ISTIO_OUTPUT -d 100.64.0.1/32 -j RETURN\n-A ISTIO_OUTPUT -j ISTIO_REDIRECT\nCOMMIT\n"), "{rules}");
+        assert!(
+            rules.ends_with(
+                "-A ISTIO_OUTPUT -d 100.64.0.1/32 -j RETURN\n-A ISTIO_OUTPUT -j \
+            ISTIO_REDIRECT\nCOMMIT\n"
+            ),
+            "{rules}"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `cargo xtask image`: the node image. Static (musl) `redirect` and `redirect-cni` in an OCI
 //! image built FROM scratch with buildah (nothing downloaded; the host's CA bundle for the
-//! Kubernetes client), tagged with the crate version, entrypoint `redirect`; also written as an OCI archive (`podman load`, `kind load
+//! Kubernetes client), tagged with the crate version, entrypoint `redirect`; also written as an OCI
+//! archive (`podman load`, `kind load
 //! image-archive`, `ctr images import`). `cargo xtask test` builds it in storage of its own and
 //! hands the archive to `tests/tests/it/image.rs`.
 pub(crate) mod musl;

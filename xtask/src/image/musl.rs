@@ -91,7 +91,8 @@ pub(crate) fn check_static(path: &Path, data: &[u8]) -> anyhow::Result<()> {
                 .map(|d| String::from_utf8_lossy(d).trim_end_matches('\0').to_owned())
                 .unwrap_or_default();
             bail!(
-                "{} is dynamically linked (program interpreter {interp:?}): it cannot run in an image built from scratch",
+                "{} is dynamically linked (program interpreter {interp:?}): it cannot run in an \
+                    image built from scratch",
                 path.display()
             );
         }

@@ -22,7 +22,8 @@ use self::select::{area_tests, listed_tests, selection, TEST_BINARY};
 use crate::{build, setup, util};
 
 /// Test modules (of the one binary) run in each kernel unless `--kernel-tests` says otherwise: the outbound, inbound
-/// and daemon suites, TPROXY mode's routing and the accepted-sockets relay whole, and the conformance cases for DNS (IPv4 and IPv6), inbound ports `*`,
+/// and daemon suites, TPROXY mode's routing and the accepted-sockets relay whole, and the
+/// conformance cases for DNS (IPv4 and IPv6), inbound ports `*`,
 /// owner groups with exclusions (IPv4 and IPv6 DNS) and an excluded interface. docs/developer.md lists it.
 pub(crate) const DEFAULT_TESTS: &str =
     "outbound,inbound,daemon,probe_fallback,tproxy,accepted_sockets,\

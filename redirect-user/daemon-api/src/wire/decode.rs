@@ -45,13 +45,19 @@ pub enum DecodeError {
         reason: String,
     },
     /// A frame without this daemon's protocol version.
-    #[error("request of protocol version {found}, this daemon speaks {PROTOCOL_VERSION}: run the same release of redirect, redirect-cni and the daemon")]
+    #[error(
+        "request of protocol version {found}, this daemon speaks {PROTOCOL_VERSION}: run the \
+        same release of redirect, redirect-cni and the daemon"
+    )]
     Version {
         /// The frame's `v` (1: none given, as clients before versioning sent).
         found: u64,
     },
     /// A `call` this daemon does not know.
-    #[error("unknown call {0:?} (calls: enroll, unenroll, list, uninstall, status, pod_add, pod_del, pod_check, pod_gc)")]
+    #[error(
+        "unknown call {0:?} (calls: enroll, unenroll, list, uninstall, status, pod_add, pod_del, \
+        pod_check, pod_gc)"
+    )]
     UnknownOp(String),
     /// A required field is absent.
     #[error("{what}: missing field {field:?}")]

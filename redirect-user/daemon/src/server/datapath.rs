@@ -16,7 +16,8 @@ impl Daemon {
                 self.lookup_key = Some(key);
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot hold sk_lookup's static key on: each first enrollment on an empty node pays the kernel's switch");
+                tracing::warn!(error = %e, "cannot hold sk_lookup's static key on: each first \
+                    enrollment on an empty node pays the kernel's switch");
                 self.lookup_key = None;
             }
         }
@@ -63,7 +64,10 @@ impl Daemon {
 
     /// The pins are gone: creates the datapath again and re-applies every enrollment.
     fn recreate(&mut self, alarm: &mut Option<String>) {
-        tracing::error!("the pinned datapath is gone (unpinned behind the daemon's back): recreating it and re-applying every enrollment");
+        tracing::error!(
+            "the pinned datapath is gone (unpinned behind the daemon's back): \
+            recreating it and re-applying every enrollment"
+        );
         let recreated = NodeDatapath::open_or_create(&self.opts.bpffs, &self.opts.attach)
             .map_err(crate::Error::from)
             .and_then(|o| take_ownership(&o.datapath, &self.opts.dir).map(|()| o.datapath))

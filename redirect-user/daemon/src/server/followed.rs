@@ -48,7 +48,8 @@ pub(crate) fn gone(dp: &NodeDatapath, f: &Followed) -> bool {
             Ok(Some(same)) => !same,
             Ok(None) => true,
             Err(e) => {
-                tracing::warn!(netns = %ns.path().display(), error = %e, "cannot look the enrolled namespace's path up");
+                tracing::warn!(netns = %ns.path().display(), error = %e,
+                    "cannot look the enrolled namespace's path up");
                 false
             }
         },
@@ -76,7 +77,8 @@ pub(crate) fn reopen(e: &Enrollment) -> Result<Option<NetnsHandle>> {
     match NetnsHandle::open(&e.netns) {
         Ok(ns) if ns.cookie() == e.cookie => Ok(Some(ns)),
         Ok(ns) => {
-            tracing::info!(netns = %e.netns.display(), recorded = %e.cookie, now = %ns.cookie(), "the enrolled path names another namespace now");
+            tracing::info!(netns = %e.netns.display(), recorded = %e.cookie, now = %ns.cookie(),
+                "the enrolled path names another namespace now");
             Ok(None)
         }
         Err(_) if !Path::new(&e.netns).exists() => Ok(None),
@@ -103,7 +105,9 @@ impl Daemon {
             let path = names
                 .get(&c.netns_ino)
                 .map_or_else(|| "path unknown".to_owned(), |p| p.display().to_string());
-            tracing::warn!(cookie = %c.cookie, netns = %path, "a policy in the pinned maps has no record to adopt: it stays (capture goes on) but this daemon does not follow it; `redirect enroll` the namespace to hand it over");
+            tracing::warn!(cookie = %c.cookie, netns = %path, "a policy in the pinned maps has no \
+                record to adopt: it stays (capture goes on) but this daemon does not follow it; \
+                `redirect enroll` the namespace to hand it over");
         }
     }
 
@@ -116,7 +120,8 @@ impl Daemon {
                 continue;
             };
             let e = f.record.clone();
-            tracing::error!(netns = %e.netns.display(), cookie = %e.cookie, "an enrolled namespace's policy is missing from the maps: re-applying it");
+            tracing::error!(netns = %e.netns.display(), cookie = %e.cookie,
+                "an enrolled namespace's policy is missing from the maps: re-applying it");
             // Through the descriptor it was enrolled with, not its path again.
             let ns = match &f.ns {
                 Some(ns) => ns.try_clone(),
@@ -165,7 +170,14 @@ impl Daemon {
             return false;
         }
         let now = renamed.path().to_path_buf();
-        tracing::info!(pod = %f.record.pod.as_ref().map_or_else(|| "-".to_owned(), ToString::to_string), %cookie, was = %f.record.netns.display(), now = %now.display(), "the pod's enrolled path no longer names its namespace, which still runs: followed under its other name");
+        let pod = f
+            .record
+            .pod
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), ToString::to_string);
+        tracing::info!(%pod, %cookie, was = %f.record.netns.display(), now = %now.display(),
+            "the pod's enrolled path no longer names its namespace, which still runs: followed \
+            under its other name");
         f.ns = Some(renamed);
         if let Err(error) = self.enrollments.amend(cookie, |r| r.netns = now) {
             tracing::warn!(%cookie, %error, "recording the enrollment's new path");
@@ -190,7 +202,10 @@ impl Daemon {
                 }
                 Some(ino) => match relocate(&e, ino) {
                     Some(ns) => {
-                        tracing::info!(cookie = %e.cookie, was = %e.netns.display(), now = %ns.path().display(), "the recorded path no longer names the namespace, which still runs: followed under its other name");
+                        tracing::info!(cookie = %e.cookie, was = %e.netns.display(),
+                            now = %ns.path().display(),
+                            "the recorded path no longer names the namespace, which still runs: \
+                            followed under its other name");
                         e.netns = ns.path().to_path_buf();
                         Ok(ns)
                     }
@@ -220,7 +235,8 @@ impl Daemon {
             Err(err) => {
                 // Its previous policy is still in the maps: keep it listed and followed, so
                 // `unenroll` and the namespace-gone check still reach it.
-                tracing::warn!(netns = %e.netns.display(), error = %err, "re-applying an enrollment failed; the previous policy stays");
+                tracing::warn!(netns = %e.netns.display(), error = %err,
+                    "re-applying an enrollment failed; the previous policy stays");
                 self.enrollments.adopt(Followed {
                     record: e,
                     ns,
@@ -233,7 +249,8 @@ impl Daemon {
 
     /// An enrollment whose namespace is gone: its policy and record removed.
     fn forget_gone(&mut self, e: &Enrollment) {
-        tracing::info!(netns = %e.netns.display(), cookie = %e.cookie, "enrolled namespace is gone: removing its policy");
+        tracing::info!(netns = %e.netns.display(), cookie = %e.cookie,
+            "enrolled namespace is gone: removing its policy");
         // Gone: no handle, and its path is not reopened (it may name another namespace now).
         if let Err(err) = self.dp.remove_policy(e.cookie, None, &e.netns) {
             tracing::warn!(error = %err, "removing a stale policy");
@@ -244,7 +261,9 @@ impl Daemon {
     /// A live namespace's enrollment the daemon cannot reach by any name: its policy stays in
     /// the maps (capture goes on), listed, not followed, until the kernel says it is gone.
     fn keep_unfollowed(&mut self, e: Enrollment, why: &str) {
-        tracing::warn!(netns = %e.netns.display(), cookie = %e.cookie, why, "the recorded path no longer names this enrolled namespace, which still runs: its policy stays (capture goes on), not followed");
+        tracing::warn!(netns = %e.netns.display(), cookie = %e.cookie, why,
+            "the recorded path no longer names this enrolled namespace, which still runs: its \
+            policy stays (capture goes on), not followed");
         self.enrollments.adopt(Followed {
             record: e,
             ns: None,
@@ -295,7 +314,8 @@ impl Daemon {
             None,
             &mut phases,
         )?;
-        tracing::info!(netns = %netns.display(), cookie = %e.cookie, us = phases.total_us(), %phases, "namespace enrolled");
+        tracing::info!(netns = %netns.display(), cookie = %e.cookie, us = phases.total_us(),
+            %phases, "namespace enrolled");
         Ok((e, was))
     }
 

@@ -72,7 +72,8 @@ fn seen_at(named: &Path, file: &File, dirs: &[&str]) -> Result<PathBuf> {
             .collect();
         entries.sort();
         if let Some(p) = entries.into_iter().find(|p| names(p, id)) {
-            tracing::debug!(named = %named.display(), seen = %p.display(), "a namespace handed over by descriptor, found by its runtime's name");
+            tracing::debug!(named = %named.display(), seen = %p.display(),
+                "a namespace handed over by descriptor, found by its runtime's name");
             return Ok(p);
         }
     }

@@ -28,7 +28,8 @@ impl Daemon {
         let mut found = match count(&mut self.dp) {
             Ok(found) => found,
             Err(error) => {
-                tracing::warn!(netns = %f.record.netns.display(), %cookie, %error, "counting the connections outside capture");
+                tracing::warn!(netns = %f.record.netns.display(), %cookie, %error,
+                    "counting the connections outside capture");
                 return;
             }
         };
@@ -42,15 +43,23 @@ impl Daemon {
                     Err(redirect_datapath::Error::Io { source, .. })
                         if source.kind() == std::io::ErrorKind::NotFound => {}
                     Err(error) => {
-                        tracing::error!(netns = %f.record.netns.display(), %cookie, %error, "cannot reset connections outside capture (the kernel needs CONFIG_INET_DIAG_DESTROY): they are only counted");
+                        tracing::error!(netns = %f.record.netns.display(), %cookie, %error,
+                            "cannot reset connections outside capture (the kernel needs \
+                            CONFIG_INET_DIAG_DESTROY): they are only counted");
                         break;
                     }
                 }
             }
-            tracing::warn!(netns = %f.record.netns.display(), %cookie, reset = done, connections = %describe(&found), "connections outside capture reset: their applications reconnect through the proxy");
+            tracing::warn!(netns = %f.record.netns.display(), %cookie, reset = done,
+                connections = %describe(&found),
+                "connections outside capture reset: their applications reconnect through the proxy");
             found = count(&mut self.dp).unwrap_or_default();
         } else if found.len() != before && !found.is_empty() {
-            tracing::warn!(netns = %f.record.netns.display(), %cookie, count = found.len(), connections = %describe(&found), "connections opened before capture bypass the proxy (and its mTLS) until they close: reset them with --reset-uncaptured or the pod annotation redirect.dev/reset-uncaptured: \"true\"");
+            tracing::warn!(netns = %f.record.netns.display(), %cookie, count = found.len(),
+                connections = %describe(&found),
+                "connections opened before capture bypass the proxy (and its mTLS) until they \
+                close: reset them with --reset-uncaptured or the pod annotation \
+                redirect.dev/reset-uncaptured: \"true\"");
         }
         f.outside = found.len();
     }

@@ -35,19 +35,28 @@ pub(super) fn check(stream: &UnixStream) -> Result<Peer, Refusal> {
     let (uid, pid) = (peer.uid, peer.pid);
     if uid != me {
         return Err(forbidden(format!(
-            "the daemon answers only uid {me} on its socket; this client runs as uid {uid} (pid {pid}): refused (run the command as root on the node)"
+            "the daemon answers only uid {me} on its socket; this client runs as uid {uid} (pid \
+                {pid}): refused (run the command as root on the node)"
         )));
     }
     let may_change = match &peer.standing {
         Standing::NetAdmin => Ok(()),
-        Standing::NotVisible => Err("this client's process is not visible in the daemon's PID namespace (run the daemon with the host's PID namespace, as the DaemonSet does)".to_owned()),
+        Standing::NotVisible => Err("this client's process is not visible in the daemon's PID \
+            namespace (run the daemon with the host's PID namespace, as the DaemonSet does)"
+            .to_owned()),
         Standing::NoNetAdmin => Err(format!(
-            "this client (pid {pid}) runs as root without CAP_NET_ADMIN (as iptables needs); reads such as list and status need no capability"
+            "this client (pid {pid}) runs as root without CAP_NET_ADMIN (as iptables needs); reads \
+                such as list and status need no capability"
         )),
         Standing::OtherUserNamespace => Err(format!(
-            "this client (pid {pid}) runs in a user namespace other than the daemon's, where its capabilities count for nothing on the node; reads such as list and status need no capability"
+            "this client (pid {pid}) runs in a user namespace other than the daemon's, where its \
+                capabilities count for nothing on the node; reads such as list and status need no \
+                capability"
         )),
-        other => Err(format!("this client: {}", other.why_not(pid).unwrap_or_default())),
+        other => Err(format!(
+            "this client: {}",
+            other.why_not(pid).unwrap_or_default()
+        )),
     };
     if may_change.is_err() && peer.standing != Standing::NoNetAdmin {
         tracing::debug!(pid, standing = ?peer.standing, pidfd = peer.held_by_pidfd, "a client that may only read");
@@ -94,9 +103,13 @@ impl Peer {
             return Ok(());
         }
         let refused = |what: &str| {
-            Err(Refusal::new(RefusalKind::Forbidden, format!(
-                "{op} from a client inside a pod's network namespace (not the node's): it may enroll its own namespace only, {what}: refused"
-            )))
+            Err(Refusal::new(
+                RefusalKind::Forbidden,
+                format!(
+                    "{op} from a client inside a pod's network namespace (not the node's): it may \
+                    enroll its own namespace only, {what}: refused"
+                ),
+            ))
         };
         match req {
             Request::Enroll { netns, .. } => {

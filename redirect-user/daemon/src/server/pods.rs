@@ -186,7 +186,8 @@ impl Daemon {
         // `cpu_us`: how much of `us` this thread ran (the rest it waited: for a CPU, a lock,
         // I/O). `phases` stays the line's last field (the bench reads it to the end).
         let cpu_us = cpu.used_us();
-        tracing::info!(%pod, netns = %netns.display(), cookie = %e.cookie, us = phases.total_us(), cpu_us, %phases, "pod enrolled");
+        tracing::info!(%pod, netns = %netns.display(), cookie = %e.cookie, us = phases.total_us(),
+            cpu_us, %phases, "pod enrolled");
         Ok(e.cookie)
     }
 
@@ -298,7 +299,10 @@ impl Daemon {
                 policy.proxy_bypass_closed = e.policy.proxy_bypass_closed;
                 policy.own_addresses.clone_from(&e.policy.own_addresses);
                 if e.policy != policy {
-                    Some(format!("{pod} is enrolled with another policy than its annotations ask for now: re-create the pod"))
+                    Some(format!(
+                        "{pod} is enrolled with another policy than its annotations ask \
+                        for now: re-create the pod"
+                    ))
                 } else if let Err(why) = &here {
                     Some(format!("{pod}: {why}"))
                 } else if here.as_ref().ok() != Some(&e.cookie) {
@@ -360,7 +364,8 @@ impl Daemon {
             })
             .collect();
         if !kept.is_empty() {
-            tracing::warn!(pods = %redirect_policy::Comma(&kept), "GC: not among the valid attachments, but alive (namespace held, pod not deleted): kept");
+            tracing::warn!(pods = %redirect_policy::Comma(&kept), "GC: not among the valid \
+                attachments, but alive (namespace held, pod not deleted): kept");
         }
         let mut errors = Vec::new();
         let mut removed = Vec::new();

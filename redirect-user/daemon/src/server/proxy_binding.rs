@@ -139,15 +139,20 @@ impl Daemon {
                 }
                 match &next {
                     Some((container, cgroup)) => {
-                        tracing::info!(pod = name, %cookie, container, proxy_cgroup = %cgroup.display(), "the proxy uid/gid bypass follows the {container} container's cgroup")
+                        tracing::info!(pod = name, %cookie, container,
+                            proxy_cgroup = %cgroup.display(),
+                            "the proxy uid/gid bypass follows the {container} container's cgroup")
                     }
                     None => {
-                        tracing::warn!(pod = name, %cookie, "the proxy uid/gid bypass is closed: the container it followed is gone and no istio-proxy container runs, so the proxy uid/gid is captured anywhere in the pod until one runs")
+                        tracing::warn!(pod = name, %cookie, "the proxy uid/gid bypass is closed: \
+                            the container it followed is gone and no istio-proxy container runs, \
+                            so the proxy uid/gid is captured anywhere in the pod until one runs")
                     }
                 }
             }
             Err(error) => {
-                tracing::error!(pod = name, %cookie, %error, "binding the proxy bypass to its container's cgroup: kept as it was");
+                tracing::error!(pod = name, %cookie, %error, "binding the proxy bypass to its \
+                    container's cgroup: kept as it was");
             }
         }
     }

@@ -223,7 +223,8 @@ impl Daemon {
                     return true;
                 };
                 if rec.excluded.insert(uid(p).to_owned()) {
-                    tracing::info!(pod = %pod_ref(p, String::new()), reason = why, "a running meshed pod the plugin excludes: not enrolled in place");
+                    tracing::info!(pod = %pod_ref(p, String::new()), reason = why,
+                        "a running meshed pod the plugin excludes: not enrolled in place");
                 }
                 false
             });
@@ -307,7 +308,10 @@ impl Daemon {
         let ns = match <[NetnsHandle; 1]>::try_from(sandbox_netns(pod, dir, &ips)) {
             Ok([ns]) => ns,
             Err(found) if found.is_empty() => {
-                tracing::warn!(pod = %named, ips = %redirect_policy::Comma(&ips), cgroup = %dir.dir.display(), "a running meshed pod is not enrolled, but no process of its sandbox runs in a namespace holding its addresses: left for its CNI ADD");
+                tracing::warn!(pod = %named, ips = %redirect_policy::Comma(&ips),
+                    cgroup = %dir.dir.display(),
+                    "a running meshed pod is not enrolled, but no process of its sandbox runs in a \
+                    namespace holding its addresses: left for its CNI ADD");
                 return;
             }
             Err(found) => {
@@ -315,7 +319,10 @@ impl Daemon {
                     .iter()
                     .map(|n| n.path().display().to_string())
                     .collect();
-                tracing::error!(pod = %named, ips = %redirect_policy::Comma(&ips), cgroup = %dir.dir.display(), paths = %redirect_policy::Comma(&paths), "ALARM: more than one namespace of the pod's sandbox holds its addresses, so none is enrolled in place: left for its CNI ADD");
+                tracing::error!(pod = %named, ips = %redirect_policy::Comma(&ips),
+                    cgroup = %dir.dir.display(), paths = %redirect_policy::Comma(&paths),
+                    "ALARM: more than one namespace of the pod's sandbox holds its addresses, so \
+                    none is enrolled in place: left for its CNI ADD");
                 return;
             }
         };
@@ -356,7 +363,8 @@ impl Daemon {
             &mut Phases::start(),
         ) {
             Ok(e) => {
-                tracing::info!(pod = %pod_ref, netns = %netns.display(), cookie = %e.cookie, "enrolled a running pod in place");
+                tracing::info!(pod = %pod_ref, netns = %netns.display(), cookie = %e.cookie,
+                    "enrolled a running pod in place");
                 self.check_outside(e.cookie, self.reset_wanted(pod));
                 if let Some(target) = proxy_cgroup(pod, dir, netns_inode) {
                     self.bind_proxy(e.cookie, Some(target));

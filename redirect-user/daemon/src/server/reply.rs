@@ -52,7 +52,8 @@ pub(super) fn send(stream: UnixStream, frame: String) {
                 .and_then(|()| stream.set_write_timeout(Some(WRITE_TIMEOUT)))
                 .and_then(|()| (&stream).write_all(&bytes[sent..]));
             if let Err(error) = written {
-                tracing::warn!(%error, unsent = bytes.len() - sent, "an answer's client stopped reading: connection dropped");
+                tracing::warn!(%error, unsent = bytes.len() - sent, "an answer's client stopped \
+                    reading: connection dropped");
             }
             WRITERS.fetch_sub(1, Ordering::SeqCst);
         });

@@ -171,6 +171,7 @@ impl Daemon {
         self.count_refused(op, &result);
         reply::send(stream, encode_answer(&result));
         phases.mark("reply");
-        tracing::debug!(op, ok = result.is_ok(), elapsed_us = phases.total_us(), since_accept_us = accepted.elapsed().as_micros(), %phases, "request served");
+        tracing::debug!(op, ok = result.is_ok(), elapsed_us = phases.total_us(),
+            since_accept_us = accepted.elapsed().as_micros(), %phases, "request served");
     }
 }

@@ -29,7 +29,8 @@ impl AttachDatapath {
         adopt_listeners(&mut self.ebpf, spec, &ns)?;
         // The process's maps and links go with it: an error here leaves nothing behind.
         ns.verify()?;
-        tracing::info!(netns = %spec.netns.display(), %cookie, addrs = %redirect_policy::Comma(&addrs), "inbound capture enrolled");
+        tracing::info!(netns = %spec.netns.display(), %cookie,
+            addrs = %redirect_policy::Comma(&addrs), "inbound capture enrolled");
         self.ebpf_enrolled.push(Enrolled {
             spec: spec.clone(),
             cookie,

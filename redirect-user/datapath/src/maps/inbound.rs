@@ -198,7 +198,8 @@ pub(crate) fn adopt_listeners(
             "adopting the inbound listener into",
             map_names::LISTENERS,
         ))?;
-        tracing::info!(netns = %spec.netns.display(), port = spec.inbound_port, family, "adopted a running inbound listener");
+        tracing::info!(netns = %spec.netns.display(), port = spec.inbound_port, family,
+            "adopted a running inbound listener");
     }
     Ok(())
 }

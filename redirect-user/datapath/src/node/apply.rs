@@ -71,7 +71,10 @@ impl NodeDatapath {
         };
         let (addrs, not_own) = super::claims::own_only(policy, addrs);
         if !not_own.is_empty() {
-            tracing::error!(netns = %netns_path.display(), %cookie, not_own = %redirect_policy::Comma(&not_own), "the pod's namespace holds addresses that are not its pod's (status.podIPs / prevResult): left out of its inbound capture, never claimed");
+            tracing::error!(netns = %netns_path.display(), %cookie,
+                not_own = %redirect_policy::Comma(&not_own),
+                "the pod's namespace holds addresses that are not its pod's (status.podIPs / \
+                prevResult): left out of its inbound capture, never claimed");
         }
         phases.mark("addresses");
         // Pods die without --cleanup-only (istio-init never runs it): their entries, and the
@@ -127,18 +130,21 @@ impl NodeDatapath {
             Err(e) if !new => {
                 // What is written is a mix of the old policy and the new, both capturing: on
                 // doubt, capture. The index keeps the old entries (the next apply replaces them).
-                tracing::error!(netns = %netns_path.display(), %cookie, error = %e, "re-applying failed: the namespace keeps the entries in force");
+                tracing::error!(netns = %netns_path.display(), %cookie, error = %e,
+                    "re-applying failed: the namespace keeps the entries in force");
                 return Err(e);
             }
             Err(e) => {
-                tracing::warn!(netns = %netns_path.display(), %cookie, error = %e, "applying failed: removing everything written for the namespace");
+                tracing::warn!(netns = %netns_path.display(), %cookie, error = %e,
+                    "applying failed: removing everything written for the namespace");
                 if let Err(undo) = self.remove_policy(cookie, Some(ns), netns_path) {
                     tracing::error!(netns = %netns_path.display(), error = %undo, "rolling back a failed apply");
                 }
                 return Err(e);
             }
         };
-        tracing::info!(netns = %netns_path.display(), %cookie, ipv6, inbound, addrs = %redirect_policy::Comma(&addrs), us = phases.total_us(), "policy applied");
+        tracing::info!(netns = %netns_path.display(), %cookie, ipv6, inbound,
+            addrs = %redirect_policy::Comma(&addrs), us = phases.total_us(), "policy applied");
         Ok(Applied {
             cookie,
             addrs,

@@ -73,7 +73,10 @@ impl NodeDatapath {
                 .is_ok_and(|owner| owner != cookie.get())
         });
         if !taken.is_empty() {
-            tracing::error!(netns = %netns.display(), %cookie, taken = %redirect_policy::Comma(&taken), "the namespace holds addresses another enrolled namespace owns: left out of its policy (the owner keeps its inbound capture); the namespace's own capture stays");
+            tracing::error!(netns = %netns.display(), %cookie,
+                taken = %redirect_policy::Comma(&taken),
+                "the namespace holds addresses another enrolled namespace owns: left out of its \
+                policy (the owner keeps its inbound capture); the namespace's own capture stays");
         }
         Ok(kept)
     }
@@ -83,7 +86,9 @@ impl NodeDatapath {
         let quota = self.quotas.addresses as usize;
         if addrs.len() > quota {
             let over = addrs.split_off(quota);
-            tracing::error!(netns = %netns.display(), quota, left_out = over.len(), "the namespace holds more addresses than --quota-addresses: the first ones kept, the others get no inbound capture");
+            tracing::error!(netns = %netns.display(), quota, left_out = over.len(),
+                "the namespace holds more addresses than --quota-addresses: the first ones kept, \
+                the others get no inbound capture");
         }
         addrs
     }

@@ -59,7 +59,8 @@ pub(super) fn write_ifaces(
     let mut written = Vec::new();
     for ((name, bits), index) in wanted.iter().zip(indexes) {
         let Some(ifindex) = index else {
-            tracing::warn!(interface = %name, netns = %ns.path().display(), "interface not found; its inbound traffic is not exempted");
+            tracing::warn!(interface = %name, netns = %ns.path().display(),
+                "interface not found; its inbound traffic is not exempted");
             continue;
         };
         let key = IfKey {

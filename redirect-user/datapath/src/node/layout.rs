@@ -48,7 +48,8 @@ pub const UPGRADES_FROM: &[u32] = &[6];
 pub(crate) const PIN: &str = "layout";
 const MAGIC: u64 = 0x7265_6469_7265_6374; // "redirect"
 /// The record as stored: [magic, layout, mode, owner pid, owner start time, app cgroup id,
-/// proxy cgroup id, build id of the programs (0 before it was recorded)], then the owning daemon's directory (NUL-padded bytes).
+/// proxy cgroup id, build id of the programs (0 before it was recorded)], then the owning daemon's
+/// directory (NUL-padded bytes).
 type Raw = [u64; 8 + DIR_WORDS];
 const DIR_WORDS: usize = 32;
 

@@ -3,7 +3,8 @@
 //!
 //! Layout under the pin directory (default `/sys/fs/bpf/redirect`): `maps/NAME`,
 //! `progs/redirect_sk_lookup` (or `progs/redirect_sk_lookup_no_ifindex` on a kernel without
-//! sk_lookup's `ingress_ifindex`: the pin says which one runs), `links/HOOK-N` (cgroup links), `netns/COOKIE` (a namespace's
+//! sk_lookup's `ingress_ifindex`: the pin says which one runs), `links/HOOK-N` (cgroup links),
+//! `netns/COOKIE` (a namespace's
 //! sk_lookup link). Removing the directory detaches everything.
 mod apply;
 mod claims;
@@ -278,11 +279,15 @@ impl NodeDatapath {
         let cap = self.quotas.addresses as usize * 4;
         let (held, left_out) = ns.addresses_at_most(cap)?;
         if left_out {
-            tracing::error!(netns = %netns_path.display(), read = cap, "the namespace holds more addresses than 4 x --quota-addresses: only the first ones are read");
+            tracing::error!(netns = %netns_path.display(), read = cap,
+                "the namespace holds more addresses than 4 x --quota-addresses: only the first ones \
+                are read");
         }
         let (addrs, not_own) = claims::own_only(policy, held);
         if !not_own.is_empty() {
-            tracing::debug!(netns = %netns_path.display(), not_own = %redirect_policy::Comma(&not_own), "addresses not the pod's own: left out");
+            tracing::debug!(netns = %netns_path.display(),
+                not_own = %redirect_policy::Comma(&not_own),
+                "addresses not the pod's own: left out");
         }
         let addrs = self.without_taken(netns_path, cookie, addrs)?;
         let addrs = self.within_quota(netns_path, addrs);
@@ -294,7 +299,8 @@ impl NodeDatapath {
         if addrs_changed {
             inbound::sync_addresses(&mut self.maps, netns_path, cookie, &old.addrs, &addrs)?;
             self.index()?.set_addrs(cookie, &addrs);
-            tracing::info!(netns = %netns_path.display(), addrs = %redirect_policy::Comma(&addrs), "pod addresses changed");
+            tracing::info!(netns = %netns_path.display(), addrs = %redirect_policy::Comma(&addrs),
+                "pod addresses changed");
         }
         if !policy.exclude_interfaces.is_empty() {
             let mut routes =
@@ -304,11 +310,14 @@ impl NodeDatapath {
             let quota = self.quotas.routes as usize;
             if routes.entries.len() > quota {
                 let left_out = routes.entries.split_off(quota).len();
-                tracing::error!(netns = %netns_path.display(), quota, left_out, "the namespace routes more via its excluded interfaces than --quota-routes: the first ones kept, the others captured");
+                tracing::error!(netns = %netns_path.display(), quota, left_out,
+                    "the namespace routes more via its excluded interfaces than --quota-routes: the \
+                    first ones kept, the others captured");
             }
             if addrs_changed || outbound::stored_routes(&mut self.maps, cookie)? != routes.entries {
                 routes::warn_doubts(netns_path, &routes);
-                tracing::info!(netns = %netns_path.display(), entries = routes.entries.len(), "routes changed: OUT_ROUTES recompiled");
+                tracing::info!(netns = %netns_path.display(), entries = routes.entries.len(),
+                    "routes changed: OUT_ROUTES recompiled");
                 let ipv6 = ipv6_follows(policy, &addrs);
                 let mut compiled = outbound::compile(policy, ipv6, routes.entries)?;
                 compiled.policy.netns_ino = ns.inode();
@@ -355,7 +364,8 @@ pub fn ipv6_follows(policy: &Policy, addrs: &[std::net::IpAddr]) -> bool {
 pub fn remove_tproxy_logged(ns: &NetnsHandle) {
     if ns.has_tproxy() {
         if let Err(e) = ns.remove_tproxy() {
-            tracing::warn!(netns = %ns.path().display(), error = %e, "removing TPROXY routing failed: left in the namespace");
+            tracing::warn!(netns = %ns.path().display(), error = %e, "removing TPROXY routing \
+                failed: left in the namespace");
         }
     }
 }

@@ -87,7 +87,9 @@ impl NodeDatapath {
             let _ = std::fs::remove_dir_all(dir);
         }
         result?;
-        tracing::info!(dir = %dir.display(), cgroup = %app.display(), proxy_cgroup = %proxy.display(), sk_lookup, quotas = %attach.quotas, "node datapath created and pinned");
+        tracing::info!(dir = %dir.display(), cgroup = %app.display(),
+            proxy_cgroup = %proxy.display(), sk_lookup, quotas = %attach.quotas,
+            "node datapath created and pinned");
         Ok(())
     }
 

@@ -124,10 +124,19 @@ impl NodeDatapath {
         match super::upgrade_policies::complete(dir) {
             Ok(n) => done.completed = n,
             Err(e) => {
-                tracing::warn!(dir = %dir.display(), error = %e, "completing the policies of older builds failed: each is completed at its next apply")
+                tracing::warn!(dir = %dir.display(), error = %e, "completing the policies of older \
+                    builds failed: each is completed at its next apply")
             }
         }
-        tracing::info!(completed = done.completed, dir = %dir.display(), from = done.from.0, to = done.to.0, kept = %redirect_policy::Comma(&done.kept), carried = %redirect_policy::Comma(&done.carried.iter().map(|(m, n)| format!("{m}:{n}")).collect::<Vec<_>>()), links = done.links, namespaces = done.namespaces, "node datapath upgraded in place");
+        let carried: Vec<String> = done
+            .carried
+            .iter()
+            .map(|(m, n)| format!("{m}:{n}"))
+            .collect();
+        tracing::info!(completed = done.completed, dir = %dir.display(), from = done.from.0,
+            to = done.to.0, kept = %redirect_policy::Comma(&done.kept),
+            carried = %redirect_policy::Comma(&carried), links = done.links,
+            namespaces = done.namespaces, "node datapath upgraded in place");
         Ok(Some(done))
     }
 

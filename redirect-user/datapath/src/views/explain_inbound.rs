@@ -167,7 +167,8 @@ pub fn explain_inbound(
                     NoListener::Passthrough => "passed to the application (inbound_no_listener)",
                 },
                 if tproxy {
-                    "; TPROXY mode: the proxy's transparent connection (from this client's address, mark 1337) reaches the application, which sees the client"
+                    "; TPROXY mode: the proxy's transparent connection (from this client's address, \
+                        mark 1337) reaches the application, which sees the client"
                 } else {
                     ""
                 }

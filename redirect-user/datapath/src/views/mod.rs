@@ -1,4 +1,5 @@
-//! The read-only views of a datapath: every namespace captured (`captured`), `status` (one model for the node datapath and the attach
+//! The read-only views of a datapath: every namespace captured (`captured`), `status` (one model
+//! for the node datapath and the attach
 //! instances), the node's part, `explain` of an outbound or inbound connection, `stats` and
 //! `trace`, the Prometheus rendering, `validate`, connections outside capture (`outside`), and
 //! the one JSON shape they share.

@@ -155,7 +155,8 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
         .find(|(name, n)| *name == Counter::ProxyIdElsewhere.name() && *n > 0)
     {
         warnings.push(format!(
-            "{n} connects came from a process with the proxy's uid/gid outside the proxy's cgroup; they were captured as applications (see `redirect trace`)"
+            "{n} connects came from a process with the proxy's uid/gid outside the proxy's cgroup; \
+                they were captured as applications (see `redirect trace`)"
         ));
     }
     Ok(NodeStatus {
@@ -237,7 +238,8 @@ pub(crate) fn render(s: &NodeStatus) -> String {
             ""
         };
         out.push_str(&format!(
-            "  captured: {}{down} (netns cookie {cookie}) written by {}, followed by the daemon: {followed}, from {source}\n",
+            "  captured: {}{down} (netns cookie {cookie}) written by {}, followed by the daemon: \
+                {followed}, from {source}\n",
             netns.as_deref().unwrap_or("(path unknown)"),
             writer.replace('_', "-")
         ));

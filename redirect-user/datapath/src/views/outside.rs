@@ -93,7 +93,13 @@ fn owners(netns: u64, wanted: &HashSet<u64>) -> HashMap<u64, (u32, u32)> {
         }
     }
     if budget == 0 && found.len() < wanted.len() {
-        tracing::warn!(netns, read = FDS_READ, unowned = wanted.len() - found.len(), "the namespace's processes hold more descriptors than one search reads: connections outside capture whose owner was not reached are judged by their uid alone");
+        tracing::warn!(
+            netns,
+            read = FDS_READ,
+            unowned = wanted.len() - found.len(),
+            "the namespace's processes hold more descriptors than one search reads: connections \
+            outside capture whose owner was not reached are judged by their uid alone"
+        );
     }
     found
 }

@@ -189,7 +189,8 @@ pub fn render(status: &Status) -> String {
         );
     }
     for s in &status.stale_removed {
-        let _ = writeln!(out, "removed stale state file {s} (its process had exited; the kernel detached its programs)");
+        let _ = writeln!(out,
+            "removed stale state file {s} (its process had exited; the kernel detached its programs)");
     }
     out
 }

@@ -165,11 +165,18 @@ pub fn run(store: &mut dyn MapStore, netns_path: &Path, timeout: Duration) -> Re
                 ok: got == Some(dst),
                 detail: match (got, dialled) {
                     (Some(orig), _) => format!(
-                        "proxy uid {proxy_uid} dialled its own pod at {dst}: arrived on :{} with original destination {orig}",
+                        "proxy uid {proxy_uid} dialled its own pod at {dst}: arrived on :{} with \
+                            original destination {orig}",
                         policy.inbound_port
                     ),
-                    (None, Err(e)) => format!("proxy uid {proxy_uid} dialled {dst}: not sent to :{} ({e})", policy.inbound_port),
-                    (None, Ok(())) => format!("proxy uid {proxy_uid} dialled {dst}: not sent to :{}", policy.inbound_port),
+                    (None, Err(e)) => format!(
+                        "proxy uid {proxy_uid} dialled {dst}: not sent to :{} ({e})",
+                        policy.inbound_port
+                    ),
+                    (None, Ok(())) => format!(
+                        "proxy uid {proxy_uid} dialled {dst}: not sent to :{}",
+                        policy.inbound_port
+                    ),
                 },
             });
         }

@@ -98,7 +98,8 @@ proptest! {
     fn random_specs_never_panic(s in prop_oneof![
         fuzz::junk(40),
         proptest::collection::vec(
-            prop_oneof![fuzz::value(), (proptest::sample::select(&KEYS[..]), fuzz::value()).prop_map(|(k, v)| format!("{k}={v}"))],
+            prop_oneof![fuzz::value(),
+                (proptest::sample::select(&KEYS[..]), fuzz::value()).prop_map(|(k, v)| format!("{k}={v}"))],
             0..5,
         ).prop_map(|p| p.join(":")),
     ]) {

@@ -16,7 +16,8 @@ pub(crate) const INGRESS_IFINDEX_FEATURE: Feature = f(
     Check::SkLookupIngressIfindex,
 )
 .optional(
-    "sk_lookup runs redirect_sk_lookup_no_ifindex (the arrival interface unknown) and policies with inbound -c/-k are refused",
+    "sk_lookup runs redirect_sk_lookup_no_ifindex (the arrival interface unknown) and policies with \
+        inbound -c/-k are refused",
 );
 
 /// Every feature the datapath uses, in the order docs/developer.md lists them.
