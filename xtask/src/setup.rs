@@ -95,8 +95,8 @@ fn is_pinned_cargo_deny(version: &str) -> bool {
 
 /// Installs the pinned cargo-deny into cargo's bin directory when `cargo deny --version` is not
 /// it. Built without its release profile's fat LTO and single codegen unit (whose last step runs
-/// on one core): 4.4 minutes on 2 cores here against 10.3 with them (under other builds' load),
-/// for a check that takes seconds either way. cargo-deny 0.20 has no optional features.
+/// on one core): 4.4 to 4.6 minutes on 2 cores here against 10.3 with them (both beside other
+/// builds), for a check that takes 2 s either way. cargo-deny 0.20 has no optional features.
 fn install_cargo_deny() -> anyhow::Result<()> {
     if cargo_deny_ok() {
         return Ok(());
