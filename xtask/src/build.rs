@@ -88,8 +88,8 @@ pub(crate) fn build_bins(release: bool) -> anyhow::Result<()> {
     run(&mut cmd)
 }
 
-/// rustfmt, the line width (`line_width`) and clippy (-D warnings) on the host crates and the
-/// BPF crate.
+/// rustfmt, the line width (`line_width`), clippy (-D warnings) on the host crates and the BPF
+/// crate, and cargo-deny's licences, bans and sources (`deny.toml`).
 pub(crate) fn lint() -> anyhow::Result<()> {
     setup::setup()?;
     run(util::cargo(None).args(["fmt", "--all", "--", "--check"]))
@@ -107,5 +107,15 @@ pub(crate) fn lint() -> anyhow::Result<()> {
             "warnings",
         ])
         .env("REDIRECT_EBPF_OBJECT", util::ebpf_object()))?;
-    run(ebpf_cargo("clippy").args(["--", "-D", "warnings"]))
+    run(ebpf_cargo("clippy").args(["--", "-D", "warnings"]))?;
+    deny()
+}
+
+/// `cargo deny --offline check licenses bans sources`, after a `cargo fetch` of every target's
+/// crates (from crates.io, as any build; `--offline` then needs them all). No advisories: their
+/// database is on GitHub, which is not reachable here (`deny.toml` says more).
+fn deny() -> anyhow::Result<()> {
+    run(util::cargo(None).arg("fetch")).context("fetching the crates cargo-deny reads")?;
+    run(util::cargo(None).args(["deny", "--offline", "check", "licenses", "bans", "sources"]))
+        .context("cargo-deny: fix the dependency, or deny.toml with a reason")
 }

@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Task {
     /// Install what building and testing need: Debian packages (llvm-N-dev matching nightly's
-    /// LLVM, iproute2, bpftool, curl), rust-src for nightly and bpf-linker. Idempotent.
+    /// LLVM, iproute2, bpftool, curl), rust-src for nightly, bpf-linker and cargo-deny. Idempotent.
     Setup,
     /// Build (once, cached outside the repository) or find Kubernetes v1.20.2 and etcd from
     /// Debian bookworm's packages (`setup` does it too); prints where the binaries are.
@@ -43,7 +43,8 @@ enum Task {
         #[arg(long, value_name = "TAG")]
         tag: Vec<String>,
     },
-    /// rustfmt check and clippy -D warnings, for the host crates and the BPF crate.
+    /// rustfmt check and clippy -D warnings, for the host crates and the BPF crate; cargo-deny's
+    /// licences, bans and sources (deny.toml).
     Lint,
     /// Setup, lint, build, unit tests, then the root integration tests in tests/.
     Test {
