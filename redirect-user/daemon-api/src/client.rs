@@ -173,12 +173,14 @@ impl Client {
         ips: Vec<IpAddr>,
     ) -> Result<PodAnswer, ClientError> {
         let netns_path = netns.path().to_owned();
-        let req = Request::PodAdd {
-            pod,
-            netns: netns_path,
-            ips,
-        };
-        self.call_with(&req, Some(netns.as_fd()))
+        self.call_with(
+            &Request::PodAdd {
+                pod,
+                netns: netns_path,
+                ips,
+            },
+            Some(netns.as_fd()),
+        )
     }
 
     /// CNI DEL.
@@ -194,12 +196,14 @@ impl Client {
         ips: Vec<IpAddr>,
     ) -> Result<PodAnswer, ClientError> {
         let netns_path = netns.path().to_owned();
-        let req = Request::PodCheck {
-            pod,
-            netns: netns_path,
-            ips,
-        };
-        self.call_with(&req, Some(netns.as_fd()))
+        self.call_with(
+            &Request::PodCheck {
+                pod,
+                netns: netns_path,
+                ips,
+            },
+            Some(netns.as_fd()),
+        )
     }
 
     /// CNI GC: every pod enrollment whose container id is not in `valid` goes.
