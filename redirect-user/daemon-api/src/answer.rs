@@ -12,11 +12,13 @@ use crate::request::PodRef;
 
 /// What one enrollment is: the namespace, its cookie, the policy and where it came from, and
 /// what was applied. The daemon's enrollment file holds exactly this (what a restart re-adopts).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnrollmentRecord {
     /// Namespace file.
     pub netns: PathBuf,
     /// Its netns cookie (the key of every map entry it owns; a number on the wire).
+    #[cfg_attr(feature = "schema", schemars(with = "u64"))]
     pub cookie: NetnsCookie,
     /// Where the policy came from.
     pub source: String,
@@ -38,6 +40,7 @@ pub struct EnrollmentRecord {
 
 /// The command that wrote a namespace's policy: shown by `list`, `stats` and `trace` beside
 /// whether the daemon follows it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Writer {
@@ -102,6 +105,7 @@ impl EnrollmentRecord {
 
 /// One enrolled namespace as the daemon lists it: its record, and what only the kernel knows
 /// now (one flat JSON object).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Enrollment {
     /// What was enrolled.
@@ -116,6 +120,7 @@ pub struct Enrollment {
 }
 
 /// What the daemon decided for a pod.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodOutcome {
     /// Enrolled (capture active) or not meshed.
@@ -125,6 +130,7 @@ pub struct PodOutcome {
 }
 
 /// `enroll`: the namespace's enrollment as now applied.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Enrolled {
     /// A one-line summary.
@@ -134,6 +140,7 @@ pub struct Enrolled {
 }
 
 /// `unenroll`: removed, or nothing was enrolled (success too, like CNI DEL).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Unenrolled {
     /// A one-line summary.
@@ -143,6 +150,7 @@ pub struct Unenrolled {
 }
 
 /// `list`: every enrollment.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Listed {
     /// The enrollments.
@@ -150,6 +158,7 @@ pub struct Listed {
 }
 
 /// `uninstall`: everything removed; the daemon stops.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Uninstalled {
     /// A one-line summary.
@@ -157,6 +166,7 @@ pub struct Uninstalled {
 }
 
 /// `pod_add`, `pod_del`, `pod_check`: what was decided for the pod.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PodAnswer {
     /// A one-line summary.
@@ -169,6 +179,7 @@ pub struct PodAnswer {
 }
 
 /// `pod_gc`: what the collection removed.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GcDone {
     /// A one-line summary.
@@ -178,6 +189,7 @@ pub struct GcDone {
 }
 
 /// `status`: the daemon answers.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Status {
     /// A one-line summary.
@@ -201,6 +213,7 @@ pub struct Status {
 }
 
 /// Any answer, as the daemon sends it (each serialises as its own object).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum Answer {

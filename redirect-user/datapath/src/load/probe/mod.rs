@@ -84,9 +84,14 @@ mod features;
 pub(crate) use features::{FEATURES, INGRESS_IFINDEX_FEATURE};
 
 /// A probe's answer.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub struct Probed {
     /// The feature's short name.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::views::schema::FEATURE_ID))
+    )]
     pub(crate) id: &'static str,
     /// The feature.
     pub name: &'static str,
