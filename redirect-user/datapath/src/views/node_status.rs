@@ -28,8 +28,16 @@ pub struct EnrolledNs {
     pub source: String,
     /// The command that wrote it (`enroll`, `istio_iptables`, `vm`, `cni`, `reconcile`,
     /// `unknown`).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("enum" = ["enroll", "istio_iptables", "vm", "cni", "reconcile", "attach", "unknown"]))
+    )]
     pub writer: String,
     /// Whether the daemon follows it (`yes`, `not_by_the_daemon`, `no_daemon`).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("enum" = ["yes", "not_by_the_daemon", "no_daemon", "by_its_process"]))
+    )]
     pub followed: String,
 }
 
