@@ -64,9 +64,11 @@ pub(crate) struct Row {
     pub source: String,
     /// The cgroup of an attach instance.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, schemars(with = "PathBuf"))]
     pub cgroup: Option<PathBuf>,
     /// The pid of an attach instance.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, schemars(with = "u32"))]
     pub pid: Option<u32>,
     /// The record, as the daemon lists it (policy, pod, connections outside capture).
     #[serde(skip)]

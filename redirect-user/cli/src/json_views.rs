@@ -151,6 +151,7 @@ pub(crate) struct TraceLine<'a> {
     /// The namespace is captured in TPROXY mode (`-m TPROXY`), read when the decision is
     /// shown; absent once it has no policy.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, schemars(with = "bool"))]
     pub tproxy: Option<bool>,
 }
 
@@ -204,6 +205,7 @@ pub(crate) struct RecordExtra<'a> {
     pub ipv6: bool,
     /// The Kubernetes pod this namespace belongs to, when the CNI plugin enrolled it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, schemars(with = "PodRef"))]
     pub pod: Option<&'a PodRef>,
     /// Established connections its policy would capture that bypass the proxy, as last counted.
     pub outside_capture: usize,

@@ -32,6 +32,7 @@ pub struct EnrollmentRecord {
     pub inbound: bool,
     /// The Kubernetes pod this namespace belongs to, when the CNI plugin enrolled it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "PodRef"))]
     pub pod: Option<PodRef>,
     /// Which command wrote the policy (an older file without it: `enroll`).
     #[serde(default)]
@@ -175,6 +176,7 @@ pub struct PodAnswer {
     pub pod: PodOutcome,
     /// The enrollment, when the pod is enrolled (`pod_add`, `pod_check`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Enrollment"))]
     pub enrollment: Option<Enrollment>,
 }
 

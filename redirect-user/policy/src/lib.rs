@@ -228,6 +228,7 @@ pub struct Policy {
     /// could otherwise claim the address the next pod will be given). `None`: every address
     /// it holds (a namespace enrolled by hand).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Vec<IpAddr>"))]
     pub own_addresses: Option<Vec<IpAddr>>,
     /// Ours (`--no-proxy`): what outbound connects do while the proxy does not listen yet.
     #[serde(default)]

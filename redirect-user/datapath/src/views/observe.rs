@@ -75,6 +75,7 @@ pub struct Decision {
     pub netns: NetnsCookie,
     /// Who connected (outbound only: an arriving SYN has no caller).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Caller"))]
     pub caller: Option<Caller>,
     /// `tcp` or `udp`.
     #[cfg_attr(
@@ -88,6 +89,7 @@ pub struct Decision {
         feature = "schema",
         schemars(pattern(crate::views::schema::SOCKET_ADDR))
     )]
+    #[cfg_attr(feature = "schema", schemars(with = "std::net::SocketAddr"))]
     pub src: Option<std::net::SocketAddr>,
     /// Original destination.
     #[cfg_attr(

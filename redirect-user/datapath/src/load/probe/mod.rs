@@ -106,9 +106,11 @@ pub struct Probed {
     pub(crate) assumed_missing: bool,
     /// For an optional feature: what the datapath does without it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub without: Option<&'static str>,
     /// Why the probe could not tell, when it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub(crate) error: Option<String>,
 }
 
