@@ -10,6 +10,7 @@ use redirect_datapath::{captured, Captured, Labels, NodeDatapath};
 use serde::Serialize;
 
 /// Whether the daemon follows a namespace (its addresses, its repair, its removal when gone).
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Followed {
@@ -35,11 +36,13 @@ impl Followed {
 }
 
 /// One captured thing: a namespace with a policy, or an attach instance's cgroup.
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Row {
     /// The namespace's path; `None`: nothing names it ("path unknown"), or an attach instance.
     pub netns: Option<PathBuf>,
     /// Its netns cookie (`None` for an attach instance).
+    #[cfg_attr(test, schemars(with = "Option<u64>"))]
     pub cookie: Option<NetnsCookie>,
     /// Who wrote the policy.
     pub writer: Writer,
@@ -47,6 +50,7 @@ pub(crate) struct Row {
     pub followed: Followed,
     /// What the kernel's maps hold for it: `ok`, `inbound-differs`, `missing` (recorded, not in
     /// the maps), `unreadable`.
+    #[cfg_attr(test, schemars(extend("enum" = ["ok", "inbound_differs", "missing"])))]
     pub kernel: &'static str,
     /// Its addresses as last recorded (empty when no record).
     pub addrs: Vec<IpAddr>,
@@ -60,9 +64,11 @@ pub(crate) struct Row {
     pub source: String,
     /// The cgroup of an attach instance.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, schemars(with = "PathBuf"))]
     pub cgroup: Option<PathBuf>,
     /// The pid of an attach instance.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(test, schemars(with = "u32"))]
     pub pid: Option<u32>,
     /// The record, as the daemon lists it (policy, pod, connections outside capture).
     #[serde(skip)]

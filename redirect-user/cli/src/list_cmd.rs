@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use crate::{
     captured::{node_view, Followed, Row},
     dir_args::Dirs,
+    json_views::Listed,
 };
 
 /// The empty list's line.
@@ -19,7 +20,8 @@ pub(crate) fn list(dirs: &Dirs, json: bool) -> anyhow::Result<()> {
         eprintln!("WARNING: {note}");
     }
     if json {
-        let rows: Vec<serde_json::Value> = view.rows.iter().map(row_json).collect();
+        // Each row's keys, then its record's own (policy, pod, ...) beside them.
+        let rows: Vec<Listed> = view.rows.iter().map(Listed::of).collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
@@ -77,19 +79,6 @@ fn shown_addrs(addrs: &[IpAddr]) -> String {
     } else {
         shown.join(",")
     }
-}
-
-/// One row as JSON: the row's keys, then the record's own (policy, pod, ...) beside them.
-fn row_json(r: &Row) -> serde_json::Value {
-    let mut v = serde_json::to_value(r).unwrap_or_default();
-    if let (Some(o), Some(rec)) = (v.as_object_mut(), &r.record) {
-        if let Ok(serde_json::Value::Object(extra)) = serde_json::to_value(rec) {
-            for (k, x) in extra {
-                o.entry(k).or_insert(x);
-            }
-        }
-    }
-    v
 }
 
 fn warnings(rows: &[Row], daemon: Option<u32>) {

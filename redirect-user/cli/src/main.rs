@@ -14,12 +14,15 @@ mod install_cni_args;
 mod install_cni_cmd;
 mod istio;
 mod istio_daemon;
+mod json_views;
 mod kube_args;
 mod list_cmd;
 mod missing_inputs;
 mod node_cmds;
 mod observe_cmds;
 mod pod_policy_cmd;
+#[cfg(test)]
+mod schemas;
 mod sizing_args;
 mod status_cmd;
 mod untaint_controller_cmd;
@@ -319,11 +322,11 @@ fn probe(json: bool, demo_missing: bool) -> anyhow::Result<()> {
     }
     if json {
         // One object: the kernel, the overall result, every feature.
-        let out = serde_json::json!({
-            "kernel": kernel_release(),
-            "ok": missing_feature(&probed).is_none(),
-            "features": probed,
-        });
+        let out = json_views::ProbeReport {
+            kernel: kernel_release(),
+            ok: missing_feature(&probed).is_none(),
+            features: &probed,
+        };
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!("kernel {}", kernel_release());

@@ -12,7 +12,12 @@ use redirect_datapath::{
     netns_cookie, resolve_netns, ExplainQuery, InboundQuery, NetnsHandle, NodeDatapath,
 };
 
-use crate::dir_args::Dirs;
+use crate::{
+    dir_args::Dirs,
+    json_views::{
+        Answer, ExplainCaller, ExplainInbound, ExplainOutbound, Explanation, NsStats, TraceLine,
+    },
+};
 
 /// What `redirect explain` asks about one outbound connect.
 #[derive(Debug)]
@@ -72,25 +77,22 @@ pub(crate) fn explain(opts: ExplainOptions<'_>) -> anyhow::Result<()> {
     let e = redirect_datapath::explain(dp.maps(), cookie, &query)?;
     if json {
         // The keys `trace --json` uses for the same meanings; the asked caller under `caller`.
-        let out = serde_json::json!({
-            "direction": "outbound",
-            "netns": path.display().to_string(),
-            "cookie": cookie,
-            "caller": {
-                "uid": uid,
-                "gid": gid,
-                "cgroup": cgroup.map(|c| c.display().to_string()),
-                "mark": mark,
+        let out = Explanation::Outbound(ExplainOutbound {
+            direction: "outbound",
+            netns: path.display().to_string(),
+            cookie,
+            caller: ExplainCaller {
+                uid,
+                gid,
+                cgroup: cgroup.map(|c| c.display().to_string()),
+                mark,
             },
-            "protocol": if tcp { "tcp" } else { "udp" },
-            "bound": src.map(|s| s.to_string()),
-            "dst": dst.to_string(),
-            "outcome": e.outcome,
-            "detail": e.detail,
-            "counter": e.counter,
-            "rule": e.rule,
-            "own_policy": e.own_policy,
-            "tproxy": e.tproxy,
+            protocol: if tcp { "tcp" } else { "udp" },
+            bound: src.map(|s| s.to_string()),
+            dst: dst.to_string(),
+            explained: Answer::from(&e),
+            own_policy: e.own_policy,
+            tproxy: e.tproxy,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
@@ -147,19 +149,16 @@ pub(crate) fn explain_inbound(
     let q = InboundQuery { src, dst, ifindex };
     let e = redirect_datapath::explain_inbound(dp.maps(), cookie, &q)?;
     if json {
-        let out = serde_json::json!({
-            "direction": "inbound",
-            "netns": path.display().to_string(),
-            "cookie": cookie,
-            "protocol": "tcp",
-            "src": src.to_string(),
-            "dst": dst.to_string(),
-            "iface": iface,
-            "outcome": e.outcome,
-            "detail": e.detail,
-            "counter": e.counter,
-            "rule": e.rule,
-            "tproxy": e.tproxy,
+        let out = Explanation::Inbound(ExplainInbound {
+            direction: "inbound",
+            netns: path.display().to_string(),
+            cookie,
+            protocol: "tcp",
+            src: src.to_string(),
+            dst: dst.to_string(),
+            iface,
+            explained: Answer::from(&e),
+            tproxy: e.tproxy,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
@@ -290,23 +289,22 @@ pub(crate) fn stats(
     cookies.dedup();
     let counted = |c: &NetnsCookie| all.get(c).cloned().unwrap_or_default();
     if json {
-        let v: Vec<serde_json::Value> = cookies
+        let v: Vec<NsStats> = cookies
             .iter()
             .map(|c| {
                 let got = counted(c);
-                let counters: serde_json::Map<String, serde_json::Value> =
-                    redirect_common::Counter::ALL
-                        .iter()
-                        .map(|k| {
-                            let n = got.iter().find(|(n, _)| *n == k.name()).map_or(0, |x| x.1);
-                            (k.name().to_owned(), n.into())
-                        })
-                        .collect();
-                serde_json::json!({
-                    "netns": labels.path(*c).map(|p| p.display().to_string()),
-                    "cookie": c,
-                    "counters": counters,
-                })
+                let counters = redirect_common::Counter::ALL
+                    .iter()
+                    .map(|k| {
+                        let n = got.iter().find(|(n, _)| *n == k.name()).map_or(0, |x| x.1);
+                        (k.name(), n)
+                    })
+                    .collect();
+                NsStats {
+                    netns: labels.path(*c).map(|p| p.display().to_string()),
+                    cookie: *c,
+                    counters,
+                }
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -386,19 +384,13 @@ pub(crate) fn trace(
                 // One shape: `netns` is the namespace's path (null when nothing names it),
                 // `cookie` beside it, then the decision's own keys, then the mode when the
                 // namespace still has a policy.
-                let mut v = serde_json::json!({
-                    "netns": path.map(|p| p.display().to_string()),
-                    "cookie": d.netns.get(),
-                });
-                if let (Some(o), serde_json::Value::Object(rest)) =
-                    (v.as_object_mut(), serde_json::to_value(&d)?)
-                {
-                    o.extend(rest);
-                    if let Some(t) = tproxy {
-                        o.insert("tproxy".into(), t.into());
-                    }
-                }
-                println!("{}", serde_json::to_string(&v)?);
+                let line = TraceLine {
+                    netns: path.as_ref().map(|p| p.display().to_string()),
+                    cookie: d.netns.get(),
+                    decision: &d,
+                    tproxy,
+                };
+                println!("{}", serde_json::to_string(&line)?);
             } else {
                 let ns =
                     path.map_or_else(|| "(path unknown)".to_owned(), |p| p.display().to_string());

@@ -50,8 +50,9 @@ Examples:
   kubectl get pod web-0 -o yaml | redirect pod-policy - --cluster-dns 10.96.0.10";
 
 /// What one pod of the manifest gives.
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[derive(Debug, Serialize)]
-struct Report {
+pub(crate) struct Report {
     document: usize,
     kind: String,
     name: String,

@@ -12,11 +12,13 @@ use crate::request::PodRef;
 
 /// What one enrollment is: the namespace, its cookie, the policy and where it came from, and
 /// what was applied. The daemon's enrollment file holds exactly this (what a restart re-adopts).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnrollmentRecord {
     /// Namespace file.
     pub netns: PathBuf,
     /// Its netns cookie (the key of every map entry it owns; a number on the wire).
+    #[cfg_attr(feature = "schema", schemars(with = "u64"))]
     pub cookie: NetnsCookie,
     /// Where the policy came from.
     pub source: String,
@@ -30,6 +32,7 @@ pub struct EnrollmentRecord {
     pub inbound: bool,
     /// The Kubernetes pod this namespace belongs to, when the CNI plugin enrolled it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "PodRef"))]
     pub pod: Option<PodRef>,
     /// Which command wrote the policy (an older file without it: `enroll`).
     #[serde(default)]
@@ -38,6 +41,7 @@ pub struct EnrollmentRecord {
 
 /// The command that wrote a namespace's policy: shown by `list`, `stats` and `trace` beside
 /// whether the daemon follows it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Writer {
@@ -102,6 +106,7 @@ impl EnrollmentRecord {
 
 /// One enrolled namespace as the daemon lists it: its record, and what only the kernel knows
 /// now (one flat JSON object).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Enrollment {
     /// What was enrolled.
@@ -116,6 +121,7 @@ pub struct Enrollment {
 }
 
 /// What the daemon decided for a pod.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodOutcome {
     /// Enrolled (capture active) or not meshed.
@@ -125,6 +131,7 @@ pub struct PodOutcome {
 }
 
 /// `enroll`: the namespace's enrollment as now applied.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Enrolled {
     /// A one-line summary.
@@ -134,6 +141,7 @@ pub struct Enrolled {
 }
 
 /// `unenroll`: removed, or nothing was enrolled (success too, like CNI DEL).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Unenrolled {
     /// A one-line summary.
@@ -143,6 +151,7 @@ pub struct Unenrolled {
 }
 
 /// `list`: every enrollment.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Listed {
     /// The enrollments.
@@ -150,6 +159,7 @@ pub struct Listed {
 }
 
 /// `uninstall`: everything removed; the daemon stops.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Uninstalled {
     /// A one-line summary.
@@ -157,6 +167,7 @@ pub struct Uninstalled {
 }
 
 /// `pod_add`, `pod_del`, `pod_check`: what was decided for the pod.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PodAnswer {
     /// A one-line summary.
@@ -165,10 +176,12 @@ pub struct PodAnswer {
     pub pod: PodOutcome,
     /// The enrollment, when the pod is enrolled (`pod_add`, `pod_check`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Enrollment"))]
     pub enrollment: Option<Enrollment>,
 }
 
 /// `pod_gc`: what the collection removed.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GcDone {
     /// A one-line summary.
@@ -178,6 +191,7 @@ pub struct GcDone {
 }
 
 /// `status`: the daemon answers.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Status {
     /// A one-line summary.
@@ -201,6 +215,7 @@ pub struct Status {
 }
 
 /// Any answer, as the daemon sends it (each serialises as its own object).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum Answer {

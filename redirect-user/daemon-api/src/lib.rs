@@ -31,6 +31,8 @@ pub use refusal::{Refusal, RefusalKind};
 pub use request::{PodRef, Request, PROTOCOL_VERSION};
 
 // The wire: frames read, both directions encoded and decoded, the size cap.
+#[cfg(feature = "schema")]
+pub use wire::answer_frame_schema;
 pub use wire::{
     decode_enrollment, decode_request, encode_answer, encode_request, read_frame, DecodeError,
     MAX_REQUEST_BYTES,

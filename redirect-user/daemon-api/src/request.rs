@@ -90,6 +90,7 @@ impl Request {
 }
 
 /// The pod a CNI call names (from `CNI_ARGS` and `CNI_CONTAINERID`).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodRef {
     /// K8S_POD_NAMESPACE.

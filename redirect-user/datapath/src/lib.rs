@@ -98,3 +98,11 @@ pub use views::observe::{ns_counters, Tracer};
 pub use views::outside::{outside_capture, Outside};
 pub use views::status::{instances as attach_instances, render as render_status, Status};
 pub use views::validate::run as run_validation;
+// What the views' `--json` outputs are made of, for the CLI's own output types.
+pub use load::probe::Probed;
+pub use views::explain::Explained;
+pub use views::observe::{Caller, Decision};
+pub use views::validate::{Check, Report as ValidationReport};
+// The JSON Schema pieces the types do not say (the tests package's feature only).
+#[cfg(feature = "schema")]
+pub use views::schema;

@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// One field that differs.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Difference {
     /// The [`Policy`] field, e.g. `inbound_exclude_ports`.
@@ -17,6 +18,7 @@ pub struct Difference {
 }
 
 /// The outcome of [`compare`].
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
     /// Fields that differ.

@@ -15,6 +15,7 @@ pub const SIDECAR_STATUS: &str = "sidecar.istio.io/status";
 pub const DATAPLANE_MODE: &str = "istio.io/dataplane-mode";
 
 /// Whether a pod is meshed.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
 pub enum Decision {
@@ -30,6 +31,7 @@ pub enum Decision {
 }
 
 /// Why a pod is left alone.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum Skip {

@@ -50,6 +50,7 @@ pub(crate) const KNOWN: &[&str] = &[
 ];
 
 /// One annotation key Istio does not define.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct UnknownKey {
     /// The key as written.

@@ -9,6 +9,7 @@ use super::{Cidrs, Group, InboundPorts, OwnerGroups, Policy, PolicyError};
 /// before (serde's external tagging: `"All"`, `{"List": [...]}`), so enrollment files and
 /// requests written by an older version still read.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub(crate) enum Either<A, B> {
     /// This version's form.
@@ -19,21 +20,23 @@ pub(crate) enum Either<A, B> {
 
 /// [`Cidrs`] in this version's form.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", content = "items", rename_all = "snake_case")]
 pub(crate) enum CidrsTagged {
     /// `*`.
     All,
     /// These.
-    List(Vec<IpNet>),
+    List(#[cfg_attr(feature = "schema", schemars(with = "Vec<String>"))] Vec<IpNet>),
 }
 
 /// [`Cidrs`] in the form of before.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub(crate) enum CidrsBefore {
     /// `*`.
     All,
     /// These.
-    List(Vec<IpNet>),
+    List(#[cfg_attr(feature = "schema", schemars(with = "Vec<String>"))] Vec<IpNet>),
 }
 
 impl From<Either<CidrsTagged, CidrsBefore>> for Cidrs {
@@ -49,6 +52,7 @@ impl From<Either<CidrsTagged, CidrsBefore>> for Cidrs {
 
 /// [`InboundPorts`] in this version's form.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", content = "items", rename_all = "snake_case")]
 pub(crate) enum PortsTagged {
     /// `*`.
@@ -59,6 +63,7 @@ pub(crate) enum PortsTagged {
 
 /// [`InboundPorts`] in the form of before.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub(crate) enum PortsBefore {
     /// `*`.
     All,
@@ -79,6 +84,7 @@ impl From<Either<PortsTagged, PortsBefore>> for InboundPorts {
 
 /// [`OwnerGroups`] in this version's form.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", content = "items", rename_all = "snake_case")]
 pub(crate) enum GroupsTagged {
     /// No filter.
@@ -91,6 +97,7 @@ pub(crate) enum GroupsTagged {
 
 /// [`OwnerGroups`] in the form of before.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub(crate) enum GroupsBefore {
     /// No filter.
     All,

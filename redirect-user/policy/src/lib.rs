@@ -89,6 +89,7 @@ pub const DEFAULT_IPV4_LOOPBACK_CIDR: Ipv4Net =
 
 /// How inbound traffic is captured (`-m`). JSON: `"redirect"` or `"tproxy"` (the names of
 /// before, `"Redirect"`, `"Tproxy"`, are read too).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
@@ -102,6 +103,7 @@ pub enum Mode {
 
 /// Outbound destinations captured (`-i`). JSON: `{"kind": "all"}` or `{"kind": "list",
 /// "items": [...]}` (the form of before, `"All"` or `{"List": [...]}`, is read too).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
     tag = "kind",
@@ -113,11 +115,12 @@ pub enum Cidrs {
     /// `*`: every destination.
     All,
     /// These CIDRs, as written (host bits kept; call `.trunc()` for the network). Empty: none.
-    List(Vec<IpNet>),
+    List(#[cfg_attr(feature = "schema", schemars(with = "Vec<String>"))] Vec<IpNet>),
 }
 
 /// Inbound ports captured (`-b`). JSON as [`Cidrs`]: `{"kind": "all"}` or `{"kind": "list",
 /// "items": [...]}`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
     tag = "kind",
@@ -133,6 +136,7 @@ pub enum InboundPorts {
 }
 
 /// A group of `ISTIO_OUTBOUND_OWNER_GROUPS[_EXCLUDE]`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Group {
     /// As written: a name (`java`) or a number (`202`). iptables rules use this.
@@ -143,6 +147,7 @@ pub struct Group {
 
 /// Which processes' outbound traffic is captured, by group (env only). JSON: `{"kind": "all"}`,
 /// `{"kind": "include", "items": [...]}` or `{"kind": "exclude", "items": [...]}`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
     tag = "kind",
@@ -160,6 +165,7 @@ pub enum OwnerGroups {
 }
 
 /// Everything istio-iptables' flags and env decide about capture.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
     /// `-p`: outbound capture port (virtualOutbound).
@@ -177,6 +183,7 @@ pub struct Policy {
     /// `-i`: outbound destinations captured.
     pub include_cidrs: Cidrs,
     /// `-x`: outbound destinations never captured (beat `-q` and `-i`).
+    #[cfg_attr(feature = "schema", schemars(with = "Vec<String>"))]
     pub exclude_cidrs: Vec<IpNet>,
     /// `-q`: outbound TCP ports always captured (unless `-x`).
     pub include_ports: Vec<u16>,
@@ -199,6 +206,7 @@ pub struct Policy {
     /// `ISTIO_OUTBOUND_OWNER_GROUPS` / `ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE`.
     pub owner_groups: OwnerGroups,
     /// `ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR` (default 127.0.0.1/32), as written.
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub ipv4_loopback_cidr: Ipv4Net,
     /// `--dual-stack` / `ISTIO_DUAL_STACK`.
     pub dual_stack: bool,
@@ -220,6 +228,7 @@ pub struct Policy {
     /// could otherwise claim the address the next pod will be given). `None`: every address
     /// it holds (a namespace enrolled by hand).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Vec<IpAddr>"))]
     pub own_addresses: Option<Vec<IpAddr>>,
     /// Ours (`--no-proxy`): what outbound connects do while the proxy does not listen yet.
     #[serde(default)]
@@ -228,6 +237,7 @@ pub struct Policy {
 
 /// Outbound capture while nothing listens on the proxy's port (the app started first). JSON:
 /// `"refuse"` or `"passthrough"`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NoProxy {

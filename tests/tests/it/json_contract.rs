@@ -147,7 +147,8 @@ fn every_json_output_and_answer_frame_matches_its_schema() {
         .map(String::as_str)
         .collect();
     let stats_schema = read("stats.schema.json");
-    let mut required: Vec<&str> = stats_schema["$defs"]["counters"]["required"]
+    let mut required: Vec<&str> = stats_schema["$defs"]["NsStats"]["properties"]["counters"]
+        ["required"]
         .as_array()
         .expect("required")
         .iter()

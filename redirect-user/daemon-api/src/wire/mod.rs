@@ -49,25 +49,56 @@ pub fn encode_request(req: &Request) -> Result<String, serde_json::Error> {
     Ok(line)
 }
 
+/// The daemon socket's answer frame: one JSON line per request, the protocol version in it,
+/// the typed answer or the refusal naming the value.
+#[derive(Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend(
+        "if" = { "properties": { "ok": { "const": true } } },
+        "then" = { "required": ["answer"], "not": { "required": ["error"] } },
+        "else" = { "required": ["error", "kind"], "not": { "required": ["answer"] } }
+    ))
+)]
+struct AnswerFrame<'a> {
+    /// The protocol version.
+    #[cfg_attr(feature = "schema", schemars(schema_with = "protocol_version"))]
+    v: u32,
+    /// Whether the daemon did what was asked (then `answer`; else `error` and `kind`).
+    ok: bool,
+    /// The call's typed answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    answer: Option<&'a Answer>,
+    /// The refusal's message, naming the value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    /// The refusal's kind: `retry` and `busy` may succeed later.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<RefusalKind>,
+    /// A refusal the client may retry (kind `retry` or `busy`; what clients before kinds read).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    retry: bool,
+}
+
+/// `v`: this protocol's version, the one value a frame carries.
+#[cfg(feature = "schema")]
+fn protocol_version(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "const": PROTOCOL_VERSION })
+}
+
+/// The JSON Schema of the answer frame (`docs/schema/daemon-answer.schema.json`).
+#[cfg(feature = "schema")]
+pub fn answer_frame_schema(generator: schemars::SchemaGenerator) -> schemars::Schema {
+    generator.into_root_schema_for::<AnswerFrame<'static>>()
+}
+
 /// The answer line: this result with the protocol version, and the newline. A refusal carries
 /// its kind by name and `retry` (what an older client reads) when a later try may succeed: the
 /// CNI plugin then answers code 11, "try again later".
 pub fn encode_answer(result: &Result<Answer, Refusal>) -> String {
-    #[derive(Serialize)]
-    struct Frame<'a> {
-        v: u32,
-        ok: bool,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        answer: Option<&'a Answer>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        error: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        kind: Option<RefusalKind>,
-        #[serde(skip_serializing_if = "std::ops::Not::not")]
-        retry: bool,
-    }
     let frame = match result {
-        Ok(a) => Frame {
+        Ok(a) => AnswerFrame {
             v: PROTOCOL_VERSION,
             ok: true,
             answer: Some(a),
@@ -75,7 +106,7 @@ pub fn encode_answer(result: &Result<Answer, Refusal>) -> String {
             kind: None,
             retry: false,
         },
-        Err(e) => Frame {
+        Err(e) => AnswerFrame {
             v: PROTOCOL_VERSION,
             ok: false,
             answer: None,

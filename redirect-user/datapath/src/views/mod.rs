@@ -11,5 +11,7 @@ pub(crate) mod metrics;
 pub(crate) mod node_status;
 pub(crate) mod observe;
 pub(crate) mod outside;
+#[cfg(feature = "schema")]
+pub mod schema;
 pub(crate) mod status;
 pub(crate) mod validate;

@@ -16,22 +16,33 @@ use crate::{
 };
 
 /// One namespace with a policy (whoever wrote it), as `redirect list` shows it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub struct EnrolledNs {
     /// The namespace's path (`None`: nothing names it; shown as `(path unknown)`).
     pub netns: Option<String>,
     /// Its netns cookie.
+    #[cfg_attr(feature = "schema", schemars(with = "u64"))]
     pub cookie: NetnsCookie,
     /// Where its policy came from.
     pub source: String,
     /// The command that wrote it (`enroll`, `istio_iptables`, `vm`, `cni`, `reconcile`,
     /// `unknown`).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("enum" = ["enroll", "istio_iptables", "vm", "cni", "reconcile", "attach", "unknown"]))
+    )]
     pub writer: String,
     /// Whether the daemon follows it (`yes`, `not_by_the_daemon`, `no_daemon`).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("enum" = ["yes", "not_by_the_daemon", "no_daemon", "by_its_process"]))
+    )]
     pub followed: String,
 }
 
 /// The node datapath, as pinned.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub struct NodeStatus {
     /// Pin directory.
@@ -39,6 +50,10 @@ pub struct NodeStatus {
     /// Layout version of the pins.
     pub(crate) layout: u32,
     /// `daemon` or `cli`.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::views::schema::owner")
+    )]
     pub owner: &'static str,
     /// The owning daemon's pid, when a daemon owns it.
     pub(crate) owner_pid: Option<u32>,
@@ -53,12 +68,21 @@ pub struct NodeStatus {
     /// The sk_lookup program it runs (the one without `ingress_ifindex` refuses `-c`/`-k`).
     pub(crate) sk_lookup: &'static str,
     /// Netns cookies with an sk_lookup link (numbers, as every view gives cookies).
+    #[cfg_attr(feature = "schema", schemars(with = "Vec<u64>"))]
     pub(crate) inbound_netns: Vec<NetnsCookie>,
     /// Entries per map, for the maps whose fill matters.
     #[serde(serialize_with = "crate::views::json::pairs_as_object")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::views::schema::fill")
+    )]
     pub fill: Vec<(&'static str, usize)>,
     /// Every decision counter summed over CPUs, zeros included.
     #[serde(serialize_with = "crate::views::json::pairs_as_object")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::views::schema::counters")
+    )]
     pub counters: Vec<(&'static str, u64)>,
     /// Every namespace with a policy, as `redirect list` shows it; filled by the caller, which
     /// knows the daemon's directory (empty from [`collect`]).
@@ -71,6 +95,7 @@ pub struct NodeStatus {
 }
 
 /// One pinned link's (or pinned program's) program.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct PinnedProgram {
     /// The pin (`redirect_connect4-11`, `redirect_sk_lookup`).

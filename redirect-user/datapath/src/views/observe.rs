@@ -44,33 +44,71 @@ pub fn ns_counters(store: &mut dyn MapStore) -> Result<BTreeMap<NetnsCookie, NsC
 
 /// One decision, decoded: the keys `explain --json` uses for the same meanings (`direction`,
 /// `protocol`, `src`, `dst`, `outcome`, `counter`, `rule`).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+// Outbound decisions name their caller, inbound ones their peer, never both.
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("oneOf" = [
+        {
+            "properties": { "direction": { "const": "outbound" } },
+            "required": ["caller"],
+            "not": { "required": ["src"] }
+        },
+        {
+            "properties": { "direction": { "const": "inbound" } },
+            "required": ["src"],
+            "not": { "required": ["caller"] }
+        }
+    ]))
+)]
 #[derive(Debug, Clone, Serialize)]
 pub struct Decision {
     /// `outbound` (a connect or send from the namespace) or `inbound` (a connection arriving,
     /// decided by sk_lookup).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::views::schema::direction")
+    )]
     pub(crate) direction: &'static str,
     /// Netns cookie (the CLI prints it as `cookie`, beside the namespace's path).
     #[serde(skip)]
     pub netns: NetnsCookie,
     /// Who connected (outbound only: an arriving SYN has no caller).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Caller"))]
     pub caller: Option<Caller>,
     /// `tcp` or `udp`.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::views::schema::protocol")
+    )]
     pub protocol: &'static str,
     /// The peer (inbound only).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::views::schema::SOCKET_ADDR))
+    )]
+    #[cfg_attr(feature = "schema", schemars(with = "std::net::SocketAddr"))]
     pub src: Option<std::net::SocketAddr>,
     /// Original destination.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::views::schema::SOCKET_ADDR))
+    )]
     pub dst: std::net::SocketAddr,
     /// `proxy:15001`, `proxy:15006`, `dns:15053`, or `untouched`.
+    #[cfg_attr(feature = "schema", schemars(pattern(crate::views::schema::OUTCOME)))]
     pub outcome: String,
     /// The deciding counter.
+    #[cfg_attr(feature = "schema", schemars(pattern(crate::views::schema::COUNTER)))]
     pub counter: &'static str,
     /// The istio-iptables rule that decided.
     pub rule: &'static str,
 }
 
 /// The process behind an outbound decision.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub struct Caller {
     /// Its pid (thread group).

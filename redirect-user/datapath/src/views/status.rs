@@ -12,6 +12,7 @@ use crate::{
 };
 
 /// One attachment as status reports it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct AttachmentStatus {
     /// Program name.
@@ -30,6 +31,7 @@ pub(crate) struct AttachmentStatus {
 }
 
 /// One running `redirect attach`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub struct InstanceStatus {
     /// Its pid.
@@ -44,6 +46,10 @@ pub struct InstanceStatus {
     pub(crate) attachments: Vec<AttachmentStatus>,
     /// Decision counters (an object, name -> value, zeros included).
     #[serde(serialize_with = "crate::views::json::counters_as_object")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::views::schema::counters")
+    )]
     pub(crate) counters: Vec<CounterValue>,
     /// Redirected connections whose hand-off the proxy has not claimed yet (`TRACKED`).
     pub(crate) tracked_entries: usize,
@@ -53,6 +59,7 @@ pub struct InstanceStatus {
 
 /// The whole report: the node datapath (pinned) and the running `redirect attach` instances
 /// (process-owned links), one model for both.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     /// The pinned node datapath, when one is pinned.

@@ -25,9 +25,14 @@ pub(crate) const PROBE_DST: SocketAddr =
 pub(crate) const APP_ID: u32 = 65534;
 
 /// One check.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
     /// "outbound" or "inbound".
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::views::schema::direction")
+    )]
     pub name: &'static str,
     /// Passed.
     pub ok: bool,
@@ -36,6 +41,7 @@ pub struct Check {
 }
 
 /// The result of a validation.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// Every check passed.

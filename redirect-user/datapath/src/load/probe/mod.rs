@@ -84,9 +84,14 @@ mod features;
 pub(crate) use features::{FEATURES, INGRESS_IFINDEX_FEATURE};
 
 /// A probe's answer.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub struct Probed {
     /// The feature's short name.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::views::schema::FEATURE_ID))
+    )]
     pub(crate) id: &'static str,
     /// The feature.
     pub name: &'static str,
@@ -101,9 +106,11 @@ pub struct Probed {
     pub(crate) assumed_missing: bool,
     /// For an optional feature: what the datapath does without it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub without: Option<&'static str>,
     /// Why the probe could not tell, when it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub(crate) error: Option<String>,
 }
 
