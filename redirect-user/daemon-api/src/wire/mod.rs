@@ -179,6 +179,9 @@ pub(crate) fn decode_answer<A: DeserializeOwned>(op: &str, line: &str) -> Result
 }
 
 #[cfg(test)]
+mod answer_roundtrip;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::GcDone;
