@@ -1,6 +1,8 @@
 //! redirect's integration-test harness on the testkit: `redirect attach`, `redirect-proxy`,
 //! the probe client, the echo server, a node of the test's own, the conformance topology, the
 //! CNI chain and a private podman.
+// The package's dependencies serve its test binary and probes; this library uses a few.
+#![allow(unused_crate_dependencies)]
 pub mod abuse;
 pub mod apiserver;
 pub mod apiserver_tls;

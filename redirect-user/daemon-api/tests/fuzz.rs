@@ -2,6 +2,8 @@
 //! frames of random length and bytes, random JSON, valid requests with one field replaced or
 //! removed, and every request and enrollment round-tripped. Bounded by default;
 //! `PROPTEST_CASES=100000 cargo test -p redirect-daemon-api --test fuzz` runs longer.
+// A test target links every dependency of its package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::io::Cursor;
 use std::path::PathBuf;
 

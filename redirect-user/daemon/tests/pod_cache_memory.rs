@@ -5,6 +5,8 @@
 //! default; `pod_cache_memory_5000_pods_of_100_kb` (ignored: it feeds half a gigabyte of pods)
 //! measures the process's resident memory as a node with 5,000 such pods would grow it:
 //! `cargo test -p redirect-daemon --test pod_cache_memory -- --ignored --nocapture`.
+// A test target links every dependency of its package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::Event;
 use redirect_daemon::test_support::PodCache;

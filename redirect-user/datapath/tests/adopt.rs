@@ -1,6 +1,8 @@
 //! Listener adoption takes only the enrolled namespace's TCP listener on its inbound port:
 //! real sockets in namespaces of the test's own; a socket of another namespace, on the same
 //! port, that a socket inode leads to (sockfs numbers wrap; a table can be stale) is refused.
+// A test target links every dependency of its package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::{
     net::{TcpStream, UdpSocket},
     os::fd::AsFd as _,

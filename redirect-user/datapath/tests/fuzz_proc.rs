@@ -4,6 +4,8 @@
 //! by netlink-packet-route). Random text never panics; lines printed as the kernel prints
 //! them parse back. Bounded; `PROPTEST_CASES=100000 cargo test -p redirect-datapath --test
 //! fuzz_proc` runs longer.
+// A test target links every dependency of its package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::path::PathBuf;
 
 use proptest::prelude::*;

@@ -19,6 +19,8 @@
 //!   port (so a connection to 15006 itself lands on 15006 either way); and when iptables left it
 //!   alone, the counter must name the rule that did (`-i` RETURN, `--dport` RETURN, no rule).
 //! - No Istio row combines `-b '*'` with `-d`, so the `-d` rule is covered by the unit tests only.
+// A test target links every dependency of its package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::collections::HashMap;
 use std::net::IpAddr;
 

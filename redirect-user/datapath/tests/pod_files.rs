@@ -2,6 +2,8 @@
 //! inside a namespace of the test's own; an absolute symlink in that root resolves inside it
 //! (read naively through /proc/PID/root it would leave for the host's /etc), and a FIFO
 //! where a file should be is refused without blocking.
+// A test target links every dependency of its package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::{os::unix::fs::symlink, path::PathBuf, time::Duration};
 
 use redirect_datapath::{

@@ -1,6 +1,8 @@
 //! The route reader on a real kernel: a namespace of the test's own with interfaces (veth ends)
 //! `eth0`, `net1`, `net2`, routes added with `ip`, and what `routes::resolve_in` makes of them
 //! for `-c net1` (metrics, multipath over netlink, IPv6, the local table, policy routing).
+// A test target links every dependency of its package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::net::IpAddr;
 
 use redirect_datapath::test_support::{resolve_in, Resolved};

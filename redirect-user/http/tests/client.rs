@@ -1,5 +1,7 @@
 //! The bounded GET against real loopback servers: the body, the body cap, a non-200 status,
 //! a bad URL and a server that never answers.
+// A test target links every dependency of its package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::time::Duration;
 
 use redirect_http::{get, spawn_thread, Error, Limits, Request, Response, StatusCode};

@@ -1,6 +1,8 @@
 //! The server on real loopback sockets: slow clients are cut at the deadline while others are
 //! answered, heads and bodies past their caps are refused, the connection cap closes the
 //! excess, HEAD and 405 behave.
+// A test target links every dependency of its package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::{
     io::{ErrorKind, Read as _, Write as _},
     net::{Shutdown, SocketAddr, TcpStream},

@@ -1,4 +1,6 @@
 //! The `redirect-proxy` binary: traffic listeners 15001/15006, admin ports, access log.
+// The binary and the library share one dependency list: the library's own are unused here.
+#![allow(unused_crate_dependencies)]
 use std::{
     net::{IpAddr, SocketAddr},
     path::PathBuf,

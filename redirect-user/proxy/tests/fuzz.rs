@@ -1,6 +1,8 @@
 //! Property tests ("fuzz" target) of the proxy's registry file: random bytes, random JSON,
 //! a valid file with one field replaced, hostile addresses, valid files round-tripped and
 //! routed. Bounded; `PROPTEST_CASES=100000 cargo test -p redirect-proxy --test fuzz` runs longer.
+// A test target links every dependency of its package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::error::Error as _;
 use std::net::{IpAddr, SocketAddr};
 

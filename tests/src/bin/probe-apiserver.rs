@@ -3,6 +3,8 @@
 //! built from a vendored kube-inject manifest and scheduled on `--node` (listed for the
 //! daemon's watch and served by GET), writes the kubeconfig
 //! naming it to `--kubeconfig`, prints `listening ADDR`, and serves until killed.
+// A probe links every dependency of the tests package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::path::PathBuf;
 
 use clap::Parser;

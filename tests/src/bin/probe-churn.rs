@@ -2,6 +2,8 @@
 //! cgroup, netns and uid, `--threads` threads each bind an IPv6-only TCP socket to `[::]:PORT`,
 //! listen and close it, `--loops` times; prints `done N` (listens that succeeded). With
 //! `--hold`, it instead listens once, prints `listening` and keeps it until killed.
+// A probe links every dependency of the tests package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::{
     net::{Ipv6Addr, SocketAddrV6},
     os::fd::AsRawFd as _,

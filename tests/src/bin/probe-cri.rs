@@ -7,6 +7,8 @@
 //! one at a time and PARALLEL at once per round, each removed again. With our entry every
 //! sandbox is checked to be enrolled, so a broken path is never measured as a fast one. One
 //! JSON line per sandbox: `{"mode": "primary"|"redirect", "variant": ..., "round": N, "ms": X}`.
+// A probe links every dependency of the tests package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};

@@ -9,6 +9,8 @@
 //! - `--victim-dns ADDR --victim-tcp ADDR`: sends one datagram to the DNS server and connects
 //!   to the TCP destination, prints `ready`, waits until the file `--go` exists (the flood runs
 //!   meanwhile), and prints `dns-from=SRC tcp-peer=PEER tcp-landing=LANDING`.
+// A probe links every dependency of the tests package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     net::{SocketAddr, TcpStream, UdpSocket},

@@ -7,6 +7,8 @@
 //! socket `P` with `TEXT` (a process posing as the daemon at its socket's path);
 //! `ask-unix --path P --line TEXT` sends `TEXT` on one connection to `P` and prints the answer
 //! line (a client of the daemon judged as whatever process runs it).
+// A probe links every dependency of the tests package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},

@@ -1,6 +1,8 @@
 //! probe-listen: binds TCP/UDP listeners in a chosen cgroup and netns and answers each
 //! connection (or datagram) with one JSON `Landing` line: which listener took it, the original
 //! destination it read and the peer it saw.
+// A probe links every dependency of the tests package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     net::{SocketAddr, TcpListener, TcpStream, UdpSocket},

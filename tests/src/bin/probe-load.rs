@@ -5,6 +5,8 @@
 //! count as 8 little-endian bytes. A server started with `--greeting X` instead writes `X` on
 //! accept and closes (the capture detector of the enrollment benchmark). Every result is one
 //! JSON `redirect_testkit::probe::Load` line.
+// A probe links every dependency of the tests package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::{
     net::SocketAddr,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},

@@ -3,6 +3,8 @@
 //! the file `--until` exists; every connection must land on the proxy (probe-listen's JSON
 //! `Landing` line) with `SO_ORIGINAL_DST` = `--dst`. Prints `progress N` every `--every`
 //! connections, then one JSON line `{"ok":N,"failed":N,"wrong":N,"first_problem":...}`.
+// A probe links every dependency of the tests package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     net::{SocketAddr, TcpStream},

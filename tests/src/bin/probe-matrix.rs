@@ -1,5 +1,7 @@
 //! probe-matrix: runs TCP/UDP probes from one cgroup, netns and uid/gid and prints one JSON
 //! `ProbeResult` line per probe (the listener's answer parsed into a `Landing`).
+// A probe links every dependency of the tests package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::{
     io::{self, BufRead as _, BufReader, Write as _},
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpStream, UdpSocket},

@@ -1,5 +1,7 @@
 //! probe-server: a tiny line (JSON `Echo` answers) or HTTP server for `cargo xtask run` and
 //! manual checks.
+// A probe links every dependency of the tests package and uses a few of them.
+#![allow(unused_crate_dependencies)]
 use std::net::SocketAddr;
 
 use clap::Parser;

@@ -2,6 +2,8 @@
 //! loading the real programs into cgroups and network namespaces of its own and sending real
 //! TCP through them. Every privileged test opens with `privileged!()`: skipped (naming the
 //! test's path) without root, a failure with `CI=true`.
+// The test binary links every dependency of the tests package and uses some of them.
+#![allow(unused_crate_dependencies)]
 mod accepted_sockets;
 mod address_claims;
 mod adoption;
