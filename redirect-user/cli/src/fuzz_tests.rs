@@ -130,7 +130,7 @@ proptest! {
             .collect();
         let sources = redirect_policy::Sources::new("fuzz", vec![Box::new(redirect_policy::OwnFiles)]);
         let parsed = redirect_policy::parse_invocation(&argv, &std::collections::HashMap::new(), &sources);
-        prop_assert_eq!(crate::istio::pre_scan(&argv, "--netns"), Some(last.clone()));
+        prop_assert_eq!(crate::istio_args::pre_scan(&argv, "--netns"), Some(last.clone()));
         if let Ok(inv) = parsed {
             prop_assert_eq!(inv.netns, Some(last));
         }
@@ -170,11 +170,11 @@ fn pre_scan_takes_the_last_value_like_the_parser() {
     .map(str::to_owned)
     .into();
     assert_eq!(
-        crate::istio::pre_scan(&argv, "--netns").as_deref(),
+        crate::istio_args::pre_scan(&argv, "--netns").as_deref(),
         Some("b")
     );
     assert_eq!(
-        crate::istio::pre_scan(&argv, "--cluster-env").as_deref(),
+        crate::istio_args::pre_scan(&argv, "--cluster-env").as_deref(),
         Some("f2")
     );
 }

@@ -1,12 +1,10 @@
 //! `redirect istio-iptables`: parse istio-iptables' arguments and environment, then apply the
 //! policy to one namespace through the pinned node datapath (or print it with --dry-run).
 use crate::{dir_args::Dirs, writer::NodeWriter};
-use std::collections::HashMap;
 
-use anyhow::Context as _;
 use redirect_datapath::{
-    daemon_up, ipv6_follows, lock_node, pod_file_sources, resolve_netns, vm_file_sources,
-    AppliedAt, NetnsHandle, NodeAttach, NodeDatapath,
+    daemon_up, ipv6_follows, lock_node, resolve_netns, AppliedAt, NetnsHandle, NodeAttach,
+    NodeDatapath,
 };
 use redirect_policy::{self as policy, Invocation, Policy};
 
@@ -106,50 +104,6 @@ Examples:
         probe_port = redirect_policy::DEFAULT_PROBE_PORT,
         probe_timeout = redirect_policy::DEFAULT_PROBE_TIMEOUT,
     )
-}
-
-/// Finds our own `--netns` / `--cluster-env` values before the full parse (they decide whose
-/// files and which environment that parse sees): the last one given, as the parse takes it.
-pub(crate) fn pre_scan(args: &[String], flag: &str) -> Option<String> {
-    let mut found = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == flag {
-            found = it.next().cloned().or(found);
-        } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
-            found = Some(v.to_owned());
-        }
-    }
-    found
-}
-
-/// Parses istio-iptables arguments the way `redirect istio-iptables` does: cluster.env under
-/// the environment, and names and DNS servers from the target namespace's own files
-/// ([`redirect_datapath::pod_file_sources`]; this process's own `/etc` only when the target
-/// is the namespace it runs in). `vm`: the target is a VM (`redirect vm`), whose files are
-/// this host's own ([`vm_file_sources`]), not a pod's.
-pub(crate) fn parse_for(args: &[String], vm: bool) -> anyhow::Result<Invocation> {
-    let netns = pre_scan(args, "--netns")
-        .or_else(|| pre_scan(args, "--network-namespace"))
-        .or_else(|| std::env::var("NETWORK_NAMESPACE").ok())
-        .filter(|n| !n.is_empty());
-    let path = resolve_netns(netns.as_deref());
-    let sys = if vm {
-        vm_file_sources(&path, netns.as_deref())
-    } else {
-        pod_file_sources(&path, netns.as_deref())
-    };
-    let cluster = match pre_scan(args, "--cluster-env") {
-        Some(file) => {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("--cluster-env: reading {file}"))?;
-            policy::parse_cluster_env(&text).with_context(|| format!("--cluster-env {file}"))?
-        }
-        None => HashMap::new(),
-    };
-    // The process environment over the cluster.env.
-    let env = policy::LayeredEnv(policy::std_env(), cluster);
-    Ok(policy::parse_invocation(args, &env, &sys)?)
 }
 
 /// Runs `redirect istio-iptables ARGS`.

@@ -13,6 +13,7 @@ mod fuzz_tests;
 mod install_cni_args;
 mod install_cni_cmd;
 mod istio;
+mod istio_args;
 mod istio_daemon;
 mod json_views;
 mod kube_args;

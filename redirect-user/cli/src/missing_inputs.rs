@@ -56,7 +56,7 @@ pub(crate) fn resolve(argv: &[String], asking: &Asking) -> anyhow::Result<Invoca
     let mut examples: Vec<&str> = Vec::new();
     // Each missing input is stood in for once, to find the next one; at most one per kind.
     for _ in 0..3 {
-        let err = match crate::istio::parse_for(&argv, asking.vm) {
+        let err = match crate::istio_args::parse_for(&argv, asking.vm) {
             Ok(inv) if missing.is_empty() => return Ok(inv),
             Ok(_) => break,
             Err(e) => e,

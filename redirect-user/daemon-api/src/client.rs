@@ -137,7 +137,7 @@ impl Client {
         netns: &NetnsFd,
         policy: Policy,
         source: String,
-        writer: crate::answer::Writer,
+        writer: crate::writer::Writer,
     ) -> Result<Enrolled, ClientError> {
         let req = Request::Enroll {
             netns: netns.path().to_owned(),

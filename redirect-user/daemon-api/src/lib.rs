@@ -19,16 +19,18 @@ mod records;
 mod refusal;
 mod request;
 mod wire;
+mod writer;
 
 // The protocol: requests, one answer type per request, a typed refusal, the descriptor a
 // request carries.
 pub use answer::{
     Answer, Enrolled, Enrollment, EnrollmentRecord, GcDone, Listed, PodAnswer, PodOutcome, Status,
-    Unenrolled, Uninstalled, Writer,
+    Unenrolled, Uninstalled,
 };
 pub use netns_fd::NetnsFd;
 pub use refusal::{Refusal, RefusalKind};
 pub use request::{PodRef, Request, PROTOCOL_VERSION};
+pub use writer::Writer;
 
 // The wire: frames read, both directions encoded and decoded, the size cap.
 #[cfg(feature = "schema")]

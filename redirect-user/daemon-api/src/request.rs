@@ -26,7 +26,7 @@ pub enum Request {
         source: String,
         /// The command asking (`enroll`, `istio-iptables`, `vm`); a client without it: `enroll`.
         #[serde(default)]
-        writer: crate::answer::Writer,
+        writer: crate::writer::Writer,
     },
     /// Remove the namespace's policy.
     Unenroll {

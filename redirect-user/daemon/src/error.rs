@@ -67,7 +67,7 @@ pub enum Error {
     },
     /// The apiserver did not give the pod.
     #[error(transparent)]
-    Kube(#[from] crate::apiserver::KubeError),
+    Kube(#[from] crate::kube_error::KubeError),
     /// The pod's annotations give no policy that can be applied.
     #[error("{pod} cannot be captured: {reason}")]
     NotCapturable {
@@ -146,7 +146,7 @@ impl Error {
     /// retry then meets the pod's replacement); a namespace or pod that cannot be captured as
     /// asked, and a malformed value, stay refused however often asked.
     pub(crate) fn refusal_kind(&self) -> RefusalKind {
-        use crate::apiserver::KubeError;
+        use crate::kube_error::KubeError;
         match self {
             Error::Kube(KubeError::Get { .. } | KubeError::Deleted(_)) => RefusalKind::Retry,
             Error::NotCapturable { .. }

@@ -105,7 +105,7 @@ pub(crate) fn bind(dir: &Path) -> Result<UnixListener> {
 /// daemon to start adopts it (follows its addresses, repairs it, removes it when its namespace
 /// goes). The directory is made private first, as the daemon makes it.
 pub fn record_direct(dir: &Path, e: &Record) -> Result<()> {
-    crate::server::private_dir::make_private(dir)?;
+    crate::private_dir::make_private(dir)?;
     write_enrollment(dir, e)
 }
 

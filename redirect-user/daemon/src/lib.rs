@@ -34,6 +34,7 @@ mod credentials;
 mod error;
 mod exclusions;
 mod files;
+mod kube_error;
 mod metrics;
 mod node_taint;
 mod pod_cache;
@@ -41,6 +42,7 @@ mod pod_cache;
 mod pod_cache_tests;
 mod pod_cgroups;
 mod pod_watch;
+mod private_dir;
 mod ready_nodes;
 mod repair;
 mod resolution;
@@ -64,8 +66,9 @@ pub use files::{forget_direct, record_direct};
 pub use server::{Daemon, Options};
 
 // The apiserver client and its flags' parsers (the cluster DNS Service, the readiness taint).
-pub use apiserver::{Kube, KubeError, KubeOptions};
+pub use apiserver::{Kube, KubeOptions};
 pub use cluster_dns::parse_service as parse_dns_service;
+pub use kube_error::KubeError;
 pub use node_taint::{parse_taint, Taint, DEFAULT_TAINT};
 
 // The Prometheus endpoint, and the health its repair writes (`DIR/health`).

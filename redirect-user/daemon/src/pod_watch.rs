@@ -6,7 +6,7 @@ use std::{net::IpAddr, time::Duration};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Config};
 
-use crate::{apiserver::KubeError, pod_cache::PodCache};
+use crate::{kube_error::KubeError, pod_cache::PodCache};
 
 /// Pods per page of the watch's (re-)listing: a page is decoded whole, pods untrimmed, so a
 /// smaller page than kube-rs's 500 bounds that peak (100 pods of 100 KB: 10 MB of JSON) at the

@@ -17,7 +17,6 @@ mod outside;
 mod peer;
 mod pod_state;
 mod pods;
-pub(crate) mod private_dir;
 mod proxy_binding;
 mod receive;
 mod reconcile;
@@ -81,7 +80,7 @@ impl Daemon {
     /// enrollments found on disk and binds the root-only socket.
     pub fn start(opts: Options) -> Result<Self> {
         redirect_datapath::require_root()?;
-        private_dir::make_private(&opts.dir)?;
+        crate::private_dir::make_private(&opts.dir)?;
         let lock = single_instance(&opts.dir)?;
         if let Some((mount, mode)) = bpffs_open_to_all(&opts.bpffs) {
             tracing::warn!(mount = %mount.display(), mode = format!("{mode:o}"),

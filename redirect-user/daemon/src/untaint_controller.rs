@@ -17,7 +17,7 @@ use kube::{
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
-    apiserver::KubeError,
+    kube_error::KubeError,
     node_taint::{remove, Taint},
     ready_nodes::ReadyNodes,
 };

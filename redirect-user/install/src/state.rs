@@ -101,7 +101,7 @@ pub(crate) fn load_in(path: &Path, conf_dir: &Path) -> Result<Option<State>> {
         }
     }
     if let Some(p) = &st.plugin {
-        if p.path.file_name() != Some(std::ffi::OsStr::new(crate::plugin::NAME)) {
+        if p.path.file_name() != Some(std::ffi::OsStr::new(crate::conflist::TYPE)) {
             return Err(bad(&p.path, "not the redirect-cni binary"));
         }
     }

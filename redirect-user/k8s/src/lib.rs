@@ -19,6 +19,7 @@
 mod annotations;
 mod binding;
 mod compare;
+mod containers;
 mod decide;
 mod dns;
 mod error;

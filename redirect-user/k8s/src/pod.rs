@@ -2,10 +2,7 @@
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-/// The sidecar's container name.
-pub(crate) const PROXY: &str = "istio-proxy";
-/// The iptables init container's name.
-pub(crate) const INIT: &str = "istio-init";
+pub(crate) use crate::containers::{INIT, PROXY};
 
 /// A pod annotation; one [`crate::trim::READ_ANNOTATIONS`] lists, or a trimmed pod lacks it.
 pub(crate) fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {

@@ -22,8 +22,8 @@ use crate::annotations::{
     KUBEVIRT_INTERFACES, REROUTE_VIRTUAL_INTERFACES, STATUS_PORT,
 };
 use crate::binding::{PROXY_BINDING, RESET_UNCAPTURED};
+use crate::containers::PROXY;
 use crate::decide::{DATAPLANE_MODE, INJECT, SIDECAR_STATUS};
-use crate::pod::PROXY;
 
 /// Every annotation read from a pod.
 pub const READ_ANNOTATIONS: [&str; 16] = [

@@ -17,7 +17,7 @@ use crate::{
 
 /// A pod read from the apiserver (or the watch's cache), or why it could not be.
 pub(super) type Found =
-    std::result::Result<crate::resolution::Resolved, crate::apiserver::KubeError>;
+    std::result::Result<crate::resolution::Resolved, crate::kube_error::KubeError>;
 
 fn answer(meshed: bool, decision: &Decision, message: String) -> PodAnswer {
     PodAnswer {

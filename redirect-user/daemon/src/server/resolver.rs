@@ -22,8 +22,8 @@ use std::{
 use redirect_daemon_api::{PodRef, Request};
 
 use crate::{
-    apiserver::{Kube, KubeError},
     resolution::Resolved,
+    {apiserver::Kube, kube_error::KubeError},
 };
 
 /// Most pods read from the apiserver at once.

@@ -10,8 +10,6 @@ pub const OUTCOME: &str = r"^(proxy:[0-9]+|dns:[0-9]+|untouched|refused)$";
 pub const COUNTER: &str = r"^([a-z0-9_]+|-)$";
 /// `IP:PORT`, an IPv6 address in brackets.
 pub const SOCKET_ADDR: &str = r"^(\[[0-9a-fA-F:.]+\]|[0-9.]+):[0-9]+$";
-/// A probed feature's id.
-pub(crate) const FEATURE_ID: &str = r"^[a-z0-9_]+$";
 
 /// Every decision counter by name, zeros included: an object naming each of
 /// [`Counter::ALL`].

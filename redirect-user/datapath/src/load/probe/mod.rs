@@ -83,15 +83,16 @@ pub(crate) const INGRESS_IFINDEX: &str = "sk_lookup_ingress_ifindex";
 mod features;
 pub(crate) use features::{FEATURES, INGRESS_IFINDEX_FEATURE};
 
+/// A probed feature's id (its JSON Schema pattern).
+#[cfg(feature = "schema")]
+const FEATURE_ID: &str = r"^[a-z0-9_]+$";
+
 /// A probe's answer.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub struct Probed {
     /// The feature's short name.
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::views::schema::FEATURE_ID))
-    )]
+    #[cfg_attr(feature = "schema", schemars(pattern(FEATURE_ID)))]
     pub(crate) id: &'static str,
     /// The feature.
     pub name: &'static str,
