@@ -49,12 +49,16 @@ pub(crate) fn of_pins(dir: &std::path::Path) -> Vec<(String, ProgramStat)> {
         };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let Ok(fd) = crate::sys::bpfsys::obj_get(&e.path()) else {
-                continue;
-            };
             let id = if sub == "links" {
-                crate::sys::bpfsys_replace::link_prog_id(std::os::fd::AsFd::as_fd(&fd)).ok()
+                // BPF_OBJ_GET, then BPF_OBJ_GET_INFO_BY_FD of the link (aya's `LinkInfo`).
+                aya::programs::links::PinnedLink::from_pin(e.path())
+                    .ok()
+                    .and_then(|link| aya::programs::links::FdLink::from(link).info().ok())
+                    .map(|info| info.program_id())
             } else {
+                let Ok(_fd) = crate::sys::bpfsys::obj_get(&e.path()) else {
+                    continue;
+                };
                 aya::programs::ProgramInfo::from_pin(e.path())
                     .ok()
                     .map(|i| i.id())

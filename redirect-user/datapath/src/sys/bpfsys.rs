@@ -1,8 +1,29 @@
-//! The few bpf(2) commands aya does not expose for every program type: `BPF_MAP_CREATE` (of the
-//! layout record), `BPF_PROG_LOAD` (of the two feature probes aya has no probe for),
-//! `BPF_LINK_CREATE`, `BPF_OBJ_PIN`, `BPF_OBJ_GET` and `BPF_OBJ_GET_INFO_BY_FD` (of a netns
-//! link). This is the loader's syscall edge; nothing else here (`bpfsys_replace.rs` has the
-//! commands of an upgrade in place).
+//! The few bpf(2) commands the loader needs that aya 0.14's public API does not cover for what
+//! we hold (pins and raw descriptors, not aya-owned `Program`, `MapData` or `FdLink` values).
+//! This is the loader's syscall edge; nothing else here (`bpfsys_replace.rs` has the commands of
+//! an upgrade in place). What stays, and the aya API looked at:
+//! - `BPF_MAP_CREATE` ([`array_map_create`], the layout and sizing records): `MapData::create`
+//!   wants a hand-built `aya_obj::Map`, reads the kernel version to decide on the name and
+//!   reports a `MapError`, not the `io::Error` the datapath's `Error::Pin` carries.
+//! - `BPF_LINK_CREATE` ([`link_create`]): aya makes links only through `attach()` of a `Program`
+//!   it owns (`SkLookup::from_pin` and the like add a `BPF_OBJ_GET_INFO_BY_FD`) and keeps the
+//!   link in that program's link set; our callers hold a program's descriptor.
+//! - `BPF_OBJ_PIN` ([`obj_pin`]): `FdLink::pin`, `MapData::pin` and a program's `pin` need an
+//!   aya-owned object we do not have on this path: `FdLink` has no public constructor from an
+//!   `OwnedFd` (`FdLink::new` is crate-private) and `MapData::from_fd` adds a
+//!   `BPF_OBJ_GET_INFO_BY_FD`.
+//! - `BPF_OBJ_GET` ([`obj_get`]): `PinnedLink::from_pin`, `MapData::from_pin`,
+//!   `ProgramInfo::from_pin` and `MapInfo::from_pin` open a pin too, but none gives the
+//!   descriptor back as one callers can pass on (`FdLink` has no `AsFd`, the `*Info` ones close
+//!   it, `MapData::from_pin` adds a `BPF_OBJ_GET_INFO_BY_FD`). Where only a pinned link's program
+//!   id is read (`load/program_stats.rs`), aya's `PinnedLink::from_pin` and `FdLink::info` are
+//!   used instead.
+//! - `BPF_OBJ_GET_INFO_BY_FD` of a netns link ([`link_netns_ino`]): aya's `LinkInfo` exposes the
+//!   link id, program id and link type, not the netns inode (`bpf_link_info.netns.netns_ino`).
+//! - `BPF_PROG_LOAD` of the two feature probes: `aya::sys::is_helper_supported` takes a
+//!   `bpf_func_id` (it cannot name the unknown id the probe's self-check loads) and judges by the
+//!   verifier log; `is_program_supported` checks a program type, not a context field
+//!   (sk_lookup's `ingress_ifindex`).
 use std::{
     ffi::CString,
     io,

@@ -1,6 +1,24 @@
-//! The bpf(2) commands of an upgrade in place that aya does not expose: a link's program
-//! (`BPF_OBJ_GET_INFO_BY_FD`, `BPF_PROG_GET_FD_BY_ID`), replacing it (`BPF_LINK_UPDATE`), a
-//! map's definition and a raw copy of its entries into a map of another size. A syscall edge.
+//! The bpf(2) commands of an upgrade in place that aya 0.14's public API does not cover for
+//! descriptors opened from pins. A syscall edge. What stays, and the aya API looked at:
+//! - A link's program (`BPF_OBJ_GET_INFO_BY_FD`, [`link_prog_id`]) on the link descriptor the
+//!   upgrade keeps for `BPF_LINK_UPDATE`: aya's `LinkInfo::program_id` is read only through
+//!   `FdLink::info`, and an `FdLink` (from `PinnedLink::from_pin`) cannot give its descriptor
+//!   back (no `AsFd`, no `Into<OwnedFd>`).
+//! - `BPF_PROG_GET_FD_BY_ID` ([`prog_by_id`]): `ProgramInfo::fd` issues it, but 0.14 has no
+//!   `ProgramInfo::from_id`; a `ProgramInfo` comes only from a pin, an aya `Program` or
+//!   `loaded_programs()`.
+//! - `BPF_LINK_UPDATE` with `BPF_F_REPLACE` ([`link_update`]): aya's `FdLink` has no update; aya
+//!   issues `BPF_LINK_UPDATE` only inside `Xdp::attach_to_link` and
+//!   `SchedClassifier::attach_to_link`, with flags 0 (no old program to check).
+//! - A map's definition (`BPF_OBJ_GET_INFO_BY_FD`, [`map_def`]) of a descriptor kept for the
+//!   copy: `MapInfo` has no public constructor from a descriptor (`new_from_fd` is
+//!   crate-private), and `MapData::from_fd` keeps what it read in a private `aya_obj::Map`
+//!   (`MapData::info` would read it again). `MapInfo::from_pin` would do for a pin's definition
+//!   alone (`upgrade.rs`'s `def_at`), but its `map_type()` is aya's `MapType`, an error for a
+//!   type aya does not name, where [`MapDef`] keeps and prints the kernel's number.
+//! - The raw copy of entries (`BPF_MAP_GET_NEXT_KEY`, `BPF_MAP_LOOKUP_ELEM`,
+//!   `BPF_MAP_UPDATE_ELEM`): aya's maps are typed by `Pod` keys and values of compile-time size;
+//!   ours are sized at run time from the map's definition (and a hash's keys become a trie's).
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
 
