@@ -1,10 +1,10 @@
 //! The daemon's registry of enrollments and the files that record them (`DIR/enrollments/
 //! COOKIE.json`): within the daemon the one owner of both, so an enrollment is listed exactly
 //! while its file says a restart adopts it (a command that writes the pinned maps itself
-//! leaves its record through `files::record_direct`, for the next daemon to adopt). Records change through [`Enrollments::record`],
-//! [`Enrollments::amend`] and [`Enrollments::forget`], which write or remove the file in the
-//! same step; the rest of an entry (its namespace handle, its outside-capture count) is the
-//! daemon's to change in place.
+//! leaves its record through `files::record_direct`, for the next daemon to adopt). Records
+//! change through [`Enrollments::record`], [`Enrollments::amend`] and [`Enrollments::forget`],
+//! which write or remove the file in the same step; the rest of an entry (its namespace handle,
+//! its outside-capture count) is the daemon's to change in place.
 use std::{
     collections::{btree_map, BTreeMap},
     path::{Path, PathBuf},
