@@ -44,8 +44,10 @@ pub(crate) fn daemon(
     }
     signals.thread_block().context("blocking SIGINT/SIGTERM")?;
     let bpffs = dirs.bpffs_or_default(bpffs);
+    // One runtime for every wait of the daemon (clients, the apiserver, the metrics port).
+    let rt = daemon::runtime().context("starting the daemon's runtime")?;
     // Before the datapath is touched: a broken kubeconfig stops the start, naming it.
-    let kube = redirect_daemon::Kube::new(kube)?;
+    let kube = redirect_daemon::Kube::new(kube, rt.handle().clone())?;
     let d = Daemon::start(Options {
         bpffs: bpffs.clone(),
         dir: dirs.daemon.path().to_path_buf(),
@@ -72,7 +74,7 @@ pub(crate) fn daemon(
         Some(endpoint) => {
             let dir = dirs.daemon.path().to_path_buf();
             let names = dir.clone();
-            let bound = daemon::spawn_metrics(endpoint, bpffs, dir, move || {
+            let bound = daemon::spawn_metrics(rt.handle(), endpoint, bpffs, dir, move || {
                 redirect_daemon_api::record_names(&names)
             })?;
             format!(" metrics=http://{bound}/metrics")
@@ -84,7 +86,7 @@ pub(crate) fn daemon(
         std::process::id(),
         socket(dirs).display()
     );
-    d.run(&stop)?;
+    d.run(rt.handle(), &stop)?;
     Ok(())
 }
 

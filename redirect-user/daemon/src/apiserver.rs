@@ -66,14 +66,15 @@ impl Default for KubeOptions {
     }
 }
 
-/// The apiserver client (absent without access) and the runtime it runs on.
+/// The apiserver client (absent without access), on the daemon's runtime.
 pub struct Kube {
     opts: KubeOptions,
     client: Option<Client>,
     /// This node's pods as the watch tells them (with `--node-name` only).
     cache: Option<PodCache>,
     untaint: std::sync::Mutex<Option<crate::untaint::Untaint>>,
-    rt: tokio::runtime::Runtime,
+    /// The daemon's one runtime ([`crate::runtime`]): the client's connections, the watch.
+    rt: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for Kube {
@@ -87,20 +88,10 @@ impl std::fmt::Debug for Kube {
 }
 
 impl Kube {
-    /// Builds the client: in-cluster when `KUBERNETES_SERVICE_HOST` is set, else from
-    /// `--kubeconfig`, else none (pod requests then fail, naming why).
-    pub fn new(mut opts: KubeOptions) -> Result<Self, KubeError> {
-        // Two workers serve the client for every thread that blocks on it (the request thread
-        // and the resolver threads reading pods at once).
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("kube-client")
-            .enable_all()
-            .build()
-            .map_err(|e| KubeError::Config {
-                from: "a runtime for the client".into(),
-                reason: e.to_string(),
-            })?;
+    /// Builds the client on `rt` (the daemon's runtime, [`crate::runtime`]): in-cluster when
+    /// `KUBERNETES_SERVICE_HOST` is set, else from `--kubeconfig`, else none (pod requests then
+    /// fail, naming why). Called outside the runtime (it waits for the kubeconfig's reading).
+    pub fn new(mut opts: KubeOptions, rt: tokio::runtime::Handle) -> Result<Self, KubeError> {
         let config = load_config(&rt, opts.kubeconfig.as_deref())?;
         let Some(mut config) = config else {
             return Ok(Self {
@@ -132,10 +123,11 @@ impl Kube {
         }
         let cache = match &opts.node_name {
             Some(node) => Some(crate::pod_watch::watch(
+                &rt,
                 config.clone(),
                 node.clone(),
                 opts.cluster_dns,
-            )?),
+            )),
             None => None,
         };
         let client = {
@@ -194,12 +186,19 @@ impl Kube {
 
     /// One GET of `namespace/name` (no retries): `Ok(None)` when the apiserver has no such
     /// pod. The reconcile confirms with it that a pod the watch lost is really gone.
-    pub(crate) fn get_once(&self, namespace: &str, name: &str) -> Result<Option<Pod>, String> {
+    pub(crate) async fn get_once(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Pod>, String> {
         let client = self.client.clone().ok_or("no Kubernetes access")?;
         let api: Api<Pod> = Api::namespaced(client, namespace);
-        self.rt
-            .block_on(api.get_opt(name))
-            .map_err(|e| e.to_string())
+        api.get_opt(name).await.map_err(|e| e.to_string())
+    }
+
+    /// The daemon's runtime, which the client runs on.
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.rt
     }
 
     /// Moves the node readiness taint's removal on (every tick; see [`crate::untaint`]).
@@ -209,7 +208,7 @@ impl Kube {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(u) = untaint.as_mut() {
-            u.tick(self.rt.handle(), self.client.as_ref());
+            u.tick(&self.rt, self.client.as_ref());
         }
     }
 
@@ -220,17 +219,19 @@ impl Kube {
 
     /// `pod` with its decision and policy: from the watch's cache, else GETs it until it
     /// exists with the uid the runtime named (a pod recreated under the same name is another
-    /// pod), at most `get_attempts` times, and resolves it; checks it is on this node.
+    /// pod), at most `get_attempts` times, and resolves it; checks it is on this node. Waits
+    /// on the calling thread: for the datapath's owner only, never a task of the runtime.
     pub(crate) fn pod(&self, pod: &PodRef) -> Result<Resolved, KubeError> {
-        self.pod_while(pod, &|| true)
+        self.rt.block_on(self.pod_when(pod, || true))
     }
 
-    /// [`Kube::pod`], giving up between two attempts once `wanted` says nobody waits for the
-    /// answer any more (the plugin hung up: its runtime has timed out).
-    pub(crate) fn pod_while(
+    /// [`Kube::pod`] as a task of the runtime does it, giving up between two attempts once
+    /// `wanted` says nobody waits for the answer any more (the plugin hung up: its runtime has
+    /// timed out).
+    pub(crate) async fn pod_when(
         &self,
         pod: &PodRef,
-        wanted: &dyn Fn() -> bool,
+        wanted: impl Fn() -> bool,
     ) -> Result<Resolved, KubeError> {
         let client = self
             .client
@@ -252,7 +253,7 @@ impl Kube {
                 tracing::debug!(%pod, attempt, "pod read from the watch's cache");
                 return self.on_this_node(pod, found);
             }
-            match self.rt.block_on(api.get_opt(&pod.name)) {
+            match api.get_opt(&pod.name).await {
                 Ok(Some(found)) => {
                     let uid = found.metadata.uid.as_deref().unwrap_or_default();
                     if pod.uid.is_empty() || uid == pod.uid {
@@ -269,7 +270,7 @@ impl Kube {
             }
             tracing::warn!(%pod, attempt, attempts, error = %last, "reading the pod");
             if attempt < attempts {
-                std::thread::sleep(self.opts.get_interval);
+                tokio::time::sleep(self.opts.get_interval).await;
             }
         }
         Err(KubeError::Get {
@@ -295,7 +296,7 @@ impl Kube {
 /// The client configuration: in-cluster when `KUBERNETES_SERVICE_HOST` is set, else from
 /// `kubeconfig`, else none.
 pub(crate) fn load_config(
-    rt: &tokio::runtime::Runtime,
+    rt: &tokio::runtime::Handle,
     kubeconfig: Option<&std::path::Path>,
 ) -> Result<Option<Config>, KubeError> {
     Ok(if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {

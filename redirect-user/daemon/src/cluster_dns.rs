@@ -27,7 +27,7 @@ pub fn parse_service(text: &str) -> Result<(String, String), String> {
 /// The cluster IP of Service `ns/name`: its first address, not `None` (a headless Service has
 /// no address a pod's resolv.conf could name).
 pub(crate) fn read(
-    rt: &tokio::runtime::Runtime,
+    rt: &tokio::runtime::Handle,
     config: &Config,
     (ns, name): &(String, String),
 ) -> Result<IpAddr, String> {

@@ -1,5 +1,5 @@
 //! Why a pod could not be read from the apiserver (`KubeError`): for the client, the watch
-//! and the resolver threads alike.
+//! and the connections' tasks alike.
 
 /// Why a pod could not be read.
 #[derive(Debug, thiserror::Error)]

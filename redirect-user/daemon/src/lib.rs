@@ -46,6 +46,7 @@ mod private_dir;
 mod ready_nodes;
 mod repair;
 mod resolution;
+mod runtime;
 mod server;
 mod state;
 mod still_wanted;
@@ -61,8 +62,10 @@ use redirect_daemon_api::DaemonDir;
 // What went wrong.
 pub use error::{Error, Result};
 
-// The daemon itself (`redirect daemon`), and `redirect attach`'s records in its directory.
+// The daemon itself (`redirect daemon`) and its one runtime, and `redirect attach`'s records
+// in its directory.
 pub use files::{forget_direct, record_direct};
+pub use runtime::runtime;
 pub use server::{Daemon, Options};
 
 // The apiserver client and its flags' parsers (the cluster DNS Service, the readiness taint).

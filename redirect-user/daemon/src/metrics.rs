@@ -98,10 +98,12 @@ impl<N: Fn() -> BTreeMap<NetnsCookie, String>> Source<N> {
     }
 }
 
-/// Serves `GET /metrics` (and `HEAD`) at `endpoint` from a thread of its own; returns the
-/// bound address. `dir` is the daemon directory (its CNI failure counter); `names` (netns
-/// cookie -> path) is asked at each rendering only with `per_namespace`.
+/// Serves `GET /metrics` (and `HEAD`) at `endpoint` as a task of the daemon's runtime `rt`
+/// ([`crate::runtime`]); returns the bound address. `dir` is the daemon directory (its CNI
+/// failure counter); `names` (netns cookie -> path) is asked at each rendering only with
+/// `per_namespace`.
 pub fn spawn(
+    rt: &tokio::runtime::Handle,
     endpoint: Endpoint,
     bpffs: PathBuf,
     dir: PathBuf,
@@ -115,7 +117,8 @@ pub fn spawn(
         cache: endpoint.cache,
         last: Mutex::new(None),
     });
-    redirect_http::spawn_thread(
+    redirect_http::spawn_on(
+        rt,
         "metrics endpoint",
         endpoint.addr,
         Limits::default(),

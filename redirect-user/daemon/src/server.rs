@@ -68,7 +68,7 @@ pub struct Daemon {
     health: crate::repair::Health,
     /// Held for the daemon's lifetime: how a process in another PID namespace tells it runs.
     _pins: nix::fcntl::Flock<File>,
-    /// The apiserver client, the resolver threads and the reconcile's state.
+    /// The apiserver client and the reconcile's state.
     pods: pod_state::Pods,
     reindexed: Instant,
     /// Holds the kernel's sk_lookup switch on while the daemon runs (see `SkLookupKey`).
@@ -125,7 +125,7 @@ impl Daemon {
             uninstalled: false,
             health: crate::repair::Health::default(),
             _pins: pins,
-            pods: pod_state::Pods::new()?,
+            pods: pod_state::Pods::new(),
             reindexed: Instant::now(),
             lookup_key: None,
         };
@@ -144,17 +144,8 @@ impl Daemon {
     }
 
     /// Carries out one request (with the namespace descriptor that came with it, if any): its
-    /// typed answer, or what went wrong.
-    pub(crate) fn handle(
-        &mut self,
-        req: Request,
-        fd: Option<std::os::fd::OwnedFd>,
-    ) -> Result<Answer> {
-        self.handle_with(req, fd, None)
-    }
-
-    /// [`Daemon::handle`] with the pod of a pod request already read (`found`, by a resolver
-    /// thread), so nothing here waits on the apiserver.
+    /// typed answer, or what went wrong. `found` is the pod of a pod request when its task read
+    /// it from the apiserver, so nothing here waits on the apiserver.
     fn handle_with(
         &mut self,
         req: Request,

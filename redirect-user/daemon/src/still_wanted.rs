@@ -35,7 +35,7 @@ pub fn ask(
         Ok(rt) => rt,
         Err(e) => return Exit::Keep(format!("no runtime for the Kubernetes client ({e}): kept")),
     };
-    let config = match crate::apiserver::load_config(&rt, kubeconfig) {
+    let config = match crate::apiserver::load_config(rt.handle(), kubeconfig) {
         Ok(Some(mut c)) => {
             c.connect_timeout = Some(std::time::Duration::from_secs(5));
             c.read_timeout = Some(std::time::Duration::from_secs(5));

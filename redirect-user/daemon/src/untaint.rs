@@ -4,8 +4,8 @@
 //! instead (`redirect untaint-controller`, [`crate::untaint_controller`], the one nodes patch
 //! grant). Once the daemon serves ADDs and the runtime's conflist holds our entry, it removes
 //! that taint from its own Node, so pods are scheduled on a new node only once they can be
-//! captured there. The GET and PATCH ([`crate::node_taint::remove`]) run on a thread of their
-//! own.
+//! captured there. The GET and PATCH ([`crate::node_taint::remove`]) run as a task of the
+//! daemon's runtime.
 use std::{
     path::PathBuf,
     sync::{
@@ -85,9 +85,8 @@ impl Untaint {
             Arc::clone(&self.running),
         );
         running.store(true, Ordering::Relaxed);
-        let rt = rt.clone();
-        let spawned = std::thread::Builder::new().name("untaint".into()).spawn(move || {
-            match rt.block_on(crate::node_taint::remove(client, &node, &taint)) {
+        rt.spawn(async move {
+            match crate::node_taint::remove(client, &node, &taint).await {
                 Ok(true) => {
                     tracing::info!(node = %node, key = %taint.key, effect = %taint.effect,
                         "the plugin entry is in place and ADDs are served: removed the readiness \
@@ -103,9 +102,5 @@ impl Untaint {
             }
             running.store(false, Ordering::Relaxed);
         });
-        if let Err(error) = spawned {
-            self.running.store(false, Ordering::Relaxed);
-            tracing::warn!(%error, "starting the untaint thread");
-        }
     }
 }

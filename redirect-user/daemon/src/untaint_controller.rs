@@ -71,7 +71,7 @@ pub fn run(opts: &ControllerOptions) -> Result<(), ControllerError> {
         .enable_all()
         .build()
         .map_err(setup("a runtime for the client"))?;
-    let mut config = crate::apiserver::load_config(&rt, opts.kubeconfig.as_deref())?
+    let mut config = crate::apiserver::load_config(rt.handle(), opts.kubeconfig.as_deref())?
         .ok_or(ControllerError::NoAccess)?;
     config.connect_timeout = Some(Duration::from_secs(5));
     let (client, mut term, mut int) = {

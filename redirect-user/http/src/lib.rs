@@ -17,4 +17,4 @@ pub use error::Error;
 pub use exchange::{Request, Response};
 pub use hyper::{Method, StatusCode};
 pub use limits::Limits;
-pub use server::{serve, spawn_thread};
+pub use server::{serve, spawn_on};

@@ -1,6 +1,6 @@
 //! The accept loop and one connection's life: the connection cap and each peer's share of it,
 //! hyper's head limits and header timeout, the whole-connection deadline and the body cap; on
-//! the caller's tokio runtime, or on a thread of its own with a small runtime.
+//! the caller's tokio runtime (`serve`, or `spawn_on` to bind first).
 use std::{convert::Infallible, future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
@@ -64,10 +64,10 @@ where
     }
 }
 
-/// Binds `addr` now (errors come back here) and serves `handler` from a thread of its own
-/// with a single-threaded runtime (and at most two threads for `spawn_blocking`); returns the
-/// bound address. `what` names the endpoint in errors.
-pub fn spawn_thread<H, F>(
+/// Binds `addr` now (errors come back here) and serves `handler` as a task of the caller's
+/// runtime `rt` (a process with one runtime for all its work); returns the bound address.
+pub fn spawn_on<H, F>(
+    rt: &tokio::runtime::Handle,
     what: &'static str,
     addr: SocketAddr,
     limits: Limits,
@@ -77,25 +77,26 @@ where
     H: Fn(Request) -> F + Send + Sync + 'static,
     F: Future<Output = Response> + Send + 'static,
 {
+    let (listener, bound) = bind(rt, what, addr)?;
+    rt.spawn(serve(listener, limits, handler));
+    Ok(bound)
+}
+
+/// `addr` bound and registered with `rt`, and the address it got.
+fn bind(
+    rt: &tokio::runtime::Handle,
+    what: &'static str,
+    addr: SocketAddr,
+) -> Result<(TcpListener, SocketAddr), Error> {
     let bind_err = |source| Error::Bind { what, addr, source };
     let std_listener = std::net::TcpListener::bind(addr).map_err(bind_err)?;
     let bound = std_listener.local_addr().map_err(bind_err)?;
     std_listener.set_nonblocking(true).map_err(bind_err)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .max_blocking_threads(2)
-        .build()
-        .map_err(|source| Error::Start { what, source })?;
-    let listener = {
-        let _entered = runtime.enter();
-        TcpListener::from_std(std_listener).map_err(bind_err)?
-    };
-    std::thread::Builder::new()
-        .name("http".to_owned())
-        .spawn(move || runtime.block_on(serve(listener, limits, handler)))
-        .map_err(|source| Error::Start { what, source })?;
-    Ok(bound)
+    let _entered = rt.enter();
+    Ok((
+        TcpListener::from_std(std_listener).map_err(bind_err)?,
+        bound,
+    ))
 }
 
 async fn connection<H, F>(

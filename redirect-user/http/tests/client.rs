@@ -4,7 +4,7 @@
 #![allow(unused_crate_dependencies)]
 use std::time::Duration;
 
-use redirect_http::{get, spawn_thread, Error, Limits, Request, Response, StatusCode};
+use redirect_http::{get, spawn_on, Error, Limits, Request, Response, StatusCode};
 
 async fn handler(req: Request) -> Response {
     match req.path.as_str() {
@@ -15,7 +15,8 @@ async fn handler(req: Request) -> Response {
 
 #[tokio::test]
 async fn fetches_within_the_caps_and_says_why_not() {
-    let addr = spawn_thread(
+    let addr = spawn_on(
+        &tokio::runtime::Handle::current(),
         "app",
         "127.0.0.1:0".parse().expect("addr"),
         Limits::default(),

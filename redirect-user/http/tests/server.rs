@@ -9,7 +9,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use redirect_http::{spawn_thread, Limits, Method, Request, Response, StatusCode};
+use redirect_http::{spawn_on, Limits, Method, Request, Response, StatusCode};
+
+/// The runtime the servers of these tests run on.
+static RUNTIME: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+});
 
 fn limits() -> Limits {
     Limits {
@@ -34,7 +43,8 @@ async fn handler(req: Request) -> Response {
 }
 
 fn start(limits: Limits) -> SocketAddr {
-    spawn_thread(
+    spawn_on(
+        RUNTIME.handle(),
         "test endpoint",
         "127.0.0.1:0".parse().expect("addr"),
         limits,

@@ -1,6 +1,6 @@
 //! No client can hold the thread that serves pods (issue 46, finding 2): requests are read off
 //! it, each whole before one deadline. A client that sends a byte of its request every 300 ms,
-//! and 20 that connect and send nothing, are refused at the deadline, each on its own reader,
+//! and 20 that connect and send nothing, are refused at the deadline, each by its own task,
 //! while `redirect list` and an enrollment are answered meanwhile (before this, one byte every
 //! few seconds kept every other request waiting for as long as the client liked).
 use std::{

@@ -1,6 +1,6 @@
 //! A client that asks for a large answer and never reads it cannot stop the daemon answering
 //! others (issue 31, finding 9): with many enrollments of large policies `list` is megabytes,
-//! more than a socket holds; the daemon hands what does not fit to a writer thread of its own.
+//! more than a socket holds; what does not fit waits for its client in that connection's task.
 //! Another `redirect list` is answered while the first client is still connected and reading
 //! nothing, and the first client, when it finally reads, gets the whole answer.
 use std::{

@@ -1,6 +1,6 @@
 //! Pod enrollments whose pod the watch no longer lists are unenrolled once a GET confirms the
-//! pod is gone (not found, or another pod under its name). The GETs run on a thread of their
-//! own, never on the request thread (each may take the client's 5 s connect and 5 s read
+//! pod is gone (not found, or another pod under its name). The GETs run as a task of the
+//! daemon's runtime, never on the datapath's owner (each may take the client's 5 s connect and 5 s read
 //! bounds, and a watch change starts them): their answers are applied at a later tick, to
 //! enrollments that still hold the same pod. A completed pod is not listed either (the watch
 //! leaves completed pods out): its GET still finds it, so its enrollment, which its sandbox's
@@ -40,28 +40,22 @@ impl Daemon {
             return;
         }
         let kube = Arc::clone(kube);
-        let spawned = std::thread::Builder::new()
-            .name("pod-gone".into())
-            .spawn(move || {
-                candidates
-                    .into_iter()
-                    .map(|(cookie, pod)| {
-                        let gone = match kube.get_once(&pod.namespace, &pod.name) {
-                            Ok(None) => true,
-                            Ok(Some(found)) => uid(&found) != pod.uid,
-                            Err(error) => {
-                                tracing::warn!(%pod, %error, "cannot confirm that an unlisted pod is gone: kept");
-                                false
-                            }
-                        };
-                        (cookie, pod, gone)
-                    })
-                    .collect()
-            });
-        match spawned {
-            Ok(handle) => self.pods.reconcile.gone = Some(handle),
-            Err(error) => tracing::warn!(%error, "starting the pod-gone confirmations"),
-        }
+        let confirming = kube.runtime().clone().spawn(async move {
+            let mut confirmed = Vec::with_capacity(candidates.len());
+            for (cookie, pod) in candidates {
+                let gone = match kube.get_once(&pod.namespace, &pod.name).await {
+                    Ok(None) => true,
+                    Ok(Some(found)) => uid(&found) != pod.uid,
+                    Err(error) => {
+                        tracing::warn!(%pod, %error, "cannot confirm that an unlisted pod is gone: kept");
+                        false
+                    }
+                };
+                confirmed.push((cookie, pod, gone));
+            }
+            confirmed
+        });
+        self.pods.reconcile.gone = Some(confirming);
     }
 
     /// Unenrolls what finished confirmations found gone (every tick).
@@ -78,7 +72,8 @@ impl Daemon {
         let Some(handle) = self.pods.reconcile.gone.take() else {
             return;
         };
-        for (cookie, pod, gone) in handle.join().unwrap_or_default() {
+        let confirmed = futures::FutureExt::now_or_never(handle).and_then(|done| done.ok());
+        for (cookie, pod, gone) in confirmed.unwrap_or_default() {
             let same = self
                 .enrollments
                 .get(&cookie)

@@ -40,7 +40,7 @@ impl Daemon {
 
     /// The pod's decision, and its policy when meshed: both resolved when the watch
     /// delivered the pod (or when it had to be read with a GET), only looked up here.
-    /// `found` when a resolver thread read it already.
+    /// `found` when the request's task read it already.
     fn resolve(&self, pod: &PodRef, found: Option<Found>) -> Result<(Decision, Option<Policy>)> {
         let found = match found {
             Some(found) => found?,

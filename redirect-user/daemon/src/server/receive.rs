@@ -1,18 +1,23 @@
 //! One request as it arrives on the socket: its line, and the namespace descriptor its first
 //! bytes carry (`SCM_RIGHTS`) when the client sent one, read whole before one deadline (a
-//! client that sends a byte at a time, or nothing, is cut off there).
+//! client that sends a byte at a time, or nothing, is cut off there). A task of the daemon's
+//! runtime waits for it; no thread does.
 use std::{
-    io::{BufReader, Cursor, IoSliceMut, Read},
+    io::{Cursor, IoSliceMut},
     os::{
         fd::{FromRawFd as _, OwnedFd},
-        unix::{io::AsRawFd as _, net::UnixStream},
+        unix::io::AsRawFd as _,
     },
     time::Instant,
 };
 
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
+use tokio::{
+    io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader, Interest},
+    net::UnixStream,
+};
 
-use redirect_daemon_api::{read_frame, DecodeError};
+use redirect_daemon_api::{read_frame, DecodeError, MAX_REQUEST_BYTES};
 
 /// How much the first read takes (the rest of a longer line is read after it).
 const FIRST_READ: usize = 64 * 1024;
@@ -29,70 +34,65 @@ pub(super) struct Received {
 /// Reads one request from `stream` before `deadline`: the first bytes with their ancillary
 /// data, the rest of the line as plain reads. More than one descriptor is refused (all of them
 /// closed); a request not whole by the deadline is a read error (timed out).
-pub(super) fn receive(stream: &UnixStream, deadline: Instant) -> Result<Received, DecodeError> {
+pub(super) async fn receive(
+    stream: &mut UnixStream,
+    deadline: Instant,
+) -> Result<Received, DecodeError> {
+    tokio::time::timeout_at(deadline.into(), whole(stream))
+        .await
+        .unwrap_or_else(|_| Err(DecodeError::Read(std::io::ErrorKind::TimedOut.into())))
+}
+
+/// [`receive`] without its deadline.
+async fn whole(stream: &mut UnixStream) -> Result<Received, DecodeError> {
     let mut first = vec![0u8; FIRST_READ];
-    until(stream, deadline).map_err(DecodeError::Read)?;
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-    let (n, fds, truncated) = loop {
-        let mut iov = [IoSliceMut::new(&mut first)];
-        match recvmsg::<UnixAddr>(
-            stream.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(DecodeError::Read(e.into())),
-            Ok(msg) => {
-                let mut fds = Vec::new();
-                for cmsg in msg.cmsgs().map_err(|e| DecodeError::Read(e.into()))? {
-                    if let ControlMessageOwned::ScmRights(raw) = cmsg {
-                        // SAFETY: the kernel installed these descriptors in this process for
-                        // this message (MSG_CMSG_CLOEXEC); nothing else owns them, and each is
-                        // wrapped exactly once, so each is closed exactly once.
-                        fds.extend(
-                            raw.into_iter()
-                                .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                        );
-                    }
-                }
-                break (msg.bytes, fds, msg.flags.contains(MsgFlags::MSG_CTRUNC));
-            }
-        }
-    };
+    let (n, fds, truncated) = stream
+        .async_io(Interest::READABLE, || {
+            first_read(stream.as_raw_fd(), &mut first)
+        })
+        .await
+        .map_err(DecodeError::Read)?;
     first.truncate(n);
     if truncated || fds.len() > 1 {
         return Err(DecodeError::Descriptors);
     }
     let fd = fds.into_iter().next();
-    let line = if first.contains(&b'\n') || n == 0 {
-        read_frame(Cursor::new(first))?
-    } else {
-        read_frame(Cursor::new(first).chain(BufReader::new(Deadline { stream, deadline })))?
-    };
+    let mut rest = Vec::new();
+    if !first.contains(&b'\n') && n > 0 {
+        // One byte past the cap, as read_frame takes, so an over-long line is told apart.
+        let limit = (MAX_REQUEST_BYTES + 1).saturating_sub(n);
+        let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+        BufReader::new(&mut *stream)
+            .take(limit)
+            .read_until(b'\n', &mut rest)
+            .await
+            .map_err(DecodeError::Read)?;
+    }
+    let line = read_frame(std::io::Read::chain(Cursor::new(first), Cursor::new(rest)))?;
     Ok(Received { line, fd })
 }
 
-/// Sets `stream`'s read timeout to what is left before `deadline`; timed out when nothing is.
-fn until(stream: &UnixStream, deadline: Instant) -> std::io::Result<()> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(std::io::ErrorKind::TimedOut.into());
+/// One `recvmsg` of the first bytes and their descriptors (would block: nothing yet).
+fn first_read(
+    fd: std::os::fd::RawFd,
+    buf: &mut [u8],
+) -> std::io::Result<(usize, Vec<OwnedFd>, bool)> {
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let mut fds = Vec::new();
+    for cmsg in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+            // SAFETY: the kernel installed these descriptors in this process for this message
+            // (MSG_CMSG_CLOEXEC); nothing else owns them, and each is wrapped exactly once, so
+            // each is closed exactly once.
+            fds.extend(
+                raw.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
     }
-    stream.set_read_timeout(Some(left))
-}
-
-/// `stream` read with every read bounded by what is left before one deadline.
-struct Deadline<'a> {
-    stream: &'a UnixStream,
-    deadline: Instant,
-}
-
-impl Read for Deadline<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        until(self.stream, self.deadline)?;
-        self.stream.read(buf)
-    }
+    Ok((msg.bytes, fds, msg.flags.contains(MsgFlags::MSG_CTRUNC)))
 }
 
 #[cfg(test)]
@@ -106,9 +106,16 @@ mod tests {
         Instant::now() + std::time::Duration::from_secs(5)
     }
 
-    #[test]
-    fn a_client_that_sends_a_byte_at_a_time_is_cut_off_at_the_deadline() {
-        let (mut a, b) = UnixStream::pair().expect("pair");
+    /// A connected pair: the client's end (std, written by a thread) and the daemon's (tokio).
+    fn pair() -> (std::os::unix::net::UnixStream, UnixStream) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().expect("pair");
+        b.set_nonblocking(true).expect("nonblocking");
+        (a, UnixStream::from_std(b).expect("tokio stream"))
+    }
+
+    #[tokio::test]
+    async fn a_client_that_sends_a_byte_at_a_time_is_cut_off_at_the_deadline() {
+        let (mut a, mut b) = pair();
         let writer = std::thread::spawn(move || {
             for _ in 0..20 {
                 if a.write_all(b"x").is_err() {
@@ -118,7 +125,7 @@ mod tests {
             }
         });
         let start = Instant::now();
-        let got = receive(&b, start + std::time::Duration::from_millis(500));
+        let got = receive(&mut b, start + std::time::Duration::from_millis(500)).await;
         let took = start.elapsed();
         drop(b);
         writer.join().expect("writer");
@@ -126,7 +133,11 @@ mod tests {
         assert!(took < std::time::Duration::from_secs(2), "took {took:?}");
     }
 
-    fn send_with(stream: &UnixStream, bytes: &[u8], fds: &[std::os::fd::RawFd]) -> usize {
+    fn send_with(
+        stream: &std::os::unix::net::UnixStream,
+        bytes: &[u8],
+        fds: &[std::os::fd::RawFd],
+    ) -> usize {
         sendmsg::<UnixAddr>(
             stream.as_raw_fd(),
             &[IoSlice::new(bytes)],
@@ -137,9 +148,9 @@ mod tests {
         .expect("sendmsg")
     }
 
-    #[test]
-    fn the_descriptor_comes_with_the_line_even_past_the_first_read() {
-        let (mut a, b) = UnixStream::pair().expect("pair");
+    #[tokio::test]
+    async fn the_descriptor_comes_with_the_line_even_past_the_first_read() {
+        let (mut a, mut b) = pair();
         let file = std::fs::File::open("/dev/null").expect("a file");
         let mut line = vec![b'x'; FIRST_READ * 2];
         line.push(b'\n');
@@ -147,24 +158,39 @@ mod tests {
             let sent = send_with(&a, &line, &[file.as_raw_fd()]);
             a.write_all(&line[sent..]).expect("the rest");
         });
-        let got = receive(&b, soon()).expect("received");
+        let got = receive(&mut b, soon()).await.expect("received");
         writer.join().expect("writer");
         assert_eq!(got.line.len(), FIRST_READ * 2);
         assert!(got.fd.is_some(), "the descriptor arrived");
     }
 
-    #[test]
-    fn no_descriptor_is_none_and_two_are_refused() {
-        let (mut a, b) = UnixStream::pair().expect("pair");
+    #[tokio::test]
+    async fn a_line_past_the_cap_is_refused_as_too_long() {
+        let (mut a, mut b) = pair();
+        let writer = std::thread::spawn(move || {
+            let _ = a.write_all(&vec![b'x'; MAX_REQUEST_BYTES + 10]);
+        });
+        let got = receive(&mut b, soon()).await;
+        drop(b);
+        writer.join().expect("writer");
+        assert!(matches!(got, Err(DecodeError::TooLong)), "{got:?}");
+    }
+
+    #[tokio::test]
+    async fn no_descriptor_is_none_and_two_are_refused() {
+        let (mut a, mut b) = pair();
         a.write_all(b"{}\n").expect("write");
-        let got = receive(&b, soon()).expect("received");
+        let got = receive(&mut b, soon()).await.expect("received");
         assert_eq!((got.line.as_slice(), got.fd.is_none()), (&b"{}"[..], true));
-        let (a, b) = UnixStream::pair().expect("pair");
+        let (a, mut b) = pair();
         let (f1, f2) = (
             std::fs::File::open("/dev/null").expect("file"),
             std::fs::File::open("/dev/null").expect("file"),
         );
         send_with(&a, b"{}\n", &[f1.as_raw_fd(), f2.as_raw_fd()]);
-        assert!(matches!(receive(&b, soon()), Err(DecodeError::Descriptors)));
+        assert!(matches!(
+            receive(&mut b, soon()).await,
+            Err(DecodeError::Descriptors)
+        ));
     }
 }

@@ -30,8 +30,8 @@ use crate::{
 pub(crate) struct Reconcile {
     last: Option<Instant>,
     generation: u64,
-    /// The GETs confirming that unlisted pods are gone, running off the request thread.
-    pub(super) gone: Option<std::thread::JoinHandle<Vec<super::gone::Confirmed>>>,
+    /// The GETs confirming that unlisted pods are gone, a task of the daemon's runtime.
+    pub(super) gone: Option<tokio::task::JoinHandle<Vec<super::gone::Confirmed>>>,
     /// The plugin's exclusions (our conflist entry), read when a pod is to be enrolled.
     exclusions: Option<ConfExclusions>,
     /// The uids of pods the exclusions kept from being enrolled in place, said once each.

@@ -1,31 +1,24 @@
-//! Answers written without holding the request thread: as much as the socket takes at once,
-//! and the rest, for a client that reads slower than the daemon answers (or not at all: a
-//! `list` of many large policies is megabytes), on a writer thread of its own with a write
-//! timeout. At most [`MAX_WRITERS`] such threads at once; past them the connection is dropped
-//! (the client sees an answer cut short, never a daemon that stopped answering).
-use std::{
-    io::{ErrorKind, Write as _},
-    os::unix::net::UnixStream,
-    sync::atomic::{AtomicUsize, Ordering},
-    time::Duration,
-};
+//! Answers written by their connection's task: as much as the socket takes at once, and the
+//! rest, for a client that reads slower than the daemon answers (or not at all: a `list` of
+//! many large policies is megabytes), with a write timeout while holding one of
+//! [`MAX_WRITERS`] slots; past them the connection is dropped (the client sees an answer cut
+//! short, never a daemon that stopped answering).
+use std::{io::ErrorKind, sync::Arc, time::Duration};
 
-/// Writer threads at once.
+use tokio::{io::AsyncWriteExt as _, net::UnixStream, sync::Semaphore};
+
+/// Answers written to slow readers at once.
 pub(super) const MAX_WRITERS: usize = 8;
-/// How long a writer thread waits on a client that reads nothing.
+/// How long an answer waits on a client that reads nothing.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-static WRITERS: AtomicUsize = AtomicUsize::new(0);
-
-/// Sends `frame` on `stream`, handing what does not fit at once to a writer thread.
-pub(super) fn send(stream: UnixStream, frame: String) {
+/// Sends `frame` on `stream`; what does not fit at once waits for the client while holding a
+/// slot of `writers`.
+pub(super) async fn send(mut stream: UnixStream, frame: String, writers: &Arc<Semaphore>) {
     let bytes = frame.into_bytes();
-    if stream.set_nonblocking(true).is_err() {
-        return;
-    }
     let mut sent = 0;
     while sent < bytes.len() {
-        match (&stream).write(&bytes[sent..]) {
+        match stream.try_write(&bytes[sent..]) {
             Ok(0) => return,
             Ok(n) => sent += n,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -36,45 +29,51 @@ pub(super) fn send(stream: UnixStream, frame: String) {
     if sent == bytes.len() {
         return;
     }
-    if WRITERS.fetch_add(1, Ordering::SeqCst) >= MAX_WRITERS {
-        WRITERS.fetch_sub(1, Ordering::SeqCst);
+    let Ok(_slot) = Arc::clone(writers).try_acquire_owned() else {
         tracing::warn!(
             unsent = bytes.len() - sent,
-            "an answer's client reads nothing and every writer thread is busy: connection dropped"
+            "an answer's client reads nothing and every writer slot is busy: connection dropped"
         );
         return;
-    }
-    let spawned = std::thread::Builder::new()
-        .name("reply".into())
-        .spawn(move || {
-            let written = stream
-                .set_nonblocking(false)
-                .and_then(|()| stream.set_write_timeout(Some(WRITE_TIMEOUT)))
-                .and_then(|()| (&stream).write_all(&bytes[sent..]));
-            if let Err(error) = written {
-                tracing::warn!(%error, unsent = bytes.len() - sent, "an answer's client stopped \
-                    reading: connection dropped");
-            }
-            WRITERS.fetch_sub(1, Ordering::SeqCst);
-        });
-    if spawned.is_err() {
-        WRITERS.fetch_sub(1, Ordering::SeqCst);
-    }
+    };
+    let written = tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&bytes[sent..])).await;
+    let error = match written {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e,
+        Err(_) => ErrorKind::TimedOut.into(),
+    };
+    tracing::warn!(%error, unsent = bytes.len() - sent, "an answer's client stopped reading: \
+        connection dropped");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read as _;
+    use tokio::io::AsyncReadExt as _;
 
-    #[test]
-    fn a_client_that_reads_late_gets_the_whole_answer_and_the_caller_is_not_held() {
+    #[tokio::test]
+    async fn a_client_that_reads_late_gets_the_whole_answer() {
         let (a, mut b) = UnixStream::pair().unwrap();
         let frame = "x".repeat(4 << 20) + "\n";
-        // Returns although nobody reads yet: the rest goes on a writer thread.
-        send(a, frame.clone());
+        let writers = Arc::new(Semaphore::new(MAX_WRITERS));
+        // The answer waits for its reader on a task of its own.
+        let sending = tokio::spawn({
+            let (frame, writers) = (frame.clone(), Arc::clone(&writers));
+            async move { send(a, frame, &writers).await }
+        });
         let mut got = String::new();
-        b.read_to_string(&mut got).unwrap();
+        b.read_to_string(&mut got).await.unwrap();
+        sending.await.unwrap();
         assert_eq!(got.len(), frame.len());
+    }
+
+    #[tokio::test]
+    async fn past_the_writer_slots_a_slow_reader_is_dropped_not_waited_for() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let writers = Arc::new(Semaphore::new(0));
+        send(a, "x".repeat(4 << 20), &writers).await;
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).await.unwrap();
+        assert!(got.len() < 4 << 20, "cut short: {}", got.len());
     }
 }

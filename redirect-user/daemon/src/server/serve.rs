@@ -1,46 +1,69 @@
-//! The daemon's serving loop: waits for a request read whole by the intake's threads or for
-//! a resolver's answer, and answers each (handing pods unknown to the watch to a resolver
-//! thread). Nothing here reads a client: a slow one holds only its own reader.
+//! The datapath's owner: the thread that runs [`Daemon::run`] carries out the requests the
+//! connections' tasks hand it, one at a time, over a bounded channel, and ticks every second.
+//! It is the only thread that changes the datapath or enters a namespace; it never reads a
+//! client, so a slow one holds only its own task.
 use std::{
+    os::fd::OwnedFd,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
     },
-    time::{Duration, Instant},
+    time::Instant,
 };
 
-use redirect_daemon_api::{encode_answer, DaemonDir, Refusal, RefusalKind, Request};
+use redirect_daemon_api::{Answer, DaemonDir, Refusal, Request};
+use tokio::sync::{mpsc, oneshot};
 
-use super::{intake, reply, resolver, Daemon, STOP_CHECK, TICK};
+use super::{intake::Intake, pods::Found, Daemon, STOP_CHECK, TICK};
 use crate::error::{Error, Result};
 
+/// Requests handed to the owner and not yet taken (the tasks behind them wait; past the
+/// intake's bound new connections are refused).
+const QUEUE: usize = 16;
+
+/// A request for the owner, read whole and judged, its pod read when it had to be.
+#[derive(Debug)]
+pub(super) struct Work {
+    /// The request.
+    pub req: Request,
+    /// The namespace descriptor that came with it.
+    pub fd: Option<OwnedFd>,
+    /// Its pod, when its task read it from the apiserver.
+    pub found: Option<Found>,
+    /// Where the outcome goes.
+    pub answer: oneshot::Sender<std::result::Result<Answer, Refusal>>,
+}
+
 impl Daemon {
-    /// Serves until `stop` is set or an uninstall completes. The pins stay (capture goes on)
-    /// unless uninstalled.
-    pub fn run(mut self, stop: &AtomicBool) -> Result<()> {
+    /// Serves until `stop` is set or an uninstall completes: the connections as tasks of `rt`
+    /// (the daemon's runtime, [`crate::runtime`]), the requests and the tick on the calling
+    /// thread. The pins stay (capture goes on) unless uninstalled.
+    pub fn run(mut self, rt: &tokio::runtime::Handle, stop: &AtomicBool) -> Result<()> {
         let socket = DaemonDir::new(&self.opts.dir).socket();
-        let intake = self
-            .listener
-            .try_clone()
-            .and_then(intake::Intake::start)
-            .map_err(|e| Error::io("starting the accept thread of", &socket, e))?;
+        let listener = {
+            let _entered = rt.enter();
+            self.listener
+                .try_clone()
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .and_then(tokio::net::UnixListener::from_std)
+                .map_err(|e| Error::io("listening for requests on", &socket, e))?
+        };
+        let (owner, mut work) = mpsc::channel(QUEUE);
+        let intake = Intake::new(owner, self.pods.kube.clone(), self.opts.dir.clone());
+        let accept = rt.spawn(Arc::new(intake).accept(listener));
         let mut last_tick = Instant::now();
         while !stop.load(Ordering::Relaxed) && !self.uninstalled {
             // Woken by a request at once (no polling interval on the pod-start path), else
             // at the next tick or stop check.
             let until_tick = TICK.saturating_sub(last_tick.elapsed());
-            let (arrived, resolved) = self.wait_readable(&intake, until_tick.min(STOP_CHECK));
-            if resolved {
-                for done in self.pods.resolver.drain() {
-                    self.finish(done);
-                }
-            }
-            if arrived {
-                for request in intake.drain() {
-                    self.serve(request);
-                    if self.uninstalled {
-                        break;
-                    }
+            let wait = until_tick.min(STOP_CHECK);
+            // The timer is made inside the runtime's context (block_on gives it).
+            let next = rt.block_on(async { tokio::time::timeout(wait, work.recv()).await });
+            if let Ok(Some(first)) = next {
+                self.carry_out(first);
+                while !self.uninstalled {
+                    let Ok(more) = work.try_recv() else { break };
+                    self.carry_out(more);
                 }
             }
             if last_tick.elapsed() >= TICK {
@@ -48,7 +71,9 @@ impl Daemon {
                 last_tick = Instant::now();
             }
         }
-        // Ends the accept thread (its accept fails with EINVAL).
+        // No new connection; requests not carried out yet are answered "stopping: retry".
+        accept.abort();
+        work.close();
         let _ = nix::sys::socket::shutdown(
             std::os::fd::AsRawFd::as_raw_fd(&self.listener),
             nix::sys::socket::Shutdown::Both,
@@ -65,113 +90,22 @@ impl Daemon {
         Ok(())
     }
 
-    /// Whether a request was read whole, and whether a resolver thread handed a request
-    /// back, within `timeout`.
-    fn wait_readable(&self, intake: &intake::Intake, timeout: Duration) -> (bool, bool) {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        let mut fds = [
-            PollFd::new(intake.wake_fd(), PollFlags::POLLIN),
-            PollFd::new(self.pods.resolver.wake_fd(), PollFlags::POLLIN),
-        ];
-        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
-        if !matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0) {
-            return (false, false);
-        }
-        let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
-        (ready(&fds[0]), ready(&fds[1]))
-    }
-
-    /// Counts an ADD answered with an error (`redirect_cni_add_refused_total`).
-    fn count_refused<T, E>(&self, op: &str, result: &std::result::Result<T, E>) {
-        if op == "pod_add" && result.is_err() {
-            if let Err(e) = redirect_daemon_api::count_cni_refused(&self.opts.dir) {
-                tracing::warn!(error = %e, "counting a refused ADD");
-            }
-        }
-    }
-
-    /// Answers a request whose pod a resolver thread read, unless its client hung up.
-    fn finish(&mut self, done: resolver::Done) {
-        let op = done.req.op();
-        if resolver::hung_up(&done.stream) {
-            tracing::warn!(
-                op,
-                "the client hung up while its pod was read: request dropped"
-            );
-            return;
-        }
-        let result = self
-            .handle_with(done.req, done.fd, Some(done.found))
-            .map_err(|e| e.refusal());
-        self.count_refused(op, &result);
-        reply::send(done.stream, encode_answer(&result));
-        tracing::debug!(
-            op,
-            ok = result.is_ok(),
-            "request served after reading its pod"
-        );
-    }
-
-    /// The pod a pod request names, when it must be read from the apiserver (not in the
-    /// watch's cache): such requests go to a resolver thread.
-    fn needs_get(
-        &self,
-        req: &Request,
-    ) -> Option<(Arc<crate::apiserver::Kube>, redirect_daemon_api::PodRef)> {
-        let pod = match req {
-            Request::PodAdd { pod, .. } | Request::PodCheck { pod, .. } => pod,
-            _ => return None,
-        };
-        let kube = self.pods.kube.as_ref()?;
-        kube.needs_get(pod).then(|| (Arc::clone(kube), pod.clone()))
-    }
-
-    fn serve(&mut self, arrived: intake::Arrived) {
-        let intake::Arrived {
-            stream,
-            peer,
-            request,
-            accepted,
-        } = arrived;
+    /// Carries out one request and hands its outcome back to its connection's task.
+    fn carry_out(&mut self, work: Work) {
+        let Work {
+            req,
+            fd,
+            found,
+            answer,
+        } = work;
+        let op = req.op();
         let mut phases = redirect_datapath::Phases::start();
-        let (op, result) = match request {
-            Ok((req, fd)) => {
-                let op = req.op();
-                let allowed = peer.may(&req, fd.as_ref());
-                if let Err(refused) = allowed {
-                    tracing::warn!(op, %refused, "request refused");
-                    let refused = Err(refused);
-                    self.count_refused(op, &refused);
-                    reply::send(stream, encode_answer(&refused));
-                    return;
-                }
-                if let Some((kube, pod)) = self.needs_get(&req) {
-                    match self.pods.resolver.spawn(kube, pod, (stream, req, fd)) {
-                        Ok(()) => return,
-                        Err(stream) => {
-                            let busy = Err(Refusal::new(RefusalKind::Busy, format!(
-                                "the daemon is reading {} pods from the apiserver already: retry (fail closed)",
-                                self.pods.resolver.in_flight()
-                            )));
-                            self.count_refused(op, &busy);
-                            reply::send(stream, encode_answer(&busy));
-                            tracing::warn!(op, "pod request refused: every resolver is busy");
-                            return;
-                        }
-                    }
-                }
-                (op, self.handle(req, fd).map_err(|e| e.refusal()))
-            }
-            Err(refused) => {
-                tracing::warn!(%refused, "bad request refused");
-                ("bad", Err(refused))
-            }
-        };
+        let outcome = self.handle_with(req, fd, found).map_err(|e| e.refusal());
         phases.mark("handle");
-        self.count_refused(op, &result);
-        reply::send(stream, encode_answer(&result));
-        phases.mark("reply");
-        tracing::debug!(op, ok = result.is_ok(), elapsed_us = phases.total_us(),
-            since_accept_us = accepted.elapsed().as_micros(), %phases, "request served");
+        let ok = outcome.is_ok();
+        if answer.send(outcome).is_err() {
+            tracing::warn!(op, "the request's task is gone: its answer is dropped");
+        }
+        tracing::debug!(op, ok, elapsed_us = phases.total_us(), %phases, "request carried out");
     }
 }
