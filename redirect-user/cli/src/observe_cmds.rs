@@ -2,11 +2,13 @@
 use redirect_common::NetnsCookie;
 use std::{
     net::{IpAddr, SocketAddr},
+    os::fd::AsFd as _,
     path::{Path, PathBuf},
     sync::{atomic::AtomicBool, Arc},
 };
 
 use anyhow::{bail, Context as _};
+// nix: rustix has no safe signal mask (sigprocmask, sigwait).
 use nix::sys::signal::{SigSet, Signal};
 use redirect_datapath::{
     netns_cookie, resolve_netns, ExplainQuery, InboundQuery, NetnsHandle, NodeDatapath,
@@ -212,8 +214,11 @@ pub(crate) fn validate(
         redirect_datapath::enter_cgroup(cg)?;
     }
     let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
-        .with_context(|| format!("entering {}", path.display()))?;
+    rustix::thread::move_into_link_name_space(
+        file.as_fd(),
+        Some(rustix::thread::LinkNameSpaceType::Network),
+    )
+    .with_context(|| format!("entering {}", path.display()))?;
     let report = redirect_datapath::run_validation(
         dp.maps(),
         &path,
