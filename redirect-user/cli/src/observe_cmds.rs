@@ -13,6 +13,7 @@ use nix::sys::signal::{SigSet, Signal};
 use redirect_datapath::{
     netns_cookie, resolve_netns, ExplainQuery, InboundQuery, NetnsHandle, NodeDatapath,
 };
+use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
 
 use crate::{
     dir_args::Dirs,
@@ -214,11 +215,8 @@ pub(crate) fn validate(
         redirect_datapath::enter_cgroup(cg)?;
     }
     let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    rustix::thread::move_into_link_name_space(
-        file.as_fd(),
-        Some(rustix::thread::LinkNameSpaceType::Network),
-    )
-    .with_context(|| format!("entering {}", path.display()))?;
+    move_into_link_name_space(file.as_fd(), Some(LinkNameSpaceType::Network))
+        .with_context(|| format!("entering {}", path.display()))?;
     let report = redirect_datapath::run_validation(
         dp.maps(),
         &path,

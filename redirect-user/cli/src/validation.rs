@@ -283,10 +283,8 @@ fn wait_readable(listeners: &[(SocketAddr, TcpListener)], timeout: Duration) {
         .iter()
         .map(|(_, l)| PollFd::new(l, PollFlags::IN))
         .collect();
-    // Unrepresentable (over i64::MAX seconds): no timeout.
-    let timeout = Timespec::try_from(timeout).ok();
-    // EINTR or an error: the loop looks again.
-    let _ = poll(&mut fds, timeout.as_ref());
+    // EINTR or an error: the loop looks again (no timeout only past i64::MAX seconds).
+    let _ = poll(&mut fds, Timespec::try_from(timeout).ok().as_ref());
 }
 
 /// This namespace's addresses, in the kernel's order (IPv4 before IPv6), as Go lists them.
