@@ -6,6 +6,7 @@ use std::{
 };
 
 use anyhow::{bail, Context as _};
+// nix: rustix has no safe signal mask (sigprocmask) nor signalfd.
 use nix::sys::signal::{SigSet, Signal};
 use redirect_common::map_names;
 use redirect_datapath::{
@@ -150,27 +151,26 @@ fn wait_for_stop(
     tick: bool,
     mut on_tick: impl FnMut(&mut AttachDatapath),
 ) -> anyhow::Result<Signal> {
-    use std::os::fd::AsFd as _;
-
-    use nix::{
-        poll::{poll, PollFd, PollFlags, PollTimeout},
-        sys::signalfd::{SfdFlags, SignalFd},
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    use rustix::{
+        event::{poll, PollFd, PollFlags, Timespec},
+        io::Errno,
     };
     let sfd = SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC).context("signalfd")?;
-    let readable = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
+    let readable = |fd: &PollFd<'_>| fd.revents().contains(PollFlags::IN);
+    let second = Timespec {
+        tv_sec: 1,
+        tv_nsec: 0,
+    };
     loop {
         let (signal_ready, log_ready) = {
-            let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-            if let Some(fd) = datapath.log_fd() {
-                fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            let log_fd = datapath.log_fd();
+            let mut fds = vec![PollFd::new(&sfd, PollFlags::IN)];
+            if let Some(fd) = &log_fd {
+                fds.push(PollFd::new(fd, PollFlags::IN));
             }
-            let timeout = if tick {
-                PollTimeout::from(1000u16)
-            } else {
-                PollTimeout::NONE
-            };
-            match poll(&mut fds, timeout) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            match poll(&mut fds, tick.then_some(&second)) {
+                Ok(_) | Err(Errno::INTR) => {}
                 Err(e) => return Err(e).context("poll"),
             }
             (readable(&fds[0]), fds.get(1).is_some_and(readable))

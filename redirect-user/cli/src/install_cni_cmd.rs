@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
+// nix: rustix has no safe signal mask (sigprocmask, sigwait).
 use nix::sys::signal::{SigSet, Signal};
 use redirect_daemon::{plugin_still_wanted, PluginExit as Exit};
 use redirect_install::{check, install, uninstall, watch, Change, Wake};

@@ -114,7 +114,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let (daemon_dir, state_dir) = cli.command.dirs();
     let dirs = dir_args::Dirs::resolve(daemon_dir, state_dir, |name| std::env::var_os(name));
     if let Some(name) = needs_root(&cli.command) {
-        let euid = nix::unistd::geteuid().as_raw();
+        let euid = rustix::process::geteuid().as_raw();
         if euid != 0 {
             bail!(
                 "redirect {name} must run as root (effective uid is {euid}): it reads and writes \

@@ -6,6 +6,7 @@ use std::{
 };
 
 use anyhow::{bail, Context as _};
+// nix: rustix has no safe signal mask (sigprocmask, sigwaitinfo).
 use nix::sys::signal::{SigSet, Signal};
 use redirect_daemon::{self as daemon, Daemon, Options};
 use redirect_daemon_api::{Client, DaemonDir, NetnsFd};

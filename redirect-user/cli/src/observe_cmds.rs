@@ -2,15 +2,18 @@
 use redirect_common::NetnsCookie;
 use std::{
     net::{IpAddr, SocketAddr},
+    os::fd::AsFd as _,
     path::{Path, PathBuf},
     sync::{atomic::AtomicBool, Arc},
 };
 
 use anyhow::{bail, Context as _};
+// nix: rustix has no safe signal mask (sigprocmask, sigwait).
 use nix::sys::signal::{SigSet, Signal};
 use redirect_datapath::{
     netns_cookie, resolve_netns, ExplainQuery, InboundQuery, NetnsHandle, NodeDatapath,
 };
+use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
 
 use crate::{
     dir_args::Dirs,
@@ -212,7 +215,7 @@ pub(crate) fn validate(
         redirect_datapath::enter_cgroup(cg)?;
     }
     let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
+    move_into_link_name_space(file.as_fd(), Some(LinkNameSpaceType::Network))
         .with_context(|| format!("entering {}", path.display()))?;
     let report = redirect_datapath::run_validation(
         dp.maps(),

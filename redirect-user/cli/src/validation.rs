@@ -15,8 +15,11 @@ use std::{
 };
 
 use anyhow::Context as _;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use redirect_policy::Invocation;
+use rustix::{
+    event::{poll, PollFd, PollFlags, Timespec},
+    thread::{move_into_link_name_space, LinkNameSpaceType},
+};
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// istio-iptables' exit code when the validation fails (its `ValidationErrorCode`).
@@ -180,7 +183,7 @@ pub(crate) fn run(inv: &Invocation) -> anyhow::Result<Verdict> {
         );
         return Ok(Verdict::Failed(why));
     }
-    let uid = nix::unistd::geteuid().as_raw();
+    let uid = rustix::process::geteuid().as_raw();
     let deadline = Instant::now() + plan.timeout;
     let mut next_dial = Instant::now();
     let mut last: Option<String> = None;
@@ -278,15 +281,15 @@ fn dial(plan: &Plan, timeout: Duration) -> io::Result<()> {
 fn wait_readable(listeners: &[(SocketAddr, TcpListener)], timeout: Duration) {
     let mut fds: Vec<PollFd<'_>> = listeners
         .iter()
-        .map(|(_, l)| PollFd::new(l.as_fd(), PollFlags::POLLIN))
+        .map(|(_, l)| PollFd::new(l, PollFlags::IN))
         .collect();
-    let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
-    // EINTR or an error: the loop looks again.
-    let _ = poll(&mut fds, timeout);
+    // EINTR or an error: the loop looks again (no timeout only past i64::MAX seconds).
+    let _ = poll(&mut fds, Timespec::try_from(timeout).ok().as_ref());
 }
 
 /// This namespace's addresses, in the kernel's order (IPv4 before IPv6), as Go lists them.
 fn local_addresses() -> anyhow::Result<Vec<IpAddr>> {
+    // nix: rustix has no getifaddrs.
     let addrs = nix::ifaddrs::getifaddrs()
         .context("listing the network namespace's addresses (getifaddrs)")?;
     Ok(addrs
@@ -303,7 +306,7 @@ fn local_addresses() -> anyhow::Result<Vec<IpAddr>> {
 fn enter(name: &str) -> anyhow::Result<()> {
     let path = redirect_datapath::resolve_netns(Some(name));
     let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).with_context(|| {
+    move_into_link_name_space(file.as_fd(), Some(LinkNameSpaceType::Network)).with_context(|| {
         format!(
             "entering the network namespace {} for the validation (istio-validation runs inside the \
                 pod, without --netns)",

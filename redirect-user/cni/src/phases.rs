@@ -4,7 +4,7 @@
 //! a slow ADD says whether it was the plugin, the daemon's answer, or the exec before `main`.
 use std::{fmt::Write as _, time::Instant};
 
-use nix::time::{clock_gettime, ClockId};
+use rustix::time::{clock_gettime_dynamic, ClockId, DynamicClockId};
 
 /// Marks taken in order; each phase is the time since the previous mark.
 #[derive(Debug)]
@@ -51,8 +51,9 @@ impl Phases {
 /// The process's CPU time so far (user and system, every thread, from its exec), in
 /// microseconds; `None` when the clock cannot be read.
 pub(crate) fn cpu_us() -> Option<u64> {
-    let t = clock_gettime(ClockId::CLOCK_PROCESS_CPUTIME_ID).ok()?;
-    let us = t.tv_sec() * 1_000_000 + t.tv_nsec() / 1_000;
+    // The fallible call: rustix's `clock_gettime` panics where the clock cannot be read.
+    let t = clock_gettime_dynamic(DynamicClockId::Known(ClockId::ProcessCPUTime)).ok()?;
+    let us = t.tv_sec * 1_000_000 + t.tv_nsec / 1_000;
     u64::try_from(us).ok()
 }
 

@@ -13,7 +13,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use nix::fcntl::{Flock, FlockArg};
+use rustix::fs::{flock, FlockOperation};
 
 /// The file's name in the daemon directory.
 pub(crate) const FILE: &str = "cni-add-unreachable";
@@ -82,8 +82,9 @@ fn increment_at(file: &Path) -> Result<u64, CounterError> {
         .mode(0o600)
         .open(&file)
         .map_err(err("opening", &file))?;
-    let mut locked = Flock::lock(f, FlockArg::LockExclusive)
-        .map_err(|(_, e)| err("locking", &file)(e.into()))?;
+    // Released when `locked` is closed (nothing else holds its descriptor).
+    flock(&f, FlockOperation::LockExclusive).map_err(|e| err("locking", &file)(e.into()))?;
+    let mut locked = f;
     let mut text = String::new();
     locked
         .read_to_string(&mut text)
@@ -111,8 +112,8 @@ fn read_at(file: &Path) -> Result<u64, CounterError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(err("opening", &file)(e)),
     };
-    let mut locked =
-        Flock::lock(f, FlockArg::LockShared).map_err(|(_, e)| err("locking", &file)(e.into()))?;
+    flock(&f, FlockOperation::LockShared).map_err(|e| err("locking", &file)(e.into()))?;
+    let mut locked = f;
     let mut text = String::new();
     locked
         .read_to_string(&mut text)

@@ -52,7 +52,7 @@ impl DaemonDir {
         let Ok(file) = File::open(self.lock()) else {
             return false;
         };
-        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock).is_err()
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockShared).is_err()
     }
 }
 

@@ -6,14 +6,18 @@
 use std::{
     fs::File,
     io::{IoSlice, Write as _},
+    mem::MaybeUninit,
     os::{
-        fd::{AsFd, AsRawFd as _, BorrowedFd},
+        fd::{AsFd, BorrowedFd},
         unix::net::UnixStream,
     },
     path::{Path, PathBuf},
 };
 
-use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
+use rustix::{
+    io::Errno,
+    net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags},
+};
 
 /// A namespace opened by its caller: what goes with an enroll, ADD or CHECK request.
 #[derive(Debug)]
@@ -61,17 +65,23 @@ pub(crate) fn send(
     let Some(fd) = fd else {
         return stream.write_all(frame);
     };
-    let fds = [fd.as_raw_fd()];
+    let fds = [fd];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(std::io::Error::other(
+            "SCM_RIGHTS does not fit its control buffer",
+        ));
+    }
     let sent = loop {
-        match sendmsg::<UnixAddr>(
-            stream.as_raw_fd(),
+        match sendmsg(
+            stream,
             &[IoSlice::new(frame)],
-            &[ControlMessage::ScmRights(&fds)],
-            MsgFlags::MSG_NOSIGNAL,
-            None,
+            &mut control,
+            SendFlags::NOSIGNAL,
         ) {
-            Err(nix::errno::Errno::EINTR) => {}
-            other => break other.map_err(std::io::Error::from)?,
+            Err(Errno::INTR) => {}
+            other => break other?,
         }
     };
     stream.write_all(&frame[sent..])

@@ -13,6 +13,7 @@
 //! (the peer exited and was reaped) is never what was judged.
 use std::os::{fd::AsFd as _, unix::fs::MetadataExt as _, unix::net::UnixStream};
 
+// nix: rustix's `UCred` pid is non-zero; SO_PEERCRED gives 0 for a peer outside our PID namespace.
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
 /// CAP_NET_ADMIN's bit in a capability set.

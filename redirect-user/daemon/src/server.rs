@@ -67,7 +67,7 @@ pub struct Daemon {
     uninstalled: bool,
     health: crate::repair::Health,
     /// Held for the daemon's lifetime: how a process in another PID namespace tells it runs.
-    _pins: nix::fcntl::Flock<File>,
+    _pins: redirect_datapath::PinsHeld,
     /// The apiserver client and the reconcile's state.
     pods: pod_state::Pods,
     reindexed: Instant,

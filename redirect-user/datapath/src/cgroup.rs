@@ -41,9 +41,9 @@ pub fn validate(path: &Path) -> Result<PathBuf> {
         }
         Err(e) => return Err(Error::io("resolving", path, e)),
     };
-    let is_cgroup2 = nix::sys::statfs::statfs(&canonical)
-        .map(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
-        .unwrap_or(false);
+    // `CGROUP2_SUPER_MAGIC` (linux/magic.h; rustix has no constant for it).
+    const CGROUP2_SUPER_MAGIC: rustix::fs::FsWord = 0x6367_7270;
+    let is_cgroup2 = rustix::fs::statfs(&canonical).is_ok_and(|s| s.f_type == CGROUP2_SUPER_MAGIC);
     if !is_cgroup2 || !canonical.is_dir() {
         let fstype = mount_of(&mounts, &canonical)
             .map_or_else(|| "unknown".to_owned(), |m| m.fstype.clone());

@@ -62,6 +62,7 @@ pub use node::layout::{
     attached_near, check as check_layout, daemon_up, hold_as_daemon, read as read_layout,
     write as write_layout, Owner, LAYOUT_VERSION, UPGRADES_FROM,
 };
+pub use node::PinsHeld;
 
 // Map sizes and per-namespace quotas.
 pub use sizing::{Quotas, DEFAULT_MAX_CONNECTIONS};

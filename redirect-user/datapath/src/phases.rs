@@ -82,11 +82,12 @@ impl ThreadCpu {
 /// The calling thread's CPU time: `CLOCK_THREAD_CPUTIME_ID`, the scheduler's own count in
 /// nanoseconds (`getrusage(RUSAGE_THREAD)` is tick-sampled: it reads 0 for most ADDs).
 fn thread_cpu() -> Option<Duration> {
-    use nix::time::{clock_gettime, ClockId};
-    let t = clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).ok()?;
+    use rustix::time::{clock_gettime_dynamic, ClockId, DynamicClockId};
+    // The fallible call: rustix's `clock_gettime` panics where the clock cannot be read.
+    let t = clock_gettime_dynamic(DynamicClockId::Known(ClockId::ThreadCPUTime)).ok()?;
     Some(Duration::new(
-        u64::try_from(t.tv_sec()).ok()?,
-        u32::try_from(t.tv_nsec()).ok()?,
+        u64::try_from(t.tv_sec).ok()?,
+        u32::try_from(t.tv_nsec).ok()?,
     ))
 }
 

@@ -40,9 +40,12 @@ fn root(target: &str) -> Root {
     }
     std::fs::write(etc.join(target), "nameserver 10.96.0.10\n").expect("resolv target");
     symlink(format!("/etc/{target}"), etc.join("resolv.conf")).expect("absolute symlink");
-    nix::unistd::mkfifo(
-        &etc.join("group"),
-        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        etc.join("group"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
     )
     .expect("mkfifo");
     Root(dir)

@@ -5,6 +5,7 @@ use std::{
     time::Duration,
 };
 
+// nix: rustix has no IP_TRANSPARENT nor SO_MARK.
 use nix::sys::socket::{setsockopt, sockopt};
 use std::os::fd::AsFd;
 use tokio::{

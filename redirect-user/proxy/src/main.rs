@@ -160,7 +160,7 @@ async fn bind(flag: &str, addr: SocketAddr) -> anyhow::Result<TcpListener> {
 
 fn run(args: Args) -> anyhow::Result<()> {
     // TPROXY mode runs as root by design (Istio: uid 0, gid 1337), bypassed by its gid.
-    if nix::unistd::geteuid().is_root() && !args.allow_root && args.tproxy_mark.is_none() {
+    if rustix::process::geteuid().is_root() && !args.allow_root && args.tproxy_mark.is_none() {
         bail!(
             "refusing to run as root: run as the proxy uid (e.g. `setpriv --reuid 1337 --regid \
             1337 --clear-groups redirect-proxy`) or pass --allow-root"
@@ -257,7 +257,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             outbound = %args.outbound,
             inbound = %if args.no_inbound { "off".to_owned() } else { args.inbound.to_string() },
             policy = ?shared.registry.policy(),
-            uid = nix::unistd::getuid().as_raw(),
+            uid = rustix::process::getuid().as_raw(),
             "listeners ready"
         );
         println!(

@@ -65,11 +65,12 @@ impl Drop for StateFile {
 
 /// True when a process with this pid exists.
 pub(crate) fn pid_alive(pid: u32) -> bool {
+    use rustix::process::{test_kill_current_process_group, test_kill_process, Pid};
     i32::try_from(pid).is_ok_and(|raw| {
-        !matches!(
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None),
-            Err(nix::errno::Errno::ESRCH)
-        )
+        // kill(pid, 0); pid 0 (no `Pid`) is kill(0, 0), this process's group, as before.
+        let probe =
+            Pid::from_raw(raw).map_or_else(test_kill_current_process_group, test_kill_process);
+        !matches!(probe, Err(rustix::io::Errno::SRCH))
     })
 }
 

@@ -3,7 +3,7 @@ use crate::error::{Error, Result};
 
 /// Fails with [`Error::NotRoot`] unless the effective uid is 0.
 pub fn require_root() -> Result<()> {
-    let euid = nix::unistd::geteuid().as_raw();
+    let euid = rustix::process::geteuid().as_raw();
     if euid == 0 {
         Ok(())
     } else {

@@ -2,7 +2,7 @@
 //! enrolled (sock_ops only sees new `listen()` calls) and takes its socket for `LISTENERS`,
 //! only after checking it is that namespace's TCP listener on that port.
 use redirect_common::NetnsCookie;
-use std::os::fd::{AsFd as _, BorrowedFd, FromRawFd as _, OwnedFd};
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 
 use redirect_common::{AF_INET, AF_INET6};
 
@@ -46,25 +46,10 @@ fn holders(inode: u64, netns_ino: Option<u64>) -> Vec<(i32, i32)> {
 
 /// Duplicates fd `fd` of process `pid` into this process (pidfd_open + pidfd_getfd).
 fn take_fd(pid: i32, fd: i32) -> Option<OwnedFd> {
-    // By hand: nix 0.29 has neither pidfd_open nor pidfd_getfd.
-    // SAFETY: syscall edge: pidfd_open(pid, 0) returns a new fd or -1; no memory is passed.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if pidfd < 0 {
-        return None;
-    }
-    // SAFETY: `pidfd` is a valid, owned file descriptor just returned by the kernel.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
-    // SAFETY: syscall edge: pidfd_getfd(pidfd, fd, 0) returns a new fd or -1; no memory is passed.
-    let sock = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_getfd,
-            std::os::fd::AsRawFd::as_raw_fd(&pidfd),
-            fd,
-            0,
-        )
-    };
-    // SAFETY: a non-negative return is a new file descriptor owned by us.
-    (sock >= 0).then(|| unsafe { OwnedFd::from_raw_fd(sock as i32) })
+    use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
+    // Pid 0 (no `Pid`): pidfd_open refused it too.
+    let pidfd = pidfd_open(Pid::from_raw(pid)?, PidfdFlags::empty()).ok()?;
+    pidfd_getfd(&pidfd, fd, PidfdGetfdFlags::empty()).ok()
 }
 
 /// Takes the socket a table of namespace `ns` lists as `found`, if it is that namespace's

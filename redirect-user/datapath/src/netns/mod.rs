@@ -26,6 +26,10 @@ use std::{
 };
 
 use redirect_common::NetnsCookie;
+use rustix::{
+    net::{socket_with, AddressFamily, SocketFlags, SocketType},
+    thread::{move_into_link_name_space, LinkNameSpaceType},
+};
 
 use crate::{
     error::{Error, Result},
@@ -266,11 +270,11 @@ fn in_namespace<T>(
     let home = File::open(HOME).map_err(|e| Error::io("opening", Path::new(HOME), e))?;
     // Already there (a command run inside the pod it applies to): no setns, which would need
     // CAP_SYS_ADMIN that istio-init's container does not have.
-    let id = |f: BorrowedFd<'_>| nix::sys::stat::fstat(f.as_raw_fd()).map(|s| (s.st_dev, s.st_ino));
+    let id = |f: BorrowedFd<'_>| rustix::fs::fstat(f).map(|s| (s.st_dev, s.st_ino));
     if id(fd).is_ok_and(|there| id(home.as_fd()).is_ok_and(|here| here == there)) {
         return f().map_err(err);
     }
-    nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET)
+    move_into_link_name_space(fd, Some(LinkNameSpaceType::Network))
         .map_err(|e| err(std::io::Error::from(e)))?;
     let back = GoHome(home);
     let out = f();
@@ -284,6 +288,7 @@ fn in_namespace<T>(
 pub(crate) fn private() -> Result<File> {
     const HOME: &str = "/proc/thread-self/ns/net";
     let home = File::open(HOME).map_err(|e| Error::io("opening", Path::new(HOME), e))?;
+    // nix: rustix 1.1's unshare is `unsafe` (for CLONE_FILES); nix's is safe for CLONE_NEWNET.
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
         Error::io(
             "creating a private network namespace (unshare CLONE_NEWNET) from",
@@ -302,7 +307,8 @@ struct GoHome(File);
 
 impl Drop for GoHome {
     fn drop(&mut self) {
-        if let Err(e) = nix::sched::setns(self.0.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET) {
+        if let Err(e) = move_into_link_name_space(self.0.as_fd(), Some(LinkNameSpaceType::Network))
+        {
             // A thread left in a pod's namespace would make every later socket there (the
             // daemon's own, another pod's lookups): nothing safe is left but to stop.
             tracing::error!(error = %e, "cannot return to this thread's own network namespace: aborting");
@@ -314,13 +320,12 @@ impl Drop for GoHome {
 /// The cookie of the calling thread's namespace: `SO_NETNS_COOKIE` of a socket made in it
 /// (unbound: binding would fail in a namespace whose loopback is down).
 fn cookie_here() -> std::io::Result<NetnsCookie> {
-    let socket = nix::sys::socket::socket(
-        nix::sys::socket::AddressFamily::Inet,
-        nix::sys::socket::SockType::Datagram,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    let socket = socket_with(
+        AddressFamily::INET,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
         None,
-    )
-    .map_err(std::io::Error::from)?;
+    )?;
     socket_cookie_of_netns(socket.as_fd())
 }
 
@@ -333,7 +338,7 @@ pub fn cookie(path: &Path) -> Result<NetnsCookie> {
 pub fn socket_cookie_of_netns(fd: BorrowedFd<'_>) -> std::io::Result<NetnsCookie> {
     let mut value: u64 = 0;
     let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
-    // By hand: neither socket2 nor nix 0.29 has SO_NETNS_COOKIE.
+    // By hand: none of socket2, nix 0.29 and rustix 1.1 has SO_NETNS_COOKIE.
     // SAFETY: syscall edge: `value` is a valid u64 buffer of `len` bytes for the kernel to fill.
     let rc = unsafe {
         libc::getsockopt(

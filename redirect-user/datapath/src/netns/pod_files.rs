@@ -16,18 +16,15 @@ use std::{
     cell::OnceCell,
     fs::{File, OpenOptions},
     io::Read as _,
-    os::{
-        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
-        unix::fs::{MetadataExt as _, OpenOptionsExt as _},
-    },
+    os::unix::fs::{MetadataExt as _, OpenOptionsExt as _},
     path::{Path, PathBuf},
 };
 
-use nix::{
-    errno::Errno,
-    fcntl::{OFlag, OpenHow, ResolveFlag},
-};
 use redirect_policy::{LookupError, PodFile, PodSource, Sources, View};
+use rustix::{
+    fs::{openat2, Mode, OFlags, ResolveFlags},
+    io::Errno,
+};
 
 /// The most of one pod file read (a passwd is a few KiB).
 const MAX_FILE: u64 = 1 << 20;
@@ -133,17 +130,18 @@ pub fn read_in_root(pid: i32, file: PodFile) -> std::io::Result<Option<String>> 
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let how = OpenHow::new()
-        .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK)
-        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    let fd = match nix::fcntl::openat2(root.as_raw_fd(), file.path(), how) {
+    let fd = match openat2(
+        &root,
+        file.path(),
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    ) {
         Ok(fd) => fd,
-        Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(None),
+        Err(Errno::NOENT | Errno::NOTDIR) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    // By hand: nix 0.29's openat2 returns a bare RawFd too, owned the same way.
-    // SAFETY: syscall edge: openat2 returned a new file descriptor that nothing else owns.
-    let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let file = File::from(fd);
     if !file.metadata()?.is_file() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,

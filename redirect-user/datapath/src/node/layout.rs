@@ -9,7 +9,9 @@ use std::{
 };
 
 use aya::maps::{Array, Map, MapData};
+use rustix::{fs::FlockOperation, io::Errno};
 
+use super::flock::{Flocked, PinsHeld};
 use crate::{
     error::{record_err, Error, Result},
     sys::bpfsys,
@@ -95,11 +97,12 @@ impl Owner {
 
 /// The lock a running daemon holds on its pin directory (shared, for its lifetime): a kernel
 /// object, so any process that sees the pins can tell, whatever its PID namespace.
-pub fn hold_as_daemon(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
+pub fn hold_as_daemon(dir: &Path) -> Result<PinsHeld> {
     let file = std::fs::File::open(dir).map_err(|e| Error::io("opening", dir, e))?;
     // Blocking: a process asking `daemon_up` holds the exclusive lock only for an instant.
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockShared)
-        .map_err(|(_, e)| Error::io("locking (shared)", dir, e.into()))
+    Flocked::lock(file, FlockOperation::LockShared)
+        .map(|lock| PinsHeld { _lock: lock })
+        .map_err(|e| Error::io("locking (shared)", dir, e.into()))
 }
 
 /// Whether the daemon recorded as the owner of the datapath at `dir` runs: its pid is alive
@@ -112,8 +115,8 @@ pub fn daemon_up(dir: &Path, record: &Layout) -> bool {
     record.owner.is_live_daemon()
         || std::fs::File::open(dir).is_ok_and(|f| {
             matches!(
-                nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock),
-                Err((_, nix::errno::Errno::EWOULDBLOCK))
+                Flocked::lock(f, FlockOperation::NonBlockingLockExclusive),
+                Err(Errno::WOULDBLOCK)
             )
         })
 }

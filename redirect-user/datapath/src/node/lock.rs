@@ -3,14 +3,16 @@
 //! user can hold the lock (and stall every writer) or plant the pin directory where a bpffs
 //! of mode 1777 (the kernel's default for `mount -t bpf bpf /sys/fs/bpf`) would let them.
 use std::{
-    fs::{DirBuilder, File, OpenOptions},
+    fs::{DirBuilder, OpenOptions},
     os::unix::fs::{
         DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
     },
     path::{Path, PathBuf},
 };
 
-use super::pins::ensure_bpffs;
+use rustix::fs::FlockOperation;
+
+use super::{flock::Flocked, pins::ensure_bpffs};
 use crate::{
     error::{Error, Result},
     load::preflight,
@@ -47,13 +49,13 @@ pub fn lock(dir: &Path) -> Result<NodeLock> {
         // Never through a symlink another user put at the path.
         let file = match OpenOptions::new()
             .read(true)
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
         {
             Ok(f) => f,
             // Released and removed between the two calls: take the next one.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
                 let m =
                     std::fs::symlink_metadata(&path).map_err(|e| Error::io("reading", &path, e))?;
                 return Err(Error::NotRootsOwn {
@@ -74,10 +76,10 @@ pub fn lock(dir: &Path) -> Result<NodeLock> {
             file.set_permissions(std::fs::Permissions::from_mode(0o700))
                 .map_err(|e| Error::io("restricting", &path, e))?;
         }
-        let held = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| Error::io("locking", &path, e.into()))?;
+        let held = Flocked::lock(file, FlockOperation::LockExclusive)
+            .map_err(|e| Error::io("locking", &path, e.into()))?;
         // Still the directory at the path (not one its last holder removed)?
-        let same = match (held.metadata(), std::fs::symlink_metadata(&path)) {
+        let same = match (held.file().metadata(), std::fs::symlink_metadata(&path)) {
             (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
             _ => false,
         };
@@ -90,7 +92,7 @@ pub fn lock(dir: &Path) -> Result<NodeLock> {
 /// `Ok` when `m` (of `path`) is a directory of this process's user (root) that no group or
 /// other user may write; else the refusal naming the owner, the mode and the fix.
 fn roots_own(path: &Path, m: &std::fs::Metadata, mount: &Path) -> Result<()> {
-    let me = nix::unistd::geteuid().as_raw();
+    let me = rustix::process::geteuid().as_raw();
     if m.is_dir() && m.uid() == me && m.mode() & 0o022 == 0 {
         return Ok(());
     }
@@ -115,7 +117,7 @@ pub fn open_to_all(dir: &Path) -> Option<(PathBuf, u32)> {
 /// The lock of one pinned datapath, released (and its directory removed) on drop.
 #[derive(Debug)]
 pub struct NodeLock {
-    held: nix::fcntl::Flock<File>,
+    held: Flocked,
     path: PathBuf,
 }
 

@@ -9,6 +9,7 @@
 mod apply;
 mod claims;
 mod entries;
+mod flock;
 mod index;
 pub(crate) mod layout;
 mod lock;
@@ -19,6 +20,7 @@ mod removal;
 pub(crate) mod upgrade;
 mod upgrade_policies;
 
+pub use flock::PinsHeld;
 use redirect_common::NetnsCookie;
 use std::{
     collections::HashMap as StdHashMap,

@@ -25,9 +25,10 @@ pub(super) fn pin_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Err
 }
 
 fn is_bpffs(path: &Path) -> bool {
-    // nix's constant: `f_type` is i64 with glibc and u64 with musl (the image's static build).
-    nix::sys::statfs::statfs(path)
-        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC)
+    // `BPF_FS_MAGIC` (linux/magic.h; rustix has no constant for it), typed as `f_type` is on
+    // this architecture (with rustix's own syscalls, whatever the libc: glibc or the musl image).
+    const BPF_FS_MAGIC: rustix::fs::FsWord = 0xcafe_4a11;
+    rustix::fs::statfs(path).is_ok_and(|s| s.f_type == BPF_FS_MAGIC)
 }
 
 /// Makes sure `dir`'s parent is a bpf filesystem. None is ever mounted here: one mounted by

@@ -5,6 +5,7 @@ use std::{collections::BTreeMap, os::fd::AsFd as _, path::Path};
 
 use aya::maps::{Array, Map, MapData, PerCpuHashMap, RingBuf};
 use redirect_common::{map_names, Counter, NsCounterKey, TraceEvent};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use serde::Serialize;
 
 use crate::{
@@ -200,8 +201,12 @@ impl Tracer {
     /// Waits up to `timeout_ms` for decisions and returns those that arrived.
     pub fn next_batch(&mut self, timeout_ms: u16) -> Result<Vec<Decision>> {
         let fd = self.ring.as_fd();
-        let mut fds = [nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLIN)];
-        nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(timeout_ms))
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        let timeout = Timespec {
+            tv_sec: i64::from(timeout_ms / 1000),
+            tv_nsec: i64::from(timeout_ms % 1000) * 1_000_000,
+        };
+        poll(&mut fds, Some(&timeout))
             .map_err(|e| Error::io("polling", map_names::TRACE, e.into()))?;
         let mut out = Vec::new();
         while let Some(item) = self.ring.next() {

@@ -229,9 +229,10 @@ pub(crate) fn sk_lookup_program(probed: &[Probed]) -> &'static str {
 
 /// This kernel's release (`uname -r`).
 pub fn kernel_release() -> String {
-    nix::sys::utsname::uname()
-        .map(|u| u.release().to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown".to_owned())
+    rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The feature no kernel has, for showing what a missing feature says.
