@@ -38,7 +38,7 @@ pub(crate) fn take_ownership(dp: &NodeDatapath, dir: &Path) -> Result<()> {
     Ok(write_layout(dp.dir(), &record)?)
 }
 
-pub(crate) fn single_instance(dir: &Path) -> Result<nix::fcntl::Flock<File>> {
+pub(crate) fn single_instance(dir: &Path) -> Result<File> {
     let path = DaemonDir::new(dir).lock();
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -47,18 +47,21 @@ pub(crate) fn single_instance(dir: &Path) -> Result<nix::fcntl::Flock<File>> {
         .truncate(false)
         .open(&path)
         .map_err(|e| Error::io("opening", &path, e))?;
-    let mut locked =
-        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-            Ok(l) => l,
-            Err((mut file, _)) => {
-                let mut pid = String::new();
-                let _ = file.read_to_string(&mut pid);
-                return Err(Error::AlreadyRunning {
-                    pid: pid.trim().to_owned(),
-                    lock: path,
-                });
-            }
-        };
+    let mut locked = file;
+    // Held for as long as the file is open (the daemon's lifetime): the close releases it.
+    if rustix::fs::flock(
+        &locked,
+        rustix::fs::FlockOperation::NonBlockingLockExclusive,
+    )
+    .is_err()
+    {
+        let mut pid = String::new();
+        let _ = locked.read_to_string(&mut pid);
+        return Err(Error::AlreadyRunning {
+            pid: pid.trim().to_owned(),
+            lock: path,
+        });
+    }
     locked
         .set_len(0)
         .map_err(|e| Error::io("writing", &path, e))?;

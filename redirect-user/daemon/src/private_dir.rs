@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 /// Anything else is refused before the lock, the socket or a file is made.
 pub(crate) fn make_private(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
-    let me = nix::unistd::geteuid().as_raw();
+    let me = rustix::process::geteuid().as_raw();
     let refused = |why: String| Error::DirNotPrivate {
         dir: dir.to_owned(),
         why,

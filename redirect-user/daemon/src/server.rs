@@ -63,7 +63,8 @@ pub struct Daemon {
     /// The enrollments and their files.
     enrollments: Enrollments,
     listener: UnixListener,
-    _lock: nix::fcntl::Flock<File>,
+    /// The single-instance lock (`flock` on `DIR/lock`), released when the file closes.
+    _lock: File,
     uninstalled: bool,
     health: crate::repair::Health,
     /// Held for the daemon's lifetime: how a process in another PID namespace tells it runs.

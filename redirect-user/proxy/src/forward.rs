@@ -5,8 +5,6 @@ use std::{
     time::Duration,
 };
 
-// nix: rustix has no IP_TRANSPARENT nor SO_MARK.
-use nix::sys::socket::{setsockopt, sockopt};
 use std::os::fd::AsFd;
 use tokio::{
     io::copy_bidirectional_with_sizes,
@@ -30,20 +28,19 @@ pub(crate) enum Outcome {
 /// Makes `socket` transparent (it may bind and answer for an address that is not local:
 /// `IP_TRANSPARENT`, which also covers IPv6 sockets) and marks it `mark` when given.
 fn transparent(socket: &impl AsFd, mark: Option<u32>) -> io::Result<()> {
-    sockopt_io(
-        setsockopt(socket, sockopt::IpTransparent, &true),
-        "IP_TRANSPARENT",
-    )?;
+    // socket2 (rustix has neither option); SOL_IP's IP_TRANSPARENT on an IPv6 socket too.
+    let socket = socket2::SockRef::from(socket);
+    sockopt_io(socket.set_ip_transparent_v4(true), "IP_TRANSPARENT")?;
     if let Some(mark) = mark {
-        sockopt_io(setsockopt(socket, sockopt::Mark, &mark), "SO_MARK")?;
+        sockopt_io(socket.set_mark(mark), "SO_MARK")?;
     }
     Ok(())
 }
 
-fn sockopt_io(r: nix::Result<()>, what: &str) -> io::Result<()> {
+fn sockopt_io(r: io::Result<()>, what: &str) -> io::Result<()> {
     r.map_err(|e| {
         io::Error::new(
-            io::Error::from(e).kind(),
+            e.kind(),
             format!("setsockopt {what}: {e} (TPROXY mode needs CAP_NET_ADMIN)"),
         )
     })

@@ -25,7 +25,7 @@ pub(super) struct Peer {
 /// `Ok` when the peer of `stream` runs as the daemon's effective uid (judged now); else the
 /// refusal, naming the peer's uid and pid.
 pub(super) fn check(stream: &UnixStream) -> Result<Peer, Refusal> {
-    let me = nix::unistd::geteuid().as_raw();
+    let me = rustix::process::geteuid().as_raw();
     let forbidden = |message: String| Refusal::new(RefusalKind::Forbidden, message);
     let peer = judge(stream).map_err(|e| {
         forbidden(format!(

@@ -4,14 +4,12 @@
 //! runtime waits for it; no thread does.
 use std::{
     io::{Cursor, IoSliceMut},
-    os::{
-        fd::{FromRawFd as _, OwnedFd},
-        unix::io::AsRawFd as _,
-    },
+    mem::MaybeUninit,
+    os::fd::{AsFd, OwnedFd},
     time::Instant,
 };
 
-use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
+use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags};
 use tokio::{
     io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader, Interest},
     net::UnixStream,
@@ -47,9 +45,7 @@ pub(super) async fn receive(
 async fn whole(stream: &mut UnixStream) -> Result<Received, DecodeError> {
     let mut first = vec![0u8; FIRST_READ];
     let (n, fds, truncated) = stream
-        .async_io(Interest::READABLE, || {
-            first_read(stream.as_raw_fd(), &mut first)
-        })
+        .async_io(Interest::READABLE, || first_read(&*stream, &mut first))
         .await
         .map_err(DecodeError::Read)?;
     first.truncate(n);
@@ -73,26 +69,18 @@ async fn whole(stream: &mut UnixStream) -> Result<Received, DecodeError> {
 }
 
 /// One `recvmsg` of the first bytes and their descriptors (would block: nothing yet).
-fn first_read(
-    fd: std::os::fd::RawFd,
-    buf: &mut [u8],
-) -> std::io::Result<(usize, Vec<OwnedFd>, bool)> {
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+fn first_read(socket: impl AsFd, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>, bool)> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut iov = [IoSliceMut::new(buf)];
-    let msg = recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let msg = recvmsg(socket, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC)?;
     let mut fds = Vec::new();
-    for cmsg in msg.cmsgs()? {
-        if let ControlMessageOwned::ScmRights(raw) = cmsg {
-            // SAFETY: the kernel installed these descriptors in this process for this message
-            // (MSG_CMSG_CLOEXEC); nothing else owns them, and each is wrapped exactly once, so
-            // each is closed exactly once.
-            fds.extend(
-                raw.into_iter()
-                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-            );
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(received) = message {
+            fds.extend(received);
         }
     }
-    Ok((msg.bytes, fds, msg.flags.contains(MsgFlags::MSG_CTRUNC)))
+    Ok((msg.bytes, fds, msg.flags.contains(ReturnFlags::CTRUNC)))
 }
 
 #[cfg(test)]
@@ -100,7 +88,8 @@ mod tests {
     use super::*;
     use std::io::{IoSlice, Write as _};
 
-    use nix::sys::socket::{sendmsg, ControlMessage};
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::os::fd::BorrowedFd;
 
     fn soon() -> Instant {
         Instant::now() + std::time::Duration::from_secs(5)
@@ -136,14 +125,19 @@ mod tests {
     fn send_with(
         stream: &std::os::unix::net::UnixStream,
         bytes: &[u8],
-        fds: &[std::os::fd::RawFd],
+        fds: &[BorrowedFd<'_>],
     ) -> usize {
-        sendmsg::<UnixAddr>(
-            stream.as_raw_fd(),
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        assert!(
+            control.push(SendAncillaryMessage::ScmRights(fds)),
+            "room for the descriptors"
+        );
+        sendmsg(
+            stream,
             &[IoSlice::new(bytes)],
-            &[ControlMessage::ScmRights(fds)],
-            MsgFlags::empty(),
-            None,
+            &mut control,
+            SendFlags::empty(),
         )
         .expect("sendmsg")
     }
@@ -155,7 +149,7 @@ mod tests {
         let mut line = vec![b'x'; FIRST_READ * 2];
         line.push(b'\n');
         let writer = std::thread::spawn(move || {
-            let sent = send_with(&a, &line, &[file.as_raw_fd()]);
+            let sent = send_with(&a, &line, &[file.as_fd()]);
             a.write_all(&line[sent..]).expect("the rest");
         });
         let got = receive(&mut b, soon()).await.expect("received");
@@ -187,7 +181,7 @@ mod tests {
             std::fs::File::open("/dev/null").expect("file"),
             std::fs::File::open("/dev/null").expect("file"),
         );
-        send_with(&a, b"{}\n", &[f1.as_raw_fd(), f2.as_raw_fd()]);
+        send_with(&a, b"{}\n", &[f1.as_fd(), f2.as_fd()]);
         assert!(matches!(
             receive(&mut b, soon()).await,
             Err(DecodeError::Descriptors)

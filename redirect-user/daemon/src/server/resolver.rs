@@ -6,7 +6,7 @@
 //! request past the bound is refused at once (fail closed; the runtime retries), and one whose
 //! client hung up while its pod was read stops being read at the next attempt and is dropped,
 //! not enrolled.
-use std::os::fd::{AsFd, AsRawFd as _};
+use std::os::fd::AsFd;
 
 use redirect_daemon_api::PodRef;
 use tokio::net::UnixStream;
@@ -26,14 +26,10 @@ pub(super) async fn read(kube: &Kube, pod: &PodRef, stream: &UnixStream) -> Foun
 /// Whether the client at the other end of `stream` has gone (its request was read whole
 /// before, so any readable end of file means it hung up).
 pub(super) fn hung_up(stream: &impl AsFd) -> bool {
-    use nix::sys::socket::{recv, MsgFlags};
+    use rustix::net::{recv, RecvFlags};
     let mut byte = [0u8; 1];
     matches!(
-        recv(
-            stream.as_fd().as_raw_fd(),
-            &mut byte,
-            MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT
-        ),
-        Ok(0)
+        recv(stream, &mut byte, RecvFlags::PEEK | RecvFlags::DONTWAIT),
+        Ok((0, _))
     )
 }

@@ -74,10 +74,7 @@ impl Daemon {
         // No new connection; requests not carried out yet are answered "stopping: retry".
         accept.abort();
         work.close();
-        let _ = nix::sys::socket::shutdown(
-            std::os::fd::AsRawFd::as_raw_fd(&self.listener),
-            nix::sys::socket::Shutdown::Both,
-        );
+        let _ = rustix::net::shutdown(&self.listener, rustix::net::Shutdown::Both);
         let dir = DaemonDir::new(&self.opts.dir);
         let _ = std::fs::remove_file(dir.socket());
         if self.uninstalled {

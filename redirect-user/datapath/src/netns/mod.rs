@@ -288,8 +288,11 @@ fn in_namespace<T>(
 pub(crate) fn private() -> Result<File> {
     const HOME: &str = "/proc/thread-self/ns/net";
     let home = File::open(HOME).map_err(|e| Error::io("opening", Path::new(HOME), e))?;
-    // nix: rustix 1.1's unshare is `unsafe` (for CLONE_FILES); nix's is safe for CLONE_NEWNET.
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
+    // SAFETY: syscall edge. rustix marks unshare unsafe for CLONE_FILES (a thread then no
+    // longer sees descriptors opened elsewhere); only CLONE_NEWNET is passed, which changes
+    // nothing Rust or another thread relies on (the thread is moved back below).
+    let unshared = unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) };
+    unshared.map_err(|e| {
         Error::io(
             "creating a private network namespace (unshare CLONE_NEWNET) from",
             Path::new(HOME),
