@@ -13,16 +13,12 @@
 //! (the peer exited and was reaped) is never what was judged.
 use std::os::{fd::AsFd as _, unix::fs::MetadataExt as _, unix::net::UnixStream};
 
-// nix: rustix's `UCred` pid is non-zero; SO_PEERCRED gives 0 for a peer outside our PID namespace.
-use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-
 /// CAP_NET_ADMIN's bit in a capability set.
 pub(crate) const CAP_NET_ADMIN: u32 = 12;
 
 /// The peer of a connected socket: uid and pid (0 when not visible in this PID namespace).
 pub(crate) fn credentials(stream: &UnixStream) -> std::io::Result<(u32, i32)> {
-    let c = getsockopt(stream, PeerCredentials).map_err(std::io::Error::from)?;
-    Ok((c.uid(), c.pid()))
+    redirect_sys::peer_credentials(stream.as_fd())
 }
 
 /// The effective capability set of process `pid` (`/proc/PID/status`, `CapEff`).

@@ -323,6 +323,17 @@ pub enum Error {
         /// Every feature id.
         known: String,
     },
+    /// [`crate::assume_missing`] was called again with other features.
+    #[error(
+        "the features assumed missing were set to {was:?} already; {now:?} is refused (set \
+        REDIRECT_PROBE_ASSUME_MISSING once, before the process probes)"
+    )]
+    AssumedMissingTwice {
+        /// The features set first.
+        was: String,
+        /// The features asked for now.
+        now: String,
+    },
     /// Another `redirect trace` reads the decision stream.
     #[error(
         "another `redirect trace` (pid {pid}) is reading the decision stream, which has one \

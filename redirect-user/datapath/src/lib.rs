@@ -84,8 +84,8 @@ pub use cgroup::{
 pub use load::object::build_id;
 pub use load::preflight::require_root;
 pub use load::probe::{
-    detail as probe_detail, kernel_release, missing as missing_feature, probe as probe_feature,
-    probe_all, NONEXISTENT as NONEXISTENT_FEATURE,
+    assume_missing, detail as probe_detail, kernel_release, missing as missing_feature,
+    probe as probe_feature, probe_all, ASSUME_MISSING_ENV, NONEXISTENT as NONEXISTENT_FEATURE,
 };
 
 // The counters of `redirect attach`'s maps, by kernel map id.

@@ -18,8 +18,8 @@ pub use mountinfo::{
 // `SO_ORIGINAL_DST`: a redirected connection's original destination.
 pub use orig_dst::{fold_v4_mapped, ipv4 as original_dst_v4, original_dst, Error as OrigDstError};
 
-// A unix socket's peer, held by its pidfd.
-pub use peer::{peer_pidfd, still_there as peer_still_there};
+// A unix socket's peer: its uid and pid, and held by its pidfd.
+pub use peer::{peer_credentials, peer_pidfd, still_there as peer_still_there};
 
 // The Prometheus text format.
 pub use prometheus::{Kind as MetricKind, Text as PrometheusText};

@@ -35,7 +35,7 @@ pub(crate) fn check(sk_lookup: &str, policy: &Policy, netns_path: &Path) -> Resu
         return Ok(());
     };
     let feature = probe::INGRESS_IFINDEX_FEATURE;
-    let assumed = probe::assumed_missing()?.contains(&feature.id);
+    let assumed = probe::assumed_missing().contains(&feature.id);
     let now = probe::probe_as(&feature, assumed);
     let why = if now.present {
         " (it has it, but the datapath was created while it was assumed missing: recreate it to use it)".to_owned()

@@ -74,8 +74,12 @@ impl Feature {
 }
 
 /// Environment variable naming features (by [`Feature::id`], comma-separated) to treat as
-/// missing whatever the kernel says: shows and tests what an older kernel gets.
-pub(crate) const ASSUME_MISSING_ENV: &str = "REDIRECT_PROBE_ASSUME_MISSING";
+/// missing whatever the kernel says: shows and tests what an older kernel gets. The binary
+/// reads it and hands its value to [`assume_missing`]; no library reads it.
+pub const ASSUME_MISSING_ENV: &str = "REDIRECT_PROBE_ASSUME_MISSING";
+
+/// The features this process treats as missing ([`assume_missing`]), set once.
+static ASSUMED_MISSING: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
 
 /// [`Feature::id`] of sk_lookup's `ingress_ifindex` (the one optional feature).
 pub(crate) const INGRESS_IFINDEX: &str = "sk_lookup_ingress_ifindex";
@@ -115,15 +119,13 @@ pub struct Probed {
     pub(crate) error: Option<String>,
 }
 
-/// The features [`ASSUME_MISSING_ENV`] names (empty when unset); an id that names no feature
-/// is an error listing the ids.
-pub(crate) fn assumed_missing() -> Result<Vec<&'static str>> {
-    let Some(value) = std::env::var_os(ASSUME_MISSING_ENV) else {
-        return Ok(Vec::new());
-    };
-    let value = value.to_string_lossy().into_owned();
+/// Treats the features `ids` names (comma-separated [`Feature::id`]s: the value of
+/// [`ASSUME_MISSING_ENV`] as the binary read it) as missing in every probe of this process,
+/// whatever the kernel says. Called once, at the start, before anything is probed; an id that
+/// names no feature is an error listing the ids, and a second call with other ids is refused.
+pub fn assume_missing(ids: &str) -> Result<()> {
     let mut out = Vec::new();
-    for id in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+    for id in ids.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let Some(feature) = FEATURES.iter().find(|f| f.id == id) else {
             return Err(Error::UnknownFeatureId {
                 var: ASSUME_MISSING_ENV,
@@ -133,7 +135,19 @@ pub(crate) fn assumed_missing() -> Result<Vec<&'static str>> {
         };
         out.push(feature.id);
     }
-    Ok(out)
+    let set = ASSUMED_MISSING.get_or_init(|| out.clone());
+    if *set != out {
+        return Err(Error::AssumedMissingTwice {
+            was: set.join(","),
+            now: out.join(","),
+        });
+    }
+    Ok(())
+}
+
+/// The features this process treats as missing (none unless [`assume_missing`] said so).
+pub(crate) fn assumed_missing() -> &'static [&'static str] {
+    ASSUMED_MISSING.get().map_or(&[], Vec::as_slice)
 }
 
 /// Probes one feature; `assume_missing` reports it missing without asking the kernel.
@@ -168,13 +182,13 @@ pub fn probe(feature: &Feature) -> Probed {
     probe_as(feature, false)
 }
 
-/// Probes every feature, those [`ASSUME_MISSING_ENV`] names reported missing.
-pub fn probe_all() -> Result<Vec<Probed>> {
-    let assumed = assumed_missing()?;
-    Ok(FEATURES
+/// Probes every feature, those [`assume_missing`] named reported missing.
+pub fn probe_all() -> Vec<Probed> {
+    let assumed = assumed_missing();
+    FEATURES
         .iter()
         .map(|f| probe_as(f, assumed.contains(&f.id)))
-        .collect())
+        .collect()
 }
 
 /// The first missing required feature as an error naming it, what needs it and the kernel
@@ -206,7 +220,7 @@ pub fn detail(p: &Probed) -> String {
 
 /// Probes every feature; the first missing required one is an error. Returns the answers.
 pub(crate) fn require_all() -> Result<Vec<Probed>> {
-    let probed = probe_all()?;
+    let probed = probe_all();
     match missing(&probed) {
         Some(e) => Err(e),
         None => Ok(probed),
