@@ -24,6 +24,7 @@ mod reply;
 mod requests;
 mod resolver;
 mod serve;
+mod work;
 
 use self::{enrollments::Enrollments, followed::gone};
 use crate::{

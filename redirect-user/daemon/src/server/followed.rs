@@ -299,7 +299,7 @@ impl Daemon {
             other => other?,
         };
         // By inode, whatever path names it (/proc/1/ns/net, a bind mount, a descriptor).
-        if writer != Writer::Vm && super::pods::is_host(ns.cookie()) {
+        if writer != Writer::Vm && super::netns_in::is_host(ns.cookie()) {
             return Err(Error::EnrollHostNetns {
                 netns: netns.to_path_buf(),
             });

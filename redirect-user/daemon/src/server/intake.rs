@@ -4,9 +4,10 @@
 //! apiserver when the watch has not listed it ([`resolver`]), hands the request to the owner
 //! over a bounded channel and writes the owner's answer back ([`reply`]). A client that sends
 //! a byte at a time, or nothing, holds only its own task, for at most the deadline; past
-//! [`MAX_READERS`] requests in hand (read, or waiting for the owner) a new connection is
-//! refused at once (busy: retry), so neither idle clients nor a busy owner can queue work
-//! without bound.
+//! [`MAX_READERS`] connections being read a new one is refused at once (busy: retry), so idle
+//! connections cannot hold the daemon either for longer than the deadline. A request read
+//! whole waits for its turn at the owner, however many arrive at once (a node's boot starts
+//! every pod together: 110 ADDs wait in line and are all served, none refused).
 use std::{
     os::{fd::OwnedFd, unix::net::UnixStream as StdStream},
     path::PathBuf,
@@ -20,13 +21,13 @@ use tokio::{
     sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore},
 };
 
-use super::{peer, receive, reply, resolver, serve::Work};
+use super::{peer, receive, reply, resolver, work::Work};
 use crate::apiserver::Kube;
 use redirect_daemon_api::decode_request;
 
 /// How long a client has to send its whole request after it connected.
 pub(super) const DEADLINE: Duration = Duration::from_secs(1);
-/// Requests in hand at once: being read, their pod read, or waiting for the owner.
+/// Connections being read at once.
 pub(super) const MAX_READERS: usize = 64;
 
 /// A request's answer, or its refusal.
@@ -122,7 +123,10 @@ impl Intake {
         let Ok(mut stream) = UnixStream::from_std(stream) else {
             return;
         };
-        let (op, outcome) = match read(&mut stream, accepted + DEADLINE).await {
+        let request = read(&mut stream, accepted + DEADLINE).await;
+        // Read whole (or refused): the reader's slot is free for the next connection.
+        drop(reading);
+        let (op, outcome) = match request {
             Err(refused) => {
                 tracing::warn!(%refused, "bad request refused");
                 ("bad", Err(refused))
@@ -134,7 +138,7 @@ impl Intake {
                         tracing::warn!(op, %refused, "request refused");
                         (op, Err(refused))
                     }
-                    Ok(()) => match self.carry_out(req, fd, &stream, reading).await {
+                    Ok(()) => match self.carry_out(req, fd, &stream).await {
                         Some(outcome) => (op, outcome),
                         None => return,
                     },
@@ -160,14 +164,12 @@ impl Intake {
     }
 
     /// The owner's outcome of `req`, its pod read first when the watch has not listed it;
-    /// `None` when the client hung up meanwhile (nothing is done for it). The reader's slot is
-    /// held until the owner has the request.
+    /// `None` when the client hung up meanwhile (nothing is done for it).
     async fn carry_out(
         &self,
         req: Request,
         fd: Option<OwnedFd>,
         stream: &UnixStream,
-        reading: OwnedSemaphorePermit,
     ) -> Option<Outcome> {
         let op = req.op();
         let found = match self.needs_get(&req) {
@@ -207,7 +209,6 @@ impl Intake {
         if self.owner.send(work).await.is_err() {
             return Some(stopping());
         }
-        drop(reading);
         Some(answered.await.unwrap_or_else(|_| stopping()))
     }
 

@@ -3,7 +3,8 @@
 //! namespace (same device and inode): the path named, or else a runtime's name for it in the
 //! netns directories the daemon sees (a client inside the pod names its own
 //! `/proc/self/ns/net`); without a descriptor, the path opened in the daemon's own view. A
-//! runtime's path is never opened here for an enrollment it handed over.
+//! runtime's path is never opened here for an enrollment it handed over. And whether a
+//! namespace is the host's, which no enrollment of a pod may be.
 use std::{
     fs::File,
     os::{
@@ -13,6 +14,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use redirect_common::NetnsCookie;
 use redirect_datapath::NetnsHandle;
 
 use crate::error::{Error, Result};
@@ -126,6 +128,14 @@ pub(super) fn open(named: &Path, fd: Option<OwnedFd>) -> Result<NetnsHandle> {
         }
         None => Ok(NetnsHandle::open(named)?),
     }
+}
+
+/// Whether `cookie` is the host's network namespace: the daemon's own (it runs on the host
+/// network) or init's (seen with hostPID). Neither is ever a pod's.
+pub(super) fn is_host(cookie: NetnsCookie) -> bool {
+    ["/proc/self/ns/net", "/proc/1/ns/net"].iter().any(|p| {
+        redirect_datapath::netns_cookie(std::path::Path::new(p)).is_ok_and(|c| c == cookie)
+    })
 }
 
 #[cfg(test)]

@@ -149,7 +149,7 @@ impl Daemon {
             source: Box::new(source),
         };
         let ns = super::netns_in::open(netns, fd).map_err(in_pod)?;
-        if is_host(ns.cookie()) {
+        if super::netns_in::is_host(ns.cookie()) {
             return Err(Error::HostNetns {
                 pod: pod.to_string(),
                 netns: netns.to_owned(),
@@ -387,12 +387,4 @@ impl Daemon {
             removed,
         })
     }
-}
-
-/// Whether `cookie` is the host's network namespace: the daemon's own (it runs on the host
-/// network) or init's (seen with hostPID). Neither is ever a pod's.
-pub(super) fn is_host(cookie: NetnsCookie) -> bool {
-    ["/proc/self/ns/net", "/proc/1/ns/net"].iter().any(|p| {
-        redirect_datapath::netns_cookie(std::path::Path::new(p)).is_ok_and(|c| c == cookie)
-    })
 }

@@ -3,7 +3,6 @@
 //! It is the only thread that changes the datapath or enters a namespace; it never reads a
 //! client, so a slow one holds only its own task.
 use std::{
-    os::fd::OwnedFd,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -11,28 +10,15 @@ use std::{
     time::Instant,
 };
 
-use redirect_daemon_api::{Answer, DaemonDir, Refusal, Request};
-use tokio::sync::{mpsc, oneshot};
+use redirect_daemon_api::DaemonDir;
+use tokio::sync::mpsc;
 
-use super::{intake::Intake, pods::Found, Daemon, STOP_CHECK, TICK};
+use super::{
+    intake::Intake,
+    work::{Work, QUEUE},
+    Daemon, STOP_CHECK, TICK,
+};
 use crate::error::{Error, Result};
-
-/// Requests handed to the owner and not yet taken (the tasks behind them wait; past the
-/// intake's bound new connections are refused).
-const QUEUE: usize = 16;
-
-/// A request for the owner, read whole and judged, its pod read when it had to be.
-#[derive(Debug)]
-pub(super) struct Work {
-    /// The request.
-    pub req: Request,
-    /// The namespace descriptor that came with it.
-    pub fd: Option<OwnedFd>,
-    /// Its pod, when its task read it from the apiserver.
-    pub found: Option<Found>,
-    /// Where the outcome goes.
-    pub answer: oneshot::Sender<std::result::Result<Answer, Refusal>>,
-}
 
 impl Daemon {
     /// Serves until `stop` is set or an uninstall completes: the connections as tasks of `rt`

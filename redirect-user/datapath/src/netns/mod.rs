@@ -6,6 +6,7 @@
 //! back to its own namespace.
 pub(crate) mod adopt;
 pub(crate) mod conns;
+mod inet_diag;
 pub(crate) mod names;
 pub(crate) mod pod_files;
 pub(crate) mod proc_tcp;

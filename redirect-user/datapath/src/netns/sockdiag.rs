@@ -215,8 +215,8 @@ fn dump(
     port: u16,
     out: &mut Vec<Listening>,
 ) -> std::io::Result<()> {
-    let req = super::conns::listeners_dump(family, port);
-    super::conns::exchange(socket, seq, req, |r| {
+    let req = super::inet_diag::listeners_dump(family, port);
+    super::inet_diag::exchange(socket, seq, req, |r| {
         // The kernel filters listeners by the request's source port; checked again here all
         // the same.
         if r.header.socket_id.source_port == port && r.header.inode != 0 {
