@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_packet_sock_diag::{
     constants::{AF_INET, AF_INET6},
-    inet::{InetResponse, SocketId, StateFlags},
+    inet::{SocketId, StateFlags},
     SOCK_DESTROY,
 };
 use serde::Serialize;

@@ -1,7 +1,9 @@
 //! The one dump loop of `NETLINK_SOCK_DIAG` inet requests, and the requests it sends: what
 //! `conns.rs` (a namespace's connections, their reset) and `sockdiag.rs` (the listeners on a
 //! port) both ask the kernel through.
-use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
+};
 use netlink_packet_sock_diag::{
     constants::{AF_INET, IPPROTO_TCP},
     inet::{ExtensionFlags, InetRequest, InetResponse, SocketId, StateFlags},
@@ -84,4 +86,3 @@ pub(crate) fn listeners_dump(family: u8, port: u16) -> (InetRequest, u16, u16) {
         NLM_F_REQUEST | NLM_F_DUMP,
     )
 }
-
