@@ -75,11 +75,18 @@ enum Task {
         /// Where report.md, report.json and the SVG charts go.
         #[arg(long, default_value = "target/bench")]
         out: std::path::PathBuf,
-        /// Run only these workloads (comma-separated: cps, keepalive, bulk, churn, rules, load,
+        /// Run only these workloads (comma-separated: cps, tax, keepalive, bulk, churn, rules, load,
         /// enroll, cni, boot, namespaces, cri), e.g. `--only cni` to study enrollment alone. Such a report
         /// is for investigation, not for BENCHMARKS.md: the published run is the whole set.
         #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = bench::WORKLOADS)]
         only: Vec<String>,
+        /// Also sample the kernel with `perf record -a -g` (Debian: linux-perf) during short
+        /// connections of the eBPF pod and of the explicit hop, and report the capture's whole
+        /// kernel cost per connection, by hook and by where it goes (dispatch, the programs'
+        /// instructions, socket storage, maps, helpers, storage freed). `--only tax --profile`
+        /// runs the profile with the non-meshed tax alone.
+        #[arg(long)]
+        profile: bool,
     },
     /// Build everything and show one real redirected request, then wait for Ctrl-C.
     Run {
@@ -118,6 +125,7 @@ fn main() -> ExitCode {
             tiny,
             out,
             only,
+            profile,
         } => {
             let size = if tiny {
                 bench::Size::Tiny
@@ -126,7 +134,7 @@ fn main() -> ExitCode {
             } else {
                 bench::Size::Full
             };
-            bench::run(size, &out, &only)
+            bench::run(size, &out, &only, profile)
         }
     };
     match result {

@@ -46,7 +46,7 @@ fn bench_smoke() -> anyhow::Result<()> {
     }
     let out = util::workspace_root().join("target/bench-smoke");
     let _ = std::fs::remove_dir_all(&out);
-    crate::bench::run(crate::bench::Size::Tiny, &out, &[]).context("bench smoke test")?;
+    crate::bench::run(crate::bench::Size::Tiny, &out, &[], false).context("bench smoke test")?;
     let samples = crate::bench::check(&out)?;
     println!("bench smoke: {samples} samples from every mode and workload; report.json parses");
     Ok(())

@@ -116,3 +116,23 @@ fn hook_costs(status: &Value, m: &mut BTreeMap<String, Value>) {
         Value::from(verified),
     );
 }
+
+/// Each attached program in a `redirect status --json`: (runs, run time ns) so far. A program
+/// attached at two cgroups is one program: its counts once.
+pub(super) fn runs_of(status: &Value) -> BTreeMap<String, (u64, u64)> {
+    let mut runs = BTreeMap::new();
+    for a in status["instances"][0]["attachments"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let Some(program) = a["program"].as_str() else {
+            continue;
+        };
+        runs.entry(program.to_owned()).or_insert((
+            a["stat"]["runs"].as_u64().unwrap_or(0),
+            a["stat"]["run_time_ns"].as_u64().unwrap_or(0),
+        ));
+    }
+    runs
+}

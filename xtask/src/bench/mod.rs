@@ -4,16 +4,20 @@ mod boot;
 mod cni;
 mod cni_node;
 mod cri;
+mod environment;
 mod floor;
 mod footprint;
 mod phases;
 mod plugin_phases;
 mod pods;
+mod profile;
 mod report;
 pub(crate) use report::check;
 mod scaling;
 mod scene;
+mod stacks;
 mod stats;
+mod tax;
 mod workloads;
 
 use std::{
@@ -180,46 +184,10 @@ fn watch_signals() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn environment(
-    size: Size,
-    only: &[String],
-    steal_pct: f64,
-    elapsed: f64,
-) -> BTreeMap<String, String> {
-    let mut env = BTreeMap::new();
-    let cmd = |c: &str, a: &[&str]| {
-        util::output(c, a)
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_default()
-    };
-    env.insert("kernel".into(), cmd("uname", &["-r"]));
-    env.insert("cpus".into(), cmd("nproc", &[]));
-    let model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|c| {
-        c.lines()
-            .find_map(|l| l.strip_prefix("model name"))
-            .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
-    });
-    env.insert("cpu model".into(), model.unwrap_or_default());
-    env.insert(
-        "command".into(),
-        match size {
-            Size::Full => "cargo xtask bench".into(),
-            Size::Quick => "cargo xtask bench --quick".into(),
-            Size::Tiny => "cargo xtask bench --tiny".into(),
-        },
-    );
-    env.insert("steal during the run".into(), format!("{steal_pct:.1}%"));
-    env.insert("duration".into(), format!("{elapsed:.0} s"));
-    if !only.is_empty() {
-        env.insert("workloads".into(), format!("only {}", only.join(", ")));
-    }
-    env.insert("date".into(), cmd("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]));
-    env
-}
-
 /// The workloads `--only` can name, in the order a run takes them.
-pub(crate) const WORKLOADS: [&str; 11] = [
+pub(crate) const WORKLOADS: [&str; 12] = [
     "cps",
+    tax::WORKLOAD,
     "keepalive",
     "bulk",
     "churn",
@@ -239,13 +207,17 @@ fn want_plugin(want: &dyn Fn(&str) -> bool) -> bool {
 
 /// Runs the benchmark of `size` (only the workloads in `only`, when it names any) and writes
 /// the report into `out`.
-pub(crate) fn run(size: Size, out: &Path, only: &[String]) -> anyhow::Result<()> {
+pub(crate) fn run(size: Size, out: &Path, only: &[String], profile: bool) -> anyhow::Result<()> {
     let want = |w: &str| only.is_empty() || only.iter().any(|o| o == w);
     if !util::is_root() {
         bail!("`cargo xtask bench` needs root (BPF, cgroups, network namespaces, iptables): rerun it with sudo");
     }
     watch_signals()?;
     setup::setup()?;
+    if profile {
+        // `perf record` and `perf script`, installed on demand (only `--profile` samples).
+        setup::install_missing(&["linux-perf".to_owned()], true)?;
+    }
     build::build_ebpf()?;
     let release = size != Size::Tiny;
     build::build_bins(release)?;
@@ -288,9 +260,10 @@ pub(crate) fn run(size: Size, out: &Path, only: &[String]) -> anyhow::Result<()>
     let steal0 = scene::steal();
     let result = (|| -> anyhow::Result<BTreeMap<String, Value>> {
         let mut memory = BTreeMap::new();
-        if ["cps", "keepalive", "bulk", "churn", "rules"]
-            .iter()
-            .any(|w| want(w))
+        if profile
+            || ["cps", "keepalive", "bulk", "churn", "rules"]
+                .iter()
+                .any(|w| want(w))
         {
             for (i, mode) in Mode::ALL.iter().enumerate() {
                 progress(&format!("setting up {}", mode.name()))?;
@@ -308,6 +281,12 @@ pub(crate) fn run(size: Size, out: &Path, only: &[String]) -> anyhow::Result<()>
                 &p,
                 p.concurrency,
             )?;
+        }
+        if profile {
+            memory.extend(b.profile_workload(&p)?);
+        }
+        if want(tax::WORKLOAD) {
+            memory.extend(b.tax_workload(&p, profile)?);
         }
         for round in (0..p.cps_rounds).filter(|_| want("keepalive")) {
             b.keepalive_round(round, &p)?;
@@ -403,14 +382,21 @@ pub(crate) fn run(size: Size, out: &Path, only: &[String]) -> anyhow::Result<()>
         }
         Ok(memory)
     })();
-    let mut memory = result?;
+    let mut memory = match result {
+        Ok(m) => m,
+        Err(e) => {
+            drop(b);
+            let _ = std::fs::remove_dir_all(&scratch);
+            return Err(e);
+        }
+    };
     floor::floor(&b.samples, p.concurrency, &mut memory);
     let steal1 = scene::steal();
     let steal_pct = 100.0 * (steal1.0.saturating_sub(steal0.0)) as f64
         / (steal1.1.saturating_sub(steal0.1)).max(1) as f64;
     eprintln!();
     let report = report::Report {
-        environment: environment(size, only, steal_pct, start.elapsed().as_secs_f64()),
+        environment: environment::environment(size, only, steal_pct, start.elapsed().as_secs_f64()),
         samples: b.samples.clone(),
         memory,
     };

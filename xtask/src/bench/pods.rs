@@ -53,22 +53,8 @@ impl Bench {
 
     /// Runs `probe-load ARGS` in the pod (and its cgroup) and returns its result line.
     pub(super) fn client(&self, pod: &Pod, args: &[String]) -> anyhow::Result<Load> {
-        let mut cmd = Command::new(self.bin.join("probe-load"));
-        cmd.arg("--netns").arg(pod.ns.path());
-        if let Some(cg) = &pod.cgroup {
-            cmd.arg("--cgroup").arg(cg.path());
-        }
-        let out = cmd.args(args).output().context("running probe-load")?;
-        if !out.status.success() {
-            bail!(
-                "probe-load {args:?} ({}): {}",
-                pod.mode.name(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let text = String::from_utf8_lossy(&out.stdout);
-        serde_json::from_str(text.lines().last().unwrap_or_default())
-            .with_context(|| format!("probe-load output {text:?}"))
+        let cgroup = pod.cgroup.as_ref().map(Cgroup::path);
+        self.load_in(&pod.ns, cgroup, pod.mode.name(), args)
     }
 
     pub(super) fn setup_pod(&mut self, index: u8, mode: Mode) -> anyhow::Result<()> {

@@ -6,8 +6,9 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    floor,
+    floor, profile,
     stats::{summarise, Sample, Summary},
+    tax,
 };
 
 /// Everything one run produced.
@@ -143,6 +144,32 @@ pub(super) fn markdown(report: &Report) -> String {
             let _ = writeln!(out, "| {} | {v} |", &k[floor::PREFIX.len()..]);
         }
     }
+    let (tax, rest): (Vec<_>, Vec<_>) = rest
+        .into_iter()
+        .partition(|(k, _)| k.starts_with(tax::PREFIX));
+    section(
+        &mut out,
+        "The node's other sockets",
+        "A client and a server in namespaces no policy covers, in a cgroup below the node \
+        datapath's attach point (as every process of a node is below the root), against the same \
+        pair with nothing attached, interleaved in the same rounds.",
+        "",
+        &tax,
+    );
+    let (profiled, rest): (Vec<_>, Vec<_>) = rest
+        .into_iter()
+        .partition(|(k, _)| k.starts_with(profile::PREFIX));
+    section(
+        &mut out,
+        "Where the capture's kernel cost goes (`--profile`)",
+        "`perf record -a -g` over short connections of the eBPF pod and of the explicit hop in \
+        turn (`bpf_stats` off, as in production). Busy samples per connection give each mode's \
+        whole CPU per connection; every eBPF sample whose call chain runs through one of our \
+        hooks, or through the release of socket storage, is sorted by hook and by where it was, \
+        as microseconds per connection.",
+        profile::PREFIX,
+        &profiled,
+    );
     if !rest.is_empty() {
         out.push_str("\n## Memory\n\n| what | value |\n|---|---|\n");
         for (k, v) in rest {
@@ -150,6 +177,27 @@ pub(super) fn markdown(report: &Report) -> String {
         }
     }
     out
+}
+
+/// A `## TITLE` section of `rows` (keys shown without `prefix`) after an `intro` paragraph;
+/// nothing when there are no rows.
+fn section(
+    out: &mut String,
+    title: &str,
+    intro: &str,
+    prefix: &str,
+    rows: &[(&String, &serde_json::Value)],
+) {
+    if rows.is_empty() {
+        return;
+    }
+    let _ = write!(
+        out,
+        "\n## {title}\n\n{intro}\n\n| what | value |\n|---|---|\n"
+    );
+    for (k, v) in rows {
+        let _ = writeln!(out, "| {} | {v} |", k.strip_prefix(prefix).unwrap_or(k));
+    }
 }
 
 fn bar_chart(path: &Path, title: &str, unit: &str, bars: &[(String, f64)]) -> anyhow::Result<()> {

@@ -268,23 +268,7 @@ impl Bench {
     /// Each attached program of the eBPF pod's datapath: (runs, run time ns) so far
     /// (`redirect status --json`; bpf_stats is on during the churn).
     pub(super) fn hook_runs(&self) -> BTreeMap<String, (u64, u64)> {
-        let status = self.attach_status().unwrap_or_default();
-        let mut runs = BTreeMap::new();
-        for a in status["instances"][0]["attachments"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            let Some(program) = a["program"].as_str() else {
-                continue;
-            };
-            // A program attached at two cgroups is one program: its counts once.
-            runs.entry(program.to_owned()).or_insert((
-                a["stat"]["runs"].as_u64().unwrap_or(0),
-                a["stat"]["run_time_ns"].as_u64().unwrap_or(0),
-            ));
-        }
-        runs
+        super::footprint::runs_of(&self.attach_status().unwrap_or_default())
     }
 
     /// One short-connection run of `pod` at c=1: its rate.
