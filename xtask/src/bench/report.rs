@@ -43,6 +43,41 @@ const ROWS: [&str; 7] = [
     "iptables-nft",
 ];
 
+/// The report's tables of single figures: the keys starting with a prefix, under a title and an
+/// intro, the prefix cut from the shown key unless `shown`. What no prefix takes goes to
+/// "Memory".
+const SECTIONS: [(&str, &str, &str, bool); 3] = [
+    (
+        floor::PREFIX,
+        "The capture's floor",
+        "What the hooks' own run time over the churn (`bpf_stats`) allows against the explicit \
+        hop of this run, and what the capture's whole cost allows (eBPF's CPU per connection \
+        over explicit's in the same rounds): at full concurrency conn/s scales with 1 / CPU per \
+        connection, at c=1 with 1 / latency. `bpf_stats` times the programs' instructions only; \
+        the kernel's work around each run and the release of socket storage lie outside it, so \
+        its floor is an upper bound.",
+        false,
+    ),
+    (
+        tax::PREFIX,
+        "The node's other sockets",
+        "A client and a server in namespaces no policy covers, in a cgroup below the node \
+        datapath's attach point (as every process of a node is below the root), against the \
+        same pair with nothing attached, interleaved in the same rounds.",
+        true,
+    ),
+    (
+        profile::PREFIX,
+        "Where the capture's kernel cost goes (`--profile`)",
+        "`perf record -a -g` over short connections of the eBPF pod and of the explicit hop in \
+        turn (`bpf_stats` off, as in production). Busy samples per connection give each mode's \
+        whole CPU per connection; every eBPF sample whose call chain runs through one of our \
+        hooks, or through the release of socket storage, is sorted by hook and by where it was, \
+        as microseconds per connection.",
+        false,
+    ),
+];
+
 fn groups(samples: &[Sample]) -> Vec<((String, String), Vec<&Sample>)> {
     let mut order: Vec<(String, String)> = Vec::new();
     for s in samples {
@@ -126,56 +161,20 @@ pub(super) fn markdown(report: &Report) -> String {
             );
         }
     }
-    let (floor, rest): (Vec<_>, Vec<_>) = report
-        .memory
-        .iter()
-        .partition(|(k, _)| k.starts_with(floor::PREFIX));
-    if !floor.is_empty() {
-        out.push_str(
-            "\n## The capture's floor\n\nWhat the hooks' own run time over the churn \
-            (`bpf_stats`) allows against the explicit hop of this run, and what the capture's \
-            whole cost allows (eBPF's CPU per connection over explicit's in the same rounds): at \
-            full concurrency conn/s scales with 1 / CPU per connection, at c=1 with 1 / latency. \
-            `bpf_stats` times the programs' instructions only; the kernel's work around each run \
-            and the release of socket storage lie outside it, so its floor is an upper bound.\n\n| \
-            what | value |\n|---|---|\n",
+    let mut rest: Vec<_> = report.memory.iter().collect();
+    for (prefix, title, intro, shown) in SECTIONS {
+        let (rows, others): (Vec<_>, Vec<_>) =
+            rest.into_iter().partition(|(k, _)| k.starts_with(prefix));
+        rest = others;
+        section(
+            &mut out,
+            title,
+            intro,
+            if shown { "" } else { prefix },
+            &rows,
         );
-        for (k, v) in floor {
-            let _ = writeln!(out, "| {} | {v} |", &k[floor::PREFIX.len()..]);
-        }
     }
-    let (tax, rest): (Vec<_>, Vec<_>) = rest
-        .into_iter()
-        .partition(|(k, _)| k.starts_with(tax::PREFIX));
-    section(
-        &mut out,
-        "The node's other sockets",
-        "A client and a server in namespaces no policy covers, in a cgroup below the node \
-        datapath's attach point (as every process of a node is below the root), against the same \
-        pair with nothing attached, interleaved in the same rounds.",
-        "",
-        &tax,
-    );
-    let (profiled, rest): (Vec<_>, Vec<_>) = rest
-        .into_iter()
-        .partition(|(k, _)| k.starts_with(profile::PREFIX));
-    section(
-        &mut out,
-        "Where the capture's kernel cost goes (`--profile`)",
-        "`perf record -a -g` over short connections of the eBPF pod and of the explicit hop in \
-        turn (`bpf_stats` off, as in production). Busy samples per connection give each mode's \
-        whole CPU per connection; every eBPF sample whose call chain runs through one of our \
-        hooks, or through the release of socket storage, is sorted by hook and by where it was, \
-        as microseconds per connection.",
-        profile::PREFIX,
-        &profiled,
-    );
-    if !rest.is_empty() {
-        out.push_str("\n## Memory\n\n| what | value |\n|---|---|\n");
-        for (k, v) in rest {
-            let _ = writeln!(out, "| {k} | {v} |");
-        }
-    }
+    section(&mut out, "Memory", "", "", &rest);
     out
 }
 
@@ -191,10 +190,11 @@ fn section(
     if rows.is_empty() {
         return;
     }
-    let _ = write!(
-        out,
-        "\n## {title}\n\n{intro}\n\n| what | value |\n|---|---|\n"
-    );
+    let _ = write!(out, "\n## {title}\n\n");
+    if !intro.is_empty() {
+        let _ = write!(out, "{intro}\n\n");
+    }
+    out.push_str("| what | value |\n|---|---|\n");
     for (k, v) in rows {
         let _ = writeln!(out, "| {} | {v} |", k.strip_prefix(prefix).unwrap_or(k));
     }
