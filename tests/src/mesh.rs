@@ -126,9 +126,16 @@ impl MeshNode {
     /// [`MeshNode::start_daemonset`] with both containers from `image` in place of the
     /// DaemonSet's (a rollout to another image).
     pub fn start_daemonset_from(&mut self, image: Option<&str>) {
+        self.start_daemonset_with(image, &[]);
+    }
+
+    /// [`MeshNode::start_daemonset_from`] with `extra` appended to the daemon's arguments (a
+    /// datapath option under test, e.g. `--attach-scope per-pod`).
+    pub fn start_daemonset_with(&mut self, image: Option<&str>, extra: &[&str]) {
         let mut append = node_cgroup_args(self.node.cgroup.path());
         append
             .extend(["--pod-get-attempts", "3", "--pod-get-interval-ms", "100"].map(str::to_owned));
+        append.extend(extra.iter().map(|a| (*a).to_owned()));
         let daemon = Override {
             image: image.map(str::to_owned),
             append_args: append,
@@ -288,6 +295,23 @@ impl MeshNode {
             .filter_map(|m| serde_json::from_str::<Value>(m).ok())
             .filter(|v| v["kind"] == "access" && v["direction"] == "outbound")
             .collect()
+    }
+
+    /// Waits (up to a minute) until `pod`'s proxy logged `n` outbound connections.
+    pub fn wait_proxied(&self, pod: &RunningPod, n: usize) {
+        redirect_testkit::eventually(
+            format!("{n} connections through the proxy"),
+            Duration::from_secs(60),
+            || {
+                let seen = self.proxied(pod).len();
+                if seen >= n {
+                    Ok(())
+                } else {
+                    Err(seen)
+                }
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// The tokens of pod `name` that reached the world.

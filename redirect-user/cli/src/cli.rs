@@ -112,6 +112,15 @@ pub(crate) enum Command {
         /// there) [default: the cgroup v2 root, so a proxy in any cgroup works].
         #[arg(long, value_name = "PATH", value_parser = parse_cgroup)]
         proxy_cgroup: Option<PathBuf>,
+        /// Where the cgroup programs are linked when the datapath is created: `root` links
+        /// them once at --cgroup, so every socket below it runs them (exiting early where no
+        /// policy is); `per-pod` links them at each pod's cgroup as its CNI ADD enrolls it
+        /// (found by the pod's uid below --pod-cgroup-root; no directory: the ADD fails), so
+        /// no other socket of the node runs a program. Per pod, a process in a pod's network
+        /// namespace but outside its cgroup (`nsenter` from the host) is not captured, and
+        /// only pods can be enrolled (not `redirect enroll`, `istio-iptables` or `vm`).
+        #[arg(long, value_name = "SCOPE", default_value = "root", value_parser = parse_scope)]
+        attach_scope: redirect_datapath::AttachScope,
         /// Serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9967 or
         /// [NODE_IP]:9967 (no default: who may scrape is the operator's choice). Node-wide
         /// decision counters and map fill only, unless --metrics-per-namespace.

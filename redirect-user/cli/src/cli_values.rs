@@ -72,6 +72,17 @@ pub(crate) fn parse_cgroup(s: &str) -> Result<PathBuf, String> {
         .map_err(|e| e.to_string())
 }
 
+/// `--attach-scope`: `root` or `per-pod`.
+pub(crate) fn parse_scope(s: &str) -> Result<redirect_datapath::AttachScope, String> {
+    match s {
+        "root" => Ok(redirect_datapath::AttachScope::Root),
+        "per-pod" => Ok(redirect_datapath::AttachScope::PerPod),
+        _ => Err(format!(
+            "'{s}' is not an attach scope: give root or per-pod"
+        )),
+    }
+}
+
 /// Names the argument clap refused as not UTF-8 (clap's own message names none): its position,
 /// its bytes shown lossily, and the flag it is the value of.
 pub(crate) fn non_utf8_argument(args: impl IntoIterator<Item = OsString>) -> String {

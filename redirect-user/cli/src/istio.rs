@@ -136,6 +136,7 @@ pub(crate) fn run(dirs: &Dirs, args: &[String]) -> anyhow::Result<()> {
                 cgroup: Some(asked.clone()),
                 proxy_cgroup: None,
                 quotas: Default::default(),
+                scope: Default::default(),
             })?;
         }
         if crate::istio_daemon::run(pid, &client, &ns, &inv, args)? {
@@ -171,6 +172,7 @@ pub(crate) fn run(dirs: &Dirs, args: &[String]) -> anyhow::Result<()> {
         cgroup: inv.cgroup.clone(),
         proxy_cgroup: None,
         quotas: crate::sizing_args::Sizing::from_env()?,
+        scope: Default::default(),
     };
     // Opened once: the apply reads and attaches through this descriptor only.
     let handle = NetnsHandle::open(&ns)?;

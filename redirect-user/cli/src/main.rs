@@ -167,6 +167,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             bpffs,
             cgroup,
             proxy_cgroup,
+            attach_scope,
             metrics,
             metrics_per_namespace,
             metrics_cache_ms,
@@ -176,14 +177,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => node_cmds::daemon(
             &dirs,
             bpffs,
-            cgroup,
-            proxy_cgroup,
+            redirect_datapath::NodeAttach {
+                cgroup,
+                proxy_cgroup,
+                quotas: sizing.quotas(),
+                scope: attach_scope,
+            },
             metrics.map(|addr| redirect_daemon::MetricsEndpoint {
                 addr,
                 per_namespace: metrics_per_namespace,
                 cache: std::time::Duration::from_millis(metrics_cache_ms),
             }),
-            sizing.quotas(),
             kube.options()?,
         ),
         Command::Enroll {

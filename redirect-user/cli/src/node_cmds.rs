@@ -33,10 +33,8 @@ fn client(dirs: &Dirs) -> Client {
 pub(crate) fn daemon(
     dirs: &Dirs,
     bpffs: Option<PathBuf>,
-    cgroup: Option<PathBuf>,
-    proxy_cgroup: Option<PathBuf>,
+    mut attach: NodeAttach,
     metrics: Option<daemon::MetricsEndpoint>,
-    quotas: redirect_datapath::Quotas,
     kube: redirect_daemon::KubeOptions,
 ) -> anyhow::Result<()> {
     let mut signals = SigSet::empty();
@@ -48,19 +46,17 @@ pub(crate) fn daemon(
     // One runtime for every wait of the daemon (clients, the apiserver, the metrics port).
     let rt = daemon::runtime().context("starting the daemon's runtime")?;
     // Before the datapath is touched: a broken kubeconfig stops the start, naming it.
+    let pod_cgroup_roots = kube.pod_cgroup_roots.clone();
     let kube = redirect_daemon::Kube::new(kube, rt.handle().clone())?;
+    // Never silently the capture cgroup: a proxy in a sibling cgroup must work too.
+    if attach.proxy_cgroup.is_none() {
+        attach.proxy_cgroup = Some(redirect_datapath::cgroup2_root()?);
+    }
     let d = Daemon::start(Options {
         bpffs: bpffs.clone(),
         dir: dirs.daemon.path().to_path_buf(),
-        attach: NodeAttach {
-            cgroup,
-            // Never silently the capture cgroup: a proxy in a sibling cgroup must work too.
-            proxy_cgroup: Some(match proxy_cgroup {
-                Some(p) => p,
-                None => redirect_datapath::cgroup2_root()?,
-            }),
-            quotas,
-        },
+        attach,
+        pod_cgroup_roots,
     })?
     .with_kube(kube);
     let stop = Arc::new(AtomicBool::new(false));

@@ -75,6 +75,7 @@ pub(crate) fn vm(dirs: &Dirs, args: VmArgs<'_>) -> anyhow::Result<()> {
                 cgroup: Some(asked.clone()),
                 proxy_cgroup: None,
                 quotas: Default::default(),
+                scope: Default::default(),
             })?;
         }
         let r = client.enroll(
@@ -91,6 +92,7 @@ pub(crate) fn vm(dirs: &Dirs, args: VmArgs<'_>) -> anyhow::Result<()> {
         cgroup,
         proxy_cgroup: None,
         quotas: crate::sizing_args::Sizing::from_env()?,
+        scope: Default::default(),
     };
     let handle = NetnsHandle::open(&path)?;
     let replacing = crate::direct_record::replacing(dirs, &dir, handle.cookie(), &policy);

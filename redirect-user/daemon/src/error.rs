@@ -111,6 +111,15 @@ pub enum Error {
         /// The path the client named.
         netns: PathBuf,
     },
+    /// The per-pod attach scope could not link the pod's cgroup: the ADD fails (the pod never
+    /// starts uncaptured; the kubelet retries the sandbox).
+    #[error("{pod}: cannot link the capture programs at its cgroup (attach scope per-pod): {why}")]
+    PodCgroup {
+        /// The pod.
+        pod: String,
+        /// What is missing or failed.
+        why: String,
+    },
     /// The namespace does not hold an address the primary plugin gave the pod.
     #[error("{pod}: the netns {} does not hold {missing} from prevResult (it holds {held:?})", netns.display())]
     MissingAddress {

@@ -40,6 +40,7 @@ mod node_taint;
 mod pod_cache;
 #[cfg(test)]
 mod pod_cache_tests;
+mod pod_cgroup_twin;
 mod pod_cgroups;
 mod pod_watch;
 mod private_dir;

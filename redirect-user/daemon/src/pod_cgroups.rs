@@ -118,6 +118,72 @@ pub(crate) fn pod_dirs(roots: &[PathBuf]) -> HashMap<String, PodDir> {
     found
 }
 
+/// The cgroup directory of the pod with uid `uid` below `roots`, at the names the kubelet
+/// gives it (cgroupfs: `[besteffort/|burstable/]pod<uid>`; systemd:
+/// `[kubepods-<qos>.slice/]kubepods[-<qos>]-pod<uid with _>.slice`, either also below a
+/// `kubepods` or `kubepods.slice` directory of the root): looked up by name, not
+/// walked, on the ADD's path. Every directory from the root down must be root's; a uid found
+/// twice names neither (as in [`pod_dirs`]). The error says why none is taken.
+pub(crate) fn pod_dir_of(roots: &[PathBuf], uid: &str) -> Result<PathBuf, String> {
+    if uid.is_empty() {
+        return Err("the runtime gave no K8S_POD_UID, so its cgroup cannot be found".into());
+    }
+    if !uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        return Err(format!(
+            "pod uid {uid:?} is not a uid (letters, digits and '-' only)"
+        ));
+    }
+    let systemd = uid.replace('-', "_");
+    let names: Vec<Vec<String>> = vec![
+        vec![format!("pod{uid}")],
+        vec!["besteffort".into(), format!("pod{uid}")],
+        vec!["burstable".into(), format!("pod{uid}")],
+        vec![format!("kubepods-pod{systemd}.slice")],
+        vec![
+            "kubepods-besteffort.slice".into(),
+            format!("kubepods-besteffort-pod{systemd}.slice"),
+        ],
+        vec![
+            "kubepods-burstable.slice".into(),
+            format!("kubepods-burstable-pod{systemd}.slice"),
+        ],
+    ];
+    let mut found: Vec<PathBuf> = Vec::new();
+    for root in roots.iter().filter(|r| root_owned(r)) {
+        // A root above the kubelet's own (its `--cgroup-root`) has it one level down.
+        let bases = [None, Some("kubepods"), Some("kubepods.slice")];
+        for base in bases {
+            let base = base.map_or_else(|| root.clone(), |b| root.join(b));
+            if !root_owned(&base) {
+                continue;
+            }
+            for parts in &names {
+                let mut dir = base.clone();
+                let all_root_owned = parts.iter().all(|p| {
+                    dir.push(p);
+                    root_owned(&dir)
+                });
+                if all_root_owned && !found.contains(&dir) {
+                    found.push(dir);
+                }
+            }
+        }
+    }
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(format!(
+            "no directory root owns names pod uid {uid} below {} (the kubelet makes it before \
+            the sandbox; pass --pod-cgroup-root where its pods are)",
+            redirect_policy::Paths(roots)
+        )),
+        [first, again, ..] => Err(format!(
+            "ALARM: two cgroup directories name pod uid {uid} ({} and {}), so neither is trusted",
+            first.display(),
+            again.display()
+        )),
+    }
+}
+
 /// Whether `dir` is a directory root owns.
 fn root_owned(dir: &Path) -> bool {
     std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && m.uid() == 0)
@@ -241,5 +307,57 @@ mod tests {
         assert_eq!(container_id_of(&format!("crio-conmon-{id}.scope")), None);
         assert_eq!(bare_container_id(&format!("containerd://{id}")), id);
         assert_eq!(bare_container_id(id), id);
+    }
+}
+
+#[cfg(test)]
+mod pod_dir_tests {
+    use super::pod_dir_of;
+    use std::path::PathBuf;
+
+    /// A fresh directory under the target's tmp (owned by whoever runs the test).
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("redirect-pod-dir-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_pod_dir_is_found_by_its_uid_at_the_kubelet_names_only() {
+        let uid = "6e1f3a2c-5b4d-4c3e-9f8a-0123456789ab";
+        let root = scratch("names");
+        let roots = [root.clone()];
+        assert!(pod_dir_of(&roots, "").unwrap_err().contains("K8S_POD_UID"));
+        assert!(pod_dir_of(&roots, "../x")
+            .unwrap_err()
+            .contains("not a uid"));
+        assert!(pod_dir_of(&roots, uid)
+            .unwrap_err()
+            .contains("no directory"));
+        let root_runs = rustix::process::geteuid().is_root();
+        let cgroupfs = root.join("burstable").join(format!("pod{uid}"));
+        std::fs::create_dir_all(&cgroupfs).unwrap();
+        // Only directories root owns count (issue 31): as another user, nothing is taken.
+        match pod_dir_of(&roots, uid) {
+            Ok(dir) => assert!(root_runs && dir == cgroupfs, "{}", dir.display()),
+            Err(why) => assert!(!root_runs, "{why}"),
+        }
+        let systemd = root.join("kubepods-besteffort.slice").join(format!(
+            "kubepods-besteffort-pod{}.slice",
+            uid.replace('-', "_")
+        ));
+        std::fs::create_dir_all(&systemd).unwrap();
+        if root_runs {
+            let twice = pod_dir_of(&roots, uid).unwrap_err();
+            assert!(
+                twice.contains("ALARM") && twice.contains("neither"),
+                "{twice}"
+            );
+            std::fs::remove_dir_all(root.join("burstable")).unwrap();
+            assert_eq!(pod_dir_of(&roots, uid).unwrap(), systemd);
+        }
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -15,6 +15,7 @@ mod intake;
 mod netns_in;
 mod outside;
 mod peer;
+mod pod_links;
 mod pod_state;
 mod pods;
 mod proxy_binding;
@@ -45,6 +46,9 @@ pub struct Options {
     pub dir: PathBuf,
     /// Where to attach if the datapath has to be created.
     pub attach: NodeAttach,
+    /// The kubelet's pod cgroup roots: where the per-pod attach scope finds a pod's cgroup by
+    /// its uid (`KubeOptions::pod_cgroup_roots`).
+    pub pod_cgroup_roots: Vec<std::path::PathBuf>,
 }
 
 /// How often the daemon checks its pins, follows addresses and routes, and drops namespaces
@@ -112,10 +116,11 @@ impl Daemon {
         take_ownership(&dp, &opts.dir)?;
         let pins = hold_as_daemon(&opts.bpffs)?;
         let links = std::fs::read_dir(opts.bpffs.join("links")).map_or(0, |d| d.count());
+        let scope = dp.scope();
         if created {
-            tracing::info!(dir = %opts.bpffs.display(), links, "created and pinned the node datapath");
+            tracing::info!(dir = %opts.bpffs.display(), links, %scope, "created and pinned the node datapath");
         } else {
-            tracing::info!(dir = %opts.bpffs.display(), links, "adopted the pinned node datapath \
+            tracing::info!(dir = %opts.bpffs.display(), links, %scope, "adopted the pinned node datapath \
                 (nothing attached again)");
         }
         let mut daemon = Self {
@@ -208,6 +213,7 @@ impl Daemon {
                 tracing::warn!(error = %e, "removing the policies of namespaces that are gone")
             }
         }
+        self.sweep_pod_cgroups();
         phases.mark("stale");
         if self.reindexed.elapsed() >= REINDEX {
             if let Err(e) = self.dp.reindex() {

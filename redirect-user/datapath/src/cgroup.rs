@@ -56,6 +56,18 @@ pub fn validate(path: &Path) -> Result<PathBuf> {
     Ok(canonical)
 }
 
+/// [`validate`] on a hot path (a pod's ADD): a directory on a cgroup v2 file system is taken
+/// as it is named, without the mount table (reading it costs about 0.1 ms on a node); anything
+/// else goes to [`validate`], whose error names what is wrong.
+pub(crate) fn validate_quick(path: &Path) -> Result<PathBuf> {
+    const CGROUP2_SUPER_MAGIC: rustix::fs::FsWord = 0x6367_7270;
+    let is_cgroup2 = rustix::fs::statfs(path).is_ok_and(|s| s.f_type == CGROUP2_SUPER_MAGIC);
+    if is_cgroup2 && path.is_absolute() && path.is_dir() {
+        return Ok(path.to_path_buf());
+    }
+    validate(path)
+}
+
 /// True when `ancestor` is `path` or one of its parents (both canonical).
 pub fn contains(ancestor: &Path, path: &Path) -> bool {
     path.starts_with(ancestor)

@@ -273,6 +273,16 @@ pub enum Error {
         /// The cgroup asked for.
         asked: PathBuf,
     },
+    /// The datapath's attach scope (`redirect daemon --attach-scope`) does not allow the call.
+    #[error("the datapath at {dir} links its cgroup programs with attach scope {scope}: {why}")]
+    Scope {
+        /// The pin directory.
+        dir: PathBuf,
+        /// Its scope.
+        scope: crate::AttachScope,
+        /// Why the call cannot go on.
+        why: &'static str,
+    },
     /// The kernel lacks a feature the datapath uses.
     #[error(
         "this kernel ({kernel}) lacks {feature}, which {needed_by} needs (first in Linux: \

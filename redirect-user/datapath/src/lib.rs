@@ -53,8 +53,8 @@ pub use attach::state::{
 pub use node::upgrade::needed as upgrade_needed;
 pub use node::{
     ipv6_follows, lock as lock_node, open_to_all as bpffs_open_to_all,
-    remove_dir as remove_node_dir, remove_tproxy_logged, Applied, AppliedAt, KernelPolicy,
-    NodeAttach, NodeDatapath, Opened, SkLookupKey, DEFAULT_DIR as DEFAULT_NODE_DIR,
+    remove_dir as remove_node_dir, remove_tproxy_logged, Applied, AppliedAt, AttachScope,
+    KernelPolicy, NodeAttach, NodeDatapath, Opened, SkLookupKey, DEFAULT_DIR as DEFAULT_NODE_DIR,
 };
 
 // The node datapath's layout and owner record.

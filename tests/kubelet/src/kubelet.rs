@@ -149,6 +149,13 @@ impl<'n> Kubelet<'n> {
             m.attempt = next;
         }
         std::fs::create_dir_all(&config.log_directory).context("the pod's log directory")?;
+        // The kubelet makes the pod's cgroup before its sandbox, where its cgroupfs manager
+        // does (on a hybrid host, the v1 hierarchies only): the per-pod attach scope finds it
+        // at the ADD, before any process.
+        if let Some(parent) = config.linux.as_ref().map(|l| l.cgroup_parent.as_str()) {
+            redirect_testkit::make_pod_cgroup(std::path::Path::new(parent.trim_start_matches('/')))
+                .context("the pod's cgroup")?;
+        }
         let sandbox = self.cri().run_pod_sandbox(&config)?;
         Ok(self.sandbox_status(pod, &sandbox, config)?)
     }

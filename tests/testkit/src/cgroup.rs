@@ -32,6 +32,25 @@ pub fn remove_trees(rel: &Path, v2: bool) {
     }
 }
 
+/// Makes a pod's cgroup `rel` (relative to a hierarchy's root) where the kubelet's cgroupfs
+/// manager makes it before the pod's sandbox: in every cgroup v1 hierarchy on a hybrid host
+/// (its v2 directory is runc's to make, with the first container), in the v2 tree on a host
+/// with cgroup v2 alone. [`remove_trees`] removes them.
+pub fn make_pod_cgroup(rel: &Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").context("mountinfo")?;
+    let mounts = parse_mountinfo(&text);
+    let v1: Vec<&Mount> = mounts.iter().filter(|m| m.fstype == "cgroup").collect();
+    let dirs: Vec<PathBuf> = if v1.is_empty() {
+        vec![cgroup2_root()?.join(rel)]
+    } else {
+        v1.iter().map(|m| m.mount_point.join(rel)).collect()
+    };
+    for dir in dirs {
+        std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
+    }
+    Ok(())
+}
+
 fn remove_tree(dir: &Path) {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {

@@ -19,7 +19,7 @@ pub mod tmpfs;
 pub mod wait;
 pub mod world;
 
-pub use cgroup::{cgroup2_root, Cgroup};
+pub use cgroup::{cgroup2_root, make_pod_cgroup, Cgroup};
 pub use env::{in_ci, privileged_or_skip, runs_or_skip, unique_name};
 pub use listener::Listen;
 pub use netns::{ip, veth, HostLink, Netns, Topology};

@@ -105,19 +105,7 @@ fn a_pod_containerd_starts_is_captured_by_the_daemonset_run_from_its_image() {
         serde_json::json!([CLUSTER_DNS]),
         "{list:?}"
     );
-    eventually(
-        "ten connections through the proxy",
-        Duration::from_secs(60),
-        || {
-            let n = mesh.proxied(&meshed).len();
-            if n >= 10 {
-                Ok(())
-            } else {
-                Err(n)
-            }
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    mesh.wait_proxied(&meshed, 10);
     for r in mesh.proxied(&meshed) {
         assert_eq!(r["orig_dst"], format!("{GATEWAY}:{WORLD_PORT}"), "{r}");
         assert_eq!(r["cluster"], "PassthroughCluster", "{r}");

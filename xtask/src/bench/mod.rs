@@ -18,6 +18,7 @@ mod scene;
 mod stacks;
 mod stats;
 mod tax;
+mod tax_per_pod;
 mod workloads;
 
 use std::{

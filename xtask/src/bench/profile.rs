@@ -33,13 +33,13 @@ pub(super) struct Subject<'a> {
     pub target: SocketAddr,
 }
 
-/// Two subjects profiled in turn: per subject, busy microseconds per connection of each round,
+/// Subjects profiled in turn: per subject, busy microseconds per connection of each round,
 /// the samples in our hooks, and the connections.
 #[derive(Debug, Default)]
 pub(super) struct Profiled {
-    busy: [Vec<f64>; 2],
-    sorted: [Sorted; 2],
-    conns: [u64; 2],
+    busy: Vec<Vec<f64>>,
+    sorted: Vec<Sorted>,
+    conns: Vec<u64>,
 }
 
 impl Profiled {
@@ -74,11 +74,12 @@ impl Bench {
             })
         };
         let pr = self.profile(
-            [subject(Mode::Explicit)?, subject(Mode::Ebpf)?],
+            &[subject(Mode::Explicit)?, subject(Mode::Ebpf)?],
             &ours,
             p.concurrency,
         )?;
-        let mut m = pr.sorted[1].report(&pr.busy, pr.conns[1], p.concurrency);
+        let busy = [pr.busy[0].clone(), pr.busy[1].clone()];
+        let mut m = pr.sorted[1].report(&busy, pr.conns[1], p.concurrency);
         m.insert(
             format!("{PREFIX}the same hook frames per explicit connection (no program attached: the release of sockets)"),
             Value::from(format!("{:.2} us", pr.hooks_us(0))),
@@ -87,18 +88,23 @@ impl Bench {
     }
 
     /// [`ROUNDS`] sampled short-connection runs of each subject at concurrency `c`, the order
-    /// swapped every round; samples in programs named in `ours` are the hooks'.
+    /// rotated every round; samples in programs named in `ours` are the hooks'.
     pub(super) fn profile(
         &self,
-        subjects: [Subject<'_>; 2],
+        subjects: &[Subject<'_>],
         ours: &[String],
         c: usize,
     ) -> anyhow::Result<Profiled> {
         let file = self.scratch.join("perf.data");
-        let mut pr = Profiled::default();
+        let n = subjects.len();
+        let mut pr = Profiled {
+            busy: vec![Vec::new(); n],
+            sorted: (0..n).map(|_| Sorted::default()).collect(),
+            conns: vec![0; n],
+        };
         for round in 0..ROUNDS {
-            for k in 0..2 {
-                let i = if round % 2 == 0 { k } else { 1 - k };
+            for k in 0..n {
+                let i = (k + round) % n;
                 let subject = &subjects[i];
                 progress(&format!(
                     "profile round {}/{ROUNDS} {}",

@@ -4,7 +4,7 @@
 use std::{collections::BTreeMap, net::SocketAddr, path::Path, process::Command};
 
 use anyhow::{bail, Context as _};
-use redirect_testkit::{probe::Load, Cgroup, Child, Netns};
+use redirect_testkit::{probe::Load, Cgroup, Child, Netns, Node};
 use serde_json::Value;
 
 use super::{
@@ -22,6 +22,8 @@ pub(super) const WORKLOAD: &str = "tax";
 const BARE: &str = "no programs";
 /// The pair below the node datapath's attach point.
 const ATTACHED: &str = "node datapath attached";
+/// The pair beside a linked pod on a node whose datapath links per pod.
+const PER_POD: &str = "per-pod scope, beside a linked pod";
 
 /// A server namespace and a client namespace joined by a veth, both run in `cgroup`. Fields
 /// drop in order: the server, then its cgroup, then the namespaces.
@@ -111,9 +113,12 @@ impl Bench {
     ) -> anyhow::Result<BTreeMap<String, Value>> {
         let attached_parent = self.node_datapath()?.node.cgroup.child("rbt-tax")?;
         let bare_parent = Cgroup::new("rbx-")?;
+        let per_pod = self.per_pod_node()?;
+        let per_pod_parent = per_pod.node.cgroup.child("rbt-tax")?;
         let pairs = [
             self.tax_pair(BARE, &bare_parent, 150)?,
             self.tax_pair(ATTACHED, &attached_parent, 151)?,
+            self.tax_pair(PER_POD, &per_pod_parent, 152)?,
         ];
         let levels = [1, p.concurrency];
         for round in 0..p.cps_rounds {
@@ -148,56 +153,55 @@ impl Bench {
             let before = self.node_runs();
             let (_, conns, _, _) = self.tax_run(&pairs[1], 1, p.duration_ms)?;
             let after = self.node_runs();
+            let per_pod_before = runs_of(&per_pod.node);
+            let (_, per_pod_conns, _, _) = self.tax_run(&pairs[2], 1, p.duration_ms)?;
+            let per_pod_after = runs_of(&per_pod.node);
+            m.insert(
+                "tax per-pod: hook runs per non-meshed connection beside a linked pod (client and server)"
+                    .into(),
+                Value::from(per_connection(&per_pod_before, &per_pod_after, per_pod_conns)),
+            );
             (
                 per_connection(&before, &after, conns),
                 after.into_keys().collect::<Vec<_>>(),
             )
         };
-        m.insert(
-            "tax: hook runs per non-meshed connection on an attached node (client and server)"
-                .into(),
-            Value::from(runs.0),
-        );
+        if let Some(phases) = super::tax_per_pod::add_phases(&per_pod.log) {
+            m.insert(
+                "tax per-pod: the pod's ADD with its cgroup linked (12 links)".into(),
+                Value::from(phases),
+            );
+        }
         if profile {
-            let subjects = [pairs[0].subject(), pairs[1].subject()];
-            let pr = self.profile(subjects, &runs.1, p.concurrency)?;
+            let subjects = [pairs[0].subject(), pairs[1].subject(), pairs[2].subject()];
+            let pr = self.profile(&subjects, &runs.1, p.concurrency)?;
             let busy = |i| pr.busy_us(i).map_or("-".into(), |v| format!("{v:.1}"));
             m.insert(
-                format!("tax (profile, c={}): busy CPU per connection none / attached (us); samples in the node datapath's hooks per connection none / attached (us)", p.concurrency),
-                Value::from(format!("{} / {}; {:.2} / {:.2}", busy(0), busy(1), pr.hooks_us(0), pr.hooks_us(1))),
+                format!("tax (profile, c={}): busy CPU per connection none / attached / per-pod (us); samples in the node datapath's hooks per connection none / attached / per-pod (us)", p.concurrency),
+                Value::from(format!(
+                    "{} / {} / {}; {:.2} / {:.2} / {:.2}",
+                    busy(0),
+                    busy(1),
+                    busy(2),
+                    pr.hooks_us(0),
+                    pr.hooks_us(1),
+                    pr.hooks_us(2)
+                )),
             );
         }
         drop(pairs);
         drop(attached_parent);
         drop(bare_parent);
+        drop(per_pod_parent);
+        drop(per_pod);
         Ok(m)
     }
 
     /// Each program of the node datapath: runs so far (`redirect status --json`).
     fn node_runs(&self) -> BTreeMap<String, u64> {
-        let Some(node) = self.node.as_ref() else {
-            return BTreeMap::new();
-        };
-        let status = node
-            .node
-            .cmd(&["status", "--json"])
-            .output()
-            .ok()
-            .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
-            .unwrap_or_default();
-        // Each pinned link's and program's program; a program pinned twice counts once.
-        let mut by_id = BTreeMap::new();
-        for prog in status["node"]["programs"].as_array().into_iter().flatten() {
-            let (Some(id), Some(name)) = (prog["id"].as_u64(), prog["name"].as_str()) else {
-                continue;
-            };
-            by_id.insert(id, (name.to_owned(), prog["runs"].as_u64().unwrap_or(0)));
-        }
-        let mut runs = BTreeMap::new();
-        for (name, n) in by_id.into_values() {
-            *runs.entry(name).or_default() += n;
-        }
-        runs
+        self.node
+            .as_ref()
+            .map_or_else(BTreeMap::new, |n| runs_of(&n.node))
     }
 
     /// `probe-load ARGS` in `ns` (and `cgroup`); its result line.
@@ -226,6 +230,29 @@ impl Bench {
     }
 }
 
+/// Each program of the datapath of `node`: runs so far (`redirect status --json`).
+fn runs_of(node: &Node) -> BTreeMap<String, u64> {
+    let status = node
+        .cmd(&["status", "--json"])
+        .output()
+        .ok()
+        .and_then(|o| serde_json::from_slice::<Value>(&o.stdout).ok())
+        .unwrap_or_default();
+    // Each pinned link's and program's program; a program pinned twice counts once.
+    let mut by_id = BTreeMap::new();
+    for prog in status["node"]["programs"].as_array().into_iter().flatten() {
+        let (Some(id), Some(name)) = (prog["id"].as_u64(), prog["name"].as_str()) else {
+            continue;
+        };
+        by_id.insert(id, (name.to_owned(), prog["runs"].as_u64().unwrap_or(0)));
+    }
+    let mut runs = BTreeMap::new();
+    for (name, n) in by_id.into_values() {
+        *runs.entry(name).or_default() += n;
+    }
+    runs
+}
+
 /// "prog runs/conn, ..." over the programs that ran, from run counts before and after.
 fn per_connection(
     before: &BTreeMap<String, u64>,
@@ -246,8 +273,8 @@ fn per_connection(
     }
 }
 
-/// Per level: the attached pair's conn/s over the bare pair's and its CPU per 1,000
-/// connections minus the bare pair's, each the median of per-round values.
+/// Per level, for the attached pair and the per-pod pair: its conn/s over the bare pair's and
+/// its CPU per 1,000 connections minus the bare pair's, each the median of per-round values.
 fn summary(samples: &[Sample], levels: &[usize]) -> BTreeMap<String, Value> {
     let mut m = BTreeMap::new();
     for c in levels {
@@ -259,27 +286,33 @@ fn summary(samples: &[Sample], levels: &[usize]) -> BTreeMap<String, Value> {
                 .map(|s| (s.round, s))
                 .collect()
         };
-        let (bare, attached) = (of(BARE), of(ATTACHED));
-        let mut ratios = Vec::new();
-        let mut cpu = Vec::new();
-        for (round, a) in &attached {
-            let Some(b) = bare.get(round) else { continue };
-            if b.value > 0.0 {
-                ratios.push(a.value / b.value);
+        let bare = of(BARE);
+        for (mode, key) in [
+            (ATTACHED, format!("tax ({variant}): conn/s attached / none; CPU ms per 1,000, attached - none")),
+            (PER_POD, format!("tax per-pod ({variant}): conn/s beside a linked pod / none; CPU ms per 1,000, beside - none")),
+        ] {
+            let mut ratios = Vec::new();
+            let mut cpu = Vec::new();
+            for (round, a) in &of(mode) {
+                let Some(b) = bare.get(round) else { continue };
+                if b.value > 0.0 {
+                    ratios.push(a.value / b.value);
+                }
+                if let (Some(x), Some(y)) = (a.cpu_per_1000, b.cpu_per_1000) {
+                    cpu.push(x - y);
+                }
             }
-            if let (Some(x), Some(y)) = (a.cpu_per_1000, b.cpu_per_1000) {
-                cpu.push(x - y);
-            }
+            let fmt =
+                |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+            m.insert(
+                key,
+                Value::from(format!(
+                    "{}; {}",
+                    fmt(median(&ratios), 3),
+                    fmt(median(&cpu), 2)
+                )),
+            );
         }
-        let fmt = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
-        m.insert(
-            format!("tax ({variant}): conn/s attached / none; CPU ms per 1,000, attached - none"),
-            Value::from(format!(
-                "{}; {}",
-                fmt(median(&ratios), 3),
-                fmt(median(&cpu), 2)
-            )),
-        );
     }
     m
 }

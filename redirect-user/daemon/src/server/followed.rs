@@ -332,7 +332,12 @@ impl Daemon {
         read: Option<Vec<std::net::IpAddr>>,
         phases: &mut Phases,
     ) -> Result<Enrollment> {
-        let applied = self.dp.apply_with_addresses(&ns, &policy, read)?;
+        // Per-pod scope: the pod's cgroup linked first (capture before the policy is whole).
+        let linked = self.link_for(pod.as_ref(), ns.path(), phases)?;
+        let applied = self
+            .dp
+            .apply_with_addresses(&ns, &policy, read)
+            .inspect_err(|_| self.unlink_failed(linked, pod.as_ref()))?;
         phases.extend(applied.phases);
         let e = Enrollment {
             netns: ns.path().to_path_buf(),
@@ -371,7 +376,9 @@ impl Daemon {
         // path may name another now.
         let ns = self.enrollments.get(&cookie).and_then(|f| f.ns.as_ref());
         self.dp.remove_policy(cookie, ns, &netns)?;
-        self.enrollments.forget(cookie);
+        if let Some(pod) = self.enrollments.forget(cookie).and_then(|f| f.record.pod) {
+            self.unlink_pod_cgroup(&pod);
+        }
         Ok(Unenrolled {
             message: format!("unenrolled {}", netns.display()),
             removed: true,

@@ -7,6 +7,7 @@ use redirect_common::map_names;
 
 use super::{
     layout::{self, Layout, Owner, LAYOUT_VERSION},
+    pod_links::{self, AttachScope},
     NodeAttach, NodeDatapath,
 };
 use crate::{
@@ -81,7 +82,7 @@ impl NodeDatapath {
         let mut ebpf = loader(&attach.quotas, &quota)
             .load(object)
             .map_err(|e| Error::Load(Box::new(e)))?;
-        let result = Self::pin_all(&mut ebpf, dir, &app, &proxy, sk_lookup)
+        let result = Self::pin_all(&mut ebpf, dir, (&app, &proxy, attach.scope), sk_lookup)
             .and_then(|()| sizing::create(dir, &attach.quotas));
         if result.is_err() {
             // Nothing half-applied: the pins are the only thing that outlives this process.
@@ -89,21 +90,26 @@ impl NodeDatapath {
         }
         result?;
         tracing::info!(dir = %dir.display(), cgroup = %app.display(),
-            proxy_cgroup = %proxy.display(), sk_lookup, quotas = %attach.quotas,
+            proxy_cgroup = %proxy.display(), scope = %attach.scope, sk_lookup, quotas = %attach.quotas,
             "node datapath created and pinned");
         Ok(())
     }
 
-    /// Pins maps, cgroup links and the sk_lookup program `sk_lookup` (under its own name: the
-    /// pin is the record of which one the datapath runs, see [`NodeDatapath::sk_lookup`]).
+    /// Pins maps, cgroup links (the root scope; the per-pod scope pins the cgroup programs
+    /// instead, linked at enrollment) and the sk_lookup program `sk_lookup` (under its own
+    /// name: the pin is the record of which one the datapath runs, see
+    /// [`NodeDatapath::sk_lookup`]).
     fn pin_all(
         ebpf: &mut Ebpf,
         dir: &Path,
-        app: &Path,
-        proxy: &Path,
+        (app, proxy, scope): (&Path, &Path, AttachScope),
         sk_lookup: &'static str,
     ) -> Result<()> {
-        for sub in ["maps", "progs", "links", "netns"] {
+        let links = match scope {
+            AttachScope::Root => "links",
+            AttachScope::PerPod => pod_links::CGROUPS,
+        };
+        for sub in ["maps", "progs", links, "netns"] {
             let p = dir.join(sub);
             std::fs::create_dir_all(&p).map_err(pin_err("creating", &p))?;
         }
@@ -127,20 +133,31 @@ impl NodeDatapath {
             })?;
         }
         plan::load_all(ebpf, &plan::programs(sk_lookup))?;
+        if scope == AttachScope::PerPod {
+            for name in pod_links::cgroup_programs() {
+                pin_program(ebpf, dir, name)?;
+            }
+            return pin_program(ebpf, dir, sk_lookup);
+        }
         for (n, link) in plan::link_cgroups(ebpf, app, proxy)?.iter().enumerate() {
             let path = dir
                 .join("links")
                 .join(format!("{}-{}", link.attachment.program, n + 1));
             bpfsys::obj_pin(link.fd.as_fd(), &path).map_err(pin_err("pinning link", &path))?;
         }
-        let prog = plan::loaded(ebpf, sk_lookup)?;
-        let path = dir.join("progs").join(sk_lookup);
-        prog.pin(&path).map_err(|e| Error::Pin {
-            op: "pinning program",
-            path: path.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })
+        pin_program(ebpf, dir, sk_lookup)
     }
+}
+
+/// Pins loaded program `name` as `progs/NAME`.
+fn pin_program(ebpf: &mut Ebpf, dir: &Path, name: &'static str) -> Result<()> {
+    let prog = plan::loaded(ebpf, name)?;
+    let path = dir.join("progs").join(name);
+    prog.pin(&path).map_err(|e| Error::Pin {
+        op: "pinning program",
+        path: path.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })
 }
 
 /// Unpins everything under `dir` (detaching the programs), if it exists.

@@ -101,6 +101,7 @@ impl NodeDatapath {
         let Some(record) = needed(dir)? else {
             return Ok(None);
         };
+        super::pod_links::refuse_upgrade(dir)?;
         if layout::daemon_up(dir, &record) {
             if let layout::Owner::Daemon { pid, .. } = record.owner {
                 if pid != std::process::id() {

@@ -19,7 +19,8 @@
 //!   id is read (`load/program_stats.rs`), aya's `PinnedLink::from_pin` and `FdLink::info` are
 //!   used instead.
 //! - `BPF_OBJ_GET_INFO_BY_FD` of a netns link ([`link_netns_ino`]): aya's `LinkInfo` exposes the
-//!   link id, program id and link type, not the netns inode (`bpf_link_info.netns.netns_ino`).
+//!   link id, program id and link type, not the netns inode (`bpf_link_info.netns.netns_ino`),
+//!   nor a cgroup link's cgroup id ([`link_cgroup_id`]).
 //! - `BPF_PROG_LOAD` of the two feature probes: `aya::sys::is_helper_supported` takes a
 //!   `bpf_func_id` (it cannot name the unknown id the probe's self-check loads) and judges by the
 //!   verifier log; `is_program_supported` checks a program type, not a context field
@@ -196,6 +197,21 @@ pub(crate) fn link_netns_ino(link: BorrowedFd<'_>) -> io::Result<u32> {
     // SAFETY: reading a union field: the kernel filled the `netns` member for a netns link
     // (checked above), and any bits are a valid pair of u32s.
     Ok(unsafe { info.__bindgen_anon_1.netns.netns_ino })
+}
+
+/// The cgroup id a cgroup link is attached to: 0 once that cgroup is gone (the kernel detaches
+/// a cgroup's links when the cgroup is released).
+pub(crate) fn link_cgroup_id(link: BorrowedFd<'_>) -> io::Result<u64> {
+    let info: bpf_link_info = obj_info(link)?;
+    if info.type_ != bpf_link_type::BPF_LINK_TYPE_CGROUP as u32 {
+        return Err(io::Error::other(format!(
+            "link type {} is not a cgroup link",
+            info.type_
+        )));
+    }
+    // SAFETY: reading a union field: the kernel filled the `cgroup` member for a cgroup link
+    // (checked above), and any bits are a valid u64 and u32.
+    Ok(unsafe { info.__bindgen_anon_1.cgroup.cgroup_id })
 }
 
 /// One `struct bpf_insn`: opcode, dst and src registers, offset, immediate.

@@ -63,8 +63,13 @@ pub struct NodeStatus {
     pub(crate) cgroup: String,
     /// The proxy attach cgroup (getsockopt, sock_ops).
     pub(crate) proxy_cgroup: String,
-    /// Pinned cgroup links (program-n).
+    /// Pinned cgroup links (program-n; none in the per-pod scope).
     pub(crate) links: Vec<String>,
+    /// Where the cgroup programs are linked: once at `cgroup` (`root`), or at each enrolled
+    /// pod's cgroup (`per-pod`).
+    pub(crate) scope: crate::AttachScope,
+    /// The per-pod scope: the cgroup ids of the pods whose cgroups are linked.
+    pub(crate) pod_cgroups: Vec<u64>,
     /// The sk_lookup program it runs (the one without `ingress_ifindex` refuses `-c`/`-k`).
     pub(crate) sk_lookup: &'static str,
     /// Netns cookies with an sk_lookup link (numbers, as every view gives cookies).
@@ -193,6 +198,11 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
         cgroup: cgroup_name(layout.app_cgroup),
         proxy_cgroup: cgroup_name(layout.proxy_cgroup),
         links: names(&dir.join("links")),
+        scope: crate::node::pod_links::scope_of(dir),
+        pod_cgroups: names(&dir.join(crate::node::pod_links::CGROUPS))
+            .iter()
+            .filter_map(|n| n.parse().ok())
+            .collect(),
         sk_lookup,
         inbound_netns: names(&dir.join("netns"))
             .iter()
@@ -227,7 +237,16 @@ pub(crate) fn render(s: &NodeStatus) -> String {
         s.cgroup,
         s.proxy_cgroup
     );
-    out.push_str(&format!("  links: {}\n", s.links.join(" ")));
+    match s.scope {
+        crate::AttachScope::Root => {
+            out.push_str(&format!("  links: {}\n", s.links.join(" ")))
+        }
+        crate::AttachScope::PerPod => out.push_str(&format!(
+            "  attach scope per-pod: programs linked at {} pod cgroup(s) (ids {}); other sockets run none\n",
+            s.pod_cgroups.len(),
+            redirect_policy::Comma(&s.pod_cgroups)
+        )),
+    }
     if s.sk_lookup == redirect_common::prog_names::SK_LOOKUP_NO_IFINDEX {
         out.push_str(&format!(
             "  sk_lookup program: {} (without ingress_ifindex: policies with inbound -c/-k are refused)\n",
