@@ -166,6 +166,11 @@ impl Bench {
                 after.into_keys().collect::<Vec<_>>(),
             )
         };
+        m.insert(
+            "tax: hook runs per non-meshed connection on an attached node (client and server)"
+                .into(),
+            Value::from(runs.0),
+        );
         if let Some(phases) = super::tax_per_pod::add_phases(&per_pod.log) {
             m.insert(
                 "tax per-pod: the pod's ADD with its cgroup linked (12 links)".into(),
