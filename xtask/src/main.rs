@@ -36,12 +36,17 @@ enum Task {
     /// target/debug/layout-next/redirect (`cargo xtask test` does it; never shipped).
     BuildNextLayout,
     /// Build the node image: static (musl) `redirect` and `redirect-cni` in an OCI image FROM
-    /// scratch with buildah (nothing downloaded), entrypoint `redirect`, tagged
-    /// localhost/redirect:<version> and :latest; also target/image/redirect-<version>.oci.tar.
+    /// scratch with buildah (nothing downloaded), entrypoint `redirect`, for amd64 and arm64 in
+    /// one image index tagged localhost/redirect:<version> and :latest (each architecture's image
+    /// also as :<version>-amd64, -arm64); also target/image/redirect-<version>.oci.tar.
     Image {
         /// Tag instead of the default ones (repeatable; the first is the archive's).
         #[arg(long, value_name = "TAG")]
         tag: Vec<String>,
+        /// Architectures: `amd64`, `arm64` or `all` (one image index holding both; a node's
+        /// runtime picks its own).
+        #[arg(long, value_name = "ARCH", default_value = "all")]
+        arch: String,
     },
     /// rustfmt check and clippy -D warnings, for the host crates and the BPF crate; cargo-deny's
     /// licences, bans and sources (deny.toml).
@@ -49,13 +54,16 @@ enum Task {
     /// Setup, lint, build, unit tests, then the root integration tests in tests/.
     Test {
         /// Instead of the host run: run a subset of the integration tests inside Debian's cloud
-        /// kernel of this series under qemu (`6.1`, `6.12` or `all`).
+        /// kernel of this series under qemu (`6.1`, `6.12` or `all`; arm64 kernels under
+        /// qemu-system-aarch64, the binaries built for aarch64: `arm64-6.1`, `arm64-6.12` or
+        /// `arm64` for both).
         #[arg(long, value_name = "SERIES")]
         kernel: Option<String>,
         /// With --kernel: test targets of tests/tests to run, `NAME[=FILTER[+FILTER...]],...` (a
-        /// test runs when its name contains any FILTER, as libtest filters).
-        #[arg(long, value_name = "LIST", default_value = kernel::DEFAULT_TESTS, requires = "kernel")]
-        kernel_tests: String,
+        /// test runs when its name contains any FILTER, as libtest filters). Default: amd64, the
+        /// suites of xtask/src/kernel/mod.rs; arm64, the smoke set of xtask/src/kernel/arm64.rs.
+        #[arg(long, value_name = "LIST", requires = "kernel")]
+        kernel_tests: Option<String>,
         /// With --kernel: limit in seconds for each test binary inside the guest.
         #[arg(long, value_name = "SECS", default_value_t = 1200, requires = "kernel")]
         kernel_timeout: u64,
@@ -103,7 +111,7 @@ fn main() -> ExitCode {
         Task::Kube => kube::show(),
         Task::BuildEbpf => setup::setup().and_then(|()| build::build_ebpf()),
         Task::BuildNextLayout => build::build_ebpf().and_then(|()| build::build_next_layout()),
-        Task::Image { tag } => image::image(tag),
+        Task::Image { tag, arch } => image::image(tag, &arch),
         Task::Lint => build::lint(),
         Task::Test {
             kernel: None, args, ..

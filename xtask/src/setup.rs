@@ -20,8 +20,10 @@ const CARGO_DENY_VERSION: &str = "0.20.2";
 /// drives (tests/kubelet, tests/tests/it/cri.rs); `protobuf-compiler`: `protoc`, which the
 /// `k8s-cri` crate's build runs over the CRI's protos (xtask itself never needs it, so a fresh
 /// machine's `cargo xtask setup` builds before it is installed); `prometheus`: `promtool`, which
-/// checks deploy/monitoring's alert rules and the metrics (tests/tests/it/monitoring.rs).
-const TOOL_PACKAGES: [&str; 16] = [
+/// checks deploy/monitoring's alert rules and the metrics (tests/tests/it/monitoring.rs);
+/// `gcc-aarch64-linux-gnu`: the arm64 image's linker and ring's C compiler (.cargo/config.toml);
+/// `qemu-user-static`: `qemu-aarch64-static`, the runner of the arm64 unit tests.
+const TOOL_PACKAGES: [&str; 18] = [
     "iproute2",
     "bpftool",
     "curl",
@@ -38,6 +40,8 @@ const TOOL_PACKAGES: [&str; 16] = [
     "containerd",
     "protobuf-compiler",
     "prometheus",
+    "gcc-aarch64-linux-gnu",
+    "qemu-user-static",
 ];
 
 /// LLVM major version of the nightly toolchain (`rustc +nightly -vV`).
@@ -187,11 +191,13 @@ pub(crate) fn setup() -> anyhow::Result<()> {
         ]))
         .context("run by hand: rustup component add rust-src --toolchain nightly")?;
     }
-    let musl = crate::image::musl::TARGET;
-    if !rust_target_installed(musl) {
-        eprintln!("xtask setup: adding the {musl} target (the image's static binaries)");
-        run(Command::new("rustup").args(["target", "add", musl]))
-            .with_context(|| format!("run by hand: rustup target add {musl}"))?;
+    for arch in crate::image::arch::Arch::ALL {
+        let musl = arch.target();
+        if !rust_target_installed(musl) {
+            eprintln!("xtask setup: adding the {musl} target (the image's static binaries)");
+            run(Command::new("rustup").args(["target", "add", musl]))
+                .with_context(|| format!("run by hand: rustup target add {musl}"))?;
+        }
     }
     if !bpf_linker_ok() {
         eprintln!("xtask setup: installing bpf-linker {BPF_LINKER_VERSION} for LLVM {llvm} (about a minute)");

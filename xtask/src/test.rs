@@ -31,7 +31,47 @@ pub(crate) fn test(extra: &[String]) -> anyhow::Result<()> {
             .env("REDIRECT_NEXT_IMAGE_ARCHIVE", &next.archive);
     }
     run(&mut cmd)?;
+    arm64_unit_tests()?;
     bench_smoke()
+}
+
+/// The packages whose unit tests also run for arm64 (the image's user space and the shared ABI,
+/// whose compile-time size assertions then hold for aarch64 too); the test harness crates and
+/// xtask are host tools.
+const ARM64_PACKAGES: [&str; 12] = [
+    "redirect-common",
+    "redirect-policy",
+    "redirect-k8s",
+    "redirect-sys",
+    "redirect-http",
+    "redirect-datapath",
+    "redirect-daemon-api",
+    "redirect-daemon",
+    "redirect-cni",
+    "redirect-install",
+    "redirect-cli",
+    "redirect-proxy",
+];
+
+/// The user space's unit tests built for `aarch64-unknown-linux-musl` and run under
+/// `qemu-aarch64-static` (the cargo runner .cargo/config.toml names). qemu-user translates
+/// system calls but has no bpf(2): tests that need the kernel's BPF run in the arm64 kernel
+/// (`cargo xtask test --kernel arm64`).
+fn arm64_unit_tests() -> anyhow::Result<()> {
+    let arch = crate::image::arch::Arch::Arm64;
+    let started = std::time::Instant::now();
+    let mut cmd = util::cargo(None);
+    cmd.args(["test", "--target", arch.target(), "--lib", "--bins"])
+        .env("REDIRECT_EBPF_OBJECT", util::ebpf_object());
+    for package in ARM64_PACKAGES {
+        cmd.args(["-p", package]);
+    }
+    run(&mut cmd).context("the arm64 unit tests (under qemu-aarch64-static)")?;
+    println!(
+        "arm64 unit tests: passed under qemu-aarch64-static in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// Runs the benchmark harness with tiny counts and checks its report (never its timings).

@@ -66,9 +66,15 @@ impl Listen {
 
     /// A listening TCP socket.
     pub fn tcp(&self) -> anyhow::Result<TcpListener> {
-        let backlog = self.backlog;
+        // nix takes a backlog below the libc's SOMAXCONN only: musl's is 128 (glibc's 4096),
+        // so a larger one is SOMAXCONN itself (the kernel caps it at net.core.somaxconn).
+        let backlog = if self.backlog >= Backlog::MAXCONN.into() {
+            Backlog::MAXCONN
+        } else {
+            Backlog::new(self.backlog).context("backlog")?
+        };
         let fd = self.bound(SockType::Stream, move |fd| {
-            listen(fd, Backlog::new(backlog).context("backlog")?).context("listen")
+            listen(fd, backlog).context("listen")
         })?;
         Ok(TcpListener::from(fd))
     }

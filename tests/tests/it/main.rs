@@ -46,6 +46,7 @@ mod hostile_netlink;
 mod hostile_pod_costs;
 mod http_limits;
 mod image;
+mod image_index;
 mod inbound;
 mod install_cni;
 mod install_cni_exit;

@@ -224,7 +224,7 @@ pub(crate) fn run(size: Size, out: &Path, only: &[String], profile: bool) -> any
     build::build_bins(release)?;
     let bin = util::target_dir().join(if release { "release" } else { "debug" });
     let plugin = if release && want_plugin(&want) {
-        crate::image::musl::build()?
+        crate::image::musl::build(crate::image::arch::Arch::Amd64)?
             .into_iter()
             .find(|p| p.ends_with("redirect-cni"))
             .context("the image's binaries hold no redirect-cni")?

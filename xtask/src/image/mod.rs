@@ -4,6 +4,8 @@
 //! archive (`podman load`, `kind load
 //! image-archive`, `ctr images import`). `cargo xtask test` builds it in storage of its own and
 //! hands the archive to `tests/tests/it/image.rs`.
+pub(crate) mod arch;
+mod index;
 pub(crate) mod musl;
 pub(crate) mod next;
 
@@ -15,6 +17,7 @@ use std::{
 
 use anyhow::Context as _;
 
+use self::arch::Arch;
 use crate::util::{self, run};
 
 /// The image's repository.
@@ -71,36 +74,56 @@ pub(crate) struct Built {
     pub archive: PathBuf,
 }
 
-/// Builds the static binaries and the image with `tags` in `storage`, and the OCI archive at
-/// `archive`. Prints how long each part took.
-pub(crate) fn build(tags: &[String], storage: &Storage, archive: &Path) -> anyhow::Result<Built> {
+/// Builds the static binaries and one image per architecture of `arches` in `storage`, an image
+/// index (manifest list) holding them under each of `tags`, and the OCI archive of the index at
+/// `archive`. Prints how long each part took and the index's digests per platform.
+pub(crate) fn build(
+    tags: &[String],
+    storage: &Storage,
+    archive: &Path,
+    arches: &[Arch],
+) -> anyhow::Result<Built> {
     anyhow::ensure!(!tags.is_empty(), "no tag for the image");
-    let started = Instant::now();
-    let binaries = musl::build()?;
-    let musl_secs = started.elapsed().as_secs_f64();
-    let started = Instant::now();
-    assemble(&binaries, tags, storage)?;
-    if let Some(dir) = archive.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    anyhow::ensure!(!arches.is_empty(), "no architecture for the image");
+    let mut images = Vec::new();
+    for &arch in arches {
+        let started = Instant::now();
+        let binaries = musl::build(arch)?;
+        let musl_secs = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        let tag = index::arch_tag(&tags[0], arch);
+        assemble(&binaries, std::slice::from_ref(&tag), storage, arch)?;
+        println!(
+            "xtask image: {tag} ({}) from scratch: static binaries {musl_secs:.0} s, image {:.1} s",
+            binaries
+                .iter()
+                .filter_map(|b| b.file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(", "),
+            started.elapsed().as_secs_f64(),
+        );
+        images.push(tag);
     }
-    let _ = std::fs::remove_file(archive);
-    run(storage
-        .buildah()
-        .args(["push", "--quiet", &tags[0]])
-        .arg(format!("oci-archive:{}:{}", archive.display(), tags[0])))
-    .context("writing the image's OCI archive")?;
+    let started = Instant::now();
+    for tag in tags {
+        index::create(storage, tag, &images)?;
+    }
+    index::write_archive(storage, &tags[0], archive)?;
     println!(
-        "xtask image: {} ({}) from scratch: static binaries {musl_secs:.0} s, image and archive {:.1} s; archive {}",
+        "xtask image: {} ({}) index and archive {:.1} s; archive {}",
         tags.join(", "),
-        binaries
+        arches
             .iter()
-            .filter_map(|b| b.file_name())
-            .map(|n| n.to_string_lossy().into_owned())
+            .map(|a| a.oci())
             .collect::<Vec<_>>()
-            .join(", "),
+            .join(" + "),
         started.elapsed().as_secs_f64(),
         archive.display()
     );
+    for (platform, digest) in index::platforms(storage, &tags[0])? {
+        println!("xtask image:   {platform} {digest}");
+    }
     Ok(Built {
         tags: tags.to_vec(),
         archive: archive.to_owned(),
@@ -128,7 +151,12 @@ impl Drop for Working<'_> {
 }
 
 /// FROM scratch: the binaries in [`BIN_DIR`], entrypoint `redirect`, default command `daemon`.
-fn assemble(binaries: &[PathBuf], tags: &[String], storage: &Storage) -> anyhow::Result<()> {
+fn assemble(
+    binaries: &[PathBuf],
+    tags: &[String],
+    storage: &Storage,
+    arch: Arch,
+) -> anyhow::Result<()> {
     let out = storage
         .buildah()
         .args(["from", "--quiet", "scratch"])
@@ -175,7 +203,7 @@ fn assemble(binaries: &[PathBuf], tags: &[String], storage: &Storage) -> anyhow:
         "--os",
         "linux",
         "--arch",
-        "amd64",
+        arch.oci(),
         "--label",
         &format!("org.opencontainers.image.version={}", version()),
         "--label",
@@ -236,7 +264,8 @@ fn image_id(storage: &Storage, tag: &str) -> Option<String> {
 }
 
 /// `cargo xtask image`: into the host's storage, archive under `target/image`.
-pub(crate) fn image(tags: Vec<String>) -> anyhow::Result<()> {
+pub(crate) fn image(tags: Vec<String>, arch: &str) -> anyhow::Result<()> {
+    let arches = arch::parse(arch)?;
     crate::setup::setup()?;
     crate::build::build_ebpf()?;
     let tags = if tags.is_empty() {
@@ -244,7 +273,7 @@ pub(crate) fn image(tags: Vec<String>) -> anyhow::Result<()> {
     } else {
         tags
     };
-    build(&tags, &Storage::Host, &archive_path())?;
+    build(&tags, &Storage::Host, &archive_path(), &arches)?;
     Ok(())
 }
 
@@ -274,6 +303,7 @@ pub(crate) fn for_tests() -> anyhow::Result<Option<Built>> {
         &default_tags()[..1],
         &Storage::Private(storage.clone()),
         &archive_path(),
+        &Arch::ALL,
     );
     std::fs::remove_dir_all(&storage)
         .with_context(|| format!("removing the image build's storage {}", storage.display()))?;

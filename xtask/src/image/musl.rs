@@ -9,9 +9,10 @@ use object::{
     Endianness,
 };
 
+use super::arch::Arch;
 use crate::util::{self, run};
 
-/// The static target (`rustup target add`, which `cargo xtask setup` does).
+/// The host's static target (amd64): the next layout's image and the bench build for it.
 pub(crate) const TARGET: &str = "x86_64-unknown-linux-musl";
 
 /// (package, binary, embeds the BPF object) of what the image holds: the node agent the
@@ -28,18 +29,24 @@ pub(crate) const BINARIES: [(&str, &str, bool); 3] = [
 /// The CNI plugin's binary, built at a fixed address (see [`build`]).
 const PLUGIN: &str = "redirect-cni";
 
-/// Builds [`BINARIES`] in release for [`TARGET`] with the BPF object embedded; returns their
-/// paths (under `target/x86_64-unknown-linux-musl/release`), each checked.
-pub(crate) fn build() -> anyhow::Result<Vec<PathBuf>> {
+/// Builds [`BINARIES`] in release for `arch`'s static target with the BPF object embedded (the
+/// same bytes for every architecture: bpfel); returns their paths (under
+/// `target/<target>/release`), each checked.
+pub(crate) fn build(arch: Arch) -> anyhow::Result<Vec<PathBuf>> {
+    let target = arch.target();
     let object = util::ebpf_object();
     let mut cmd = util::cargo(None);
-    cmd.args(["build", "--release", "--target", TARGET]);
+    cmd.args(["build", "--release", "--target", target]);
     for (package, bin, _) in BINARIES.iter().filter(|(_, bin, _)| *bin != PLUGIN) {
         cmd.args(["-p", package, "--bin", bin]);
     }
     cmd.env("REDIRECT_EBPF_OBJECT", &object);
     let hint = || {
-        format!("building the image's static binaries (cargo xtask setup adds the {TARGET} target and musl-tools)")
+        format!(
+            "building the image's static {} binaries (cargo xtask setup adds the {target} target, \
+             musl-tools and gcc-aarch64-linux-gnu)",
+            arch.oci()
+        )
     };
     run(&mut cmd).with_context(hint)?;
     // The plugin is exec'd for every pod: linked at a fixed address (as a Go plugin such as
@@ -51,14 +58,14 @@ pub(crate) fn build() -> anyhow::Result<Vec<PathBuf>> {
         "rustc",
         "--release",
         "--target",
-        TARGET,
+        target,
         "-p",
         "redirect-cni",
     ])
     .args(["--bin", PLUGIN, "--", "-C", "relocation-model=static"]);
     run(&mut cmd).with_context(hint)?;
     let bpf = std::fs::read(&object).with_context(|| format!("reading {}", object.display()))?;
-    let dir = util::target_dir().join(TARGET).join("release");
+    let dir = util::target_dir().join(target).join("release");
     BINARIES
         .iter()
         .map(|(_, bin, embeds)| {
@@ -66,6 +73,7 @@ pub(crate) fn build() -> anyhow::Result<Vec<PathBuf>> {
             let data =
                 std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
             check_static(&path, &data)?;
+            check_machine(&path, &data, arch)?;
             if *bin == PLUGIN {
                 check_fixed_address(&path, &data)?;
             }
@@ -96,6 +104,22 @@ pub(crate) fn check_static(path: &Path, data: &[u8]) -> anyhow::Result<()> {
                 path.display()
             );
         }
+    }
+    Ok(())
+}
+
+/// Fails, naming the binary, unless it was built for `arch` (its ELF machine).
+fn check_machine(path: &Path, data: &[u8], arch: Arch) -> anyhow::Result<()> {
+    let elf = ElfFile64::<Endianness>::parse(data)
+        .with_context(|| format!("{} is not a 64-bit ELF file", path.display()))?;
+    let machine = elf.elf_header().e_machine(elf.endian());
+    if machine != arch.elf_machine() {
+        bail!(
+            "{} is for ELF machine {machine}, not {} ({})",
+            path.display(),
+            arch.oci(),
+            arch.elf_machine()
+        );
     }
     Ok(())
 }

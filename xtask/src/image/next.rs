@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-use super::{assemble, musl, Built, Storage};
+use super::{arch::Arch, assemble, musl, Built, Storage};
 use crate::util::{self, run};
 
 /// The tag.
@@ -51,7 +51,7 @@ pub(crate) fn for_tests() -> anyhow::Result<Built> {
     let archive = util::target_dir().join("image/redirect-next-layout.oci.tar");
     let private = Storage::Private(storage.clone());
     let tags = vec![TAG.to_owned()];
-    let built = assemble(&binaries, &tags, &private).and_then(|()| {
+    let built = assemble(&binaries, &tags, &private, Arch::Amd64).and_then(|()| {
         let _ = std::fs::remove_file(&archive);
         run(private
             .buildah()

@@ -1,6 +1,7 @@
 //! What the guest holds: busybox, the host's real tools (ip, iptables legacy/nft, setpriv, timeout,
-//! bpftool, strace) with their libraries, the project's binaries and data at their host paths, the kernel
-//! modules, and the /init that mounts, loads modules, runs each test binary and powers off.
+//! bpftool, strace) with their libraries (an arm64 guest: Debian's arm64 packages instead), the
+//! project's binaries and data at their host paths, the kernel modules, and the /init that
+//! mounts, loads modules, runs each test binary and powers off.
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -19,6 +20,9 @@ const PATH_DIRS: &[&str] = &[
     "/sbin",
     "/bin",
 ];
+
+/// Debian's CA bundle (ca-certificates).
+const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// One test binary to run in the guest.
 #[derive(Debug, Clone)]
@@ -51,20 +55,15 @@ fn iptables_tools() -> Vec<String> {
     out
 }
 
-/// The parts every kernel's guest shares: busybox, tools, libraries, /etc, project files.
-/// `stripped` maps a project binary to its debug-stripped copy.
+/// The parts every amd64 kernel's guest shares: busybox, the host's tools and libraries, /etc,
+/// project files. `stripped` maps a project binary to its debug-stripped copy.
 pub(super) fn base(
     tree: &mut Tree,
     project_bins: &[(PathBuf, PathBuf)],
     data_dirs: &[PathBuf],
 ) -> anyhow::Result<Vec<String>> {
     let mut missing = Vec::new();
-    tree.host_root_symlinks();
-    for dir in ["/proc", "/sys", "/dev", "/run", "/tmp", "/root", "/etc"] {
-        tree.dir(dir);
-    }
-    tree.char_dev("/dev/console", 5, 1);
-    tree.char_dev("/dev/null", 1, 3);
+    skeleton(tree);
     let tools = TOOLS
         .iter()
         .map(|t| (*t).to_owned())
@@ -85,6 +84,48 @@ pub(super) fn base(
             tree.host_file(Path::new(etc), None)?;
         }
     }
+    project(tree, project_bins, data_dirs)?;
+    let bb = which("busybox").context("busybox is missing (Debian package busybox-static)")?;
+    let real = bb.canonicalize()?;
+    tree.host_file(&bb, None)?;
+    let list = crate::util::output(&real.to_string_lossy(), &["--list-full"])
+        .context("busybox --list-full")?;
+    let applets: Vec<String> = list.lines().map(str::to_owned).collect();
+    busybox(tree, &real, &applets);
+    Ok(missing)
+}
+
+/// The arm64 guest's base: the unpacked arm64 userland at `sysroot` (its tools and libraries
+/// at their own paths), /etc, project files, a symlink for each busybox applet of `applets`
+/// that no real tool provides.
+pub(super) fn base_arm64(
+    tree: &mut Tree,
+    sysroot: &Path,
+    applets: &[String],
+    project_bins: &[(PathBuf, PathBuf)],
+    data_dirs: &[PathBuf],
+) -> anyhow::Result<()> {
+    skeleton(tree);
+    super::arm64::add_sysroot(tree, sysroot)?;
+    // ca-certificates builds its bundle when installed, so the package has none: the host's
+    // (the same bytes on every architecture), as the image carries it, for kube-rs's roots.
+    if Path::new(CA_BUNDLE).is_file() {
+        tree.host_file(Path::new(CA_BUNDLE), None)?;
+    }
+    project(tree, project_bins, data_dirs)?;
+    let real = tree.resolve(Path::new("/bin/busybox"));
+    busybox(tree, &real, applets);
+    Ok(())
+}
+
+/// The top-level layout, device nodes and the users the tests name.
+fn skeleton(tree: &mut Tree) {
+    tree.host_root_symlinks();
+    for dir in ["/proc", "/sys", "/dev", "/run", "/tmp", "/root", "/etc"] {
+        tree.dir(dir);
+    }
+    tree.char_dev("/dev/console", 5, 1);
+    tree.char_dev("/dev/null", 1, 3);
     tree.bytes(
         Path::new("/etc/passwd"),
         b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
@@ -96,24 +137,26 @@ pub(super) fn base(
         b"root:x:0:\nnogroup:x:65534:\n".to_vec(),
         0o644,
     );
+}
+
+/// The project's binaries (stripped copies at the real paths) and data directories.
+fn project(
+    tree: &mut Tree,
+    project_bins: &[(PathBuf, PathBuf)],
+    data_dirs: &[PathBuf],
+) -> anyhow::Result<()> {
     for (bin, stripped) in project_bins {
         tree.host_file(bin, Some(stripped))?;
     }
     for dir in data_dirs {
         tree.host_dir(dir)?;
     }
-    busybox(tree)?;
-    Ok(missing)
+    Ok(())
 }
 
-/// busybox-static and a symlink for each applet no real tool already provides.
-fn busybox(tree: &mut Tree) -> anyhow::Result<()> {
-    let bb = which("busybox").context("busybox is missing (Debian package busybox-static)")?;
-    let real = bb.canonicalize()?;
-    tree.host_file(&bb, None)?;
-    let list = crate::util::output(&real.to_string_lossy(), &["--list-full"])
-        .context("busybox --list-full")?;
-    for applet in list.lines().filter(|l| !l.is_empty()) {
+/// A symlink to the busybox at `real` for each applet no real tool already provides.
+fn busybox(tree: &mut Tree, real: &Path, applets: &[String]) {
+    for applet in applets.iter().filter(|l| !l.is_empty()) {
         let path = tree.resolve(&Path::new("/").join(applet));
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
         let shadowed = name.is_some_and(|n| {
@@ -125,7 +168,6 @@ fn busybox(tree: &mut Tree) -> anyhow::Result<()> {
             tree.symlink(&path.to_string_lossy(), &real.to_string_lossy());
         }
     }
-    Ok(())
 }
 
 /// Single-quotes `s` for /bin/sh.

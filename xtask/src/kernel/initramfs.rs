@@ -171,6 +171,35 @@ impl Tree {
         Ok(())
     }
 
+    /// Adds every file, symlink and directory under `dir` of another system's tree unpacked at
+    /// `root` (an arm64 userland), at its path below `root`; a directory the guest already has as
+    /// a top-level symlink (/lib -> usr/lib) stays one.
+    pub(super) fn foreign_dir(&mut self, root: &Path, dir: &Path) -> anyhow::Result<()> {
+        for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+            let path = entry?.path();
+            let guest = Path::new("/").join(path.strip_prefix(root)?);
+            let meta = std::fs::symlink_metadata(&path)?;
+            if meta.is_dir() {
+                if !self.entries.contains_key(&guest) {
+                    self.insert(&guest, Entry::Dir);
+                }
+                self.foreign_dir(root, &path)?;
+            } else if meta.file_type().is_symlink() {
+                self.insert(&guest, Entry::Symlink(std::fs::read_link(&path)?));
+            } else if meta.is_file() {
+                let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
+                self.insert(
+                    &guest,
+                    Entry::File {
+                        src: path,
+                        mode: mode & 0o7777,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Writes the tree as a newc cpio archive; returns its size in bytes.
     pub(super) fn write_cpio(&self, out: &Path) -> anyhow::Result<u64> {
         let file =

@@ -1,5 +1,7 @@
-//! `cargo xtask test --kernel 6.1|6.12|all`: runs a subset of the root integration tests inside
-//! Debian's cloud kernels under qemu (TCG) and reports per kernel and per test binary.
+//! `cargo xtask test --kernel 6.1|6.12|all|arm64-6.1|arm64-6.12|arm64`: runs a subset of the
+//! root integration tests inside Debian's cloud kernels (amd64, or arm64 under
+//! qemu-system-aarch64) under qemu (TCG) and reports per kernel and per test binary.
+mod arm64;
 mod emulator;
 mod fetch;
 mod guest;
@@ -19,7 +21,9 @@ use std::{
 use anyhow::{bail, Context as _};
 
 use self::select::{area_tests, listed_tests, selection, TEST_BINARY};
-use crate::{build, setup, util};
+use crate::{build, image::arch::Arch, setup, util};
+
+pub(crate) use self::arm64::DEFAULT_TESTS as ARM64_DEFAULT_TESTS;
 
 /// Test modules (of the one binary) run in each kernel unless `--kernel-tests` says otherwise: the outbound, inbound
 /// and daemon suites, TPROXY mode's routing and the accepted-sockets relay whole, and the
@@ -36,16 +40,21 @@ const PACKAGES: [&str; 2] = ["busybox-static", "xz-utils"];
 pub(crate) struct Options {
     /// `6.1`, `6.12` or `all`.
     pub kernel: String,
-    /// `NAME[=FILTER],...`: modules of tests/tests/it, with optional name filters.
-    pub tests: String,
+    /// `NAME[=FILTER],...`: modules of tests/tests/it, with optional name filters (`None`: the
+    /// architecture's default set).
+    pub tests: Option<String>,
     /// libtest arguments for every binary.
     pub extra: Vec<String>,
     /// Limit for each test binary inside the guest.
     pub per_binary: Duration,
 }
 
-/// Builds the named integration test targets (as `cargo test` would) and returns name -> executable.
-fn test_executables(names: &[&str]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
+/// Builds the named integration test targets (as `cargo test` would, for `target` when given)
+/// and returns name -> executable.
+fn test_executables(
+    names: &[&str],
+    target: Option<&str>,
+) -> anyhow::Result<BTreeMap<String, PathBuf>> {
     let mut cmd = util::cargo(None);
     cmd.args([
         "test",
@@ -54,6 +63,7 @@ fn test_executables(names: &[&str]) -> anyhow::Result<BTreeMap<String, PathBuf>>
         "redirect-ebpf",
         "--no-run",
     ])
+    .args(target.map(|t| ["--target", t]).into_iter().flatten())
     .args(["--message-format", "json-render-diagnostics"])
     .env("REDIRECT_EBPF_OBJECT", util::ebpf_object())
     .stdout(Stdio::piped());
@@ -96,15 +106,20 @@ fn project_bins(profile_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(bins)
 }
 
-/// Debug-stripped copies (the guest's memory holds the whole initramfs).
-fn strip_all(bins: &[PathBuf], into: &Path) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
+/// Debug-stripped copies (the guest's memory holds the whole initramfs), by `objcopy` (the
+/// binaries' architecture's).
+fn strip_all(
+    bins: &[PathBuf],
+    into: &Path,
+    objcopy: &str,
+) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
     std::fs::create_dir_all(into)?;
     bins.iter()
         .map(|bin| {
             let name = bin.file_name().context("binary without a name")?;
             let out = into.join(name);
             util::run(
-                Command::new("objcopy")
+                Command::new(objcopy)
                     .arg("--strip-debug")
                     .arg(bin)
                     .arg(&out),
@@ -116,17 +131,40 @@ fn strip_all(bins: &[PathBuf], into: &Path) -> anyhow::Result<Vec<(PathBuf, Path
 
 /// Everything `--kernel` does; fails when a test failed on any kernel.
 pub(crate) fn test(opts: &Options) -> anyhow::Result<()> {
-    let series = fetch::series_list(&opts.kernel)?;
-    let wanted = selection(&opts.tests)?;
+    let (arch, series) = fetch::series_list(&opts.kernel)?;
+    let default_tests = match arch {
+        Arch::Amd64 => DEFAULT_TESTS,
+        Arch::Arm64 => ARM64_DEFAULT_TESTS,
+    };
+    let wanted = selection(opts.tests.as_deref().unwrap_or(default_tests))?;
     setup::setup()?;
     setup::install_missing(&PACKAGES.map(String::from), true)?;
     build::build_ebpf()?;
-    build::build_bins(false)?;
-    let exes = test_executables(&[TEST_BINARY])?;
+    let root = util::workspace_root();
+    let kernels_dir = root.join("target/kernels");
+    // arm64: the kernels and the guest's userland come from Debian's arm64 packages, the
+    // project's binaries and the test binary are built for aarch64-unknown-linux-musl.
+    let (archive, profile_dir, target, objcopy) = match arch {
+        Arch::Amd64 => {
+            build::build_bins(false)?;
+            let debug = root.join("target/debug");
+            (fetch::Archive::host(), debug, None, "objcopy")
+        }
+        Arch::Arm64 => {
+            let archive = fetch::Archive::arm64(&kernels_dir.join("apt-arm64"))?;
+            let debug = arm64::build_bins()?;
+            let objcopy = "aarch64-linux-gnu-objcopy";
+            (archive, debug, Some(arch.target()), objcopy)
+        }
+    };
+    let exes = test_executables(&[TEST_BINARY], target)?;
     let exe = exes
         .get(TEST_BINARY)
         .with_context(|| format!("no integration test binary {TEST_BINARY:?} (tests/tests/it)"))?;
-    let listed = listed_tests(exe)?;
+    let listed = match arch {
+        Arch::Amd64 => listed_tests(&mut Command::new(exe), exe)?,
+        Arch::Arm64 => listed_tests(&mut arm64::on_host(exe), exe)?,
+    };
     let mut runs = Vec::new();
     for (area, filters) in &wanted {
         let names = area_tests(&listed, area, filters);
@@ -142,25 +180,33 @@ pub(crate) fn test(opts: &Options) -> anyhow::Result<()> {
             args,
         });
     }
-    let root = util::workspace_root();
-    let kernels_dir = root.join("target/kernels");
-    let mut bins = project_bins(&root.join("target/debug"))?;
+    let mut bins = project_bins(&profile_dir)?;
     bins.extend(runs.iter().map(|r| r.exe.clone()));
-    let stripped = strip_all(&bins, &kernels_dir.join("stripped"))?;
+    let stripped_dir = kernels_dir.join(format!("stripped-{}", arch.oci()));
+    let stripped = strip_all(&bins, &stripped_dir, objcopy)?;
     let data = [root.join("tests/data"), root.join("deploy")];
     // Paths like tests/testkit/../data need each crate's directory to exist.
     let crates = util::crate_dirs()?;
-    let emulator = emulator::prepare(&kernels_dir)?;
+    let emulator = emulator::prepare(&kernels_dir, arch)?;
     println!(
-        "xtask: qemu-system-x86 {} from {}",
+        "xtask: {} {} from {}",
+        emulator.binary(),
         emulator.version,
         emulator.root.display()
     );
+    let userland = match arch {
+        Arch::Amd64 => None,
+        Arch::Arm64 => {
+            let sysroot = arm64::sysroot(&archive, &kernels_dir)?;
+            let applets = arm64::busybox_applets(&sysroot)?;
+            Some((sysroot, applets))
+        }
+    };
     // Downloads one after the other; then the guests run side by side (each test binary in a
     // guest runs its tests one at a time, so two guests keep two host CPUs busy).
     let kernels = series
         .iter()
-        .map(|s| fetch::fetch(s, &kernels_dir))
+        .map(|s| fetch::fetch(&archive, s, &kernels_dir))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let files = GuestFiles {
         stripped: &stripped,
@@ -168,6 +214,7 @@ pub(crate) fn test(opts: &Options) -> anyhow::Result<()> {
         crates: &crates,
         cwd: &root.join("tests"),
         emulator: &emulator,
+        userland: userland.as_ref(),
     };
     let results: Vec<anyhow::Result<(String, Vec<String>)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = kernels
@@ -215,6 +262,8 @@ struct GuestFiles<'a> {
     cwd: &'a Path,
     /// The qemu that boots the guest.
     emulator: &'a emulator::Emulator,
+    /// arm64: the unpacked userland and its busybox's applets (amd64 guests take the host's).
+    userland: Option<&'a (PathBuf, Vec<String>)>,
 }
 
 /// Builds the initramfs for one kernel, boots it and reports; returns the summary and failures.
@@ -224,9 +273,18 @@ fn run_kernel(
     files: &GuestFiles<'_>,
     opts: &Options,
 ) -> anyhow::Result<(String, Vec<String>)> {
-    let tag = format!("linux {}", kernel.series);
+    let tag = match files.emulator.arch {
+        Arch::Amd64 => format!("linux {}", kernel.series),
+        Arch::Arm64 => format!("linux {} arm64", kernel.series),
+    };
     let mut tree = initramfs::Tree::default();
-    let missing_tools = guest::base(&mut tree, files.stripped, files.data)?;
+    let missing_tools = match files.userland {
+        None => guest::base(&mut tree, files.stripped, files.data)?,
+        Some((sysroot, applets)) => {
+            guest::base_arm64(&mut tree, sysroot, applets, files.stripped, files.data)?;
+            Vec::new()
+        }
+    };
     for dir in files.crates {
         tree.dir(&dir.to_string_lossy());
     }

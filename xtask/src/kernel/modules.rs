@@ -11,6 +11,7 @@ use anyhow::Context as _;
 /// Modules the tests use; their dependencies are added. Built-in ones are skipped.
 pub(super) const WANTED: &[&str] = &[
     "veth",
+    "bridge",
     "nf_conntrack",
     "nf_nat",
     "x_tables",

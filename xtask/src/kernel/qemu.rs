@@ -33,7 +33,7 @@ pub(super) fn boot(
     let _ = std::fs::remove_file(console);
     let qemu_log = console.with_file_name("qemu.log");
     let mut cmd = emulator.command();
-    cmd.args(["-accel", "tcg,thread=multi", "-cpu", "max"])
+    cmd.args(emulator.machine())
         .args(["-m", "2048", "-smp", "2", "-nic", "none", "-no-reboot"])
         .args(["-display", "none", "-monitor", "none"])
         .arg("-serial")
@@ -42,12 +42,15 @@ pub(super) fn boot(
         .arg(vmlinuz)
         .arg("-initrd")
         .arg(initrd)
-        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .arg("-append")
+        .arg(format!("console={} panic=-1 quiet", emulator.console()))
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&qemu_log)?)
         .stderr(std::fs::File::create(qemu_log.with_extension("err"))?);
     let start = Instant::now();
-    let mut child = cmd.spawn().context("starting qemu-system-x86_64")?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", emulator.binary()))?;
     let mut echo = Echo::default();
     let timed_out = loop {
         if child.try_wait()?.is_some() {

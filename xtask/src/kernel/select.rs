@@ -9,9 +9,10 @@ use super::DEFAULT_TESTS;
 /// The one integration test binary (tests/tests/it); `--kernel-tests` names its modules.
 pub(super) const TEST_BINARY: &str = "it";
 
-/// Every test of the binary `exe`, by its path (`outbound::redirects_...`), as it lists them.
-pub(super) fn listed_tests(exe: &Path) -> anyhow::Result<Vec<String>> {
-    let out = Command::new(exe)
+/// Every test of the binary `exe`, by its path (`outbound::redirects_...`), as it lists them
+/// when `cmd` runs it (directly, or under qemu-user for another architecture).
+pub(super) fn listed_tests(cmd: &mut Command, exe: &Path) -> anyhow::Result<Vec<String>> {
+    let out = cmd
         .args(["--list", "--format", "terse"])
         .output()
         .with_context(|| format!("listing the tests of {}", exe.display()))?;

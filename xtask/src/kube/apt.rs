@@ -137,9 +137,12 @@ fn host_sources() -> Vec<Source> {
 
 /// The private configuration: `APT_CONFIG` for every apt command of the build.
 #[derive(Debug)]
-pub(super) struct Apt {
+pub(crate) struct Apt {
     config: PathBuf,
 }
+
+/// The host's Debian release and its updates (6.12 kernels come from -security).
+const RELEASE_SUITES: [&str; 3] = ["bookworm", "bookworm-updates", "bookworm-security"];
 
 impl Apt {
     /// Writes the configuration under `dir` for `suite`, from the archive the host's sources name.
@@ -153,6 +156,47 @@ impl Apt {
         let arch = output("dpkg", &["--print-architecture"])
             .map(|a| a.trim().to_owned())
             .context("dpkg --print-architecture failed")?;
+        let mut sources =
+            format!("Types: deb deb-src\nURIs: {uri}\nSuites: {suite}\nComponents: main\n");
+        if let Some(key) = signed_by {
+            sources.push_str(&format!("Signed-By: {key}\n"));
+        }
+        Self::write(dir, &sources, &arch)
+    }
+
+    /// A configuration under `dir` for another architecture's binary packages (`arm64`) of the
+    /// host's release, its updates and security archive, from the archives the host's sources
+    /// name; `apt-get update` runs once.
+    pub(crate) fn foreign(dir: &Path, arch: &str) -> anyhow::Result<Self> {
+        let host = host_sources();
+        let mut sources = String::new();
+        for suite in RELEASE_SUITES {
+            let Some((uri, signed_by)) = archive_of(&host, suite) else {
+                continue;
+            };
+            sources.push_str(&format!(
+                "Types: deb\nURIs: {uri}\nSuites: {suite}\nComponents: main\n"
+            ));
+            if let Some(key) = signed_by {
+                sources.push_str(&format!("Signed-By: {key}\n"));
+            }
+            sources.push('\n');
+        }
+        anyhow::ensure!(
+            !sources.is_empty(),
+            "no `deb` source for Debian {} main in {HOST_SOURCES}/sources.list(.d)",
+            RELEASE_SUITES.join(", ")
+        );
+        let apt = Self::write(dir, &sources, arch)?;
+        if !dir.join("state/lists/.updated").is_file() {
+            crate::util::run(&mut apt.get(dir, &["update"]))
+                .with_context(|| format!("apt-get update for {arch} packages"))?;
+            std::fs::write(dir.join("state/lists/.updated"), "")?;
+        }
+        Ok(apt)
+    }
+
+    fn write(dir: &Path, sources: &str, arch: &str) -> anyhow::Result<Self> {
         for sub in [
             "state/lists/partial",
             "cache/archives/partial",
@@ -162,11 +206,6 @@ impl Apt {
             std::fs::create_dir_all(dir.join(sub))?;
         }
         std::fs::write(dir.join("state/status"), "")?;
-        let mut sources =
-            format!("Types: deb deb-src\nURIs: {uri}\nSuites: {suite}\nComponents: main\n");
-        if let Some(key) = signed_by {
-            sources.push_str(&format!("Signed-By: {key}\n"));
-        }
         std::fs::write(dir.join("sources.list.d/debian.sources"), sources)?;
         let d = dir.display();
         let config = format!(
@@ -177,6 +216,7 @@ impl Apt {
              Dir::Etc::SourceParts \"{d}/sources.list.d\";\n\
              Dir::Etc::Preferences \"{d}/preferences\";\n\
              Dir::Etc::PreferencesParts \"{d}/preferences.d\";\n\
+             APT::Architecture \"{arch}\";\n\
              APT::Architectures {{ \"{arch}\"; }};\n\
              Acquire::Languages \"none\";\n\
              Acquire::IndexTargets::deb::DEP-11::DefaultEnabled \"false\";\n\
@@ -187,8 +227,15 @@ impl Apt {
         Ok(Self { config: path })
     }
 
+    /// `apt-cache ARGS` under the private configuration.
+    pub(crate) fn cache(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("apt-cache");
+        cmd.args(args).env("APT_CONFIG", &self.config);
+        cmd
+    }
+
     /// `apt-get ARGS` under the private configuration, run in `dir`.
-    pub(super) fn get(&self, dir: &Path, args: &[&str]) -> Command {
+    pub(crate) fn get(&self, dir: &Path, args: &[&str]) -> Command {
         let mut cmd = Command::new("apt-get");
         cmd.arg("-q")
             .args(args)

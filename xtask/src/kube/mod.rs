@@ -2,7 +2,7 @@
 //! kubectl) built from Debian bookworm's `kubernetes` source package with Debian's Go, plus
 //! Debian's etcd: all from Debian's archive through a private apt configuration, nothing
 //! installed on the host, cached outside the repository (`REDIRECT_KUBE_CACHE`) and stamped.
-mod apt;
+pub(crate) mod apt;
 mod build;
 mod stamp;
 mod step;

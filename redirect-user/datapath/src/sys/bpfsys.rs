@@ -124,9 +124,10 @@ pub(crate) fn array_map_create(name: &str, value_size: u32) -> io::Result<OwnedF
     if bytes.len() > 15 {
         return Err(io::Error::other("map name longer than 15 bytes"));
     }
-    let mut map_name = [0; 16];
+    // `c_char` is i8 on x86_64 and u8 on aarch64: the byte is taken as it is on either.
+    let mut map_name: [std::ffi::c_char; 16] = [0; 16];
     for (dst, src) in map_name.iter_mut().zip(bytes) {
-        *dst = src.cast_signed();
+        *dst = std::ffi::c_char::from_ne_bytes([*src]);
     }
     // Field writes only (safe on a union): the map-create member of the zeroed attr.
     let mut attr: bpf_attr = zeroed();
