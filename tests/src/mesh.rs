@@ -331,11 +331,14 @@ impl MeshNode {
             .stop_container(&app, 0)
             .expect("stop the app");
         let counts = || (self.reached(&name), self.proxied(pod).len());
+        // The app connects one at a time; the one open when it is killed may have been proxied
+        // (a record, the proxy's upstream made) before its tag was written, so it never
+        // reaches the world: at most one record more than arrivals, never fewer.
         eventually(
             "a proxy record of every connection that reached the world",
             Duration::from_secs(20),
             || match counts() {
-                (reached, records) if reached == records => Ok(reached),
+                (reached, records) if reached == records || reached + 1 == records => Ok(reached),
                 (reached, records) => Err(format!("{name}: reached {reached}, proxied {records}")),
             },
         )

@@ -64,6 +64,7 @@ pub(crate) fn attach(
             counters: counters.iter().map(|c| (c.name, c.value)).collect(),
             per_netns: Vec::new(),
             maps: vec![(map_names::TRACKED, tracked), (map_names::INBOUND, inbound)],
+            ..Exposition::default()
         });
         write_atomically(path, &text)?;
         Ok(())

@@ -94,6 +94,16 @@ pub(crate) fn node_view(
     dirs: &crate::dir_args::Dirs,
     bpffs: &std::path::Path,
 ) -> anyhow::Result<NodeView> {
+    node_view_with(dirs, bpffs, true)
+}
+
+/// [`node_view`]; without `ask_daemon` (a caller it did not answer already) the owning
+/// daemon's records are read from its files at once rather than after another wait.
+pub(crate) fn node_view_with(
+    dirs: &crate::dir_args::Dirs,
+    bpffs: &std::path::Path,
+    ask_daemon: bool,
+) -> anyhow::Result<NodeView> {
     let mut dp = NodeDatapath::exists(bpffs)
         .then(|| NodeDatapath::open(bpffs))
         .transpose()?;
@@ -118,6 +128,10 @@ pub(crate) fn node_view(
         (records, note)
     };
     let (daemon, records, records_note) = match crate::writer::NodeWriter::for_node(bpffs) {
+        crate::writer::NodeWriter::Daemon { .. } if !ask_daemon => {
+            let (records, _) = files();
+            (None, records, None)
+        }
         crate::writer::NodeWriter::Daemon { pid, client } => match client.list() {
             Ok(l) => (Some(pid), l.enrollments, None),
             Err(e) => {

@@ -14,7 +14,7 @@ pub(crate) use crate::cli_values::*;
 ///
 /// Typical session on a node (as root):
 ///
-///   redirect daemon --metrics 127.0.0.1:9150 &       # owns the pinned datapath
+///   redirect daemon --metrics 127.0.0.1:9967 &       # owns the pinned datapath
 ///   redirect enroll --netns pod1 --istio-args "-p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -b '*'"
 ///   redirect list                                     # enrolled namespaces, proxy up/down
 ///   redirect trace --netns pod1                       # decisions as they happen
@@ -187,6 +187,21 @@ pub(crate) enum Command {
         dirs: crate::dir_args::DaemonDirArg,
         #[command(flatten)]
         state: crate::dir_args::StateDirArg,
+    },
+    /// Ask the node daemon whether it serves: exit 0 when it answers on its socket within the
+    /// timeout, else exit 1 saying why. The DaemonSet's readiness and liveness probe (a hung
+    /// daemon is restarted; capture stays pinned and the new daemon adopts it).
+    Ping {
+        /// How long to wait for the answer (the daemon serves one request at a time).
+        #[arg(long, value_name = "MS", default_value_t = 3000,
+              value_parser = clap::value_parser!(u64).range(1..=600_000))]
+        timeout_ms: u64,
+        /// Also fail when the daemon has a standing alarm (a datapath it cannot repair, a
+        /// namespace it cannot re-apply; `redirect status` shows it).
+        #[arg(long)]
+        no_alarm: bool,
+        #[command(flatten)]
+        dirs: crate::dir_args::DaemonDirArg,
     },
     /// Remove every pin, attachment and enrollment (through the daemon when it runs).
     Uninstall {
@@ -427,6 +442,7 @@ impl Command {
             Command::Daemon { dirs, .. }
             | Command::Enroll { dirs, .. }
             | Command::Unenroll { dirs, .. }
+            | Command::Ping { dirs, .. }
             | Command::Uninstall { dirs, .. }
             | Command::Vm { dirs, .. }
             | Command::Stats { dirs, .. }

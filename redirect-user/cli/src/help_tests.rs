@@ -109,6 +109,7 @@ fn directory_flags_only_where_they_are_read() {
                 | "enroll"
                 | "unenroll"
                 | "list"
+                | "ping"
                 | "uninstall"
                 | "vm"
                 | "stats"

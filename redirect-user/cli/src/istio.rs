@@ -186,7 +186,10 @@ pub(crate) fn run(dirs: &Dirs, args: &[String]) -> anyhow::Result<()> {
         &inv.policy,
         &applied,
         redirect_daemon_api::Writer::IstioIptables,
-        crate::missing_inputs::with_notes(format!("istio-iptables {}", args.join(" ")), &inv.notes),
+        crate::missing_inputs::with_notes(
+            format!("istio-iptables {}", crate::node_cmds::join_args(args)),
+            &inv.notes,
+        ),
     );
     let inbound = if applied.inbound {
         format!(", inbound capture to :{}", inv.policy.inbound_capture_port)

@@ -43,8 +43,10 @@ pub(crate) fn run(
         return Ok(true);
     }
     let path = enrolled.unwrap_or_else(|| ns.to_path_buf());
-    let source =
-        crate::missing_inputs::with_notes(format!("istio-iptables {}", args.join(" ")), &inv.notes);
+    let source = crate::missing_inputs::with_notes(
+        format!("istio-iptables {}", crate::node_cmds::join_args(args)),
+        &inv.notes,
+    );
     // Opened here, where `ns` means what the operator meant; the daemon enrolls the namespace
     // behind the descriptor.
     let fd = NetnsFd::open(ns)

@@ -8,6 +8,7 @@ mod cli;
 mod cli_values;
 mod dir_args;
 mod direct_record;
+mod error_chain;
 #[cfg(test)]
 mod fuzz_tests;
 mod install_cni_args;
@@ -21,6 +22,7 @@ mod list_cmd;
 mod missing_inputs;
 mod node_cmds;
 mod observe_cmds;
+mod ping_cmd;
 mod pod_policy_cmd;
 #[cfg(test)]
 mod schemas;
@@ -66,7 +68,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain::chain_once(&e));
             ExitCode::FAILURE
         }
     }
@@ -90,6 +92,7 @@ fn needs_root(cmd: &Command) -> Option<&'static str> {
         Command::Enroll { .. } => "enroll",
         Command::Unenroll { .. } => "unenroll",
         Command::List { .. } => "list",
+        Command::Ping { .. } => "ping",
         Command::Uninstall { .. } => "uninstall",
         Command::Upgrade { .. } => "upgrade",
         Command::Validate { .. } => "validate",
@@ -207,6 +210,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         ),
         Command::Unenroll { netns, .. } => node_cmds::unenroll(&dirs, &netns),
         Command::List { json, .. } => list_cmd::list(&dirs, json),
+        Command::Ping {
+            timeout_ms,
+            no_alarm,
+            ..
+        } => ping_cmd::ping(
+            &dirs,
+            std::time::Duration::from_millis(timeout_ms),
+            no_alarm,
+        ),
         Command::Uninstall { bpffs, .. } => node_cmds::uninstall(&dirs, bpffs),
         Command::Upgrade { bpffs, check } => {
             upgrade_cmd::upgrade(dirs.bpffs_or_default(bpffs), check)

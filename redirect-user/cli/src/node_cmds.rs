@@ -19,12 +19,12 @@ use crate::dir_args::Dirs;
 
 /// The daemon's socket: the one of the daemon that owns the datapath pinned at the default
 /// pins (from its layout record), else the one in the daemon directory in effect.
-fn socket(dirs: &Dirs) -> PathBuf {
+pub(crate) fn socket(dirs: &Dirs) -> PathBuf {
     daemon::owner(&dirs.bpffs).map_or_else(|| dirs.daemon.socket(), |(_, s)| s)
 }
 
 /// The client of that daemon.
-fn client(dirs: &Dirs) -> Client {
+pub(crate) fn client(dirs: &Dirs) -> Client {
     Client::new(socket(dirs))
 }
 
@@ -116,6 +116,59 @@ pub(crate) fn split_args(s: &str) -> anyhow::Result<Vec<String>> {
     })
 }
 
+/// The words of `--istio-args`: istio-init's arguments as written (a leading `istio-iptables`
+/// dropped), without a namespace of their own (`--netns` is `enroll`'s, outside them).
+fn istio_args_words(args: &str) -> anyhow::Result<Vec<String>> {
+    let mut words = split_args(args)?;
+    if words
+        .first()
+        .is_some_and(|w| w.rsplit('/').next() == Some("istio-iptables"))
+    {
+        words.remove(0);
+    }
+    let names_netns = |w: &String| {
+        ["--netns", "--network-namespace"]
+            .iter()
+            .any(|f| w == f || w.starts_with(&format!("{f}=")))
+    };
+    if let Some(w) = words.iter().find(|w| names_netns(w)) {
+        bail!(
+            "--istio-args: {w} names a namespace inside the istio-iptables arguments; the one \
+                enrolled is enroll's own --netns, given outside them"
+        );
+    }
+    Ok(words)
+}
+
+/// With no daemon running: what a daemon and the plugin left in its directory (the one the
+/// layout recorded and ours): the node files, a stale socket and lock.
+fn remove_daemon_files(dirs: &Dirs, bpffs: &Path) {
+    let recorded = DaemonDir::new(crate::direct_record::records_dir(dirs, bpffs));
+    for d in [&dirs.daemon, &recorded] {
+        d.remove_node_files();
+        let _ = std::fs::remove_file(d.socket());
+        let _ = std::fs::remove_file(d.lock());
+    }
+}
+
+/// `args` as one line a POSIX shell splits back into them (`-x ''` keeps its quotes), for the
+/// record's source: what `list` shows and a re-run can paste.
+pub(crate) fn join_args(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.,/:=@%+".contains(&b));
+            if plain {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Enrolls a namespace with a policy from istio-iptables args, a cluster.env or a JSON file.
 pub(crate) fn enroll(
     dirs: &Dirs,
@@ -127,8 +180,10 @@ pub(crate) fn enroll(
 ) -> anyhow::Result<()> {
     let (policy, source): (Policy, String) = match (istio_args, cluster_env, policy) {
         (Some(args), None, None) => {
-            let mut argv = split_args(args)?;
-            argv.extend(["--netns".to_owned(), netns_name.to_owned()]);
+            // The namespace first: a last flag missing its value (`-x`) is then named, rather
+            // than taking `--netns` as its value and leaving the path as a stray argument.
+            let mut argv = vec!["--netns".to_owned(), netns_name.to_owned()];
+            argv.extend(istio_args_words(args)?);
             let inv =
                 crate::missing_inputs::resolve(&argv, &crate::missing_inputs::Asking::ENROLL)?;
             crate::missing_inputs::say_notes(&inv);
@@ -252,6 +307,7 @@ pub(crate) fn uninstall(dirs: &Dirs, bpffs: Option<PathBuf>) -> anyhow::Result<(
     let _lock = lock_node(&dir)?;
     let enrollments = DaemonDir::new(crate::direct_record::records_dir(dirs, &dir)).enrollments();
     if !dir.exists() && !enrollments.exists() {
+        remove_daemon_files(dirs, &dir);
         println!(
             "nothing to do: no datapath pinned at {} and no enrollment files in {}",
             dir.display(),
@@ -276,6 +332,7 @@ pub(crate) fn uninstall(dirs: &Dirs, bpffs: Option<PathBuf>) -> anyhow::Result<(
     }
     remove_node_dir(&dir)?;
     let _ = std::fs::remove_dir_all(&enrollments);
+    remove_daemon_files(dirs, &dir);
     println!(
         "uninstalled: {} unpinned, every program detached",
         dir.display()
@@ -292,5 +349,25 @@ mod tests {
         let v = split_args(r#"-i '*' -x "" -b '*' -d 15090,15021"#).expect("split");
         assert_eq!(v, ["-i", "*", "-x", "", "-b", "*", "-d", "15090,15021"]);
         assert!(split_args("-i '*").is_err());
+    }
+
+    #[test]
+    fn joins_so_a_shell_splits_it_back() {
+        let args: Vec<String> = [
+            "-u",
+            "1337",
+            "-i",
+            "*",
+            "-x",
+            "",
+            "-d",
+            "15090,15021",
+            "a'b",
+        ]
+        .map(String::from)
+        .to_vec();
+        let line = super::join_args(&args);
+        assert_eq!(line, r"-u 1337 -i '*' -x '' -d 15090,15021 'a'\''b'");
+        assert_eq!(split_args(&line).expect("split"), args);
     }
 }

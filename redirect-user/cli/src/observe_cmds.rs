@@ -131,13 +131,16 @@ pub(crate) fn explain_inbound(
     bpffs: PathBuf,
     json: bool,
 ) -> anyhow::Result<()> {
-    let src: SocketAddr = match src.parse::<SocketAddr>() {
-        Ok(a) => a,
-        Err(_) => SocketAddr::new(
-            src.parse::<IpAddr>()
-                .with_context(|| format!("--src {src:?}: not IP or IP:PORT"))?,
-            0,
-        ),
+    // Without a port the client's port is any (the decision does not read it): shown as the
+    // address alone, never as port 0.
+    let (src, src_shown): (SocketAddr, String) = match src.parse::<SocketAddr>() {
+        Ok(a) => (a, a.to_string()),
+        Err(_) => {
+            let ip = src
+                .parse::<IpAddr>()
+                .with_context(|| format!("--src {src:?}: not IP or IP:PORT"))?;
+            (SocketAddr::new(ip, 0), ip.to_string())
+        }
     };
     let mut dp = open_pinned(&bpffs)?;
     let path = resolve_netns(Some(netns_name));
@@ -157,7 +160,7 @@ pub(crate) fn explain_inbound(
             netns: path.display().to_string(),
             cookie,
             protocol: "tcp",
-            src: src.to_string(),
+            src: src_shown,
             dst: dst.to_string(),
             iface,
             explained: Answer::from(&e),
@@ -166,7 +169,7 @@ pub(crate) fn explain_inbound(
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!(
-            "TCP {src} -> {dst}{} arriving in {}: {} ({}; rule: {}){}",
+            "TCP {src_shown} -> {dst}{} arriving in {}: {} ({}; rule: {}){}",
             iface.map(|i| format!(" on {i}")).unwrap_or_default(),
             path.display(),
             e.shown(),

@@ -66,8 +66,15 @@ pub(crate) struct Report {
     istio_init_args: Option<Vec<String>>,
     istio_init_policy: Option<Policy>,
     comparison: Option<Comparison>,
-    /// Annotation keys under Istio's sidecar prefixes that Istio does not define (ignored).
+    /// Annotation keys under Istio's sidecar prefixes (and ours, `redirect.dev/`) that neither
+    /// defines (ignored).
     warnings: Vec<redirect_k8s::UnknownKey>,
+    /// `redirect.dev/reset-uncaptured: "true"`: the pod's connections outside capture are reset
+    /// (with the daemon's `--reset-uncaptured`, every pod's are).
+    reset_uncaptured: bool,
+    /// What happens to the pod's istio-validation init container (Istio's, with istio-cni)
+    /// under its binding; none when it has none.
+    istio_validation: Option<&'static str>,
 }
 
 pub(crate) fn run(
@@ -181,6 +188,8 @@ fn report(d: &Document, cluster_dns: Option<IpAddr>) -> anyhow::Result<Option<Re
         None => None,
     };
     let comparison = istio_init_policy.as_ref().map(|i| compare(&policy, i));
+    let istio_validation = redirect_k8s::has_istio_validation(&target)
+        .then(|| redirect_k8s::validation_under(policy.proxy_bypass_closed));
     Ok(Some(Report {
         document: d.number,
         kind: d.kind().to_owned(),
@@ -193,23 +202,14 @@ fn report(d: &Document, cluster_dns: Option<IpAddr>) -> anyhow::Result<Option<Re
         istio_init_policy,
         comparison,
         warnings,
+        reset_uncaptured: redirect_k8s::reset_uncaptured(&target),
+        istio_validation,
     }))
 }
 
-/// An argument as a shell would need it.
-fn quote(a: &str) -> String {
-    let plain = !a.is_empty()
-        && a.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.,/:=".contains(&b));
-    if plain {
-        a.to_owned()
-    } else {
-        format!("'{}'", a.replace('\'', r"'\''"))
-    }
-}
-
+/// The arguments as one line a shell splits back into them (as `list` shows a source).
 fn args_line(args: &[String]) -> String {
-    args.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ")
+    crate::node_cmds::join_args(args)
 }
 
 fn render(r: &Report) -> String {
@@ -219,6 +219,9 @@ fn render(r: &Report) -> String {
     _ = writeln!(o, "  decision           {}", r.decision);
     for w in &r.warnings {
         _ = writeln!(o, "  WARNING            {w}");
+    }
+    if let Some(v) = r.istio_validation {
+        _ = writeln!(o, "  istio-validation   {v}");
     }
     if let Some(m) = &r.migrated_decision {
         _ = writeln!(
@@ -238,6 +241,15 @@ fn render(r: &Report) -> String {
     for line in describe_policy(&r.policy, r.policy.dual_stack) {
         _ = writeln!(o, "    {line}");
     }
+    _ = writeln!(
+        o,
+        "    reset uncaptured       {}",
+        if r.reset_uncaptured {
+            "yes (redirect.dev/reset-uncaptured)"
+        } else {
+            "no (unless the daemon runs with --reset-uncaptured)"
+        }
+    );
     let Some(c) = &r.comparison else {
         _ = writeln!(o, "  no istio-init container: nothing to compare");
         return o;

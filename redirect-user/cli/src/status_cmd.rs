@@ -113,9 +113,10 @@ fn failures_warning(node: &mut NodeStatus, n: u64) {
     }
 }
 
-/// Every namespace with a policy, as `redirect list` shows it (the daemon answered).
-fn captured(dirs: &Dirs, dir: &Path) -> anyhow::Result<Vec<EnrolledNs>> {
-    let view = crate::captured::node_view(dirs, dir)?;
+/// Every namespace with a policy, as `redirect list` shows it (`answered`: the daemon
+/// answered, so it is asked for its records; else they are read from its files at once).
+fn captured(dirs: &Dirs, dir: &Path, answered: bool) -> anyhow::Result<Vec<EnrolledNs>> {
+    let view = crate::captured::node_view_with(dirs, dir, answered)?;
     Ok(view
         .rows
         .into_iter()
@@ -153,10 +154,11 @@ fn node_report(dirs: &Dirs, dir: &Path) -> anyhow::Result<NodeStatus> {
                 ));
             }
             from_files(&mut node, dir, &daemon_dir)?;
-            node.captured = captured(dirs, dir)?;
+            node.captured = captured(dirs, dir, false)?;
             return Ok(node);
         }
     };
+    node.owner_answers = true;
     let mut dp = NodeDatapath::open(dir)?;
     for e in &listed.enrollments {
         check_kernel(
@@ -174,6 +176,6 @@ fn node_report(dirs: &Dirs, dir: &Path) -> anyhow::Result<NodeStatus> {
         answer.last_problem.as_deref(),
     );
     failures_warning(&mut node, answer.cni_add_unreachable);
-    node.captured = captured(dirs, dir)?;
+    node.captured = captured(dirs, dir, true)?;
     Ok(node)
 }

@@ -8,10 +8,12 @@ use tracing_subscriber::EnvFilter;
 
 /// The log file for a daemon socket at `socket`.
 pub(crate) fn path(socket: &Path) -> std::path::PathBuf {
-    socket
-        .parent()
-        .unwrap_or_else(|| Path::new("/run/redirect/daemon"))
-        .join("cni.log")
+    redirect_daemon_api::DaemonDir::new(
+        socket
+            .parent()
+            .unwrap_or_else(|| Path::new(redirect_daemon_api::DEFAULT_DIR)),
+    )
+    .cni_log()
 }
 
 /// Size past which the log is rotated.

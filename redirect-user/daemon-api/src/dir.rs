@@ -47,6 +47,35 @@ impl DaemonDir {
         self.0.join(crate::cni_failures::FILE)
     }
 
+    /// The daemon's health record (its repairs, a standing alarm).
+    pub fn health(&self) -> PathBuf {
+        self.0.join("health")
+    }
+
+    /// The CNI plugin's log (and `cni.log.1`, the one rotated aside).
+    pub fn cni_log(&self) -> PathBuf {
+        self.0.join("cni.log")
+    }
+
+    /// The files the daemon and the plugin leave in the directory besides the enrollments, the
+    /// socket and the lock: what an uninstall removes with them.
+    pub fn node_files(&self) -> Vec<PathBuf> {
+        vec![
+            self.health(),
+            self.cni_log(),
+            self.0.join("cni.log.1"),
+            self.cni_failures(),
+            self.0.join(crate::cni_failures::REFUSED_FILE),
+        ]
+    }
+
+    /// Removes [`Self::node_files`] (those there; the rest is left as it is).
+    pub fn remove_node_files(&self) {
+        for file in self.node_files() {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+
     /// True while a daemon holds the single-instance lock.
     pub fn running(&self) -> bool {
         let Ok(file) = File::open(self.lock()) else {

@@ -51,10 +51,13 @@ pub(crate) fn render(
             })
             .collect();
     }
+    let scope = status.scope.to_string();
     Ok(render_metrics(&Exposition {
         counters: status.counters.clone(),
         per_netns: rows,
         maps: status.fill.clone(),
+        capacity: status.capacity.clone(),
+        build: Some((env!("CARGO_PKG_VERSION"), status.layout, &scope)),
     }))
 }
 

@@ -21,7 +21,7 @@ pub struct Health {
 
 /// `DIR/health`.
 pub(crate) fn health_path(dir: &Path) -> std::path::PathBuf {
-    dir.join("health")
+    redirect_daemon_api::DaemonDir::new(dir).health()
 }
 
 /// Reads `DIR/health` (none yet: all well).

@@ -21,6 +21,8 @@ pub(crate) struct Resolution {
     /// When meshed: the policy, or why the pod cannot be captured (the annotation or field
     /// and its value).
     pub policy: Option<Result<Policy, String>>,
+    /// The pod has Istio's istio-validation init container (a strict binding fails it).
+    pub validation: bool,
 }
 
 impl Resolution {
@@ -34,7 +36,11 @@ impl Resolution {
             }
             Decision::Skipped { .. } => None,
         };
-        Self { decision, policy }
+        Self {
+            decision,
+            policy,
+            validation: redirect_k8s::has_istio_validation(pod),
+        }
     }
 }
 
@@ -56,7 +62,7 @@ thread_local! {
     pub(crate) static UNKNOWN_CHECKS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// Warns of `pod`'s annotations under Istio's sidecar prefixes that Istio does not define.
+/// Warns of `pod`'s annotations under Istio's sidecar prefixes (and ours) that nothing defines.
 fn warn_unknown(pod: &Pod) {
     #[cfg(test)]
     UNKNOWN_CHECKS.with(|c| c.set(c.get() + 1));
@@ -69,7 +75,8 @@ fn warn_unknown(pod: &Pod) {
             pod = %format!("{}/{}", m.namespace.as_deref().unwrap_or(""), m.name.as_deref().unwrap_or("")),
             key = %unknown.key,
             did_you_mean = unknown.did_you_mean.unwrap_or("-"),
-            "an annotation under Istio's sidecar prefixes that Istio does not define: nothing reads it"
+            "an annotation under Istio's sidecar prefixes or ours (redirect.dev/) that neither \
+                defines: nothing reads it"
         );
     }
 }

@@ -11,10 +11,28 @@ pub const PROXY_BINDING: &str = "redirect.dev/proxy-binding";
 /// The annotation.
 pub const RESET_UNCAPTURED: &str = "redirect.dev/reset-uncaptured";
 
-/// Whether `pod` asks that its connections outside capture be reset (`"true"`, any case).
+/// Whether `pod` asks that its connections outside capture be reset (`"true"`, any case); a
+/// value that is neither true nor false counts as no here, and is refused, named, where the
+/// pod's policy is made ([`reset_value`], from [`crate::policy`]).
 #[must_use]
 pub fn reset_uncaptured(pod: &Pod) -> bool {
-    annotation(pod, RESET_UNCAPTURED).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    reset_value(pod).unwrap_or(false)
+}
+
+/// The reset annotation's value: `true` or `false` (any case) or none; any other value (`yes`,
+/// `1`) is refused, named, rather than silently taken as false.
+pub(crate) fn reset_value(pod: &Pod) -> Result<bool, Error> {
+    match annotation(pod, RESET_UNCAPTURED).map(str::trim) {
+        None => Ok(false),
+        Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
+        Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
+        Some(other) => Err(Error::invalid(
+            &format!("annotation {RESET_UNCAPTURED}"),
+            other,
+            other,
+            "is neither \"true\" nor \"false\"",
+        )),
+    }
 }
 
 /// Whether `pod` asks for a strict binding: `strict` yes, `istio` (istio-iptables' owner match
@@ -42,6 +60,24 @@ mod tests {
             v["metadata"]["annotations"][PROXY_BINDING] = value.into();
         }
         serde_json::from_value(v).expect("pod")
+    }
+
+    #[test]
+    fn reset_is_true_or_false_and_other_values_are_named() {
+        let with = |v: &str| {
+            let mut v_pod = serde_json::json!({"metadata": {"name": "web", "annotations": {}}});
+            v_pod["metadata"]["annotations"][RESET_UNCAPTURED] = v.into();
+            serde_json::from_value::<Pod>(v_pod).expect("pod")
+        };
+        assert!(!reset_value(&pod(None)).expect("none"));
+        assert!(reset_value(&with("True")).expect("true"));
+        assert!(!reset_value(&with("false")).expect("false"));
+        let err = reset_value(&with("yes")).expect_err("refused").to_string();
+        assert!(
+            err.contains(RESET_UNCAPTURED) && err.contains("yes"),
+            "{err}"
+        );
+        assert!(!reset_uncaptured(&with("yes")));
     }
 
     #[test]

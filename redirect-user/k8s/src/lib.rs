@@ -29,6 +29,7 @@ mod pod;
 mod policy;
 mod trim;
 mod unknown_keys;
+mod validation;
 
 #[cfg(test)]
 mod args_tests;
@@ -50,6 +51,7 @@ pub use annotations::{
 pub use k8s_openapi::api::core::v1::Pod;
 pub use trim::{trimmed, READ_ANNOTATIONS, READ_ENV, READ_LABELS};
 pub use unknown_keys::{checked_keys, unknown_keys, UnknownKey};
+pub use validation::{has_istio_validation, validation_under, ISTIO_VALIDATION};
 
 // A pod decided (meshed or skipped), its policy, its proxy binding; what went wrong.
 pub use binding::{reset_uncaptured, PROXY_BINDING, RESET_UNCAPTURED};

@@ -36,6 +36,9 @@ pub fn policy(pod: &Pod, cluster_dns: Option<IpAddr>) -> Result<Policy, Error> {
         Err(e) => return Err(blame(&plan, &args, e)),
     };
     policy.proxy_bypass_closed = crate::binding::strict(pod)?;
+    // Read elsewhere (the daemon's reset of uncaptured connections), refused here when it is
+    // neither true nor false, as a bad proxy-binding is.
+    crate::binding::reset_value(pod)?;
     Ok(policy)
 }
 

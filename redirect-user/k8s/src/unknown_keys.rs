@@ -1,13 +1,17 @@
 //! Annotation keys under Istio's sidecar prefixes that Istio does not define: a typo there
 //! (`traffic.sidecar.istio.io/excludeOutboundPort`) is ignored by the injector and istio-cni
 //! alike, so the pod silently keeps the capture the operator meant to change. Named with the
-//! closest key Istio defines, as `istioctl analyze` (IST0108) would.
+//! closest key Istio defines, as `istioctl analyze` (IST0108) would. Ours under `redirect.dev/`
+//! likewise (`redirect.dev/proxybinding` names `redirect.dev/proxy-binding`).
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
 /// The prefixes checked.
-const PREFIXES: [&str; 2] = ["sidecar.istio.io/", "traffic.sidecar.istio.io/"];
+const PREFIXES: [&str; 3] = ["sidecar.istio.io/", "traffic.sidecar.istio.io/", OUR_PREFIX];
+
+/// Our own annotations' prefix.
+const OUR_PREFIX: &str = "redirect.dev/";
 
 /// The keys Istio defines under [`PREFIXES`] (its annotation list), and ours read beside them.
 pub(crate) const KNOWN: &[&str] = &[
@@ -47,6 +51,8 @@ pub(crate) const KNOWN: &[&str] = &[
     "traffic.sidecar.istio.io/excludeOutboundPorts",
     "traffic.sidecar.istio.io/excludeInterfaces",
     "traffic.sidecar.istio.io/kubevirtInterfaces",
+    crate::binding::PROXY_BINDING,
+    crate::binding::RESET_UNCAPTURED,
 ];
 
 /// One annotation key Istio does not define.
@@ -61,9 +67,14 @@ pub struct UnknownKey {
 
 impl std::fmt::Display for UnknownKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let whose = if self.key.starts_with(OUR_PREFIX) {
+            "redirect"
+        } else {
+            "Istio"
+        };
         write!(
             f,
-            "annotation {} is not one Istio defines, so nothing reads it",
+            "annotation {} is not one {whose} defines, so nothing reads it",
             self.key
         )?;
         match self.did_you_mean {
@@ -121,6 +132,24 @@ mod tests {
                 .collect(),
         );
         pod
+    }
+
+    #[test]
+    fn a_typo_of_ours_is_named_with_our_key_meant() {
+        let pod = annotated(&[
+            "redirect.dev/proxybinding",
+            "redirect.dev/proxy-binding",
+            "redirect.dev/reset-uncaptured",
+        ]);
+        let found = unknown_keys(&pod);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].did_you_mean, Some("redirect.dev/proxy-binding"));
+        let shown = found[0].to_string();
+        assert!(
+            shown.contains("redirect.dev/proxybinding is not one redirect defines")
+                && shown.ends_with("did you mean redirect.dev/proxy-binding?"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -237,7 +237,19 @@ fn sigkill_leaves_no_gap_restart_adopts_uninstall_leaves_nothing() {
         CAPTURED
     );
 
-    // Uninstall: no pins, no programs, no enrollment files.
+    // Uninstall: no pins, no programs, no enrollment files, none of the files the daemon and
+    // the plugin write beside them (planted here as they write them: a repair's health record,
+    // the plugin's log and its two failure counts).
+    let left_by_others = [
+        "health",
+        "cni.log",
+        "cni.log.1",
+        "cni-add-unreachable",
+        "cni-add-refused",
+    ];
+    for name in left_by_others {
+        std::fs::write(node.dir.join(name), "1\n").expect("plant");
+    }
     node.ok(&["uninstall"]);
     assert!(!node.pins.exists(), "pins left");
     wait_detached(node.cgroup.path());
@@ -245,6 +257,20 @@ fn sigkill_leaves_no_gap_restart_adopts_uninstall_leaves_nothing() {
         !node.dir.join("enrollments").exists(),
         "enrollment files left"
     );
+    redirect_testkit::eventually(
+        "the daemon directory emptied of ours",
+        Duration::from_secs(10),
+        || {
+            let left: Vec<&str> = left_by_others
+                .iter()
+                .copied()
+                .chain(["daemon.sock", "daemon.lock"])
+                .filter(|n| node.dir.join(n).exists())
+                .collect();
+            left.is_empty().then_some(()).ok_or(left)
+        },
+    )
+    .expect("uninstall left files in the daemon directory");
     assert_eq!(
         reach(&w, node.cgroup.path(), (1000, 1000), "192.0.2.10:80"),
         "at=world/192.0.2.10:80 orig=192.0.2.10:80"

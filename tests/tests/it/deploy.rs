@@ -174,6 +174,11 @@ fn manifests_parse_grant_only_pod_reads_and_name_real_commands() {
             "{name}: {probe:?}"
         );
         assert_cli_accepts(&probe[1..]);
+        if !c["livenessProbe"].is_null() {
+            let live = words(&c["livenessProbe"]["exec"]["command"]);
+            assert_eq!(live.first().map(String::as_str), Some("redirect"), "{name}");
+            assert_cli_accepts(&live[1..]);
+        }
         for mount in c["volumeMounts"].as_array().expect("mounts") {
             assert!(
                 volumes.contains_key(mount["name"].as_str().expect("name")),
@@ -182,6 +187,19 @@ fn manifests_parse_grant_only_pod_reads_and_name_real_commands() {
         }
     }
     assert_eq!(names, ["redirect", "install-cni"]);
+    // The daemon is ready when it answers (not when its files can be read), alive while it
+    // answers at all; each exec probe has a timeout above the wait it asks for.
+    let daemon = &containers[0];
+    assert_eq!(
+        words(&daemon["readinessProbe"]["exec"]["command"]),
+        ["redirect", "ping"]
+    );
+    assert_eq!(
+        words(&daemon["livenessProbe"]["exec"]["command"])[..2],
+        ["redirect", "ping"]
+    );
+    assert!(daemon["livenessProbe"]["timeoutSeconds"].as_u64() > Some(10));
+    assert!(daemon["readinessProbe"]["timeoutSeconds"].as_u64() > Some(3));
     let install = &containers[1];
     let args = words(&install["args"]);
     assert_eq!(args[..2], ["install-cni", "--watch"]);

@@ -98,6 +98,11 @@ fn explain_inbound_names_the_rule_for_each_arrival() {
             "{src} -> {dst}: {out}"
         );
         assert!(out.contains(why), "{src} -> {dst}: {out}");
+        // A source without a port is shown as given, never as port 0.
+        assert!(
+            out.starts_with(&format!("TCP {src} -> {dst}")) && !out.contains(":0 ->"),
+            "{src} -> {dst}: {out}"
+        );
     }
     let json = node.ok(&[
         "explain",

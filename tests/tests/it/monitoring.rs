@@ -17,15 +17,15 @@ use redirect_tests::{
     procs::Proxy,
 };
 
-const PROMTOOL: &str = "/usr/bin/promtool";
+pub(crate) const PROMTOOL: &str = "/usr/bin/promtool";
 
-fn promtool_missing() -> Option<String> {
+pub(crate) fn promtool_missing() -> Option<String> {
     (!Path::new(PROMTOOL).exists()).then(|| {
         format!("{PROMTOOL} is missing (Debian's prometheus; cargo xtask setup installs it)")
     })
 }
 
-fn monitoring_dir() -> PathBuf {
+pub(crate) fn monitoring_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/monitoring")
 }
 
@@ -82,8 +82,10 @@ fn the_daemons_and_the_proxys_metrics_pass_promtool() {
         "{text}"
     );
     for family in [
+        "redirect_build_info",
         "redirect_decisions_total",
         "redirect_map_entries",
+        "redirect_map_capacity",
         "redirect_cni_add_unreachable_total",
         "redirect_cni_add_refused_total",
     ] {
@@ -91,6 +93,27 @@ fn the_daemons_and_the_proxys_metrics_pass_promtool() {
             text.contains(&format!("# TYPE {family} ")),
             "{family} missing: {text}"
         );
+    }
+    // The build and datapath serving, and each map's capacity beside its fill (the kernel's
+    // max_entries, never 0 for a map that exists).
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        text.contains(&format!(
+            "redirect_build_info{{version=\"{version}\",layout=\""
+        )) && text.contains("scope=\"root\"} 1\n"),
+        "{text}"
+    );
+    for map in ["TRACKED", "NETNS_OUTBOUND", "POD_ADDRS"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("redirect_map_capacity{{map=\"{map}\"}} ")))
+            .unwrap_or_else(|| panic!("no capacity of {map}: {text}"));
+        let cap: u64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("number");
+        assert!(cap > 0, "{line}");
     }
     let (ok, lint) = promtool(&["check", "metrics"], &text);
     assert!(ok, "promtool check metrics (daemon): {lint}\n{text}");

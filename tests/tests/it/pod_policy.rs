@@ -167,3 +167,93 @@ fn help_teaches_the_rules() {
         assert!(s.contains(want), "{want:?} missing in:\n{s}");
     }
 }
+
+#[test]
+fn our_annotations_are_checked_and_shown() {
+    let annotate = |extra: &str| {
+        reference::inject("hello.yaml").replace(
+            "        istio.io/rev: default\n",
+            &format!("        istio.io/rev: default\n{extra}"),
+        )
+    };
+    // A typo in our key: warned with the key meant, and the binding stays istio's.
+    let out = pod_policy(
+        &["-"],
+        Some(&annotate("        redirect.dev/proxybinding: strict\n")),
+    );
+    let (o, e) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        e.contains("redirect.dev/proxybinding is not one redirect defines")
+            && e.contains("did you mean redirect.dev/proxy-binding?"),
+        "{e}"
+    );
+    assert!(
+        o.contains("proxy binding          uid/gid anywhere in the namespace"),
+        "{o}"
+    );
+    assert!(o.contains("reset uncaptured       no"), "{o}");
+    // Both of ours, written right: shown in the text.
+    let out = pod_policy(
+        &["-"],
+        Some(&annotate(
+            "        redirect.dev/proxy-binding: strict\n        redirect.dev/reset-uncaptured: \"true\"\n",
+        )),
+    );
+    let o = text(&out.stdout);
+    assert!(
+        o.contains("proxy binding          strict: closed")
+            && o.contains("reset uncaptured       yes (redirect.dev/reset-uncaptured)"),
+        "{o}{}",
+        text(&out.stderr)
+    );
+    // A value that is neither true nor false is refused, named, not taken as false.
+    let out = pod_policy(
+        &["-"],
+        Some(&annotate(
+            "        redirect.dev/reset-uncaptured: \"yes\"\n",
+        )),
+    );
+    let e = text(&out.stderr);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        e.contains("redirect.dev/reset-uncaptured") && e.contains("yes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn istio_validation_is_said_to_pass_under_either_binding() {
+    // The pod as the injector emits it with istio-cni: istio-validation where istio-init was.
+    let with_validation = |extra: &str| {
+        reference::inject("hello.yaml")
+            .replace(
+                "        name: istio-init\n",
+                "        name: istio-validation\n",
+            )
+            .replace(
+                "        istio.io/rev: default\n",
+                &format!("        istio.io/rev: default\n{extra}"),
+            )
+    };
+    let out = pod_policy(
+        &["-"],
+        Some(&with_validation(
+            "        redirect.dev/proxy-binding: strict\n",
+        )),
+    );
+    let o = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        o.contains(
+            "istio-validation   passes: while it runs, the uid bypass follows its container"
+        ),
+        "{o}"
+    );
+    let o = text(&pod_policy(&["-"], Some(&with_validation(""))).stdout);
+    assert!(
+        o.contains("istio-validation   passes: its dial as the proxy's uid to 127.0.0.6:15002"),
+        "{o}"
+    );
+    let o = text(&pod_policy(&[&path("hello.yaml")], None).stdout);
+    assert!(!o.contains("istio-validation   "), "no such container: {o}");
+}

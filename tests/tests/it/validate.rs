@@ -31,7 +31,7 @@ fn validate_proves_capture_and_fails_without_it() {
         "-u 1337 -i ''",
     ]);
     let cg = node.cgroup.path().display().to_string();
-    let validate = |w: &World| {
+    let validate_within = |w: &World, ms: &str| {
         node.run(&[
             "validate",
             "--netns",
@@ -39,9 +39,23 @@ fn validate_proves_capture_and_fails_without_it() {
             "--cgroup",
             &cg,
             "--timeout-ms",
-            "1000",
+            ms,
         ])
     };
+    let validate = |w: &World| validate_within(w, "1000");
+
+    // A passing run returns as soon as both connections arrive, not after its timeout: with
+    // 30 s per check, well below one of them (it took 2 x 30 s when the dial waited out its
+    // read timeout before the listener accepted).
+    let started = std::time::Instant::now();
+    let out = validate_within(&good, "30000");
+    let took = started.elapsed();
+    assert!(
+        out.status.success() && took < std::time::Duration::from_secs(15),
+        "a passing validate took {took:?} of its 2 x 30 s: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let out = validate(&good);
     let text = String::from_utf8_lossy(&out.stdout);

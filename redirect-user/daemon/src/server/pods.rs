@@ -41,7 +41,11 @@ impl Daemon {
     /// The pod's decision, and its policy when meshed: both resolved when the watch
     /// delivered the pod (or when it had to be read with a GET), only looked up here.
     /// `found` when the request's task read it already.
-    fn resolve(&self, pod: &PodRef, found: Option<Found>) -> Result<(Decision, Option<Policy>)> {
+    fn resolve(
+        &self,
+        pod: &PodRef,
+        found: Option<Found>,
+    ) -> Result<(Decision, Option<Policy>, bool)> {
         let found = match found {
             Some(found) => found?,
             None => self
@@ -64,7 +68,7 @@ impl Daemon {
                 })
             }
         };
-        Ok((resolution.decision.clone(), policy))
+        Ok((resolution.decision.clone(), policy, resolution.validation))
     }
 
     /// A pod's policy with the node's `--strict-proxy-binding`: its bypass starts closed.
@@ -93,7 +97,7 @@ impl Daemon {
         let cpu = ThreadCpu::now();
         let resolved = self.resolve(&pod, found);
         phases.mark("resolve");
-        let (decision, policy) = resolved?;
+        let (decision, policy, validation) = resolved?;
         let Some(policy) = policy.map(|p| self.node_binding(p)) else {
             tracing::info!(%pod, %decision, "pod not meshed: left alone");
             return Ok(answer(
@@ -102,6 +106,10 @@ impl Daemon {
                 format!("{pod} is not meshed: {decision}"),
             ));
         };
+        if validation {
+            tracing::debug!(%pod, strict = policy.proxy_bypass_closed,
+                "istio-validation {}", redirect_k8s::validation_under(policy.proxy_bypass_closed));
+        }
         let cookie = self
             .enroll_pod(&pod, (netns, fd), ips, policy, &mut phases, cpu)
             .inspect_err(|e| {
@@ -264,7 +272,7 @@ impl Daemon {
         ips: &[IpAddr],
         found: Option<Found>,
     ) -> Result<PodAnswer> {
-        let (decision, policy) = self.resolve(pod, found)?;
+        let (decision, policy, _) = self.resolve(pod, found)?;
         // The namespace the runtime means (its descriptor), at the path the daemon sees it.
         let opened = super::netns_in::open(netns, fd);
         let here = opened

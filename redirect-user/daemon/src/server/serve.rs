@@ -64,6 +64,7 @@ impl Daemon {
         let dir = DaemonDir::new(&self.opts.dir);
         let _ = std::fs::remove_file(dir.socket());
         if self.uninstalled {
+            dir.remove_node_files();
             let _ = std::fs::remove_file(dir.lock());
         }
         tracing::info!(

@@ -19,6 +19,10 @@ pub struct Exposition<'a> {
     pub per_netns: Vec<(NetnsCookie, &'a str, Counts)>,
     /// Entries per map.
     pub maps: Vec<(&'static str, usize)>,
+    /// Capacity (`max_entries`) per map, for the maps of `maps` it is known for.
+    pub capacity: Vec<(&'static str, usize)>,
+    /// The build and datapath serving: (version, layout, attach scope).
+    pub build: Option<(&'a str, u32, &'a str)>,
 }
 
 /// The node-wide decisions counter.
@@ -27,10 +31,24 @@ pub(crate) const DECISIONS: &str = "redirect_decisions_total";
 pub(crate) const NETNS_DECISIONS: &str = "redirect_netns_decisions_total";
 /// The map fill gauge.
 pub(crate) const MAP_ENTRIES: &str = "redirect_map_entries";
+/// The map capacity gauge.
+pub(crate) const MAP_CAPACITY: &str = "redirect_map_capacity";
+/// The build info gauge (always 1; the labels are the information).
+pub(crate) const BUILD_INFO: &str = "redirect_build_info";
 
 /// Renders `e` in the Prometheus text exposition format.
 pub fn render(e: &Exposition<'_>) -> String {
     let mut t = Text::new();
+    if let Some((version, layout, scope)) = e.build {
+        t.family(
+            BUILD_INFO,
+            Kind::Gauge,
+            "The daemon's build: its version, the pinned datapath's layout and attach scope.",
+        );
+        let layout = layout.to_string();
+        let labels = [("version", version), ("layout", &layout), ("scope", scope)];
+        t.sample(BUILD_INFO, &labels, 1u64);
+    }
     t.family(
         DECISIONS,
         Kind::Counter,
@@ -59,6 +77,14 @@ pub fn render(e: &Exposition<'_>) -> String {
     for (map, n) in &e.maps {
         t.sample(MAP_ENTRIES, &[("map", map)], n);
     }
+    if !e.capacity.is_empty() {
+        let help = "Capacity (max_entries) of the datapath's maps: a full hash map refuses \
+            new entries, a full LRU map (INBOUND) evicts its oldest.";
+        t.family(MAP_CAPACITY, Kind::Gauge, help);
+    }
+    for (map, n) in &e.capacity {
+        t.sample(MAP_CAPACITY, &[("map", map)], n);
+    }
     t.finish()
 }
 
@@ -80,14 +106,21 @@ mod tests {
             counters: vec![("redirected", 3), ("bypass_uid", 0)],
             per_netns: vec![(NetnsCookie(7), "/run/netns/a\"b", vec![("redirected", 0)])],
             maps: vec![("TRACKED", 1)],
+            capacity: vec![("TRACKED", 65536)],
+            build: Some(("0.1.0", 7, "root")),
         });
         assert!(text.contains("# TYPE redirect_decisions_total counter\n"));
+        assert!(text.starts_with("# HELP redirect_build_info"), "{text}");
+        assert!(
+            text.contains("redirect_build_info{version=\"0.1.0\",layout=\"7\",scope=\"root\"} 1\n")
+        );
+        assert!(text.contains("redirect_map_entries{map=\"TRACKED\"} 1\n"));
         assert!(text.contains("redirect_decisions_total{decision=\"redirected\"} 3\n"));
         assert!(text.contains("redirect_decisions_total{decision=\"bypass_uid\"} 0\n"));
         assert!(text.contains(
             "redirect_netns_decisions_total{netns=\"/run/netns/a\\\"b\",cookie=\"7\",decision=\"redirected\"} 0\n"
         ));
-        assert!(text.ends_with("redirect_map_entries{map=\"TRACKED\"} 1\n"));
+        assert!(text.ends_with("redirect_map_capacity{map=\"TRACKED\"} 65536\n"));
     }
 
     #[test]
@@ -96,8 +129,13 @@ mod tests {
             counters: vec![("redirected", 3)],
             per_netns: Vec::new(),
             maps: vec![("TRACKED", 1)],
+            ..Exposition::default()
         });
         assert!(!text.contains(NETNS_DECISIONS), "{text}");
+        assert!(
+            !text.contains(BUILD_INFO) && !text.contains(MAP_CAPACITY),
+            "{text}"
+        );
         assert!(text.contains("redirect_decisions_total{decision=\"redirected\"} 3\n"));
     }
 }

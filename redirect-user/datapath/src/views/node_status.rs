@@ -48,7 +48,7 @@ pub struct NodeStatus {
     /// Pin directory.
     pub(crate) dir: PathBuf,
     /// Layout version of the pins.
-    pub(crate) layout: u32,
+    pub layout: u32,
     /// `daemon` or `cli`.
     #[cfg_attr(
         feature = "schema",
@@ -59,6 +59,9 @@ pub struct NodeStatus {
     pub(crate) owner_pid: Option<u32>,
     /// Whether that daemon is running.
     pub(crate) owner_up: bool,
+    /// Whether it answered on its socket (`redirect status` asks it; a running daemon that does
+    /// not answer, stopped or hung, follows nothing).
+    pub owner_answers: bool,
     /// The capture attach cgroup (path when found, else `cgroup id N`).
     pub(crate) cgroup: String,
     /// The proxy attach cgroup (getsockopt, sock_ops).
@@ -67,7 +70,7 @@ pub struct NodeStatus {
     pub(crate) links: Vec<String>,
     /// Where the cgroup programs are linked: once at `cgroup` (`root`), or at each enrolled
     /// pod's cgroup (`per-pod`).
-    pub(crate) scope: crate::AttachScope,
+    pub scope: crate::AttachScope,
     /// The per-pod scope: the cgroup ids of the pods whose cgroups are linked.
     pub(crate) pod_cgroups: Vec<u64>,
     /// The sk_lookup program it runs (the one without `ingress_ifindex` refuses `-c`/`-k`).
@@ -82,6 +85,13 @@ pub struct NodeStatus {
         schemars(schema_with = "crate::views::schema::fill")
     )]
     pub fill: Vec<(&'static str, usize)>,
+    /// Each map of `fill`'s capacity (its `max_entries`, as created for this node's sizing).
+    #[serde(serialize_with = "crate::views::json::pairs_as_object")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::views::schema::fill")
+    )]
+    pub capacity: Vec<(&'static str, usize)>,
     /// Every decision counter summed over CPUs, zeros included.
     #[serde(serialize_with = "crate::views::json::pairs_as_object")]
     #[cfg_attr(
@@ -120,6 +130,16 @@ fn names(dir: &Path) -> Vec<String> {
         .unwrap_or_default();
     v.sort();
     v
+}
+
+/// The map's `max_entries` as the kernel reports it.
+fn max_entries(store: &mut dyn MapStore, name: &'static str) -> Option<usize> {
+    let data: &MapData = match store.map(name).ok()? {
+        aya::maps::Map::HashMap(d) | aya::maps::Map::LruHashMap(d) => d,
+        _ => return None,
+    };
+    let max = data.info().ok()?.max_entries();
+    (max > 0).then(|| usize::try_from(max).unwrap_or(usize::MAX))
 }
 
 fn entries(store: &mut dyn MapStore, name: &'static str) -> usize {
@@ -161,6 +181,7 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
     let sk_lookup = dp.sk_lookup();
     let store = dp.maps();
     let mut fill = Vec::new();
+    let mut capacity = Vec::new();
     for name in [
         map_names::NETNS_OUTBOUND,
         map_names::NETNS_INBOUND,
@@ -170,6 +191,10 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
         map_names::LOCAL_CONNECTS,
     ] {
         fill.push((name, entries(store, name)));
+        // Left out when the kernel does not say (never exported as 0).
+        if let Some(max) = max_entries(store, name) {
+            capacity.push((name, max));
+        }
     }
     let counters: PerCpuArray<&mut MapData, u64> =
         PerCpuArray::try_from(store.map(map_names::COUNTERS)?)
@@ -195,6 +220,7 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
         owner,
         owner_pid,
         owner_up: crate::node::layout::daemon_up(dir, &layout),
+        owner_answers: false,
         cgroup: cgroup_name(layout.app_cgroup),
         proxy_cgroup: cgroup_name(layout.proxy_cgroup),
         links: names(&dir.join("links")),
@@ -209,6 +235,7 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
             .filter_map(|n| n.parse::<u64>().ok().map(NetnsCookie))
             .collect(),
         fill,
+        capacity,
         counters: totals,
         captured: Vec::new(),
         programs: crate::load::program_stats::of_pins(dir)
@@ -222,7 +249,11 @@ pub fn collect(dir: &Path) -> Result<NodeStatus> {
 /// Text form.
 pub(crate) fn render(s: &NodeStatus) -> String {
     let owner = match (s.owner_pid, s.owner_up) {
-        (Some(pid), true) => format!("the redirect daemon, pid {pid} (up)"),
+        (Some(pid), true) if s.owner_answers => format!("the redirect daemon, pid {pid} (up)"),
+        (Some(pid), true) => format!(
+            "the redirect daemon, pid {pid} (running but not answering on its socket: capture \
+                stays, nothing follows addresses until it answers)"
+        ),
         (Some(pid), false) => {
             format!(
                 "the redirect daemon, pid {pid} (down: capture stays, nothing follows addresses)"
@@ -265,7 +296,10 @@ pub(crate) fn render(s: &NodeStatus) -> String {
     }
     out.push_str("  map fill:");
     for (name, n) in &s.fill {
-        out.push_str(&format!(" {name}={n}"));
+        match s.capacity.iter().find(|(c, _)| c == name) {
+            Some((_, cap)) => out.push_str(&format!(" {name}={n}/{cap}")),
+            None => out.push_str(&format!(" {name}={n}")),
+        }
     }
     out.push('\n');
     for EnrolledNs {

@@ -6,6 +6,7 @@ use std::{
     io::Read as _,
     net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream},
     path::Path,
+    thread::JoinHandle,
     time::Duration,
 };
 
@@ -79,8 +80,9 @@ fn become_on_this_thread(id: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Dials `dst` as `id` from a thread of its own (in this process's namespace).
-fn dial_as(id: u32, dst: SocketAddr, timeout: Duration) -> std::io::Result<()> {
+/// Dials `dst` as `id` from a thread of its own (in this process's namespace), then waits for
+/// the far end to close (at most `timeout`): the caller accepts meanwhile, see [`dial_and_accept`].
+fn dial_as(id: u32, dst: SocketAddr, timeout: Duration) -> JoinHandle<std::io::Result<()>> {
     std::thread::spawn(move || {
         become_on_this_thread(id)?;
         let mut s = TcpStream::connect_timeout(&dst, timeout)?;
@@ -89,11 +91,27 @@ fn dial_as(id: u32, dst: SocketAddr, timeout: Duration) -> std::io::Result<()> {
         let _ = s.read(&mut b);
         Ok(())
     })
-    .join()
-    .map_err(|_| std::io::Error::other("dial thread panicked"))?
 }
 
-/// Accepts one connection within `timeout` and returns its original destination.
+/// Dials `dst` as `id` and accepts on `listener` at the same time: a captured dial is accepted
+/// (its original destination read) and closed at once, so a passing check returns as soon as the
+/// connection arrives, not after `timeout`. Returns what arrived and how the dial ended.
+fn dial_and_accept(
+    id: u32,
+    dst: SocketAddr,
+    listener: &TcpListener,
+    timeout: Duration,
+) -> (Option<SocketAddr>, std::io::Result<()>) {
+    let dialling = dial_as(id, dst, timeout);
+    let got = arrival(listener, timeout);
+    let dialled = dialling
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("dial thread panicked")));
+    (got, dialled)
+}
+
+/// Accepts one connection within `timeout` and returns its original destination (the accepted
+/// socket is closed on return, which ends the dialler's read).
 fn arrival(listener: &TcpListener, timeout: Duration) -> Option<SocketAddr> {
     listener.set_nonblocking(true).ok()?;
     let start = std::time::Instant::now();
@@ -141,8 +159,7 @@ pub fn run(store: &mut dyn MapStore, netns_path: &Path, timeout: Duration) -> Re
     let in_l = listen_on(policy.inbound_port).map_err(|e| busy(policy.inbound_port, e))?;
     let mut checks = Vec::new();
 
-    let dialled = dial_as(APP_ID, PROBE_DST, timeout);
-    let got = arrival(&out_l, timeout);
+    let (got, dialled) = dial_and_accept(APP_ID, PROBE_DST, &out_l, timeout);
     checks.push(Check {
         name: "outbound",
         ok: got == Some(PROBE_DST),
@@ -164,8 +181,7 @@ pub fn run(store: &mut dyn MapStore, netns_path: &Path, timeout: Duration) -> Re
     match pod_ip {
         Some(ip) if policy.n_uids > 0 => {
             let dst = SocketAddr::new(ip, 15099);
-            let dialled = dial_as(proxy_uid, dst, timeout);
-            let got = arrival(&in_l, timeout);
+            let (got, dialled) = dial_and_accept(proxy_uid, dst, &in_l, timeout);
             checks.push(Check {
                 name: "inbound",
                 ok: got == Some(dst),
