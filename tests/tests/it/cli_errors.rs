@@ -111,48 +111,31 @@ fn flag_errors_name_the_flag_before_anything_is_loaded() {
         String::from_utf8_lossy(&out.stderr).contains("/nonexistent-rdx/daemon.sock"),
         "{out:?}"
     );
-    // A last flag without its value inside --istio-args is named as istio-iptables names it,
-    // not taken as eating the namespace (`unexpected argument "/run/netns/..."`).
-    let out = run(&[
-        "enroll",
-        "--netns",
-        "nope-rdx",
-        "--istio-args",
-        "-u 1337 -i '*' -x",
-    ]);
-    let e = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{out:?}");
-    assert!(
-        e.contains("flag -x/--istio-service-exclude-cidr needs a value")
-            && !e.contains("unexpected argument"),
-        "{e}"
-    );
-    // istio-init's arguments pasted whole (`istio-iptables` first) are taken; a namespace
-    // inside them is refused, naming it (the enrolled one is enroll's own --netns).
-    let out = run(&[
-        "enroll",
-        "--netns",
-        "nope-rdx",
-        "--istio-args",
-        "istio-iptables -u 1337 -i '*' -x",
-    ]);
-    let e = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        e.contains("-x/--istio-service-exclude-cidr needs a value"),
-        "{e}"
-    );
-    let out = run(&[
-        "enroll",
-        "--netns",
-        "nope-rdx",
-        "--istio-args",
-        "-u 1337 --netns=other",
-    ]);
-    let e = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && e.contains("--netns=other names a namespace inside"),
-        "{e}"
-    );
+    // A last flag without its value inside --istio-args is named as istio-iptables names it
+    // (not as eating the namespace: `unexpected argument "/run/netns/..."`), istio-init's
+    // arguments pasted whole (`istio-iptables` first) are taken, and a namespace inside them is
+    // refused, naming it (the enrolled one is enroll's own --netns).
+    for (istio_args, said) in [
+        (
+            "-u 1337 -i '*' -x",
+            "flag -x/--istio-service-exclude-cidr needs a value",
+        ),
+        (
+            "istio-iptables -u 1337 -i '*' -x",
+            "flag -x/--istio-service-exclude-cidr needs a value",
+        ),
+        (
+            "-u 1337 --netns=other",
+            "--netns=other names a namespace inside",
+        ),
+    ] {
+        let out = run(&["enroll", "--netns", "nope-rdx", "--istio-args", istio_args]);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && e.contains(said) && !e.contains("unexpected argument"),
+            "{istio_args}: {e}"
+        );
+    }
 }
 
 #[test]
