@@ -375,8 +375,9 @@ pub(crate) enum Command {
         /// Print JSON: one object per pod (decision, policy, both argument lists, differences).
         #[arg(long, conflicts_with = "migrate")]
         json: bool,
-        /// Print the manifest as Istio's injector emits it with istio-cni enabled: without
-        /// istio-init and its NET_ADMIN/NET_RAW capabilities, its settings as annotations.
+        /// Print the manifest as Istio's injector emits it with istio-cni enabled: istio-init
+        /// becomes istio-validation (its arguments plus --run-validation --skip-rule-apply, as
+        /// the proxy's uid, without NET_ADMIN/NET_RAW), its settings as annotations.
         #[arg(long)]
         migrate: bool,
         /// The cluster DNS address (the kube-dns Service's IP), for pods that capture DNS

@@ -58,12 +58,16 @@ pub(crate) struct InstallCni {
         value_parser = ["error", "warn", "info", "debug", "trace"])]
     pub plugin_log_level: String,
     /// Stay running: install again whenever the configuration or bin directory changes
-    /// (another writer dropping our entry), within the fight rule.
+    /// (another writer dropping our entry), within the fight rule. While the configuration
+    /// chains istio-cni our entry stays out of it (taken out if it was in), and goes in at the
+    /// first pass after istio-cni's entry leaves: the migration and its rollback
+    /// (deploy/README.md). Without --watch such a configuration is refused.
     #[arg(long, conflicts_with = "check")]
     pub watch: bool,
-    /// Change nothing: exit 0 only when the plugin binary and our entry are in place, in a
-    /// conflist the plugin can run in (a version it speaks, no istio-cni chained) (the
-    /// DaemonSet's readiness probe).
+    /// Change nothing: exit 0 only when the plugin binary is in place and the conflist the
+    /// runtime uses (in a version the plugin speaks) holds our entry, or chains istio-cni
+    /// without it (--watch stands by while istio-cni captures new pods, and puts our entry in
+    /// once istio-cni's leaves) (the DaemonSet's readiness probe).
     #[arg(long)]
     pub check: bool,
     /// With --watch: on SIGTERM/SIGINT run uninstall-cni before exiting (removing the

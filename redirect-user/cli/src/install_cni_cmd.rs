@@ -62,6 +62,7 @@ pub(crate) fn run(args: &InstallCni) -> anyhow::Result<()> {
                 Change::Inserted => "inserted",
                 Change::Reinserted => "re-inserted",
                 Change::Held => "held",
+                Change::StandingBy => "standing by: istio-cni is chained",
             },
             done.converted_from
                 .map(|f| format!(", converted from {}", f.display()))

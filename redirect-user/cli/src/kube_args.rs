@@ -47,7 +47,18 @@ pub(crate) struct KubeArgs {
     /// flag is for operators who grant the daemon nodes patch themselves.
     #[arg(long, value_name = "KEY:EFFECT", value_parser = redirect_daemon::parse_taint, requires = "node_name")]
     pub untaint: Option<redirect_daemon::Taint>,
-    /// Where the runtime's conflists are, as the daemon sees them (for --untaint).
+    /// At SIGTERM, hand capture back to istio-cni when this DaemonSet is being removed: when
+    /// the apiserver says it is gone, being deleted or no longer selects --node-name, and
+    /// --cni-conf-dir's conflist chains istio-cni (install-cni stands by for it), the daemon
+    /// uninstalls the datapath (every program detached, every pin and file removed) before
+    /// it exits. Otherwise (an upgrade, an apiserver that cannot say, no istio-cni) capture
+    /// stays pinned, fail closed. The decision is logged with its reason (deploy/README.md,
+    /// the rollback).
+    #[arg(long, value_name = "NAMESPACE/NAME", requires = "node_name",
+        value_parser = redirect_daemon::parse_dns_service)]
+    pub daemonset: Option<(String, String)>,
+    /// Where the runtime's conflists are, as the daemon sees them (for --untaint, the
+    /// reconcile's exclusions and --daemonset).
     #[arg(long, value_name = "DIR", default_value = "/etc/cni/net.d")]
     pub cni_conf_dir: PathBuf,
     /// Longest seconds between two reconciles of this node's pods with the enrollments (a
@@ -94,6 +105,7 @@ impl KubeArgs {
             reconcile_interval: Duration::from_secs(self.reconcile_interval_secs),
             untaint: self.untaint.clone(),
             cni_conf_dir: self.cni_conf_dir.clone(),
+            daemonset: self.daemonset.clone(),
             strict_proxy_binding: self.strict_proxy_binding,
             reset_uncaptured: self.reset_uncaptured,
         })

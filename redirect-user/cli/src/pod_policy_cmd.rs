@@ -226,7 +226,7 @@ fn render(r: &Report) -> String {
     if let Some(m) = &r.migrated_decision {
         _ = writeln!(
             o,
-            "  with istio-cni     {m} (istio-init removed, as --migrate prints it)"
+            "  with istio-cni     {m} (istio-init -> istio-validation, as --migrate prints it)"
         );
     }
     _ = writeln!(
@@ -239,7 +239,14 @@ fn render(r: &Report) -> String {
     }
     _ = writeln!(o, "  policy:");
     for line in describe_policy(&r.policy, r.policy.dual_stack) {
-        _ = writeln!(o, "    {line}");
+        // The daemon's flag makes every pod strict; the manifest alone cannot say it.
+        let daemon_wide = !r.policy.proxy_bypass_closed && line.starts_with("proxy binding ");
+        let also = if daemon_wide {
+            " (strict if the daemon runs with --strict-proxy-binding)"
+        } else {
+            ""
+        };
+        _ = writeln!(o, "    {line}{also}");
     }
     _ = writeln!(
         o,

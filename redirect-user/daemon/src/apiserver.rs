@@ -34,8 +34,11 @@ pub struct KubeOptions {
     pub reconcile_interval: Duration,
     /// The node readiness taint to remove from this node once the plugin entry is in place.
     pub untaint: Option<crate::untaint::Taint>,
-    /// Where the runtime's conflists are (for the untaint's check).
+    /// Where the runtime's conflists are (for the untaint's check and the hand-back).
     pub cni_conf_dir: PathBuf,
+    /// The DaemonSet running this daemon (`--daemonset`): asked about at the stop, to hand
+    /// capture back to istio-cni when it is being removed (`server/hand_back.rs`).
+    pub daemonset: Option<(String, String)>,
     /// Every pod's proxy bypass starts closed (`Policy::proxy_bypass_closed`) until its
     /// istio-proxy container's cgroup is bound (`--strict-proxy-binding`).
     pub strict_proxy_binding: bool,
@@ -60,6 +63,7 @@ impl Default for KubeOptions {
             reconcile_interval: Duration::from_secs(10),
             untaint: None,
             cni_conf_dir: PathBuf::from("/etc/cni/net.d"),
+            daemonset: None,
             strict_proxy_binding: false,
             reset_uncaptured: false,
         }

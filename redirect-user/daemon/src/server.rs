@@ -11,6 +11,7 @@ mod datapath;
 mod enrollments;
 mod followed;
 mod gone;
+mod hand_back;
 mod intake;
 mod netns_in;
 mod outside;

@@ -62,8 +62,11 @@ impl Untaint {
             return;
         }
         self.next_try = Instant::now() + RETRY;
-        let in_place = redirect_install::find_config(&self.cni_conf_dir)
-            .is_ok_and(|found| redirect_install::has_our_entry(&found.json));
+        // Ours, or istio-cni's while install-cni stands by for it: either captures new pods.
+        let in_place = redirect_install::find_config(&self.cni_conf_dir).is_ok_and(|found| {
+            redirect_install::has_our_entry(&found.json)
+                || redirect_install::istio_cni_chained(&found.json)
+        });
         if !in_place {
             let dir = self.cni_conf_dir.display();
             if self.said_waiting {

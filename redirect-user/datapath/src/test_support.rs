@@ -18,3 +18,6 @@ pub use crate::netns::routes::{resolve_in, table::Resolved};
 
 // An address as `POD_ADDRS` keys it (`inbound_golden`).
 pub use crate::maps::inbound::addr_key;
+
+// Another vendor's connect4 program beside ours, a socket load balancer's (`coexistence`).
+pub use crate::sys::stand_in::service_rewrite;

@@ -73,20 +73,26 @@ pub(crate) fn without_entry(list: &Value) -> Value {
     out
 }
 
-/// Why our plugin would fail on `list` (whose plugins speak `versions`), with the fix: the
-/// version the runtime will hand the chain is not one of `versions`, or `istio-cni` is chained
-/// already (two capture layers for one pod). `None` when the list is fine for us.
-pub(crate) fn refusal(list: &Value, versions: &[String]) -> Option<String> {
-    if plugins(list)
+/// Whether `list` chains Istio's own `istio-cni` plugin: istio-cni captures the pods this
+/// configuration starts, so ours must not be in it too (two capture layers for one pod).
+pub fn istio_cni_chained(list: &Value) -> bool {
+    plugins(list)
         .iter()
         .any(|p| p.get("type").and_then(Value::as_str) == Some("istio-cni"))
-    {
-        return Some(
-            "it chains istio-cni already: istio-cni and redirect-cni must not both capture a pod's \
-                traffic; remove istio-cni first (its DaemonSet re-inserts it: uninstall the \
-                istio-cni chart), then install redirect-cni".into(),
-        );
-    }
+}
+
+/// Why a one-shot install refuses `list`: istio-cni chains it (`install-cni --watch` stands by
+/// instead, see [`crate::install`]).
+pub(crate) const ISTIO_CNI_CHAINED: &str =
+    "it chains istio-cni already: istio-cni and redirect-cni must not both capture a pod's \
+        traffic; remove istio-cni first (its DaemonSet re-inserts it: uninstall the istio-cni \
+        chart), or run `install-cni --watch`, which stands by and puts our entry in once \
+        istio-cni's leaves";
+
+/// Why our plugin would fail on `list` (whose plugins speak `versions`), with the fix: the
+/// version the runtime will hand the chain is not one of `versions`. `None` when the list is
+/// fine for us.
+pub(crate) fn refusal(list: &Value, versions: &[String]) -> Option<String> {
     let version = runtime_version(list)?;
     if versions.contains(&version) {
         return None;

@@ -45,6 +45,9 @@ pub enum Change {
     /// A re-insertion was needed and the gate (the watcher's fight rule) said no: nothing
     /// written.
     Held,
+    /// istio-cni is chained in the configuration (`install --watch` only): it captures new
+    /// pods, so our entry stays out (and leaves, when it was in) until istio-cni's leaves.
+    StandingBy,
 }
 
 /// What [`install`] did.
@@ -60,24 +63,48 @@ pub struct Installed {
     pub change: Change,
 }
 
-fn mode_of(path: &Path) -> u32 {
+pub(crate) fn mode_of(path: &Path) -> u32 {
     std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode() & 0o7777)
 }
 
 /// Copies the binary and puts our entry into the highest-priority configuration; writes
 /// nothing that is already as it should be.
+/// A configuration that chains istio-cni is refused, naming it (see [`IstioCni`]).
 pub fn install(opts: &Options) -> Result<Installed> {
-    install_gated(opts, &mut || true)
+    install_gated(opts, &mut || true, IstioCni::Refuse)
+}
+
+/// What [`install_gated`] does with a configuration that chains istio-cni.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IstioCni {
+    /// Refuse it, writing nothing (a one-shot install: the operator is told).
+    Refuse,
+    /// Stand by (the watcher): the binary is copied, our entry stays out of the file (taken
+    /// out when it was in: istio-cni came back, a rollback) until istio-cni's entry leaves,
+    /// then goes in at the next pass. A pod never starts with both, and the hand-over in
+    /// either direction leaves no file without one of the two for longer than a pass.
+    StandBy,
 }
 
 /// [`install`], asking `gate` before a re-insertion (decided on the very text it would
 /// replace); a no is [`Change::Held`].
-pub(crate) fn install_gated(opts: &Options, gate: &mut dyn FnMut() -> bool) -> Result<Installed> {
+pub(crate) fn install_gated(
+    opts: &Options,
+    gate: &mut dyn FnMut() -> bool,
+    istio: IstioCni,
+) -> Result<Installed> {
     let before = state::load_in(&opts.state_file, &opts.conf_dir)?;
     let mut st = before.clone().unwrap_or_default();
     // The configuration first (none: nothing is copied), then the binary, then the entry:
     // an entry never names a binary that is not there.
     let found = confdir::find(&opts.conf_dir)?;
+    let chained = conflist::istio_cni_chained(&as_list(&found));
+    if chained && istio == IstioCni::Refuse {
+        return Err(Error::Refused {
+            path: found.path.clone(),
+            why: conflist::ISTIO_CNI_CHAINED.into(),
+        });
+    }
     refuse(&found, opts)?;
     let copied = plugin::install(&opts.plugin, &opts.bin_dir, st.plugin.as_ref())?;
     st.plugin = Some(state::Plugin {
@@ -85,6 +112,21 @@ pub(crate) fn install_gated(opts: &Options, gate: &mut dyn FnMut() -> bool) -> R
         sha256: copied.sha256.clone(),
         stamp: Some(copied.stamp.clone()),
     });
+    if chained {
+        if let Some(old) = st.config.take() {
+            for done in undo_config(&old)? {
+                tracing::info!(file = %old.path.display(), done,
+                    "istio-cni is chained: our entry leaves while it captures new pods");
+            }
+        }
+        state::save(&opts.state_file, &st, before.as_ref())?;
+        return Ok(Installed {
+            plugin: copied,
+            config: found.path,
+            converted_from: None,
+            change: Change::StandingBy,
+        });
+    }
     let target = match found.kind {
         Kind::List => found.path.clone(),
         Kind::Single => found.path.with_extension("conflist"),
@@ -193,17 +235,21 @@ pub(crate) fn install_gated(opts: &Options, gate: &mut dyn FnMut() -> bool) -> R
 
 /// [`Error::Refused`] when the plugin would fail on the configuration `found` (a single
 /// plugin's version is the one its conflist would have).
-fn refuse(found: &confdir::Found, opts: &Options) -> Result<()> {
-    let list = match found.kind {
-        Kind::List => found.json.clone(),
-        Kind::Single => conflist::from_single(&found.json),
-    };
-    match conflist::refusal(&list, &opts.plugin_versions) {
+pub(crate) fn refuse(found: &confdir::Found, opts: &Options) -> Result<()> {
+    match conflist::refusal(&as_list(found), &opts.plugin_versions) {
         Some(why) => Err(Error::Refused {
             path: found.path.clone(),
             why,
         }),
         None => Ok(()),
+    }
+}
+
+/// `found` as the conflist the runtime reads (a single plugin as a list of one).
+pub(crate) fn as_list(found: &confdir::Found) -> Value {
+    match found.kind {
+        Kind::List => found.json.clone(),
+        Kind::Single => conflist::from_single(&found.json),
     }
 }
 
@@ -289,60 +335,4 @@ pub fn uninstall(state_file: &Path, conf_dir: &Path) -> Result<Vec<String>> {
     }
     atomic::remove(state_file)?;
     Ok(done)
-}
-
-/// The readiness check: the binary is the plugin's, executable, and the highest-priority
-/// configuration holds our entry exactly. Returns a description of what is in place.
-pub fn check(opts: &Options) -> Result<String> {
-    // The configuration first: install-cni refuses one the plugin would fail on (and so never
-    // copies the binary), and that is what the operator has to fix.
-    let found = confdir::find(&opts.conf_dir).map_err(|e| Error::NotInPlace(e.to_string()))?;
-    refuse(&found, opts).map_err(|e| Error::NotInPlace(e.to_string()))?;
-    let bin = opts.bin_dir.join(plugin::NAME);
-    let want = std::fs::read(&opts.plugin).map_err(|e| {
-        Error::NotInPlace(format!(
-            "the plugin {} cannot be read: {e}",
-            opts.plugin.display()
-        ))
-    })?;
-    match std::fs::read(&bin) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::NotInPlace(format!(
-                "{} does not exist",
-                bin.display()
-            )))
-        }
-        Err(e) => return Err(io("reading", &bin)(e)),
-        Ok(there) if there != want => {
-            return Err(Error::NotInPlace(format!(
-                "{} is not {} (another build)",
-                bin.display(),
-                opts.plugin.display()
-            )))
-        }
-        Ok(_) if mode_of(&bin) & 0o111 == 0 => {
-            return Err(Error::NotInPlace(format!(
-                "{} is not executable",
-                bin.display()
-            )))
-        }
-        Ok(_) => {}
-    }
-    let shown = found.path.display();
-    if found.kind == Kind::Single {
-        return Err(Error::NotInPlace(format!(
-            "the highest-priority configuration {shown} is a single plugin, without our entry"
-        )));
-    }
-    if !conflist::has(&found.json, &opts.entry) {
-        let why = if conflist::has_any(&found.json) {
-            "holds another redirect-cni entry than this one"
-        } else {
-            "holds no redirect-cni entry"
-        };
-        return Err(Error::NotInPlace(format!(
-            "the highest-priority configuration {shown} {why}"
-        )));
-    }
-    Ok(format!("{} and our entry in {shown}", bin.display()))
 }

@@ -13,6 +13,7 @@
 // Every dependency of the product build is used (the test build has dev-dependencies too).
 #![cfg_attr(test, allow(unused_crate_dependencies))]
 mod atomic;
+mod check;
 mod confdir;
 mod conflist;
 mod error;
@@ -22,13 +23,17 @@ mod plugin;
 mod state;
 mod watch;
 
+#[cfg(test)]
+mod stand_by_tests;
+
 // What went wrong.
 pub use error::{Error, Result};
 
 // `install-cni` and `uninstall-cni`: install, check, uninstall, and the watcher that puts our
 // entry back within the rule against fighting another writer.
+pub use check::check;
 pub use fight::Rule as FightRule;
-pub use install::{check, install, uninstall, Change, Installed, Options};
+pub use install::{install, uninstall, Change, Installed, Options};
 pub use watch::{watch, Wake};
 
 // The names install-cni writes: the plugin binary, the state file.
@@ -37,4 +42,6 @@ pub use state::FILE as STATE_FILE;
 
 // The runtime's configuration as libcni finds it, and our entry in it.
 pub use confdir::{find as find_config, Found as FoundConfig};
-pub use conflist::{entry as conflist_entry, has_any as has_our_entry, our_entry};
+pub use conflist::{
+    entry as conflist_entry, has_any as has_our_entry, istio_cni_chained, our_entry,
+};

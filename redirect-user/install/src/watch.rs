@@ -13,7 +13,7 @@ use notify::{RecursiveMode, Watcher as _};
 use crate::{
     error::{Error, Result},
     fight::{Rule, Tracker, Verdict},
-    install::{install_gated, Change, Options},
+    install::{install_gated, Change, IstioCni, Options},
     state,
 };
 
@@ -84,11 +84,15 @@ fn watch_dirs(watcher: &mut notify::RecommendedWatcher, opts: &Options) -> bool 
 /// One pass: install, a re-insertion only when the rule allows.
 fn reconcile(opts: &Options, tracker: &mut Tracker, waiting_said: &mut bool) {
     let mut verdict = None;
-    let result = install_gated(opts, &mut || {
-        let v = tracker.ask(Instant::now());
-        verdict = Some(v);
-        matches!(v, Verdict::Allowed | Verdict::Slow)
-    });
+    let result = install_gated(
+        opts,
+        &mut || {
+            let v = tracker.ask(Instant::now());
+            verdict = Some(v);
+            matches!(v, Verdict::Allowed | Verdict::Slow)
+        },
+        IstioCni::StandBy,
+    );
     match verdict {
         Some(Verdict::Fight) => {
             let rule = tracker.rule();
@@ -124,6 +128,14 @@ fn reconcile(opts: &Options, tracker: &mut Tracker, waiting_said: &mut bool) {
         _ => {}
     }
     match result {
+        Ok(done) if done.change == Change::StandingBy => {
+            if !*waiting_said {
+                tracing::info!(config = %done.config.display(),
+                    "istio-cni is chained and captures new pods: our entry stands by until \
+                    istio-cni's leaves");
+                *waiting_said = true;
+            }
+        }
         Ok(done) => {
             *waiting_said = false;
             match done.change {

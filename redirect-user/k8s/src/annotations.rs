@@ -36,7 +36,7 @@ pub(crate) const DEFAULT_STATUS_PORT: &str = "15020";
 /// Added to `-d` whatever the annotation says (istio-cni's own list).
 const ALWAYS_EXCLUDED_INBOUND: [&str; 3] = ["15020", "15021", "15090"];
 /// istio-cni's proxy uid/gid when the container sets none (or 0).
-const DEFAULT_PROXY_ID: i64 = 1337;
+pub(crate) const DEFAULT_PROXY_ID: i64 = 1337;
 
 /// One istio-iptables argument and where its value came from.
 #[derive(Debug, Clone)]

@@ -13,8 +13,9 @@ use crate::annotations::{
     INCLUDE_INBOUND_PORTS, INCLUDE_OUTBOUND_IP_RANGES, INCLUDE_OUTBOUND_PORTS, INTERCEPTION_MODE,
     KUBEVIRT_INTERFACES, REROUTE_VIRTUAL_INTERFACES,
 };
-use crate::pod::{self, INIT};
+use crate::pod::{self, INIT, PROXY};
 use crate::policy::PodSpecOnly;
+use crate::validation::ISTIO_VALIDATION;
 use crate::{Error, SIDECAR_STATUS};
 
 /// One document of a manifest file.
@@ -147,8 +148,9 @@ pub struct Migration {
     pub annotations: Vec<(String, String)>,
 }
 
-/// Rewrite a document's pod as Istio's injector emits it with istio-cni enabled: no
-/// istio-init container (and with it the NET_ADMIN/NET_RAW capabilities it needed), and the
+/// Rewrite a document's pod as Istio's injector emits it with istio-cni enabled: istio-init
+/// replaced by `istio-validation` (its arguments plus `--run-validation --skip-rule-apply`, as
+/// the proxy's uid, without the NET_ADMIN/NET_RAW capabilities istio-init needed), and the
 /// capture settings it carried as the annotations istio-cni reads (an annotation the pod
 /// already has is kept, as the injector keeps it). A document without istio-init is left as
 /// it is.
@@ -175,18 +177,17 @@ pub fn migrate(doc: &mut Document) -> Result<Migration, Error> {
             reason: "has no pod template".into(),
         });
     };
+    let ids = proxy_ids(t);
     if let Some(spec) = t.get_mut("spec").and_then(Value::as_mapping_mut) {
-        for list in ["initContainers", "containers"] {
-            if let Some(Value::Sequence(cs)) = spec.get_mut(list) {
-                cs.retain(|c| c["name"].as_str() != Some(INIT));
+        // In initContainers istio-init becomes istio-validation in its place; anywhere else
+        // (a pod written by hand) it goes.
+        if let Some(Value::Sequence(cs)) = spec.get_mut("initContainers") {
+            for c in cs.iter_mut().filter(|c| c["name"].as_str() == Some(INIT)) {
+                validation_from_init(c, ids);
             }
         }
-        if spec
-            .get("initContainers")
-            .and_then(Value::as_sequence)
-            .is_some_and(Vec::is_empty)
-        {
-            spec.remove("initContainers");
+        if let Some(Value::Sequence(cs)) = spec.get_mut("containers") {
+            cs.retain(|c| c["name"].as_str() != Some(INIT));
         }
     }
     let Some(annotations) = object(t, "metadata").and_then(|m| object(m, "annotations")) else {
@@ -216,6 +217,48 @@ pub fn migrate(doc: &mut Document) -> Result<Migration, Error> {
     })
 }
 
+/// The proxy's uid and gid as the injector's template reads them (`.ProxyUID`, `.ProxyGID`):
+/// istio-proxy's `runAsUser`/`runAsGroup`, 1337 when unset or 0.
+fn proxy_ids(template: &Value) -> (u64, u64) {
+    let proxy = template["spec"]["containers"]
+        .as_sequence()
+        .and_then(|cs| cs.iter().find(|c| c["name"].as_str() == Some(PROXY)));
+    let id = |key: &str| {
+        proxy
+            .and_then(|p| p["securityContext"][key].as_u64())
+            .filter(|&v| v != 0)
+            .unwrap_or(crate::annotations::DEFAULT_PROXY_ID.unsigned_abs())
+    };
+    (id("runAsUser"), id("runAsGroup"))
+}
+
+/// istio-init rewritten as the injector writes `istio-validation` with istio-cni enabled: the
+/// same image and arguments plus `--run-validation --skip-rule-apply`, run as the proxy's
+/// uid and gid, no capability added, a read-only root (`validation.rs`).
+fn validation_from_init(c: &mut Value, (uid, gid): (u64, u64)) {
+    let Some(m) = c.as_mapping_mut() else {
+        return;
+    };
+    m.insert("name".into(), ISTIO_VALIDATION.into());
+    if let Some(Value::Sequence(args)) = m.get_mut("args") {
+        for flag in ["--run-validation", "--skip-rule-apply"] {
+            if !args.iter().any(|a| a.as_str() == Some(flag)) {
+                args.push(flag.into());
+            }
+        }
+    }
+    let Some(sc) = object(c, "securityContext").and_then(Value::as_mapping_mut) else {
+        return;
+    };
+    if let Some(caps) = sc.get_mut("capabilities").and_then(Value::as_mapping_mut) {
+        caps.remove("add");
+    }
+    sc.insert("readOnlyRootFilesystem".into(), true.into());
+    sc.insert("runAsGroup".into(), gid.into());
+    sc.insert("runAsNonRoot".into(), true.into());
+    sc.insert("runAsUser".into(), uid.into());
+}
+
 /// The map `v[key]`, made an empty map when absent or not one; `None` when `v` is no map.
 fn object<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Value> {
     let m = v.as_mapping_mut()?;
@@ -225,12 +268,14 @@ fn object<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Value> {
     m.get_mut(key)
 }
 
-/// The injector's status annotation (JSON) without istio-init among its init containers,
-/// its keys kept in order.
+/// The injector's status annotation (JSON) with istio-validation in istio-init's place among
+/// its init containers, its keys kept in order.
 fn status_without_init(status: &str) -> Option<String> {
     let mut v: Value = serde_norway::from_str(status).ok()?;
     let list = v.get_mut("initContainers")?.as_sequence_mut()?;
-    list.retain(|c| c.as_str() != Some(INIT));
+    for c in list.iter_mut().filter(|c| c.as_str() == Some(INIT)) {
+        *c = ISTIO_VALIDATION.into();
+    }
     serde_json::to_string(&v).ok()
 }
 

@@ -31,6 +31,33 @@ fn every_manifest_migrates_to_a_meshed_pod_with_istio_inits_policy() {
         // What --migrate prints reads back as the same pod.
         let back = documents(&text).unwrap().remove(0).pod().unwrap().unwrap();
         assert_eq!(decide(&back), Decision::Meshed, "{name}");
+        // istio-validation in istio-init's place, as the injector emits it with istio-cni.
+        assert!(validation::has_istio_validation(&back), "{name}: {text}");
+        let v = back
+            .spec
+            .as_ref()
+            .unwrap()
+            .init_containers
+            .as_ref()
+            .unwrap();
+        let v = v.iter().find(|c| c.name == "istio-validation").unwrap();
+        let args = v.args.as_ref().unwrap();
+        assert_eq!(
+            args[args.len() - 2..],
+            ["--run-validation", "--skip-rule-apply"],
+            "{name}"
+        );
+        let sc = v.security_context.as_ref().unwrap();
+        assert_eq!(
+            (sc.run_as_user, sc.run_as_group),
+            (Some(1337), Some(1337)),
+            "{name}"
+        );
+        assert_eq!(sc.run_as_non_root, Some(true), "{name}");
+        assert!(
+            sc.capabilities.as_ref().is_none_or(|c| c.add.is_none()),
+            "{name}: no capability added"
+        );
         let ours = policy(&back, None).unwrap();
         let c = compare(&ours, &init);
         assert!(c.agree(), "{name}: {:?}", c.differences);

@@ -1,5 +1,5 @@
 //! `pod-policy --migrate` as an edit of the manifest's own text: the istio-init container's
-//! lines removed, the `sidecar.istio.io/status` line rewritten, the new annotations' lines
+//! lines replaced by istio-validation's, the `sidecar.istio.io/status` line rewritten, the new annotations' lines
 //! added; every other line (comments, quoting, key order, document separators) as written.
 //! Each edited document is parsed again and must equal the migration done on values; one that
 //! does not (flow style, a block scalar where a line was expected) is printed from its value.
@@ -83,7 +83,8 @@ fn edit(
     let mut lines: Vec<String> = body.split_inclusive('\n').map(str::to_owned).collect();
     let path = original.template_path()?;
     let template = find(&lines, path)?;
-    // Remove istio-init from each container list (from the last, so indices stay right).
+    // istio-init leaves `containers` (the last list first, so indices stay right) and becomes
+    // istio-validation in `initContainers`: its item written again from the migrated value.
     for list in ["containers", "initContainers"] {
         let Some(spec) = find_in(&lines, template, "spec") else {
             continue;
@@ -92,9 +93,15 @@ fn edit(
             continue;
         };
         let items = items(&lines, key);
-        let Some(&(start, end)) = items.iter().find(|(s, e)| names_init(&lines[*s..*e])) else {
+        let Some(at) = items.iter().position(|(s, e)| names_init(&lines[*s..*e])) else {
             continue;
         };
+        let (start, end) = items[at];
+        if list == "initContainers" {
+            let item = rendered_item(migrated, path, at, indent_of(&lines[start]))?;
+            lines.splice(start..end, item);
+            continue;
+        }
         lines.drain(start..end);
         if items.len() == 1 {
             let (from, to) = (key.line, block_end(&lines, key));
@@ -121,6 +128,23 @@ fn edit(
     let edited: String = lines.concat();
     let back = documents(&edited).ok()?.pop()?;
     (back.value == migrated.value).then_some(edited)
+}
+
+/// Init container `at` of the migrated template as the lines of a `- ` item at `indent`.
+fn rendered_item(doc: &Document, path: &[&str], at: usize, indent: usize) -> Option<Vec<String>> {
+    let t = path.iter().try_fold(&doc.value, |v, k| v.get(*k))?;
+    let c = t.get("spec")?.get("initContainers")?.get(at)?;
+    let text = serde_norway::to_string(c).ok()?;
+    let pad = " ".repeat(indent);
+    Some(
+        text.lines()
+            .enumerate()
+            .map(|(i, l)| match i {
+                0 => format!("{pad}- {l}\n"),
+                _ => format!("{pad}  {l}\n"),
+            })
+            .collect(),
+    )
 }
 
 fn migrated_status(doc: &Document, path: &[&str]) -> Option<String> {
@@ -278,10 +302,16 @@ metadata:
             "{out}"
         );
         assert!(out.contains("    note: \"kept as written\"\n"), "{out}");
-        assert!(
-            !out.contains("istio-iptables") && !out.contains("  initContainers:"),
-            "{out}"
-        );
+        // istio-init became istio-validation in its place, as the injector writes it.
+        assert!(!out.contains("istio-init\n"), "{out}");
+        for line in [
+            "  initContainers:\n  - name: istio-validation\n    image: proxyv2\n",
+            "    - --run-validation\n    - --skip-rule-apply\n",
+            "    runAsUser: 1337\n",
+            "[\"istio-validation\"]",
+        ] {
+            assert!(out.contains(line), "{line:?} in {out}");
+        }
         assert!(
             out.contains("traffic.sidecar.istio.io/includeOutboundIPRanges: \"10.0.0.0/8\""),
             "{out}"

@@ -76,13 +76,38 @@ fn every_manifest_agrees_with_its_istio_init_and_migrates_to_a_meshed_pod() {
             !yaml.contains("name: istio-init") && !yaml.contains("NET_RAW"),
             "{name}: {yaml}"
         );
-        // The manifest's own lines, in order, quoting and all: only istio-init's lines go and
-        // the sidecar annotations' lines change.
+        // istio-init became istio-validation in its place, as the injector writes it.
+        assert!(
+            yaml.contains("name: istio-validation\n")
+                && yaml.contains("- --run-validation\n")
+                && yaml.contains("runAsUser: 1337"),
+            "{name}: {yaml}"
+        );
+        // The manifest's own lines, in order, quoting and all: only istio-init's item is
+        // written again (as istio-validation's) and the sidecar annotations' lines change.
         let original = std::fs::read_to_string(&file).expect("manifest");
         let mut rest = original.lines();
-        for line in yaml.lines().filter(|l| !l.contains("sidecar.istio.io/")) {
+        let lines: Vec<&str> = yaml.lines().collect();
+        let depth = |l: &str| l.len() - l.trim_start().len();
+        let named = lines
+            .iter()
+            .position(|l| l.trim_start().trim_start_matches("- ") == "name: istio-validation")
+            .expect("the item's name");
+        // The item starts at its `- ` line, at the depth of the name's key.
+        let item = (0..=named)
+            .rev()
+            .find(|&i| {
+                lines[i].trim_start().starts_with("- ")
+                    && (i == named || depth(lines[i]) + 2 == depth(lines[named]))
+            })
+            .expect("the item");
+        let end = (item + 1..lines.len())
+            .find(|&i| depth(lines[i]) <= depth(lines[item]))
+            .unwrap_or(lines.len());
+        let own = lines[..item].iter().chain(&lines[end..]);
+        for line in own.filter(|l| !l.contains("sidecar.istio.io/")) {
             assert!(
-                rest.any(|o| o == line),
+                rest.any(|o| o == *line),
                 "{name}: {line:?} is not the manifest's own, in order:\n{yaml}"
             );
         }
@@ -254,6 +279,16 @@ fn istio_validation_is_said_to_pass_under_either_binding() {
         o.contains("istio-validation   passes: its dial as the proxy's uid to 127.0.0.6:15002"),
         "{o}"
     );
+    // A pod with istio-init: its migrated form (what --migrate prints) has istio-validation.
     let o = text(&pod_policy(&[&path("hello.yaml")], None).stdout);
+    assert!(o.contains("istio-validation   passes: its dial"), "{o}");
+    // A pod with neither: no line.
+    let neither = reference::inject("hello.yaml").replace(
+        "        name: istio-init
+",
+        "        name: some-init
+",
+    );
+    let o = text(&pod_policy(&["-"], Some(&neither)).stdout);
     assert!(!o.contains("istio-validation   "), "no such container: {o}");
 }

@@ -61,6 +61,9 @@ impl Daemon {
         accept.abort();
         work.close();
         let _ = rustix::net::shutdown(&self.listener, rustix::net::Shutdown::Both);
+        if !self.uninstalled {
+            self.hand_back_at_stop();
+        }
         let dir = DaemonDir::new(&self.opts.dir);
         let _ = std::fs::remove_file(dir.socket());
         if self.uninstalled {

@@ -216,7 +216,7 @@ pub(crate) fn link_cgroup_id(link: BorrowedFd<'_>) -> io::Result<u64> {
 }
 
 /// One `struct bpf_insn`: opcode, dst and src registers, offset, immediate.
-fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
+pub(crate) fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
     bpf_insn {
         code,
         _bitfield_align_1: [],
@@ -226,9 +226,12 @@ fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
     }
 }
 
-/// Loads `insns` as a program of `prog_type` (with `expected_attach_type`) and unloads it
-/// again; whether the verifier accepted it.
-fn loads(prog_type: bpf_prog_type, expected_attach_type: u32, insns: &[bpf_insn]) -> bool {
+/// Loads `insns` as a program of `prog_type` (with `expected_attach_type`).
+pub(crate) fn prog_load(
+    prog_type: bpf_prog_type,
+    expected_attach_type: u32,
+    insns: &[bpf_insn],
+) -> io::Result<OwnedFd> {
     let license = c"GPL";
     let mut attr: bpf_attr = zeroed();
     attr.__bindgen_anon_3.prog_type = prog_type as u32;
@@ -236,9 +239,12 @@ fn loads(prog_type: bpf_prog_type, expected_attach_type: u32, insns: &[bpf_insn]
     attr.__bindgen_anon_3.insns = ptr_u64(insns.as_ptr());
     attr.__bindgen_anon_3.license = ptr_u64(license.as_ptr());
     attr.__bindgen_anon_3.expected_attach_type = expected_attach_type;
-    bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr)
-        .and_then(owned)
-        .is_ok()
+    owned(bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr)?)
+}
+
+/// Loads `insns` as [`prog_load`] does and unloads it again; whether the verifier accepted it.
+fn loads(prog_type: bpf_prog_type, expected_attach_type: u32, insns: &[bpf_insn]) -> bool {
+    prog_load(prog_type, expected_attach_type, insns).is_ok()
 }
 
 /// Whether sk_lookup programs may read `ingress_ifindex` (Linux 5.17).

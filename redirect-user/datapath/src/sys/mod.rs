@@ -4,3 +4,5 @@
 //! what it lacks.
 pub(crate) mod bpfsys;
 pub(crate) mod bpfsys_replace;
+#[cfg(feature = "test-support")]
+pub(crate) mod stand_in;
