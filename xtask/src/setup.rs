@@ -21,9 +21,11 @@ const CARGO_DENY_VERSION: &str = "0.20.2";
 /// `k8s-cri` crate's build runs over the CRI's protos (xtask itself never needs it, so a fresh
 /// machine's `cargo xtask setup` builds before it is installed); `prometheus`: `promtool`, which
 /// checks deploy/monitoring's alert rules and the metrics (tests/tests/it/monitoring.rs);
-/// `gcc-aarch64-linux-gnu`: the arm64 image's linker and ring's C compiler (.cargo/config.toml);
+/// `gcc-aarch64-linux-gnu`: the arm64 image's linker and ring's C compiler (.cargo/config.toml),
+/// with `libc6-dev-arm64-cross`, the C headers it compiles ring against (only a Recommends of
+/// the compiler: without it ring's build stops at `bits/libc-header-start.h`);
 /// `qemu-user-static`: `qemu-aarch64-static`, the runner of the arm64 unit tests.
-const TOOL_PACKAGES: [&str; 18] = [
+const TOOL_PACKAGES: [&str; 19] = [
     "iproute2",
     "bpftool",
     "curl",
@@ -41,6 +43,7 @@ const TOOL_PACKAGES: [&str; 18] = [
     "protobuf-compiler",
     "prometheus",
     "gcc-aarch64-linux-gnu",
+    "libc6-dev-arm64-cross",
     "qemu-user-static",
 ];
 

@@ -44,7 +44,7 @@ pub(crate) fn build(arch: Arch) -> anyhow::Result<Vec<PathBuf>> {
     let hint = || {
         format!(
             "building the image's static {} binaries (cargo xtask setup adds the {target} target, \
-             musl-tools and gcc-aarch64-linux-gnu)",
+             musl-tools, gcc-aarch64-linux-gnu and libc6-dev-arm64-cross)",
             arch.oci()
         )
     };
