@@ -7,7 +7,8 @@ pub use redirect_testkit::apiserver::PodServer;
 
 /// A pod as the apiserver returns it, built from the vendored kube-inject manifest `manifest`
 /// (one of [`reference::INJECT_MANIFESTS`]) migrated to what Istio's injector emits with
-/// istio-cni enabled (native sidecar, no istio-init), named and scheduled on `node`.
+/// istio-cni enabled (native sidecar, no istio-init), without its istio-validation container,
+/// named and scheduled on `node`.
 pub fn recorded_pod(manifest: &str, namespace: &str, name: &str, uid: &str, node: &str) -> Value {
     pod_of(manifest, true, [namespace, name, uid, node])
 }
@@ -42,5 +43,11 @@ fn pod_of(manifest: &str, migrate: bool, [namespace, name, uid, node]: [&str; 4]
     v["metadata"]["namespace"] = namespace.into();
     v["metadata"]["uid"] = uid.into();
     v["spec"]["nodeName"] = node.into();
+    // The migration writes istio-validation in istio-init's place, as the injector does; the
+    // recorded pods leave it out, since the kubelet-lite's pods run no proxyv2 image
+    // (`cri_validation` adds it back, run from the image under test).
+    if let Some(inits) = v["spec"]["initContainers"].as_array_mut() {
+        inits.retain(|c| c["name"] != "istio-validation");
+    }
     v
 }
