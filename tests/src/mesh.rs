@@ -190,6 +190,21 @@ impl MeshNode {
         .unwrap_or_else(|e| panic!("{e}"));
     }
 
+    /// The DaemonSet's pod goes as the controller rolls a node: SIGTERM (the kubelet's
+    /// graceful stop, up to 10 s), then its sandbox. Its pins stay.
+    pub fn stop_daemonset(&mut self) {
+        let old = self.ds.take().expect("the DaemonSet's pod");
+        for (_, id) in &old.containers {
+            self.node
+                .cri()
+                .stop_container(id, 10)
+                .expect("stop a DaemonSet container");
+        }
+        self.kubelet()
+            .remove(&old)
+            .expect("remove the old DaemonSet pod");
+    }
+
     /// The DaemonSet's pod.
     pub fn ds(&self) -> &RunningPod {
         self.ds.as_ref().expect("the DaemonSet's pod runs")

@@ -100,6 +100,23 @@ pub fn redirected_to(state: &SockState) -> Option<OrigDst> {
     (state.flags & SOCK_REDIRECTED != 0).then_some(state.orig)
 }
 
+/// Whether a connect to `addr`:`port` (host order) is one the capture hooks already sent to
+/// TPROXY mode's inbound port `inbound_port`, keeping the address it dialled: the hooks run a
+/// second time for the same connect while an attach scope is switched in place (the pod
+/// cgroup's links and the node's both run), and must leave it as the first run made it.
+#[inline(always)]
+pub fn sent_to_inbound(
+    state: &SockState,
+    family: u16,
+    addr: &[u32; 4],
+    port: u16,
+    inbound_port: u16,
+) -> bool {
+    port == inbound_port
+        && redirected_to(state)
+            .is_some_and(|o| o.family == family && o.addr == *addr && o.port.host() != port)
+}
+
 /// What `SO_ORIGINAL_DST` answers on this socket: only a proxy socket that claimed a hand-off.
 #[inline(always)]
 pub fn original_dst(state: &SockState) -> Option<OrigDst> {
@@ -163,6 +180,39 @@ mod tests {
         assert_eq!(redirected_to(&s), Some(dst(5353)), "the last redirect wins");
         assert_eq!(s.quota_key, 7);
         assert_eq!(original_dst(&s), None, "the application's own socket");
+    }
+
+    #[test]
+    fn a_second_run_finds_the_connect_already_sent_to_the_inbound_port() {
+        let mut s = SockState::ZERO;
+        let own = [0x0a00_0001, 0, 0, 0];
+        let v4 = crate::AF_INET;
+        assert!(
+            !sent_to_inbound(&s, v4, &own, 15006, 15006),
+            "nothing redirected"
+        );
+        redirected(&mut s, dst(8080), 7);
+        assert!(
+            sent_to_inbound(&s, v4, &own, 15006, 15006),
+            "8080 sent to 15006"
+        );
+        assert!(
+            !sent_to_inbound(&s, v4, &own, 8080, 15006),
+            "the first run's own view"
+        );
+        assert!(
+            !sent_to_inbound(&s, v4, &[0x0a00_0002, 0, 0, 0], 15006, 15006),
+            "another address"
+        );
+        assert!(
+            !sent_to_inbound(&s, crate::AF_INET6, &own, 15006, 15006),
+            "another family"
+        );
+        redirected(&mut s, dst(15006), 7);
+        assert!(
+            !sent_to_inbound(&s, v4, &own, 15006, 15006),
+            "a connect dialled to the inbound port itself is decided afresh"
+        );
     }
 
     #[test]

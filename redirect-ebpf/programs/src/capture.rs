@@ -15,7 +15,7 @@ use redirect_common::{
     inbound::tproxy_takes,
     outbound::{
         decide, proxy_id_elsewhere, target, when_proxy_down, CidrKey, Conn, Lookups,
-        OutboundPolicy, Target, Verdict, OUT_PROXY_CGROUP,
+        OutboundPolicy, Target, Verdict, OUT_PROXY_CGROUP, OUT_TPROXY,
     },
     sock,
     types::PASSTHROUGH_V4,
@@ -145,6 +145,23 @@ pub(crate) fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<
     let Some((policy, key)) = outbound_policy_of(netns) else {
         return (Counter::NoPolicy, None);
     };
+    if policy.flags & OUT_TPROXY != 0 && u16::from_be(dst.port) == policy.inbound_port {
+        // SAFETY: the socket's own storage (lookup only), copied out at once.
+        let state = unsafe { SOCK_STATE.get_ptr_mut(ctx) };
+        // SAFETY: as above; null checked first.
+        if !state.is_null()
+            && sock::sent_to_inbound(
+                unsafe { &*state },
+                dst.family,
+                &dst.addr,
+                policy.inbound_port,
+                policy.inbound_port,
+            )
+        {
+            // The pod cgroup's run already sent it (an attach scope switch in progress).
+            return (Counter::Loopback, None);
+        }
+    }
     let (uid, gid, in_proxy_cgroup) = caller(policy);
     let conn = Conn {
         family: dst.family,

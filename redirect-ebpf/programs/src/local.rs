@@ -24,6 +24,11 @@ pub(crate) fn record_local_connect(ctx: &SockOpsContext) -> bool {
     if netns_of(key.family, key.server_addr) != Some(ns) || inbound_policy_of(ns).is_none() {
         return false;
     }
+    // SAFETY: value read at once.
+    if unsafe { LOCAL_CONNECTS.get(key) }.is_some_and(|c| *c == ops_cookie(ctx)) {
+        // Recorded by the pod cgroup's run of an attach scope switch.
+        return true;
+    }
     if !quota_add(&LOCAL_COUNTS, ns) {
         refused(ns);
         return true;

@@ -99,6 +99,10 @@ fn on_tcp_connect(ctx: &SockOpsContext) {
         record_local_connect(ctx);
         return;
     };
+    if state.flags & SOCK_HANDOFF != 0 && published_by(key, ops_cookie(ctx)) {
+        // Already published for this connect: the pod cgroup's run of an attach scope switch.
+        return;
+    }
     let quota_key = state.quota_key;
     if !quota_add(&HANDOFFS, quota_key) {
         count(Counter::HandoffQuota);
@@ -117,6 +121,13 @@ fn on_tcp_connect(ctx: &SockOpsContext) {
     }
     state.flags |= SOCK_HANDOFF;
     watch_close(ctx);
+}
+
+/// Whether `key`'s `TRACKED` entry was written by socket `cookie`.
+#[inline(always)]
+fn published_by(key: redirect_common::ConnKey, cookie: u64) -> bool {
+    // SAFETY: value read at once.
+    unsafe { TRACKED.get(key) }.is_some_and(|e| e.client_cookie == cookie)
 }
 
 /// Registers the proxy's inbound listener of an enrolled namespace for sk_lookup.

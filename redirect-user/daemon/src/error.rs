@@ -120,6 +120,20 @@ pub enum Error {
         /// What is missing or failed.
         why: String,
     },
+    /// The pinned datapath's attach scope cannot be switched to the one asked for: the daemon
+    /// does not start, and the pinned datapath keeps capturing as it was.
+    #[error("switching the attach scope of {} from {from} to {to} in place: {why}; nothing was \
+        changed (start the daemon with --attach-scope {from} to keep it)", dir.display())]
+    ScopeSwitch {
+        /// The datapath's pins.
+        dir: PathBuf,
+        /// The pinned scope.
+        from: redirect_datapath::AttachScope,
+        /// The scope asked for.
+        to: redirect_datapath::AttachScope,
+        /// Which enrollment stands in the way.
+        why: String,
+    },
     /// The namespace does not hold an address the primary plugin gave the pod.
     #[error("{pod}: the netns {} does not hold {missing} from prevResult (it holds {held:?})", netns.display())]
     MissingAddress {

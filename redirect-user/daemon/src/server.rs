@@ -25,6 +25,7 @@ mod reconcile;
 mod reply;
 mod requests;
 mod resolver;
+mod scope_switch;
 mod serve;
 mod work;
 
@@ -108,10 +109,16 @@ impl Daemon {
                     carried = %redirect_policy::Comma(&carried), "upgraded the pinned datapath in place");
             }
         }
+        // A datapath pinned with the other scope is opened as it is, then switched in place
+        // (below, once the enrollments are known).
+        let mut attach = opts.attach.clone();
+        if NodeDatapath::exists(&opts.bpffs) {
+            attach.scope = NodeDatapath::pinned_scope(&opts.bpffs);
+        }
         let Opened {
             datapath: mut dp,
             created,
-        } = NodeDatapath::open_or_create(&opts.bpffs, &opts.attach)?;
+        } = NodeDatapath::open_or_create(&opts.bpffs, &attach)?;
         // Gone namespaces are swept on the tick, not on every enrollment.
         dp.sweep_on_apply(false);
         take_ownership(&dp, &opts.dir)?;
@@ -139,7 +146,9 @@ impl Daemon {
         };
         daemon.hold_lookup_key();
         crate::repair::write_health(&daemon.opts.dir, &daemon.health);
-        for e in read_enrollments(&daemon.opts.dir) {
+        let records = read_enrollments(&daemon.opts.dir);
+        daemon.switch_scope(&records)?;
+        for e in records {
             daemon.reconcile(e);
         }
         daemon.say_unadopted();

@@ -26,6 +26,7 @@ mod cri_credentials;
 mod cri_istio_init;
 mod cri_per_pod;
 mod cri_rollout;
+mod cri_scope_switch;
 mod cri_validation;
 mod daemon;
 mod daemon_concurrency;

@@ -18,7 +18,10 @@ mod needs;
 mod pins;
 pub(crate) mod pod_links;
 mod removal;
+mod scope_switch;
 pub(crate) mod upgrade;
+mod upgrade_links;
+mod upgrade_pods;
 mod upgrade_policies;
 
 pub use flock::PinsHeld;

@@ -54,10 +54,15 @@ pub(super) fn cgroup_programs() -> Vec<&'static str> {
 }
 
 impl NodeDatapath {
-    /// The scope this datapath was created with (the pins say: `cgroups/` exists only in the
-    /// per-pod scope).
+    /// The scope this datapath was created with, or switched to (the pins say: `cgroups/`
+    /// exists only in the per-pod scope).
     pub fn scope(&self) -> AttachScope {
         scope_of(&self.dir)
+    }
+
+    /// The scope of the datapath pinned at `dir`.
+    pub fn pinned_scope(dir: &Path) -> AttachScope {
+        scope_of(dir)
     }
 
     /// Links every cgroup program at pod cgroup `dir` (the plan with the pod as both the
@@ -91,7 +96,7 @@ impl NodeDatapath {
         made.map(|()| (id, phases))
     }
 
-    fn link_at(&self, dir: &Path, pins: &Path, phases: &mut Phases) -> Result<()> {
+    pub(super) fn link_at(&self, dir: &Path, pins: &Path, phases: &mut Phases) -> Result<()> {
         let target = File::open(dir).map_err(|e| Error::io("opening", dir, e))?;
         let plan = plan::cgroup_plan(dir, dir);
         let progs = self.pod_progs()?;
@@ -126,7 +131,7 @@ impl NodeDatapath {
     }
 
     /// The pinned cgroup programs, opened once.
-    fn pod_progs(&self) -> Result<&[(&'static str, std::os::fd::OwnedFd)]> {
+    pub(super) fn pod_progs(&self) -> Result<&[(&'static str, std::os::fd::OwnedFd)]> {
         if let Some(progs) = self.pod_progs.get() {
             return Ok(progs);
         }
@@ -205,18 +210,4 @@ pub(crate) fn scope_of(dir: &Path) -> AttachScope {
     } else {
         AttachScope::Root
     }
-}
-
-/// An upgrade in place of a per-pod datapath: not built yet (each pod cgroup's links would be
-/// swapped as `links/` are), so refused, naming the way out.
-pub(super) fn refuse_upgrade(dir: &Path) -> Result<()> {
-    if scope_of(dir) != AttachScope::PerPod {
-        return Ok(());
-    }
-    Err(Error::Scope {
-        dir: dir.to_path_buf(),
-        scope: AttachScope::PerPod,
-        why: "an upgrade in place of the per-pod scope is not built yet: run `redirect uninstall` \
-            with the old build, then start this one (the node's pods are enrolled in place again)",
-    })
 }

@@ -4,8 +4,9 @@
 //! with `BPF_LINK_UPDATE` in the attach plan's order (readers of the state first, capture
 //! last), and only then do the new maps take the old pins' names. A failure before the first
 //! link update changes nothing; one during the updates puts every link back on its old program.
+//! The per-pod scope's links are each pod cgroup's ([`super::upgrade_pods`]).
 use std::{
-    os::fd::{AsFd as _, OwnedFd},
+    os::fd::AsFd as _,
     path::{Path, PathBuf},
 };
 
@@ -16,11 +17,13 @@ use super::{
     layout::{self, Layout, LAYOUT_VERSION, UPGRADES_FROM},
     pinned_sk_lookup,
     pins::{loader, pin_err},
+    pod_links::{scope_of, AttachScope},
+    upgrade_links::{cgroup_swaps, netns_swaps, roll_back, Swap},
+    upgrade_pods::{commit_programs, pod_swaps},
     NodeDatapath,
 };
 use crate::{
     attach::plan,
-    cgroup,
     error::{Error, Result},
     load::{object, preflight},
     sizing,
@@ -84,14 +87,6 @@ struct Staged {
     new: Option<PathBuf>,
 }
 
-/// One cgroup or netns link and the programs it runs before and after.
-struct Swap {
-    pin: PathBuf,
-    link: OwnedFd,
-    old: OwnedFd,
-    new: OwnedFd,
-}
-
 impl NodeDatapath {
     /// Upgrades the datapath pinned at `dir` to this build in place (see the module docs), when
     /// [`needed`]. The caller holds the node lock; a live daemon other than this process must
@@ -101,7 +96,6 @@ impl NodeDatapath {
         let Some(record) = needed(dir)? else {
             return Ok(None);
         };
-        super::pod_links::refuse_upgrade(dir)?;
         if layout::daemon_up(dir, &record) {
             if let layout::Owner::Daemon { pid, .. } = record.owner {
                 if pid != std::process::id() {
@@ -166,16 +160,27 @@ impl NodeDatapath {
         }
         let sk_lookup = pinned_sk_lookup(dir);
         plan::load_all(&mut ebpf, &plan::programs(sk_lookup))?;
-        let links = cgroup_swaps(dir, record, &mut ebpf)?;
+        let scope = scope_of(dir);
+        let links = match scope {
+            AttachScope::Root => cgroup_swaps(dir, record, &mut ebpf)?,
+            AttachScope::PerPod => pod_swaps(dir, &mut ebpf)?,
+        };
         let netns = netns_swaps(dir, &mut ebpf, sk_lookup)?;
         // Nothing has changed yet. From here on, a failure puts every link back.
         let mut done: Vec<&Swap> = Vec::new();
-        let mut skipped = 0;
-        for swap in links.iter().chain(netns.iter()) {
+        let (mut links_skipped, mut netns_skipped) = (0, 0);
+        for (n, swap) in links.iter().chain(netns.iter()).enumerate() {
             match replace::link_update(swap.link.as_fd(), swap.new.as_fd(), swap.old.as_fd()) {
                 Ok(()) => done.push(swap),
-                // A netns link whose namespace died: nothing runs it any more.
-                Err(e) if e.raw_os_error() == Some(libc::ENOLINK) => skipped += 1,
+                // A netns link whose namespace died, a cgroup link whose pod cgroup was
+                // removed: nothing runs it any more.
+                Err(e) if e.raw_os_error() == Some(libc::ENOLINK) => {
+                    if n < links.len() {
+                        links_skipped += 1;
+                    } else {
+                        netns_skipped += 1;
+                    }
+                }
                 Err(e) => {
                     roll_back(&done);
                     return Err(Error::UpgradeFailed {
@@ -187,7 +192,13 @@ impl NodeDatapath {
                 }
             }
         }
-        if let Err(e) = commit(dir, &staged, &mut ebpf, sk_lookup, record) {
+        let committed = if scope == AttachScope::PerPod {
+            commit_programs(dir, &mut ebpf)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = committed.and_then(|()| commit(dir, &staged, &mut ebpf, sk_lookup, record))
+        {
             roll_back(&done);
             return Err(e);
         }
@@ -201,8 +212,8 @@ impl NodeDatapath {
                 .collect(),
             carried,
             created,
-            links: links.len(),
-            namespaces: netns.len() - skipped,
+            links: links.len() - links_skipped,
+            namespaces: netns.len() - netns_skipped,
             completed: 0,
         })
     }
@@ -287,103 +298,6 @@ fn carry(dir: &Path, s: &Staged) -> Result<usize> {
     }
     replace::copy_entries(from.as_fd(), to.as_fd(), def, to_def.max_entries)
         .map_err(|e| fail("copying the entries of", e))
-}
-
-/// The pinned cgroup links, each with its old program and its new one (loaded, verified). The
-/// pins must be exactly those of this build's attach plan for the recorded cgroups.
-fn cgroup_swaps(dir: &Path, record: &Layout, ebpf: &mut Ebpf) -> Result<Vec<Swap>> {
-    let not = |why: String| Error::NotUpgradable {
-        dir: dir.to_path_buf(),
-        why,
-    };
-    let app = cgroup::path_of_id(record.app_cgroup).ok_or_else(|| {
-        not(format!(
-            "its attach cgroup (id {}) is gone",
-            record.app_cgroup
-        ))
-    })?;
-    let proxy = cgroup::path_of_id(record.proxy_cgroup).ok_or_else(|| {
-        not(format!(
-            "its proxy cgroup (id {}) is gone",
-            record.proxy_cgroup
-        ))
-    })?;
-    let steps = plan::cgroup_plan(&app, &proxy);
-    let mut pinned: Vec<String> = std::fs::read_dir(dir.join("links"))
-        .map_err(|e| Error::io("listing", dir.join("links"), e))?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    let mut wanted: Vec<String> = (1..)
-        .zip(&steps)
-        .map(|(n, s)| format!("{}-{n}", s.program))
-        .collect();
-    pinned.sort();
-    wanted.sort();
-    if pinned != wanted {
-        return Err(not(format!(
-            "its links {pinned:?} are not this build's attach plan {wanted:?}"
-        )));
-    }
-    (1..)
-        .zip(&steps)
-        .map(|(n, s)| {
-            swap(
-                dir,
-                &dir.join("links").join(format!("{}-{n}", s.program)),
-                ebpf,
-                s.program,
-            )
-        })
-        .collect()
-}
-
-/// Every namespace's sk_lookup link with the new sk_lookup program.
-fn netns_swaps(dir: &Path, ebpf: &mut Ebpf, sk_lookup: &'static str) -> Result<Vec<Swap>> {
-    let Ok(entries) = std::fs::read_dir(dir.join("netns")) else {
-        return Ok(Vec::new());
-    };
-    entries
-        .flatten()
-        .map(|e| swap(dir, &e.path(), ebpf, sk_lookup))
-        .collect()
-}
-
-fn swap(dir: &Path, pin: &Path, ebpf: &mut Ebpf, program: &'static str) -> Result<Swap> {
-    let fail = |op, source| Error::UpgradeFailed {
-        dir: dir.to_path_buf(),
-        op,
-        what: pin.display().to_string(),
-        source,
-    };
-    let link = bpfsys::obj_get(pin).map_err(|e| fail("opening link", e))?;
-    let id = replace::link_prog_id(link.as_fd()).map_err(|e| fail("reading link", e))?;
-    let old = replace::prog_by_id(id).map_err(|e| fail("opening the program of link", e))?;
-    let prog = plan::loaded(ebpf, program)?;
-    let new = prog
-        .fd()
-        .map_err(|source| Error::Verify {
-            name: program,
-            source: Box::new(source),
-        })?
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(|e| fail("duplicating the new program for", e))?;
-    Ok(Swap {
-        pin: pin.to_path_buf(),
-        link,
-        old,
-        new,
-    })
-}
-
-fn roll_back(done: &[&Swap]) {
-    for swap in done.iter().rev() {
-        if let Err(e) = replace::link_update(swap.link.as_fd(), swap.old.as_fd(), swap.new.as_fd())
-        {
-            tracing::error!(link = %swap.pin.display(), error = %e, "could not put the old program back");
-        }
-    }
 }
 
 /// The new maps take the old pins' names, the new sk_lookup program its pin, and the record
