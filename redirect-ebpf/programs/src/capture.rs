@@ -145,7 +145,8 @@ pub(crate) fn decide_for(ctx: &SockAddrContext, dst: &Dest) -> (Counter, Option<
     let Some((policy, key)) = outbound_policy_of(netns) else {
         return (Counter::NoPolicy, None);
     };
-    if policy.flags & OUT_TPROXY != 0 && u16::from_be(dst.port) == policy.inbound_port {
+    // TCP only (a constant in sendmsg4/6, where this folds away).
+    if dst.tcp && policy.flags & OUT_TPROXY != 0 && u16::from_be(dst.port) == policy.inbound_port {
         // SAFETY: the socket's own storage (lookup only), copied out at once.
         let state = unsafe { SOCK_STATE.get_ptr_mut(ctx) };
         // SAFETY: as above; null checked first.

@@ -99,6 +99,9 @@ impl Daemon {
         }
         let guard = lock_node(&opts.bpffs)?;
         if NodeDatapath::exists(&opts.bpffs) {
+            NodeDatapath::finish_switch(&opts.bpffs, opts.attach.scope)?;
+        }
+        if NodeDatapath::exists(&opts.bpffs) {
             // A new daemon is how a node is upgraded: it takes the pinned datapath over in
             // place (no capture gap), or refuses to start naming the layout it cannot take.
             if let Some(u) = NodeDatapath::upgrade(&opts.bpffs)? {

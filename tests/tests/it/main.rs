@@ -93,6 +93,7 @@ mod reconcile;
 mod reconcile_exclusions;
 mod routes;
 mod sandbox_netns;
+mod scope_switch;
 mod spoofed_sources;
 mod status_answers;
 mod stock_conflists;

@@ -20,14 +20,16 @@ impl Daemon {
         if from == to {
             return Ok(());
         }
+        let dir = self.opts.bpffs.clone();
         let refuse = |why: String| Error::ScopeSwitch {
-            dir: self.opts.bpffs.clone(),
+            dir: dir.clone(),
             from,
             to,
             why,
         };
         let done = match to {
             AttachScope::PerPod => {
+                self.refuse_strays(records).map_err(refuse)?;
                 let mut dirs: Vec<PathBuf> = Vec::new();
                 for r in records {
                     let Some(pod) = &r.pod else {
@@ -42,7 +44,7 @@ impl Daemon {
                     match crate::pod_cgroups::pod_dir_of(roots, &pod.uid) {
                         Ok(dir) => dirs.push(dir),
                         // The pod is gone with its namespace: the reconcile drops it.
-                        Err(_) if !r.netns.exists() => {}
+                        Err(_) if self.namespace_gone(r) => {}
                         Err(why) => match crate::pod_cgroup_twin::make(roots, &pod.uid) {
                             Ok(twin) => {
                                 self.pods.twins.insert(twin.clone());
@@ -72,5 +74,32 @@ impl Daemon {
         tracing::info!(dir = %self.opts.bpffs.display(), %from, %to, linked = n,
             "switched the attach scope in place");
         Ok(())
+    }
+
+    /// Whether `r`'s namespace is gone: the kernel says so (its sk_lookup link), or, with no
+    /// link to ask, its path is gone too.
+    fn namespace_gone(&self, r: &EnrollmentRecord) -> bool {
+        match self.dp.namespace_inode(r.cookie) {
+            Some(ino) => ino == 0,
+            None => !r.netns.exists(),
+        }
+    }
+
+    /// A policy in the pinned maps with no enrollment record (one `say_unadopted` warns of) has
+    /// no pod cgroup either: the per-pod scope would leave it with no program.
+    fn refuse_strays(&mut self, records: &[EnrollmentRecord]) -> std::result::Result<(), String> {
+        let captured = redirect_datapath::captured(self.dp.maps())
+            .map_err(|e| format!("reading the pinned policies: {e}"))?;
+        let stray = captured.iter().find(|c| {
+            !records.iter().any(|r| r.cookie == c.cookie) && !self.dp.namespace_gone(c.cookie)
+        });
+        match stray {
+            Some(c) => Err(format!(
+                "the pinned maps hold a policy for netns cookie {} (inode {}) with no enrollment \
+                record to find its pod by (`redirect unenroll` it, or enroll it through the daemon)",
+                c.cookie, c.netns_ino
+            )),
+            None => Ok(()),
+        }
     }
 }

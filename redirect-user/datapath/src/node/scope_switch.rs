@@ -57,8 +57,11 @@ impl NodeDatapath {
                 return Err(e);
             }
         };
-        // Every pod is linked at its own cgroup now: the node's links can go.
-        remove_dir(&self.dir.join(LINKS))?;
+        // Every pod is linked at its own cgroup now: the node's links can go (left behind,
+        // the next start finishes it: `finish_switch`).
+        if let Err(e) = remove_dir(&self.dir.join(LINKS)) {
+            tracing::warn!(error = %e, "the node's links stay until the next start");
+        }
         tracing::info!(dir = %self.dir.display(), pods = linked, "attach scope switched to per-pod");
         Ok(linked)
     }
@@ -93,12 +96,41 @@ impl NodeDatapath {
             }
         };
         let to = self.dir.join(LINKS);
-        std::fs::rename(&staged, &to).map_err(pin_err("renaming the node links to", &to))?;
-        // The node's links run now: the pods' go, and with them the record of the scope.
-        remove_dir(&self.dir.join(CGROUPS))?;
-        self.unpin_cgroup_programs();
+        if let Err(e) = std::fs::rename(&staged, &to) {
+            let _ = std::fs::remove_dir_all(&staged);
+            return Err(pin_err("renaming the node links to", &to)(e));
+        }
+        // The node's links run now: the pods' go, and with them the record of the scope (left
+        // behind, the next start finishes it: `finish_switch`).
+        match remove_dir(&self.dir.join(CGROUPS)) {
+            Ok(()) => self.unpin_cgroup_programs(),
+            Err(e) => tracing::warn!(error = %e, "the pods' links stay until the next start"),
+        }
         tracing::info!(dir = %self.dir.display(), links, "attach scope switched to root");
         Ok(links)
+    }
+
+    /// Finishes a switch a crash or an error cut short, towards `to`, before the datapath at
+    /// `dir` is opened: a staging directory goes, and when both scopes' links are pinned (the
+    /// new scope's renamed into place, the old one's not yet unpinned; either set is whole)
+    /// the other scope's go. Returns whether anything was finished.
+    pub fn finish_switch(dir: &Path, to: AttachScope) -> Result<bool> {
+        let _ = std::fs::remove_dir_all(dir.join(NEXT_CGROUPS));
+        let _ = std::fs::remove_dir_all(dir.join(NEXT_LINKS));
+        if !(dir.join(LINKS).is_dir() && dir.join(CGROUPS).is_dir()) {
+            return Ok(false);
+        }
+        match to {
+            AttachScope::PerPod => remove_dir(&dir.join(LINKS))?,
+            AttachScope::Root => {
+                remove_dir(&dir.join(CGROUPS))?;
+                for name in cgroup_programs() {
+                    let _ = std::fs::remove_file(dir.join("progs").join(name));
+                }
+            }
+        }
+        tracing::info!(dir = %dir.display(), scope = %to, "finished an attach scope switch cut short");
+        Ok(true)
     }
 
     fn expect_scope(&self, scope: AttachScope) -> Result<()> {

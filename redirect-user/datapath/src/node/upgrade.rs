@@ -192,13 +192,16 @@ impl NodeDatapath {
                 }
             }
         }
-        let committed = if scope == AttachScope::PerPod {
-            commit_programs(dir, &mut ebpf)
-        } else {
-            Ok(())
-        };
-        if let Err(e) = committed.and_then(|()| commit(dir, &staged, &mut ebpf, sk_lookup, record))
-        {
+        // The per-pod scope's programs for the next pods are pinned last, after the maps they
+        // read took their names: a failed commit leaves `progs/` as the old links run it.
+        let committed = commit(dir, &staged, &mut ebpf, sk_lookup, record).and_then(|()| {
+            if scope == AttachScope::PerPod {
+                commit_programs(dir, &mut ebpf)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = committed {
             roll_back(&done);
             return Err(e);
         }
